@@ -1,0 +1,129 @@
+"""The ``lws-gatekeeper`` command line.
+
+Why this exists: one program for everything a person runs by hand: the sandbox
+cluster (``sandbox up|down|status|build``) and the demo that replays the LWS issue.
+Each sub-command is a thin wrapper; the work lives in the modules it calls.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from gatekeeper.sandbox import build as sandbox_build
+from gatekeeper.sandbox.cluster import Sandbox, SandboxError, default_dir
+
+__all__ = ["main"]
+
+
+def _say(msg: str) -> None:
+    click.echo(msg, err=True)
+
+
+@click.group()
+@click.version_option(package_name="lws-gatekeeper")
+def main() -> None:
+    """All-or-nothing admission of LeaderWorkerSet groups into shared GPU pools."""
+
+
+@main.group()
+def sandbox() -> None:
+    """A real Kubernetes control plane as local processes, with KWOK nodes and LWS."""
+
+
+_dir_option = click.option(
+    "--dir",
+    "directory",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="Folder of the sandbox (default: the cache folder's sandboxes/default).",
+)
+
+
+def _parse_labels(labels: tuple[str, ...]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in labels:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{item!r} is not key=value", param_hint="--label")
+        out[key] = value
+    return out
+
+
+@sandbox.command("up")
+@_dir_option
+@click.option("--nodes", default=4, show_default=True, help="Fake GPU nodes to create.")
+@click.option("--gpus-per-node", default=1, show_default=True, help="nvidia.com/gpu on each node.")
+@click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="Label for the fake nodes.")
+@click.option("--no-gatekeeper", is_flag=True, help="Do not run the gatekeeper against the sandbox.")
+@click.option("--with-kueue", is_flag=True, help="Also run the real Kueue (not yet available).")
+def sandbox_up(
+    directory: Path | None,
+    nodes: int,
+    gpus_per_node: int,
+    labels: tuple[str, ...],
+    no_gatekeeper: bool,
+    with_kueue: bool,
+) -> None:
+    """Start the sandbox in the background (idempotent) and print how to reach it."""
+    if with_kueue:
+        raise click.UsageError("--with-kueue is not available yet (see the Kueue backend issue)")
+    sb = Sandbox(directory or default_dir(), say=_say)
+    try:
+        sb.up(nodes=nodes, gpus_per_node=gpus_per_node, labels=_parse_labels(labels))
+    except (SandboxError, sandbox_build.BuildError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    if not no_gatekeeper:
+        _say("note: the gate controller is not part of this version yet; the sandbox runs without it")
+    click.echo(f"export KUBECONFIG={sb.kubeconfig}")
+    click.echo(f"export PATH={sb.bin_dir}:$PATH")
+
+
+@sandbox.command("down")
+@_dir_option
+def sandbox_down(directory: Path | None) -> None:
+    """Stop every process the sandbox started."""
+    try:
+        Sandbox(directory or default_dir(), say=_say).down()
+    except SandboxError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+@sandbox.command("status")
+@_dir_option
+def sandbox_status(directory: Path | None) -> None:
+    """Show each component and whether it runs."""
+    sb = Sandbox(directory or default_dir(), say=_say)
+    running = sb.running()
+    if not running:
+        click.echo(f"no sandbox in {sb.dir}")
+        sys.exit(1)
+    for name, alive in running.items():
+        click.echo(f"{name:26} {'running' if alive else 'STOPPED'}")
+    sys.exit(0 if all(running.values()) else 1)
+
+
+@sandbox.command("build")
+@click.argument("components", nargs=-1)
+def sandbox_build_cmd(components: tuple[str, ...]) -> None:
+    """Build (or find in the cache) the sandbox's components from their pinned Go modules."""
+    try:
+        built = sandbox_build.build_all(list(components) or None, say=_say)
+    except sandbox_build.BuildError as exc:
+        raise click.ClickException(str(exc)) from exc
+    for name, inst in built.items():
+        click.echo(f"{name:12} {inst.component.version:10} {inst.root}")
+
+
+@main.command("demo")
+@_dir_option
+def demo(directory: Path | None) -> None:
+    """Replay the LWS gang-scheduling issue on the sandbox, step by step."""
+    from gatekeeper.demo import run_demo
+
+    try:
+        run_demo(directory or default_dir("demo"), say=_say)
+    except (SandboxError, sandbox_build.BuildError) as exc:
+        raise click.ClickException(str(exc)) from exc

@@ -1,0 +1,22 @@
+# Sourced by the other scripts: a virtualenv with the project and its dev tools,
+# re-installed only when pyproject.toml changes. Fails loudly on missing tools.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+
+need() { command -v "$1" >/dev/null 2>&1 || { echo "error: '$1' is needed: $2" >&2; exit 2; }; }
+need go "the sandbox builds Kubernetes from Go modules (Go 1.26 or newer)"
+PY=${PYTHON:-python3}
+need "$PY" "Python 3.11 or newer"
+"$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "error: Python 3.11+ needed" >&2; exit 2; }
+
+stamp=.venv/.installed-$(sha256sum pyproject.toml | cut -c1-12)
+if [ ! -f "$stamp" ]; then
+  echo "setting up .venv (Python dependencies)" >&2
+  [ -x .venv/bin/python ] || "$PY" -m venv .venv
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -e '.[dev]'
+  rm -f .venv/.installed-*
+  touch "$stamp"
+fi
+export PATH="$ROOT/.venv/bin:$PATH"

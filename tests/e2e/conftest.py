@@ -1,0 +1,189 @@
+"""End-to-end fixtures: one cluster per session, a fresh namespace and own nodes per test.
+
+The cluster is the local-process sandbox by default (``--cluster=sandbox``) or a kind
+cluster made by pytest-kind (``--cluster=kind``, where Docker runs). A cluster that
+cannot start fails every end-to-end test with its reason: it never becomes a skip,
+in CI or anywhere else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import kr8s
+import kr8s.asyncio
+import pytest
+import yaml
+from kr8s.asyncio.objects import Namespace, Node
+
+from gatekeeper.sandbox import build
+from gatekeeper.sandbox.cluster import Sandbox, default_dir, fake_node
+from gatekeeper.sandbox.replay import list_raw
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(item.path).parents:
+            item.add_marker(pytest.mark.e2e)
+
+
+TEST_NODES_KEY = "lws-gatekeeper.io/test-nodes"
+
+
+@dataclass
+class Cluster:
+    """How tests reach the cluster under test."""
+
+    kubeconfig: Path
+    kind: str
+    sandbox: Sandbox | None = None
+
+    def kubectl(self, *args: str, input: str | None = None) -> str:
+        kubectl = str(self.sandbox.bin_dir / "kubectl") if self.sandbox else "kubectl"
+        res = subprocess.run(
+            [kubectl, f"--kubeconfig={self.kubeconfig}", *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert res.returncode == 0, f"kubectl {' '.join(args)}: {res.stderr}"
+        return res.stdout
+
+
+def _kind_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    """A kind cluster with LWS and KWOK from their release manifests (needs Docker and the internet)."""
+    from pytest_kind import KindCluster  # optional extra: pip install '.[kind]'
+
+    pins = build.load_pins()
+    kc = KindCluster("lws-gatekeeper-e2e")
+    kc.create()
+    releases = "https://github.com/kubernetes-sigs/{repo}/releases/download/{version}/{file}"
+    for repo, file in (("lws", "manifests.yaml"), ("kwok", "kwok.yaml"), ("kwok", "stage-fast.yaml")):
+        url = releases.format(repo=repo, version=pins[repo].version, file=file)
+        kc.kubectl("apply", "--server-side", "-f", url)
+    kc.kubectl(
+        "wait", "--for=condition=Available", "-n", "lws-system", "deployment", "--all", "--timeout=300s"
+    )
+    try:
+        yield Cluster(kubeconfig=Path(kc.kubeconfig_path), kind="kind")
+    finally:
+        if not request.config.getoption("--keep-sandbox"):
+            kc.delete()
+
+
+@pytest.fixture(scope="session")
+def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    if request.config.getoption("--cluster") == "kind":
+        yield from _kind_cluster(request)
+        return
+    sb = Sandbox(default_dir("pytest"), say=lambda m: print(m, flush=True))
+    try:
+        sb.up(nodes=0)
+    except Exception as exc:  # the reason goes into every e2e test's failure
+        pytest.fail(f"the sandbox could not start (CI={os.environ.get('CI', '')}): {exc}", pytrace=False)
+    try:
+        yield Cluster(kubeconfig=sb.kubeconfig, kind="sandbox", sandbox=sb)
+    finally:
+        if not request.config.getoption("--keep-sandbox"):
+            sb.down()
+
+
+@pytest.fixture(scope="session")
+async def api(cluster: Cluster) -> kr8s.asyncio.Api:
+    return await kr8s.asyncio.api(kubeconfig=str(cluster.kubeconfig))
+
+
+@pytest.fixture
+async def namespace(api: kr8s.asyncio.Api, request: pytest.FixtureRequest) -> AsyncIterator[str]:
+    """A fresh namespace for one test, deleted after it."""
+    base = request.node.name.lower().replace("_", "-")[:40].strip("-")
+    name = f"{base}-{uuid.uuid4().hex[:5]}"
+    ns = await Namespace({"metadata": {"name": name}}, api=api)
+    await ns.create()
+    # Pods need the namespace's default service account (made by the controller manager).
+    with anyio.fail_after(30):
+        while not await list_raw(api, "serviceaccounts", namespace=name):
+            await anyio.sleep(0.2)
+    yield name
+    await ns.delete()
+
+
+@dataclass
+class NodeSet:
+    """Fake nodes that belong to one test: a unique label to select them, a taint to keep others out."""
+
+    id: str
+    names: list[str] = field(default_factory=list)
+
+    @property
+    def selector(self) -> dict[str, str]:
+        return {TEST_NODES_KEY: self.id}
+
+    @property
+    def taint_key(self) -> str:
+        return TEST_NODES_KEY
+
+
+MakeNodes = Callable[..., Awaitable[NodeSet]]
+
+
+@pytest.fixture
+async def fake_nodes(api: kr8s.asyncio.Api, cluster: Cluster) -> AsyncIterator[MakeNodes]:
+    """Factory: ``await fake_nodes(4, gpus=1)`` makes this test's own Ready fake GPU nodes."""
+    made: list[NodeSet] = []
+
+    async def make(
+        count: int,
+        *,
+        gpus: int = 1,
+        cpu: str = "8",
+        memory: str = "32Gi",
+        labels: dict[str, str] | None = None,
+    ) -> NodeSet:
+        ns = NodeSet(id=uuid.uuid4().hex[:8])
+        objs: list[dict[str, Any]] = []
+        for i in range(count):
+            name = f"t{ns.id}-{i}"
+            objs.append(
+                fake_node(
+                    name,
+                    gpus=gpus,
+                    cpu=cpu,
+                    memory=memory,
+                    labels={**ns.selector, **(labels or {})},
+                    taints=[{"key": TEST_NODES_KEY, "value": ns.id, "effect": "NoSchedule"}],
+                )
+            )
+            ns.names.append(name)
+        cluster.kubectl("create", "-f", "-", input=yaml.safe_dump_all(objs))
+        made.append(ns)
+        with anyio.fail_after(60):
+            while True:
+                nodes = await api.async_get("nodes", label_selector=ns.selector)
+                ready = [
+                    n
+                    for n in nodes
+                    if any(
+                        c.get("type") == "Ready" and c.get("status") == "True"
+                        for c in n.raw.get("status", {}).get("conditions", [])
+                    )
+                ]
+                if len(ready) == count:
+                    return ns
+                await anyio.sleep(0.2)
+
+    yield make
+    for ns in made:
+        for name in ns.names:
+            with contextlib.suppress(kr8s.NotFoundError):
+                await (await Node.get(name, api=api)).delete()

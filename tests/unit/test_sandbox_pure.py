@@ -1,0 +1,168 @@
+"""Unit tests of the sandbox's pure pieces: pins, version stamps, webhook rewriting, PKI, verdicts."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from cryptography import x509
+
+from gatekeeper.sandbox import build
+from gatekeeper.sandbox.cluster import fake_node, lws_webhooks
+from gatekeeper.sandbox.observe import GATE, summarize
+from gatekeeper.sandbox.pki import make_pki
+
+
+def test_pins_name_every_component_with_a_version() -> None:
+    pins = build.load_pins()
+    assert list(pins) == ["kubernetes", "etcd", "kwok", "lws"]
+    for comp in pins.values():
+        assert comp.version.startswith("v"), comp
+        assert comp.packages, comp
+    k8s = pins["kubernetes"]
+    assert k8s.staging == "v0" + k8s.version[2:], "staging modules are published as v0.<minor>.<patch>"
+    assert int(k8s.version.split(".")[1]) >= 36, "Kubernetes 1.36 or newer"
+    assert pins["etcd"].version.startswith("v3.6."), "etcd 3.6.x"
+
+
+def test_cache_key_changes_only_with_its_own_pin() -> None:
+    a = build.load_pins()
+    text = build.resources.files("gatekeeper.sandbox").joinpath("pins.toml").read_text()
+    b = build.load_pins(text.replace('version = "v0.8.0"', 'version = "v0.7.0"'))
+    assert a["kwok"].key("go1.26") != b["kwok"].key("go1.26")
+    assert a["kubernetes"].key("go1.26") == b["kubernetes"].key("go1.26")
+    assert a["kubernetes"].key("go1.26") != a["kubernetes"].key("go1.27")
+
+
+@pytest.mark.parametrize(
+    ("template", "expected"),
+    [
+        ("x.gitVersion={version}", "x.gitVersion=v1.37.2"),
+        ("x.gitMajor={major}", "x.gitMajor=1"),
+        ("x.gitMinor={minor}", "x.gitMinor=37"),
+        ("x.gitCommit={commit}", "x.gitCommit=abc123"),
+        ("x.buildDate={date}", "x.buildDate=2026-07-22T18:07:38Z"),
+    ],
+)
+def test_version_stamps(template: str, expected: str) -> None:
+    comp = build.load_pins()["kubernetes"]
+    info = {"Time": "2026-07-22T18:07:38Z", "Origin": {"Hash": "abc123"}}
+    assert build._stamp(template, comp, info) == expected
+
+
+def test_cache_root_follows_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("LWS_GATEKEEPER_CACHE", str(tmp_path / "c"))
+    assert build.cache_root() == tmp_path / "c"
+    monkeypatch.delenv("LWS_GATEKEEPER_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert build.cache_root() == tmp_path / "lws-gatekeeper"
+
+
+def _lws_files(tmp_path: Path) -> build.Installed:
+    hooks = tmp_path / "files" / "config" / "webhook"
+    hooks.mkdir(parents=True)
+    svc = {"name": "webhook-service", "namespace": "system"}
+    hook = lambda name, path: {  # noqa: E731
+        "name": name,
+        "clientConfig": {"service": {**svc, "path": path}},
+        "rules": [],
+    }
+    hooks.joinpath("manifests.yaml").write_text(
+        yaml.safe_dump_all(
+            [
+                {
+                    "apiVersion": "admissionregistration.k8s.io/v1",
+                    "kind": "MutatingWebhookConfiguration",
+                    "metadata": {"name": "mutating-webhook-configuration"},
+                    "webhooks": [hook("mlws", "/mutate-lws"), hook("mpod", "/mutate--v1-pod")],
+                },
+            ]
+        )
+    )
+    patched = {
+        **hook("mpod", "/mutate--v1-pod"),
+        "objectSelector": {
+            "matchExpressions": [{"key": "leaderworkerset.sigs.k8s.io/name", "operator": "Exists"}]
+        },
+    }
+    hooks.joinpath("mutating-patch.yaml").write_text(
+        yaml.safe_dump([{"op": "replace", "path": "/webhooks/1", "value": patched}])
+    )
+    comp = build.Component(name="lws", module="m", version="v0.9.0", packages=("p",))
+    return build.Installed(comp, tmp_path)
+
+
+def test_lws_webhooks_point_at_loopback_with_patches_applied(tmp_path: Path) -> None:
+    docs = lws_webhooks(_lws_files(tmp_path), "https://127.0.0.1:9443", b"PEM")
+    (mutating,) = docs
+    assert mutating["metadata"]["name"] == "lws-mutating-webhook-configuration"
+    urls = [h["clientConfig"]["url"] for h in mutating["webhooks"]]
+    assert urls == ["https://127.0.0.1:9443/mutate-lws", "https://127.0.0.1:9443/mutate--v1-pod"]
+    assert all(base64.b64decode(h["clientConfig"]["caBundle"]) == b"PEM" for h in mutating["webhooks"])
+    assert "objectSelector" in mutating["webhooks"][1], "the kustomize patch narrows the pod webhook"
+
+
+def test_pki_chain_and_identities(tmp_path: Path) -> None:
+    pki = make_pki(tmp_path / "pki")
+    ca = x509.load_pem_x509_certificate(pki.ca_crt.read_bytes())
+    admin = x509.load_pem_x509_certificate(pki.admin_crt.read_bytes())
+    server = x509.load_pem_x509_certificate(pki.apiserver_crt.read_bytes())
+    for cert in (admin, server):
+        cert.verify_directly_issued_by(ca)
+    orgs = [a.value for a in admin.subject.get_attributes_for_oid(x509.NameOID.ORGANIZATION_NAME)]
+    assert orgs == ["system:masters"]
+    sans = server.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert "kubernetes.default.svc" in sans.get_values_for_type(x509.DNSName)
+    # A second call reuses what is there.
+    before = pki.ca_crt.read_bytes()
+    make_pki(tmp_path / "pki")
+    assert pki.ca_crt.read_bytes() == before
+
+
+def _pod(
+    group: int, role: str, *, node: str = "", ready: bool = False, gated: bool = False, gpus: int = 1
+) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": f"vllm-{group}-{role}",
+            "labels": {
+                "leaderworkerset.sigs.k8s.io/name": "vllm",
+                "leaderworkerset.sigs.k8s.io/group-index": str(group),
+            },
+        },
+        "spec": {
+            "nodeName": node,
+            "containers": [{"resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}],
+            "schedulingGates": [{"name": GATE}] if gated else [],
+        },
+        "status": {
+            "phase": "Running" if ready else "Pending",
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+        },
+    }
+
+
+def test_summarize_counts_whole_groups_and_stranded_gpus() -> None:
+    pods = [
+        _pod(0, "l", node="n0", ready=True),
+        _pod(0, "w", node="n1", ready=True),  # whole
+        _pod(1, "l", node="n2", ready=True),
+        _pod(1, "w"),  # stranded 1
+        _pod(2, "l", node="n3", ready=True),
+        _pod(2, "w"),  # stranded 1
+        _pod(3, "l", gated=True),
+        _pod(3, "w", gated=True),  # waits, holds nothing
+    ]
+    v = summarize(pods, size=2)
+    assert (v.whole_groups, v.gpus_held, v.gpus_stranded, v.partial_groups, v.gated_pods) == (1, 4, 2, 2, 2)
+    assert "whole groups running: 1" in v.line(4)
+
+
+def test_fake_node_is_kwok_managed_with_gpus() -> None:
+    node = fake_node("n", gpus=8, labels={"pool": "p"})
+    assert node["metadata"]["annotations"]["kwok.x-k8s.io/node"] == "fake"
+    assert node["status"]["allocatable"]["nvidia.com/gpu"] == "8"
+    assert node["metadata"]["labels"]["pool"] == "p"
