@@ -1,0 +1,99 @@
+"""The gatekeeper's pure decision core: demand, quota, node fit and queue order.
+
+Everything here is a function of plain data (Kubernetes objects as dicts, or the small
+frozen values defined here) and does no I/O: no API calls, no sockets, no clock, no
+asyncio. That keeps every admission decision reproducible in a unit test and lets the
+I/O layer (watches, webhook, records, backends) stay thin.
+
+Typical pass: ``parse_pool`` / ``parse_node`` / ``node_usage`` / ``group_demand`` turn
+cluster objects into inputs; ``plan`` returns which groups to admit and why the others
+wait.
+"""
+
+from gatekeeper.core.demand import (
+    LWS_API_VERSION,
+    GroupDemand,
+    PodDemand,
+    Resources,
+    group_demand,
+    pod_demand,
+    pod_requests,
+)
+from gatekeeper.core.fit import Misfit, NodeTable, Placement, fit_group
+from gatekeeper.core.names import API_GROUP, API_VERSION, POOL_LABEL, SCHEDULING_GATE
+from gatekeeper.core.nodes import Node, node_usage, parse_node
+from gatekeeper.core.planner import Admission, Plan, PoolStatus, Waiting, plan
+from gatekeeper.core.pool import (
+    POOL_API_VERSION,
+    POOL_KIND,
+    Pool,
+    QueueingStrategy,
+    parse_pool,
+    pool_capacity,
+)
+from gatekeeper.core.quantity import (
+    QuantityLike,
+    format_amount,
+    format_quantity,
+    format_resources,
+    parse_quantity,
+    parse_units,
+    to_units,
+)
+from gatekeeper.core.queue import AdmittedGroup, GroupKey, InvalidDemand, WaitingGroup, queue_order
+from gatekeeper.core.quota import QuotaCheck, check_quota, is_basic_resource
+from gatekeeper.core.reasons import Reason
+from gatekeeper.core.selectors import NodeConstraints, NodeSelectorTerm, Requirement, Taint, Toleration
+
+__all__ = [
+    "API_GROUP",
+    "API_VERSION",
+    "LWS_API_VERSION",
+    "POOL_API_VERSION",
+    "POOL_KIND",
+    "POOL_LABEL",
+    "SCHEDULING_GATE",
+    "Admission",
+    "AdmittedGroup",
+    "GroupDemand",
+    "GroupKey",
+    "InvalidDemand",
+    "Misfit",
+    "Node",
+    "NodeConstraints",
+    "NodeSelectorTerm",
+    "NodeTable",
+    "Placement",
+    "Plan",
+    "PodDemand",
+    "Pool",
+    "PoolStatus",
+    "QuantityLike",
+    "QueueingStrategy",
+    "QuotaCheck",
+    "Reason",
+    "Requirement",
+    "Resources",
+    "Taint",
+    "Toleration",
+    "Waiting",
+    "WaitingGroup",
+    "check_quota",
+    "fit_group",
+    "format_amount",
+    "format_quantity",
+    "format_resources",
+    "group_demand",
+    "is_basic_resource",
+    "node_usage",
+    "parse_node",
+    "parse_pool",
+    "parse_quantity",
+    "parse_units",
+    "plan",
+    "pod_demand",
+    "pod_requests",
+    "pool_capacity",
+    "queue_order",
+    "to_units",
+]

@@ -1,0 +1,139 @@
+"""The sentences people read in Conditions and Events, one builder per reason.
+
+Kept apart from the planner so that wording can be reviewed (and changed) in one
+place. Each builder returns the text after "group N " so that results for one
+(pool, demand) can be cached and reused for every group index.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from gatekeeper.core.demand import GroupDemand
+from gatekeeper.core.fit import Misfit
+from gatekeeper.core.quantity import format_amount, format_resources
+from gatekeeper.core.quota import by_importance
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}" if count == 1 else f"{count} {word}s"
+
+
+def amount(resource: str, units: int) -> str:
+    """``2 nvidia.com/gpu``, ``500m cpu``, ``8Gi memory``, ``3 pod slots``."""
+    if resource == "pods":
+        return _plural(units, "pod slot")
+    return f"{format_amount(resource, units)} {resource}"
+
+
+def _group_need(demand: GroupDemand, resource: str) -> str:
+    if resource == "pods":
+        return f"needs {_plural(demand.pod_count, 'pod slot')}"
+    nodes = demand.pods_needing(resource)
+    return f"needs {amount(resource, demand.total[resource])} on {_plural(nodes, 'node')}"
+
+
+def pool_not_found(pool: str) -> str:
+    return f"names pool {pool}, which does not exist"
+
+
+def invalid_spec(message: str) -> str:
+    return f"cannot be admitted: {message}"
+
+
+def not_in_quota(pool: str, resources: tuple[str, ...], explicit: bool) -> str:
+    names = ", ".join(resources)
+    where = f"pool {pool}'s quota does not list" if explicit else f"no node of pool {pool} has"
+    return f"requests {names}, which {where}; it can never be admitted"
+
+
+def exceeds_quota(pool: str, demand: GroupDemand, resource: str, ceiling: int, explicit: bool) -> str:
+    have = f"pool {pool}'s quota of" if explicit else f"all nodes of pool {pool} together,"
+    return (
+        f"{_group_need(demand, resource)}, more than {have} {format_amount(resource, ceiling)}; "
+        "it can never be admitted"
+    )
+
+
+def waits_for_quota(
+    pool: str,
+    demand: GroupDemand,
+    short: tuple[str, ...],
+    quota: Mapping[str, int],
+    used: Mapping[str, int],
+    holders: Mapping[str, int],
+) -> str:
+    resource = by_importance(short)[0]
+    held, total = used.get(resource, 0), quota.get(resource, 0)
+    free = format_amount(resource, max(total - held, 0))
+    text = (
+        f"{_group_need(demand, resource)}; pool {pool} has {free} free "
+        f"({format_amount(resource, held)} of {format_amount(resource, total)} held by "
+        f"{_plural(holders.get(resource, 0), 'admitted group')})"
+    )
+    others = [r for r in by_importance(short) if r != resource]
+    if others:
+        text += f"; also short of {', '.join(others)}"
+    return text
+
+
+def _pod_needs(misfit: Misfit) -> str:
+    return format_resources({r: a for r, a in misfit.requests.items() if r != "pods"}) or "a pod slot"
+
+
+def cannot_place(pool: str, misfit: Misfit) -> str:
+    """A group that could not be placed even on the pool's empty nodes."""
+    if misfit.nodes == 0:
+        return f"can never be placed: pool {pool} has no nodes"
+    if misfit.eligible == 0:
+        return (
+            f"can never be placed: pod {misfit.role} matches none of pool {pool}'s "
+            f"{_plural(misfit.nodes, 'node')} (check its nodeSelector, node affinity and tolerations)"
+        )
+    if misfit.resource is None:
+        return (
+            f"can never be placed: pod {misfit.role} needs {_pod_needs(misfit)}, "
+            f"and no node of pool {pool} has all of that"
+        )
+    need = amount(misfit.resource, misfit.needed)
+    largest = format_amount(misfit.resource, misfit.largest)
+    if misfit.placed == 0:
+        return (
+            f"can never be placed: pod {misfit.role} needs {need}; "
+            f"the largest node of pool {pool} has {largest}"
+        )
+    return (
+        f"can never be placed: pod {misfit.role} needs {need}, and with the group's other "
+        f"{_plural(misfit.placed, 'pod')} on pool {pool}'s empty nodes, no node has more than {largest} left"
+    )
+
+
+def waits_for_nodes(pool: str, misfit: Misfit) -> str:
+    """A group whose quota fits but whose pods do not all fit the pool's free node room now."""
+    head = f"fits pool {pool}'s quota but not its nodes:"
+    if misfit.nodes == 0:
+        return f"{head} the pool has no schedulable node right now"
+    if misfit.eligible == 0:
+        nodes = _plural(misfit.nodes, "schedulable node")
+        return f"{head} pod {misfit.role} matches none of its {nodes} right now"
+    if misfit.resource is None:
+        text = (
+            f"{head} pod {misfit.role} needs {_pod_needs(misfit)} "
+            "and no pool node has all of that free at once"
+        )
+    else:
+        resource = misfit.resource
+        largest = format_amount(resource, misfit.largest)
+        total = format_amount(resource, misfit.total)
+        text = (
+            f"{head} pod {misfit.role} needs {amount(resource, misfit.needed)}; "
+            f"the largest free on any pool node is {largest} "
+            f"({total} free in all, on {_plural(misfit.spread, 'node')})"
+        )
+    if misfit.placed:
+        text += f", after placing the group's other {_plural(misfit.placed, 'pod')}"
+    return text
+
+
+def blocked(pool: str, blocker: str) -> str:
+    return f"waits behind {blocker}: pool {pool} is StrictFIFO"

@@ -1,0 +1,102 @@
+"""Nodes and what is already running on them, reduced to what node fit needs.
+
+Node fit works on allocatable capacity minus the requests of every pod already bound
+to the node: ours, other users', DaemonSets'. This module turns Node and Pod objects
+(dicts as the API returns them) into that: a small ``Node`` value per node and a
+per-node usage total. The I/O layer can cache both between planning passes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gatekeeper.core._parse import mapping, string
+from gatekeeper.core.demand import Resources, pod_requests
+from gatekeeper.core.quantity import parse_units
+from gatekeeper.core.selectors import Taint, parse_label_map, parse_taints
+
+_TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+@dataclass(frozen=True)
+class Node:
+    """A node as node fit sees it.
+
+    ``ready`` is the status of the Ready condition: True, False, or None (Unknown or
+    not reported). A node takes new pods when it is not cordoned and not NotReady.
+    """
+
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    allocatable: Resources = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    unschedulable: bool = False
+    ready: bool | None = True
+
+    @property
+    def schedulable(self) -> bool:
+        """Not cordoned (``spec.unschedulable``) and the Ready condition is not False."""
+        return not self.unschedulable and self.ready is not False
+
+
+def parse_node(obj: Mapping[str, Any]) -> Node:
+    """A ``Node`` from a Node object dict; allocatable falls back to capacity when absent."""
+    meta = mapping(obj.get("metadata"), "metadata")
+    name = string(meta.get("name"), "metadata.name")
+    try:
+        if not name:
+            raise ValueError("metadata.name: missing")
+        spec = mapping(obj.get("spec"), "spec")
+        status = mapping(obj.get("status"), "status")
+        raw = status.get("allocatable")
+        where = "status.allocatable"
+        if raw is None:
+            raw, where = status.get("capacity"), "status.capacity"
+        allocatable = {}
+        for resource, value in mapping(raw, where).items():
+            try:
+                allocatable[resource] = parse_units(resource, value)
+            except ValueError as err:
+                raise ValueError(f"{where}[{resource}]: {err}") from None
+        ready: bool | None = None
+        for condition in status.get("conditions") or ():
+            if isinstance(condition, Mapping) and condition.get("type") == "Ready":
+                ready = {"True": True, "False": False}.get(str(condition.get("status")))
+        return Node(
+            name=name,
+            labels=parse_label_map(meta.get("labels"), "metadata.labels"),
+            allocatable=allocatable,
+            taints=parse_taints(spec.get("taints"), "spec.taints"),
+            unschedulable=bool(spec.get("unschedulable", False)),
+            ready=ready,
+        )
+    except ValueError as err:
+        raise ValueError(f"Node {name}: {err}") from None
+
+
+def node_usage(pods: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
+    """Requests of all bound, non-terminal pods, summed per node name, plus a ``pods`` count.
+
+    Any pod counts, not only the gatekeeper's: node fit is about physical room.
+    Pods in phase Succeeded or Failed hold nothing; terminating pods still do.
+    """
+    usage: dict[str, dict[str, int]] = {}
+    for pod in pods:
+        spec = mapping(pod.get("spec"), "spec")
+        node_name = spec.get("nodeName")
+        if not node_name:
+            continue
+        if mapping(pod.get("status"), "status").get("phase") in _TERMINAL_PHASES:
+            continue
+        meta = mapping(pod.get("metadata"), "metadata")
+        try:
+            requests = pod_requests(spec)
+        except ValueError as err:
+            raise ValueError(f"Pod {meta.get('namespace')}/{meta.get('name')}: {err}") from None
+        used = usage.setdefault(str(node_name), {})
+        for resource, amount in requests.items():
+            used[resource] = used.get(resource, 0) + amount
+        used["pods"] = used.get("pods", 0) + 1
+    return usage

@@ -1,0 +1,295 @@
+"""The admission planner: which waiting groups to admit now, and why every other one waits.
+
+One planning pass takes a snapshot (pools, nodes, bound-pod usage, admitted groups,
+waiting groups) and returns a ``Plan``; it changes nothing itself. The I/O layer
+records the admissions, ungates the pods and writes the reasons as Conditions/Events.
+
+Per pass, in queue order (see ``queue.queue_order``), each waiting group is checked:
+
+1. its pool exists and its demand could be computed;
+2. it could ever be admitted: the quota covers every resource it asks for and could
+   hold it, and the group's pods can be placed on the pool's nodes when empty;
+3. its pool's StrictFIFO queue is not held by an earlier group;
+4. quota: what admitted groups hold plus the group's demand fits the quota;
+5. node fit: every pod gets a tentative node on free room (``fit.NodeTable``).
+
+A group passing all five is admitted and immediately counts against quota and node
+room for the rest of the pass. A group failing 4 or 5 waits; in a StrictFIFO pool it
+also holds every later group. A group failing 1 or 2 is reported with a permanent
+reason and skipped, so bad input never blocks a StrictFIFO queue forever (it stays
+reported until its LWS or the pool changes).
+
+Admitted groups hold their whole demand in the quota, and node room for their pods
+not yet bound, so a group between "ungated" and "bound" cannot be double-booked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from gatekeeper.core import _messages as text
+from gatekeeper.core.demand import GroupDemand, Resources
+from gatekeeper.core.fit import Misfit, NodeTable, Placement
+from gatekeeper.core.nodes import Node
+from gatekeeper.core.pool import Pool, QueueingStrategy, sum_allocatable
+from gatekeeper.core.quantity import format_amount
+from gatekeeper.core.queue import AdmittedGroup, GroupKey, InvalidDemand, WaitingGroup, queue_order
+from gatekeeper.core.quota import by_importance, check_quota
+from gatekeeper.core.reasons import Reason
+
+
+@dataclass(frozen=True)
+class Admission:
+    """Admit this group now; ``nodes`` is the tentative node of each pod, leader first."""
+
+    key: GroupKey
+    pool: str
+    nodes: Placement
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """A group not admitted in this pass, with a reason and a sentence for people.
+
+    ``position`` is the group's 1-based place among the pool's waiting groups, or 0
+    when its reason is permanent (it is not really in the queue).
+    """
+
+    key: GroupKey
+    pool: str
+    reason: Reason
+    message: str
+    position: int = 0
+
+
+@dataclass(frozen=True)
+class PoolStatus:
+    """A pool's state after the pass: quota (explicit, or its schedulable nodes' allocatable),
+    what admitted groups hold, what is free, and how many groups are admitted, waiting
+    (for quota, nodes or their turn) and inadmissible (permanent reasons). ``stranded``
+    lists admitted groups with unbound pods for which no node has room any more."""
+
+    name: str
+    queueing_strategy: QueueingStrategy
+    quota: Resources
+    used: Resources
+    free: Resources
+    admitted: int
+    waiting: int
+    inadmissible: int
+    nodes: int
+    stranded: tuple[GroupKey, ...] = ()
+
+    def describe(self) -> str:
+        """One line for people, e.g. ``pool on-demand: 4/4 nvidia.com/gpu held; 2 admitted, 8 waiting``."""
+        held = ", ".join(
+            f"{format_amount(r, self.used.get(r, 0))}/{format_amount(r, self.quota[r])} {r}"
+            for r in by_importance(self.quota)
+        )
+        return f"pool {self.name}: {held or 'nothing'} held; {self.admitted} admitted, {self.waiting} waiting"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The outcome of one planning pass."""
+
+    admit: tuple[Admission, ...]
+    waiting: tuple[Waiting, ...]
+    pools: Mapping[str, PoolStatus]
+    _by_key: Mapping[GroupKey, Waiting] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_by_key", {w.key: w for w in self.waiting})
+
+    def why(self, key: GroupKey) -> Waiting | None:
+        """The reason ``key`` was not admitted (None if it was admitted or not planned)."""
+        return self._by_key.get(key)
+
+
+@dataclass
+class _PoolState:
+    pool: Pool
+    quota: dict[str, int]
+    ceiling: dict[str, int]
+    nodes: int
+    used: dict[str, int] = field(default_factory=dict)
+    holders: dict[str, int] = field(default_factory=dict)
+    admitted: int = 0
+    waiting: int = 0
+    inadmissible: int = 0
+    blocker: GroupKey | None = None
+    stranded: list[GroupKey] = field(default_factory=list)
+
+    def hold(self, demand: GroupDemand) -> None:
+        held = dict(demand.total)
+        held["pods"] = demand.pod_count
+        for resource, amount in held.items():
+            self.used[resource] = self.used.get(resource, 0) + amount
+            self.holders[resource] = self.holders.get(resource, 0) + 1
+        self.admitted += 1
+
+    def status(self) -> PoolStatus:
+        free = {r: max(q - self.used.get(r, 0), 0) for r, q in self.quota.items()}
+        return PoolStatus(
+            name=self.pool.name,
+            queueing_strategy=self.pool.queueing_strategy,
+            quota=self.quota,
+            used=self.used,
+            free=free,
+            admitted=self.admitted,
+            waiting=self.waiting,
+            inadmissible=self.inadmissible,
+            nodes=self.nodes,
+            stranded=tuple(self.stranded),
+        )
+
+
+class _Pass:
+    """The mutable state of one planning pass: node room, quota use, per-pool queues."""
+
+    def __init__(self, pools: Iterable[Pool], nodes: Iterable[Node], usage: Mapping[str, Mapping[str, int]]):
+        node_list = list(nodes)
+        self.now = NodeTable(node_list, usage)
+        self.empty = NodeTable(node_list, hypothetical=True)
+        self.states: dict[str, _PoolState] = {}
+        self._never_cache: dict[tuple[str, GroupDemand], tuple[Reason, str] | None] = {}
+        self._misfit_cache: dict[tuple[str, GroupDemand], tuple[int, Misfit]] = {}
+        for pool in pools:
+            if pool.name in self.states:
+                raise ValueError(f"two pools are named {pool.name}")
+            members = [n for n in node_list if pool.selects(n)]
+            if pool.quota is not None:
+                quota, ceiling = dict(pool.quota), dict(pool.quota)
+            else:
+                quota = sum_allocatable(n for n in members if n.schedulable)
+                ceiling = sum_allocatable(members)
+            self.now.add_view(pool.name, pool.selects)
+            self.empty.add_view(pool.name, pool.selects)
+            self.states[pool.name] = _PoolState(pool, quota, ceiling, nodes=self.now.view_size(pool.name))
+
+    def hold(self, group: AdmittedGroup) -> None:
+        """Count an admitted group against its pool's quota and hold room for its unbound pods."""
+        state = self.states.get(group.pool)
+        if state is None:
+            return
+        state.hold(group.demand)
+        for i, pod in enumerate(group.demand.pods):
+            if i in group.bound or self.now.reserve(group.pool, pod, group.nodes.get(i)) is not None:
+                continue
+            if group.key not in state.stranded:
+                state.stranded.append(group.key)
+
+    def consider(self, group: WaitingGroup) -> Admission | Waiting:
+        """Admit ``group`` (updating quota use and node room) or say why it waits."""
+        state = self.states.get(group.pool)
+        if state is None:
+            return Waiting(
+                group.key, group.pool, Reason.POOL_NOT_FOUND, _say(group, text.pool_not_found(group.pool))
+            )
+        demand = group.demand
+        if isinstance(demand, InvalidDemand):
+            return self._wait(state, group, Reason.INVALID_SPEC, text.invalid_spec(demand.message))
+        never = self._never(state, demand)
+        if never is not None:
+            return self._wait(state, group, *never)
+        if state.blocker is not None:
+            return self._wait(
+                state, group, Reason.BLOCKED_BY_STRICT_FIFO, text.blocked(group.pool, str(state.blocker))
+            )
+        check = check_quota(demand, state.quota, state.used, ceiling=state.ceiling)
+        if not check.fits:
+            detail = text.waits_for_quota(
+                group.pool, demand, check.short, state.quota, state.used, state.holders
+            )
+            return self._wait(state, group, Reason.WAITING_FOR_QUOTA, detail)
+        outcome = self._place(state, demand)
+        if isinstance(outcome, Misfit):
+            return self._wait(
+                state, group, Reason.WAITING_FOR_NODES, text.waits_for_nodes(group.pool, outcome)
+            )
+        state.hold(demand)
+        return Admission(group.key, group.pool, outcome)
+
+    def _wait(self, state: _PoolState, group: WaitingGroup, reason: Reason, detail: str) -> Waiting:
+        if reason.permanent:
+            state.inadmissible += 1
+            return Waiting(group.key, group.pool, reason, _say(group, detail))
+        state.waiting += 1
+        strict = state.pool.queueing_strategy is QueueingStrategy.STRICT_FIFO
+        if strict and state.blocker is None:
+            state.blocker = group.key
+        return Waiting(group.key, group.pool, reason, _say(group, detail), state.waiting)
+
+    def _never(self, state: _PoolState, demand: GroupDemand) -> tuple[Reason, str] | None:
+        """Why ``demand`` can never be admitted into the pool as it is, or None (cached per pass)."""
+        key = (state.pool.name, demand)
+        if key not in self._never_cache:
+            self._never_cache[key] = _never(state, self.empty, demand)
+        return self._never_cache[key]
+
+    def _place(self, state: _PoolState, demand: GroupDemand) -> Placement | Misfit:
+        """Node fit, remembering a misfit until node room changes (equal demands fail alike)."""
+        key = (state.pool.name, demand)
+        cached = self._misfit_cache.get(key)
+        if cached is not None and cached[0] == self.now.version:
+            return cached[1]
+        outcome = self.now.place(state.pool.name, demand.pods)
+        if isinstance(outcome, Misfit):
+            self._misfit_cache[key] = (self.now.version, outcome)
+        return outcome
+
+
+def _say(group: WaitingGroup, detail: str) -> str:
+    return f"group {group.key.index} {detail}"
+
+
+def _never(state: _PoolState, hypothetical: NodeTable, demand: GroupDemand) -> tuple[Reason, str] | None:
+    pool = state.pool
+    explicit = pool.quota is not None
+    check = check_quota(demand, state.quota, {}, ceiling=state.ceiling)
+    if check.uncovered:
+        return Reason.RESOURCE_NOT_IN_QUOTA, text.not_in_quota(pool.name, check.uncovered, explicit)
+    if check.too_large:
+        resource = by_importance(check.too_large)[0]
+        return Reason.EXCEEDS_QUOTA, text.exceeds_quota(
+            pool.name, demand, resource, state.ceiling[resource], explicit
+        )
+    placed = hypothetical.place(pool.name, demand.pods, keep=False)
+    if isinstance(placed, Misfit):
+        reason = Reason.NO_MATCHING_NODE if placed.eligible == 0 else Reason.NODES_TOO_SMALL
+        return reason, text.cannot_place(pool.name, placed)
+    return None
+
+
+def plan(
+    pools: Iterable[Pool],
+    nodes: Iterable[Node],
+    usage: Mapping[str, Mapping[str, int]],
+    admitted: Iterable[AdmittedGroup],
+    waiting: Iterable[WaitingGroup],
+) -> Plan:
+    """Decide which waiting groups to admit now and why each other one waits.
+
+    ``usage`` is what bound, non-terminal pods request per node (``nodes.node_usage``).
+    Waiting groups already in ``admitted`` (same key) are ignored. Raises ValueError if
+    two pools share a name.
+    """
+    planning = _Pass(pools, nodes, usage)
+    admitted_keys: set[GroupKey] = set()
+    for group in sorted(admitted, key=lambda g: g.key):
+        admitted_keys.add(group.key)
+        planning.hold(group)
+    admit: list[Admission] = []
+    results: list[Waiting] = []
+    for candidate in sorted((g for g in waiting if g.key not in admitted_keys), key=queue_order):
+        outcome = planning.consider(candidate)
+        if isinstance(outcome, Admission):
+            admit.append(outcome)
+        else:
+            results.append(outcome)
+    return Plan(
+        admit=tuple(admit),
+        waiting=tuple(results),
+        pools={name: state.status() for name, state in planning.states.items()},
+    )

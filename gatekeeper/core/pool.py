@@ -1,0 +1,109 @@
+"""Pools: the shared, reserved sets of nodes that LWS groups are admitted into.
+
+A ``Pool`` (cluster-scoped, ``lws-gatekeeper.io/v1alpha1``) names its nodes by
+``spec.nodeSelector`` and may cap what admitted groups hold with ``spec.quota``; with
+no quota, the cap is the allocatable capacity of the pool's schedulable nodes. This
+module parses Pool objects strictly (so a typo is reported, not silently ignored),
+matches nodes to pools and computes the pool's capacity.
+
+An empty or absent ``spec.nodeSelector`` selects every node, as an empty label
+selector does in Kubernetes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from gatekeeper.core._parse import mapping, string
+from gatekeeper.core.demand import Resources
+from gatekeeper.core.names import API_GROUP, API_VERSION
+from gatekeeper.core.nodes import Node
+from gatekeeper.core.quantity import parse_quantity, to_units
+from gatekeeper.core.selectors import parse_label_map
+
+POOL_API_VERSION = f"{API_GROUP}/{API_VERSION}"
+POOL_KIND = "Pool"
+
+
+class QueueingStrategy(StrEnum):
+    """How a pool's queue treats a group that does not fit (Kueue's two strategies)."""
+
+    BEST_EFFORT_FIFO = "BestEffortFIFO"
+    """A group that does not fit is passed by later groups that do."""
+    STRICT_FIFO = "StrictFIFO"
+    """The first group that does not fit holds every later group of the pool."""
+
+
+@dataclass(frozen=True)
+class Pool:
+    """A parsed Pool. ``quota`` None means "the pool nodes' allocatable"."""
+
+    name: str
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    quota: Resources | None = None
+    queueing_strategy: QueueingStrategy = QueueingStrategy.BEST_EFFORT_FIFO
+
+    def selects(self, node: Node) -> bool:
+        """Does ``spec.nodeSelector`` select this node?"""
+        labels = node.labels
+        return all(labels.get(key) == value for key, value in self.node_selector.items())
+
+
+def parse_pool(obj: Mapping[str, Any]) -> Pool:
+    """A ``Pool`` from a Pool object dict; ValueError names the pool and the bad field."""
+    meta = mapping(obj.get("metadata"), "metadata")
+    name = meta.get("name")
+    label = f"Pool {name}" if isinstance(name, str) and name else "Pool"
+    try:
+        if not isinstance(name, str) or not name:
+            raise ValueError("metadata.name: missing")
+        api_version, kind = obj.get("apiVersion"), obj.get("kind")
+        if api_version is not None and api_version != POOL_API_VERSION:
+            raise ValueError(f"apiVersion: expected {POOL_API_VERSION}, got {api_version!r}")
+        if kind is not None and kind != POOL_KIND:
+            raise ValueError(f"kind: expected {POOL_KIND}, got {kind!r}")
+        spec = mapping(obj.get("spec"), "spec")
+        selector = parse_label_map(spec.get("nodeSelector"), "spec.nodeSelector")
+        strategy_name = string(spec.get("queueingStrategy"), "spec.queueingStrategy", "BestEffortFIFO")
+        try:
+            strategy = QueueingStrategy(strategy_name)
+        except ValueError:
+            allowed = ", ".join(s.value for s in QueueingStrategy)
+            raise ValueError(f"spec.queueingStrategy: {strategy_name!r} is not one of {allowed}") from None
+        quota: dict[str, int] | None = None
+        if spec.get("quota") is not None:
+            quota = {}
+            for resource, raw in mapping(spec.get("quota"), "spec.quota").items():
+                try:
+                    amount = parse_quantity(raw)
+                except ValueError as err:
+                    raise ValueError(f"spec.quota[{resource}]: {err}") from None
+                if amount < 0:
+                    raise ValueError(f"spec.quota[{resource}]: {raw!r} is negative")
+                quota[resource] = to_units(resource, amount)
+    except ValueError as err:
+        raise ValueError(f"{label}: {err}") from None
+    return Pool(name=name, node_selector=selector, quota=quota, queueing_strategy=strategy)
+
+
+def sum_allocatable(nodes: Iterable[Node]) -> dict[str, int]:
+    """Total allocatable of ``nodes``, per resource."""
+    total: dict[str, int] = {}
+    for node in nodes:
+        for resource, amount in node.allocatable.items():
+            total[resource] = total.get(resource, 0) + amount
+    return total
+
+
+def pool_capacity(pool: Pool, nodes: Iterable[Node]) -> dict[str, int]:
+    """What the pool's admitted groups may hold at most right now.
+
+    The explicit quota when given; otherwise the allocatable of the pool's
+    schedulable nodes (cordoned and NotReady nodes do not count).
+    """
+    if pool.quota is not None:
+        return dict(pool.quota)
+    return sum_allocatable(n for n in nodes if n.schedulable and pool.selects(n))

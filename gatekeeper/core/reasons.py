@@ -1,0 +1,45 @@
+"""Why a group is not admitted: a small closed set of reasons, each with a fixed meaning.
+
+Conditions and Events carry both a machine-readable reason (these values, CamelCase as
+Kubernetes condition reasons are) and a sentence for people. The set separates groups
+that wait for something that will come back (quota, node room, their turn) from groups
+that cannot be admitted as things stand, however long they wait (bad input, too big).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Reason(StrEnum):
+    """Why a waiting group was not admitted in a planning pass."""
+
+    POOL_NOT_FOUND = "PoolNotFound"
+    """The LWS names a pool that does not exist."""
+    INVALID_SPEC = "InvalidSpec"
+    """The group's demand could not be computed from the LWS (malformed template)."""
+    RESOURCE_NOT_IN_QUOTA = "ResourceNotInQuota"
+    """The group requests a resource the pool's quota does not cover at all."""
+    EXCEEDS_QUOTA = "ExceedsQuota"
+    """The group needs more than the pool's quota, even with nothing else admitted."""
+    NO_MATCHING_NODE = "NoMatchingNode"
+    """A pod matches no node of the pool (nodeSelector, node affinity, taints), or the pool has none."""
+    NODES_TOO_SMALL = "NodesTooSmall"
+    """Even on empty nodes the group's pods cannot be placed: a pod is larger than any node."""
+    WAITING_FOR_QUOTA = "WaitingForQuota"
+    """The pool's quota is held by admitted groups; the group waits for some to leave."""
+    WAITING_FOR_NODES = "WaitingForNodes"
+    """Quota fits, but the nodes lack room for every pod at once (1+1+1+1 GPUs free, a pod needs 2)."""
+    BLOCKED_BY_STRICT_FIFO = "BlockedByStrictFIFO"
+    """A StrictFIFO pool holds the group behind an earlier group that does not fit yet."""
+
+    @property
+    def permanent(self) -> bool:
+        """True when waiting alone will not help: the input or the pool must change.
+
+        Such groups are reported and skipped; they never block a StrictFIFO queue.
+        """
+        return self not in _TRANSIENT
+
+
+_TRANSIENT = frozenset({Reason.WAITING_FOR_QUOTA, Reason.WAITING_FOR_NODES, Reason.BLOCKED_BY_STRICT_FIFO})

@@ -1,0 +1,262 @@
+"""Small builders for the decision core's tests, in the style of Kueue's testing wrappers.
+
+Tests read as the scenario they check (``lws("vllm").size(2).worker(gpu_limit=1)``,
+``node("n1").labels(pool="a").alloc(gpu=1)``) instead of as nested dicts, and the dicts
+they produce have the exact JSON shape the API server returns.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from gatekeeper.core import (
+    GroupDemand,
+    GroupKey,
+    InvalidDemand,
+    Node,
+    Pool,
+    WaitingGroup,
+    group_demand,
+    parse_node,
+    parse_pool,
+)
+
+GPU = "nvidia.com/gpu"
+T0 = datetime(2025, 1, 1, tzinfo=UTC)
+
+_ALIASES = {"gpu": GPU, "ephemeral_storage": "ephemeral-storage"}
+
+
+def _resources(values: dict[str, Any]) -> dict[str, Any]:
+    """Keyword resources (gpu=1, cpu="2") to a ResourceList dict, dropping Nones."""
+    return {_ALIASES.get(k, k): v for k, v in values.items() if v is not None}
+
+
+def ctr(
+    name: str = "c",
+    *,
+    requests: dict[str, Any] | None = None,
+    limits: dict[str, Any] | None = None,
+    restart: str | None = None,
+    cpu: Any = None,
+    memory: Any = None,
+    gpu: Any = None,
+    gpu_limit: Any = None,
+) -> dict[str, Any]:
+    """A container; cpu/memory/gpu are requests, gpu_limit a limit only."""
+    reqs = {**_resources({"cpu": cpu, "memory": memory, "gpu": gpu}), **(requests or {})}
+    lims = {**_resources({"gpu": gpu_limit}), **(limits or {})}
+    resources: dict[str, Any] = {}
+    if reqs:
+        resources["requests"] = reqs
+    if lims:
+        resources["limits"] = lims
+    container: dict[str, Any] = {"name": name, "image": "registry.k8s.io/pause:3.10"}
+    if resources:
+        container["resources"] = resources
+    if restart is not None:
+        container["restartPolicy"] = restart
+    return container
+
+
+def pod_spec(
+    *containers: dict[str, Any],
+    init: list[dict[str, Any]] | None = None,
+    overhead: dict[str, Any] | None = None,
+    resources: dict[str, Any] | None = None,
+    node_selector: dict[str, str] | None = None,
+    tolerations: list[dict[str, Any]] | None = None,
+    affinity: dict[str, Any] | None = None,
+    runtime_class: str | None = None,
+    node_name: str | None = None,
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": list(containers) or [ctr()]}
+    optional = {
+        "initContainers": init,
+        "overhead": overhead,
+        "resources": resources,
+        "nodeSelector": node_selector,
+        "tolerations": tolerations,
+        "affinity": affinity,
+        "runtimeClassName": runtime_class,
+        "nodeName": node_name,
+    }
+    spec.update({k: v for k, v in optional.items() if v is not None})
+    return spec
+
+
+class LWSBuilder:
+    """``lws(name).size(2).leader(cpu="2", gpu_limit=1).worker(...).obj()``."""
+
+    def __init__(self, name: str, namespace: str = "default") -> None:
+        self._obj: dict[str, Any] = {
+            "apiVersion": "leaderworkerset.x-k8s.io/v1",
+            "kind": "LeaderWorkerSet",
+            "metadata": {"name": name, "namespace": namespace, "creationTimestamp": "2025-01-01T00:00:00Z"},
+            "spec": {"replicas": 1, "leaderWorkerTemplate": {"workerTemplate": {"spec": pod_spec()}}},
+        }
+
+    @property
+    def _template(self) -> dict[str, Any]:
+        template: dict[str, Any] = self._obj["spec"]["leaderWorkerTemplate"]
+        return template
+
+    def size(self, size: Any) -> LWSBuilder:
+        self._template["size"] = size
+        return self
+
+    def replicas(self, replicas: int) -> LWSBuilder:
+        self._obj["spec"]["replicas"] = replicas
+        return self
+
+    def leader(self, spec: dict[str, Any] | None = None, **container: Any) -> LWSBuilder:
+        self._template["leaderTemplate"] = {"spec": spec if spec is not None else pod_spec(ctr(**container))}
+        return self
+
+    def worker(self, spec: dict[str, Any] | None = None, **container: Any) -> LWSBuilder:
+        self._template["workerTemplate"] = {"spec": spec if spec is not None else pod_spec(ctr(**container))}
+        return self
+
+    def set(self, key: str, value: Any) -> LWSBuilder:
+        """Set a raw key of ``spec.leaderWorkerTemplate`` (e.g. subGroupPolicy)."""
+        self._template[key] = value
+        return self
+
+    def obj(self) -> dict[str, Any]:
+        return self._obj
+
+    def demand(self) -> GroupDemand:
+        return group_demand(self._obj)
+
+
+def lws(name: str, namespace: str = "default") -> LWSBuilder:
+    return LWSBuilder(name, namespace)
+
+
+class NodeBuilder:
+    """``node("n1").labels(pool="a").alloc(gpu=1).taint("k", "v").obj()``."""
+
+    def __init__(self, name: str) -> None:
+        self._obj: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name, "labels": {}},
+            "spec": {},
+            "status": {
+                "allocatable": {"cpu": "32", "memory": "256Gi", "pods": "110"},
+                "conditions": [{"type": "Ready", "status": "True"}],
+            },
+        }
+
+    def labels(self, **labels: str) -> NodeBuilder:
+        self._obj["metadata"]["labels"].update(labels)
+        return self
+
+    def label(self, key: str, value: str) -> NodeBuilder:
+        self._obj["metadata"]["labels"][key] = value
+        return self
+
+    def alloc(self, **resources: Any) -> NodeBuilder:
+        self._obj["status"]["allocatable"].update(_resources(resources))
+        return self
+
+    def taint(self, key: str, value: str = "", effect: str = "NoSchedule") -> NodeBuilder:
+        self._obj["spec"].setdefault("taints", []).append({"key": key, "value": value, "effect": effect})
+        return self
+
+    def cordon(self) -> NodeBuilder:
+        self._obj["spec"]["unschedulable"] = True
+        return self
+
+    def ready(self, status: str) -> NodeBuilder:
+        self._obj["status"]["conditions"] = [{"type": "Ready", "status": status}]
+        return self
+
+    def obj(self) -> dict[str, Any]:
+        return self._obj
+
+    def parsed(self) -> Node:
+        return parse_node(self._obj)
+
+
+def node(name: str) -> NodeBuilder:
+    return NodeBuilder(name)
+
+
+def gpu_nodes(count: int, gpus: int = 1, prefix: str = "n", **labels: str) -> list[Node]:
+    """``count`` ready nodes with ``gpus`` GPUs each, labelled ``pool=a`` unless told otherwise."""
+    labels = labels or {"pool": "a"}
+    return [node(f"{prefix}{i}").labels(**labels).alloc(gpu=gpus).parsed() for i in range(count)]
+
+
+class PoolBuilder:
+    """``pool("a").selector(pool="a").quota(gpu=4).strict().obj()``."""
+
+    def __init__(self, name: str) -> None:
+        self._obj: dict[str, Any] = {
+            "apiVersion": "lws-gatekeeper.io/v1alpha1",
+            "kind": "Pool",
+            "metadata": {"name": name},
+            "spec": {"nodeSelector": {"pool": name}},
+        }
+
+    def selector(self, **labels: str) -> PoolBuilder:
+        self._obj["spec"]["nodeSelector"] = labels
+        return self
+
+    def quota(self, **resources: Any) -> PoolBuilder:
+        self._obj["spec"]["quota"] = _resources(resources)
+        return self
+
+    def strict(self) -> PoolBuilder:
+        self._obj["spec"]["queueingStrategy"] = "StrictFIFO"
+        return self
+
+    def obj(self) -> dict[str, Any]:
+        return self._obj
+
+    def parsed(self) -> Pool:
+        return parse_pool(self._obj)
+
+
+def pool(name: str) -> PoolBuilder:
+    return PoolBuilder(name)
+
+
+def bound_pod(
+    name: str, node_name: str, *, phase: str = "Running", namespace: str = "other", **resources: Any
+) -> dict[str, Any]:
+    """A pod bound to ``node_name`` (not necessarily ours) requesting ``resources``."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": pod_spec(ctr(requests=_resources(resources)), node_name=node_name),
+        "status": {"phase": phase},
+    }
+
+
+def waiting(
+    name: str,
+    index: int,
+    demand: GroupDemand | InvalidDemand,
+    *,
+    pool: str = "a",
+    priority: int = 0,
+    age: int = 0,
+    namespace: str = "default",
+) -> WaitingGroup:
+    """A waiting group; ``age`` is seconds after T0 at which its LWS was created."""
+    return WaitingGroup(
+        key=GroupKey(namespace, name, index),
+        pool=pool,
+        demand=demand,
+        created=T0 + timedelta(seconds=age),
+        priority=priority,
+    )
+
+
+def groups(name: str, count: int, demand: GroupDemand, **kwargs: Any) -> list[WaitingGroup]:
+    """Groups 0..count-1 of one LWS."""
+    return [waiting(name, i, demand, **kwargs) for i in range(count)]
