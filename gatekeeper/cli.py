@@ -8,6 +8,7 @@ Each sub-command is a thin wrapper; the work lives in the modules it calls.
 from __future__ import annotations
 
 import sys
+import warnings
 from pathlib import Path
 
 import click
@@ -16,6 +17,9 @@ from gatekeeper.sandbox import build as sandbox_build
 from gatekeeper.sandbox.cluster import Sandbox, SandboxError, default_dir
 
 __all__ = ["main"]
+
+# kr8s warns about Kubernetes versions newer than those it lists; the APIs we use are stable.
+warnings.filterwarnings("ignore", message="Kubernetes version .* is not supported", category=UserWarning)
 
 
 def _say(msg: str) -> None:

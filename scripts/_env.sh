@@ -14,8 +14,10 @@ stamp=.venv/.installed-$(sha256sum pyproject.toml | cut -c1-12)
 if [ ! -f "$stamp" ]; then
   echo "setting up .venv (Python dependencies)" >&2
   [ -x .venv/bin/python ] || "$PY" -m venv .venv
-  .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e '.[dev]'
+  log=$(mktemp)
+  { .venv/bin/python -m pip install --upgrade pip &&
+    .venv/bin/python -m pip install -e '.[dev]'; } >"$log" 2>&1 ||
+    { tail -30 "$log" >&2; echo "error: pip install failed (log: $log)" >&2; exit 2; }
   rm -f .venv/.installed-*
   touch "$stamp"
 fi

@@ -468,6 +468,9 @@ class Sandbox:
                 f"--etcd-servers=http://127.0.0.1:{p['etcd']}",
                 "--bind-address=127.0.0.1",
                 "--advertise-address=127.0.0.1",
+                # A loopback advertise address is refused by the endpoint reconciler; nothing
+                # reaches the API server through the `kubernetes` Service here anyway.
+                "--endpoint-reconciler-type=none",
                 f"--secure-port={p['apiserver']}",
                 f"--tls-cert-file={pki.apiserver_crt}",
                 f"--tls-private-key-file={pki.apiserver_key}",

@@ -169,13 +169,13 @@ async def fake_nodes(api: kr8s.asyncio.Api, cluster: Cluster) -> AsyncIterator[M
         made.append(ns)
         with anyio.fail_after(60):
             while True:
-                nodes = await api.async_get("nodes", label_selector=ns.selector)
+                nodes = await list_raw(api, "nodes", label_selector=ns.selector)
                 ready = [
                     n
                     for n in nodes
                     if any(
                         c.get("type") == "Ready" and c.get("status") == "True"
-                        for c in n.raw.get("status", {}).get("conditions", [])
+                        for c in n.get("status", {}).get("conditions", [])
                     )
                 ]
                 if len(ready) == count:
