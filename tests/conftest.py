@@ -15,6 +15,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "made by pytest-kind (needs Docker).",
     )
     group.addoption(
+        "--sandbox-dir",
+        default=None,
+        help="Folder of the test sandbox (default: the cache folder's sandboxes/pytest).",
+    )
+    group.addoption(
         "--keep-sandbox",
         action="store_true",
         help="Leave the test sandbox running after the session (faster re-runs).",

@@ -86,7 +86,8 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
     if request.config.getoption("--cluster") == "kind":
         yield from _kind_cluster(request)
         return
-    sb = Sandbox(default_dir("pytest"), say=lambda m: print(m, flush=True))
+    where = request.config.getoption("--sandbox-dir")
+    sb = Sandbox(Path(where) if where else default_dir("pytest"), say=lambda m: print(m, flush=True))
     try:
         sb.up(nodes=0)
     except Exception as exc:  # the reason goes into every e2e test's failure
