@@ -7,7 +7,7 @@ I/O layer (watches, webhook, records, backends) stay thin.
 
 Typical pass: ``parse_pool`` / ``parse_node`` / ``node_usage`` / ``group_demand`` turn
 cluster objects into inputs; ``plan`` returns which groups to admit and why the others
-wait.
+wait. ``pod_gate_patch`` and ``lws_label_patch`` are what the admission webhook changes.
 """
 
 from gatekeeper.core.demand import (
@@ -20,6 +20,7 @@ from gatekeeper.core.demand import (
     pod_requests,
 )
 from gatekeeper.core.fit import Misfit, NodeTable, Placement, fit_group
+from gatekeeper.core.gating import is_opted_in, lws_label_patch, pod_gate_patch
 from gatekeeper.core.names import API_GROUP, API_VERSION, POOL_LABEL, SCHEDULING_GATE
 from gatekeeper.core.nodes import Node, node_usage, parse_node
 from gatekeeper.core.planner import Admission, Plan, PoolStatus, Waiting, plan
@@ -85,6 +86,8 @@ __all__ = [
     "format_resources",
     "group_demand",
     "is_basic_resource",
+    "is_opted_in",
+    "lws_label_patch",
     "node_usage",
     "parse_node",
     "parse_pool",
@@ -92,6 +95,7 @@ __all__ = [
     "parse_units",
     "plan",
     "pod_demand",
+    "pod_gate_patch",
     "pod_requests",
     "pool_capacity",
     "queue_order",

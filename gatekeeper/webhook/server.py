@@ -1,0 +1,258 @@
+"""The HTTPS server behind the mutating webhooks: AdmissionReview in, JSON patch out.
+
+Why this exists: the API server only calls webhooks over TLS and expects an
+AdmissionReview answer within the configuration's timeout. This module is the thin
+I/O around ``gatekeeper.core.gating``: it decodes the review, asks the core for the
+patch, and answers. It fails closed: a pod or LWS it cannot patch is refused with a
+message, because an opted-in pod created without its gate would escape the gatekeeper.
+The serving certificate is re-read when its files change on disk (checked at most every
+``CERT_CHECK_SECONDS``, at a TLS handshake), so a rotated certificate needs no restart.
+
+Routes: ``POST /mutate-pods``, ``POST /mutate-leaderworkersets``, ``GET /healthz``,
+``GET /readyz``. Requests are counted in ``gatekeeper_webhook_requests_total`` (in the
+default prometheus registry) by webhook and result.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import os
+import ssl
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import Counter
+
+from gatekeeper.core.gating import is_opted_in, lws_label_patch, pod_gate_patch
+from gatekeeper.core.names import POOL_LABEL, SCHEDULING_GATE
+from gatekeeper.webhook.config import LWS_PATH, PODS_PATH
+
+__all__ = ["CERT_CHECK_SECONDS", "make_app", "start_webhook_server"]
+
+log = logging.getLogger("gatekeeper.webhook")
+
+CERT_CHECK_SECONDS = 5.0
+"""How often, at most, the certificate files are checked for a change."""
+_ADMISSION_API_VERSION = "admission.k8s.io/v1"
+_MAX_BODY_BYTES = 16 * 1024 * 1024  # old + new object of an UPDATE, each up to etcd's 1.5 MiB
+
+REQUESTS = Counter(
+    "gatekeeper_webhook_requests",
+    "AdmissionReviews received, by webhook and result (patched, unchanged, denied, bad_request).",
+    ["webhook", "result"],
+)
+
+Patch = list[dict[str, Any]]
+
+# What each webhook refuses when it cannot mutate the object: (kind, what it would add).
+_REFUSAL = {
+    "pods": ("pod", f"scheduling gate {SCHEDULING_GATE}"),
+    "leaderworkersets": ("LeaderWorkerSet", f"label {POOL_LABEL} in its pod templates"),
+}
+
+
+class BadReview(ValueError):
+    """The request body is not an AdmissionReview (admission.k8s.io/v1) with a request."""
+
+
+@dataclass(frozen=True)
+class Review:
+    """The parts of an AdmissionReview request the webhooks use."""
+
+    uid: str
+    operation: str
+    obj: Mapping[str, Any]
+    where: str
+    """``namespace/name`` of the object, for messages and logs."""
+
+
+def parse_review(body: bytes) -> Review:
+    """Decode an AdmissionReview request body; raises BadReview."""
+    try:
+        review = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BadReview(f"body is not JSON: {exc}") from exc
+    if not isinstance(review, dict) or review.get("kind") != "AdmissionReview":
+        raise BadReview("body is not an AdmissionReview")
+    if review.get("apiVersion") != _ADMISSION_API_VERSION:
+        raise BadReview(f"AdmissionReview apiVersion must be {_ADMISSION_API_VERSION}")
+    request = review.get("request")
+    if not isinstance(request, dict) or not isinstance(request.get("uid"), str) or not request["uid"]:
+        raise BadReview("AdmissionReview has no request.uid")
+    obj = request.get("object") or {}
+    if not isinstance(obj, dict):
+        raise BadReview("AdmissionReview request.object is not an object")
+    return Review(
+        uid=request["uid"],
+        operation=str(request.get("operation", "")),
+        obj=obj,
+        where=_where(request, obj),
+    )
+
+
+def _where(request: Mapping[str, Any], obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata")
+    generated = f"{meta.get('generateName', '')}*" if isinstance(meta, dict) else "?"
+    return f"{request.get('namespace') or ''}/{request.get('name') or generated}"
+
+
+def _answer(uid: str, patch: Patch | None = None, denied: str | None = None, code: int = 0) -> dict[str, Any]:
+    response: dict[str, Any] = {"uid": uid, "allowed": denied is None}
+    if denied is not None:
+        response["status"] = {"code": code, "message": denied}
+    elif patch:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
+    return {"apiVersion": _ADMISSION_API_VERSION, "kind": "AdmissionReview", "response": response}
+
+
+def _pod_patch(review: Review) -> Patch:
+    """The gate, on a pod being created with the opt-in label; nothing for any other pod."""
+    if review.operation != "CREATE" or not is_opted_in(review.obj):
+        return []
+    return pod_gate_patch(review.obj)
+
+
+def _lws_patch(review: Review) -> Patch:
+    """The LWS's opt-in label mirrored into its pod templates, on CREATE and UPDATE."""
+    if review.operation not in ("CREATE", "UPDATE"):
+        return []
+    return lws_label_patch(review.obj)
+
+
+def _handler(
+    webhook: str, decide: Callable[[Review], Patch]
+) -> Callable[[web.Request], Awaitable[web.Response]]:
+    """An aiohttp handler answering AdmissionReviews with ``decide``'s patch."""
+
+    async def handle(request: web.Request) -> web.Response:
+        try:
+            review = parse_review(await request.read())
+        except BadReview as exc:
+            REQUESTS.labels(webhook, "bad_request").inc()
+            log.warning("webhook=%s result=bad_request error=%r", webhook, str(exc))
+            return web.json_response({"error": str(exc)}, status=400)
+        return web.json_response(_decide(webhook, decide, review))
+
+    return handle
+
+
+def _decide(webhook: str, decide: Callable[[Review], Patch], review: Review) -> dict[str, Any]:
+    """The AdmissionReview answer, refusing the object when no patch can be made for it."""
+    kind, what = _REFUSAL[webhook]
+    try:
+        patch = decide(review)
+    except Exception as exc:  # fail closed: the object must not pass unpatched
+        code = 400 if isinstance(exc, ValueError) else 500
+        message = f"lws-gatekeeper refuses {kind} {review.where}: it cannot be given its {what}: {exc}"
+        REQUESTS.labels(webhook, "denied").inc()
+        log.warning(
+            "webhook=%s uid=%s operation=%s object=%s result=denied error=%r",
+            webhook,
+            review.uid,
+            review.operation,
+            review.where,
+            str(exc),
+            exc_info=code == 500,
+        )
+        return _answer(review.uid, denied=message, code=code)
+    result = "patched" if patch else "unchanged"
+    REQUESTS.labels(webhook, result).inc()
+    log.log(
+        logging.INFO if patch else logging.DEBUG,
+        "webhook=%s uid=%s operation=%s object=%s result=%s ops=%s",
+        webhook,
+        review.uid,
+        review.operation,
+        review.where,
+        result,
+        json.dumps(patch, separators=(",", ":")),
+    )
+    return _answer(review.uid, patch)
+
+
+async def _ok(request: web.Request) -> web.Response:
+    return web.Response(text="ok")
+
+
+def make_app() -> web.Application:
+    """The webhook application (plain HTTP; ``start_webhook_server`` serves it over TLS)."""
+    app = web.Application(client_max_size=_MAX_BODY_BYTES)
+    app.router.add_post(PODS_PATH, _handler("pods", _pod_patch))
+    app.router.add_post(LWS_PATH, _handler("leaderworkersets", _lws_patch))
+    app.router.add_get("/healthz", _ok)
+    app.router.add_get("/readyz", _ok)
+    return app
+
+
+class _ReloadingTLS:
+    """A server TLS context whose certificate follows its files on disk.
+
+    The context handed to the server calls back at each handshake (``sni_callback``,
+    which OpenSSL runs with or without SNI); at most every ``CERT_CHECK_SECONDS`` the
+    callback compares the files' stat with the loaded ones, loads a changed pair into a
+    fresh context, and switches the connection to the newest context. A pair that does
+    not load (a rotation half written) keeps the previous certificate and is retried.
+    """
+
+    def __init__(self, cert_file: Path, key_file: Path) -> None:
+        self._files = (cert_file, key_file)
+        self._stamp = self._stat()
+        self.context = self._load()
+        self.context.sni_callback = self._on_hello
+        self._current = self.context
+        self._checked = time.monotonic()
+
+    def _stat(self) -> tuple[tuple[int, int, int], ...]:
+        return tuple((s.st_mtime_ns, s.st_size, s.st_ino) for s in map(os.stat, self._files))
+
+    def _load(self) -> ssl.SSLContext:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.load_cert_chain(*self._files)
+        return context
+
+    def _on_hello(self, conn: ssl.SSLObject, server_name: str | None, context: ssl.SSLContext) -> None:
+        self._maybe_reload()
+        if self._current is not context:
+            conn.context = self._current
+
+    def _maybe_reload(self) -> None:
+        if time.monotonic() - self._checked < CERT_CHECK_SECONDS:
+            return
+        self._checked = time.monotonic()
+        try:
+            stamp = self._stat()
+            if stamp != self._stamp:
+                self._current, self._stamp = self._load(), stamp
+                log.info("certificate reloaded cert_file=%s", self._files[0])
+        except (OSError, ssl.SSLError) as exc:
+            log.warning(
+                "certificate not reloaded, kept the previous one cert_file=%s error=%r",
+                self._files[0],
+                str(exc),
+            )
+
+
+async def start_webhook_server(host: str, port: int, cert_file: Path, key_file: Path) -> web.AppRunner:
+    """Serve ``make_app()`` over HTTPS on ``host:port`` (0: any free port); returns the started runner.
+
+    The caller stops it with ``await runner.cleanup()``; ``runner.addresses`` tells the
+    bound address.
+    """
+    tls = _ReloadingTLS(cert_file, key_file)
+    runner = web.AppRunner(make_app(), access_log=None)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, host, port, ssl_context=tls.context).start()
+    except BaseException:
+        await runner.cleanup()
+        raise
+    log.info("webhook server started addresses=%s cert_file=%s", runner.addresses, cert_file)
+    return runner
