@@ -32,6 +32,67 @@ def main() -> None:
     """All-or-nothing admission of LeaderWorkerSet groups into shared GPU pools."""
 
 
+@main.command("run")
+@click.option("--kubeconfig", default=None, help="Kubeconfig file (default: in-cluster or $KUBECONFIG).")
+@click.option("--webhook-host", default="0.0.0.0", show_default=True)
+@click.option("--webhook-port", default=9443, show_default=True)
+@click.option(
+    "--cert-dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="Folder with tls.crt and tls.key for the webhook; without it no webhook is served.",
+)
+@click.option("--metrics-host", default="0.0.0.0", show_default=True)
+@click.option("--metrics-port", default=8080, show_default=True, help="/metrics, /healthz, /readyz; 0: off.")
+@click.option("--leader-elect/--no-leader-elect", default=True, show_default=True)
+@click.option("--lease-namespace", default="lws-gatekeeper-system", show_default=True, envvar="POD_NAMESPACE")
+@click.option("--lease-name", default="lws-gatekeeper", show_default=True)
+@click.option("--identity", default="", help="Leader-election identity (default: host name and pid).")
+@click.option("--resync-seconds", default=10.0, show_default=True, help="A pass at least this often.")
+@click.option("--log-level", default="INFO", show_default=True)
+def run_cmd(
+    kubeconfig: str | None,
+    webhook_host: str,
+    webhook_port: int,
+    cert_dir: Path | None,
+    metrics_host: str,
+    metrics_port: int,
+    leader_elect: bool,
+    lease_namespace: str,
+    lease_name: str,
+    identity: str,
+    resync_seconds: float,
+    log_level: str,
+) -> None:
+    """Run the gatekeeper: webhook, metrics and (when leading) the admission loop."""
+    import logging
+
+    import anyio
+
+    from gatekeeper.controller.app import Options, run
+
+    logging.basicConfig(
+        level=log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    )
+    # One line per HTTP request is too much at INFO; API requests are counted in metrics.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    opts = Options(
+        kubeconfig=kubeconfig,
+        webhook_host=webhook_host,
+        webhook_port=webhook_port,
+        cert_dir=cert_dir,
+        metrics_host=metrics_host,
+        metrics_port=metrics_port,
+        leader_elect=leader_elect,
+        lease_namespace=lease_namespace,
+        lease_name=lease_name,
+        identity=identity,
+        resync_seconds=resync_seconds,
+    )
+    anyio.run(run, opts)
+
+
 @main.group()
 def sandbox() -> None:
     """A real Kubernetes control plane as local processes, with KWOK nodes and LWS."""
@@ -76,11 +137,14 @@ def sandbox_up(
         raise click.UsageError("--with-kueue is not available yet (see the Kueue backend issue)")
     sb = Sandbox(directory or default_dir(), say=_say)
     try:
-        sb.up(nodes=nodes, gpus_per_node=gpus_per_node, labels=_parse_labels(labels))
+        sb.up(
+            nodes=nodes,
+            gpus_per_node=gpus_per_node,
+            labels=_parse_labels(labels),
+            gatekeeper=not no_gatekeeper,
+        )
     except (SandboxError, sandbox_build.BuildError) as exc:
         raise click.ClickException(str(exc)) from exc
-    if not no_gatekeeper:
-        _say("note: the gate controller is not part of this version yet; the sandbox runs without it")
     click.echo(f"export KUBECONFIG={sb.kubeconfig}")
     click.echo(f"export PATH={sb.bin_dir}:$PATH")
 

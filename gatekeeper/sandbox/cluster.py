@@ -20,11 +20,13 @@ import signal
 import socket
 import ssl
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +34,7 @@ import yaml
 
 from gatekeeper.sandbox import build
 from gatekeeper.sandbox.pki import Pki, make_pki
+from gatekeeper.webhook.config import mutating_webhook_configuration
 
 __all__ = [
     "Sandbox",
@@ -44,7 +47,18 @@ __all__ = [
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 
 #: Order of start; ``down`` stops in reverse.
-COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "lws-controller")
+COMPONENTS = (
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kwok",
+    "lws-controller",
+    "gatekeeper",
+)
+
+#: Namespace of the gatekeeper's Lease in the sandbox (the chart uses its release namespace).
+GATEKEEPER_NAMESPACE = "lws-gatekeeper-system"
 
 
 class SandboxError(RuntimeError):
@@ -227,6 +241,7 @@ class Sandbox:
         nodes: int = 4,
         gpus_per_node: int = 1,
         labels: dict[str, str] | None = None,
+        gatekeeper: bool = True,
         extra: Callable[[Sandbox], None] | None = None,
     ) -> None:
         """Start the sandbox unless it is already running (then only report it)."""
@@ -243,7 +258,17 @@ class Sandbox:
         self.log_dir.mkdir(exist_ok=True)
         self._link_bins(installed)
         pki = make_pki(self.dir / "pki")
-        names = ["etcd", "etcd_peer", "apiserver", "scheduler", "kcm", "lws_webhook", "lws_health"]
+        names = [
+            "etcd",
+            "etcd_peer",
+            "apiserver",
+            "scheduler",
+            "kcm",
+            "lws_webhook",
+            "lws_health",
+            "gk_webhook",
+            "gk_metrics",
+        ]
         ports = dict(zip(names, _free_ports(len(names)), strict=True))
         state: dict[str, Any] = {"ports": ports, "processes": {}, "started": time.time()}
         self._save(state)
@@ -309,6 +334,12 @@ class Sandbox:
             )
             self._start_lws(state, installed["lws"], pki)
             self._wait_apiservices()
+            self.apply(crd_manifests())
+            self.apply(
+                [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": GATEKEEPER_NAMESPACE}}]
+            )
+            if gatekeeper:
+                self.start_gatekeeper()
             self.create_nodes(
                 [fake_node(f"gpu-node-{i}", gpus=gpus_per_node, labels=labels) for i in range(nodes)]
             )
@@ -318,6 +349,7 @@ class Sandbox:
             self.say(f"sandbox failed to start; logs are in {self.log_dir}")
             self.down(quiet=True, keep_logs=True)
             raise
+        state = self.state()  # start_gatekeeper() recorded its process meanwhile
         state["ready_seconds"] = round(time.monotonic() - start, 1)
         self._save(state)
         self.say(f"sandbox up in {time.monotonic() - start:.1f}s; logs in {self.log_dir}")
@@ -527,6 +559,78 @@ class Sandbox:
         self._wait("lws-controller", ready, timeout=60, what="/readyz")
         self.apply(lws_webhooks(lws, f"https://127.0.0.1:{p['lws_webhook']}", pki.ca_crt.read_bytes()))
 
+    # ---- the gatekeeper -----------------------------------------------------------
+    def start_gatekeeper(self, name: str = "gatekeeper", *, register: bool = True) -> None:
+        """Run ``lws-gatekeeper run`` from this Python against the sandbox and register its webhook.
+
+        Extra replicas (another ``name``) serve no webhook of the sandbox's own; they only
+        campaign for the Lease, as a second replica of the chart would.
+        """
+        state = self.state()
+        p = state["ports"]
+        webhook_port = p["gk_webhook"] if name == "gatekeeper" else _free_ports(1)[0]
+        metrics_port = p["gk_metrics"] if name == "gatekeeper" else _free_ports(1)[0]
+        self._start(
+            state,
+            name,
+            [
+                sys.executable,
+                "-m",
+                "gatekeeper",
+                "run",
+                f"--kubeconfig={self.kubeconfig}",
+                f"--cert-dir={self.pki.webhook_dir}",
+                "--webhook-host=127.0.0.1",
+                f"--webhook-port={webhook_port}",
+                "--metrics-host=127.0.0.1",
+                f"--metrics-port={metrics_port}",
+                f"--lease-namespace={GATEKEEPER_NAMESPACE}",
+                f"--identity={name}",
+            ],
+        )
+        state["processes"][name]["metrics"] = metrics_port
+        self._save(state)
+
+        def ready() -> bool:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/readyz", timeout=1) as r:
+                    return bool(r.status == 200)
+            except OSError:
+                return False
+
+        self._wait(name, ready, timeout=60, what="/readyz")
+        if register and name == "gatekeeper":
+            self.apply(
+                [
+                    mutating_webhook_configuration(
+                        url=f"https://127.0.0.1:{webhook_port}", ca_bundle=self.pki.ca_crt.read_bytes()
+                    )
+                ]
+            )
+
+    def stop(self, name: str, *, kill: bool = False) -> None:
+        """Stop one component (SIGTERM, or SIGKILL to simulate a crash) and forget it."""
+        state = self.state()
+        info = state["processes"].pop(name, None)
+        if info is None:
+            return
+        pid = int(info["pid"])
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL if kill else signal.SIGTERM)
+        end = time.monotonic() + 15
+        while _alive(pid) and time.monotonic() < end:
+            time.sleep(0.05)
+        if _alive(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+        self._save(state)
+
+    def metrics(self, name: str = "gatekeeper") -> str:
+        """The gatekeeper's /metrics text."""
+        port = self.state()["processes"][name]["metrics"]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            return str(r.read().decode())
+
     def _wait_apiservices(self) -> None:
         """Wait until the API server serves the LWS API and the default namespace has its service account."""
 
@@ -541,6 +645,16 @@ class Sandbox:
             timeout=60,
             what="the default service account and the LeaderWorkerSet API",
         )
+
+
+def crd_manifests() -> str:
+    """The project's CRDs (Pool, GroupAdmission) as one YAML stream."""
+    base = resources.files("gatekeeper").joinpath("crds")
+    return "\n---\n".join(
+        base.joinpath(name).read_text()
+        for name in sorted(p.name for p in base.iterdir())
+        if name.endswith(".yaml")
+    )
 
 
 def lws_webhooks(lws: build.Installed, base_url: str, ca_pem: bytes) -> list[dict[str, Any]]:

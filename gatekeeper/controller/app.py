@@ -1,0 +1,109 @@
+"""``lws-gatekeeper run``: the webhook, the metrics endpoint and the admission loop in one process.
+
+Why this exists: one program to deploy (the chart runs it twice). Every replica serves
+the webhook (stateless) and ``/metrics``, ``/healthz``, ``/readyz`` on a plain HTTP port;
+only the replica that holds the Lease runs the admission loop. SIGTERM stops it
+cleanly: the Lease is given up so the other replica takes over at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+import kr8s.asyncio
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from gatekeeper.controller.kube import Kube
+from gatekeeper.controller.leader import LeaderElector
+from gatekeeper.controller.reconciler import Reconciler
+from gatekeeper.webhook import start_webhook_server
+
+__all__ = ["Options", "run"]
+
+log = logging.getLogger("gatekeeper")
+
+
+@dataclass(frozen=True)
+class Options:
+    """Everything ``run`` needs; the CLI fills it from flags."""
+
+    kubeconfig: str | None = None
+    webhook_host: str = "0.0.0.0"
+    webhook_port: int = 9443
+    cert_dir: Path | None = None
+    metrics_host: str = "0.0.0.0"
+    metrics_port: int = 8080
+    leader_elect: bool = True
+    lease_namespace: str = "lws-gatekeeper-system"
+    lease_name: str = "lws-gatekeeper"
+    identity: str = ""
+    resync_seconds: float = 10.0
+
+
+async def _serve_metrics(opts: Options, reconciler: Reconciler) -> web.AppRunner:
+    async def metrics(_: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def readyz(_: web.Request) -> web.Response:
+        # Ready to serve the webhook at once; the admission loop reports through metrics.
+        return web.Response(text="ok")
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, opts.metrics_host, opts.metrics_port).start()
+    return runner
+
+
+async def run(opts: Options) -> None:
+    """Serve and reconcile until SIGTERM or SIGINT."""
+    api = await kr8s.asyncio.api(kubeconfig=opts.kubeconfig)
+    reconciler = Reconciler(api, resync=opts.resync_seconds)
+    runners: list[web.AppRunner] = []
+    if opts.cert_dir is not None:
+        runners.append(
+            await start_webhook_server(
+                opts.webhook_host, opts.webhook_port, opts.cert_dir / "tls.crt", opts.cert_dir / "tls.key"
+            )
+        )
+        log.info("webhook serving on %s:%d", opts.webhook_host, opts.webhook_port)
+    if opts.metrics_port:
+        runners.append(await _serve_metrics(opts, reconciler))
+    identity = opts.identity or f"{socket.gethostname()}-{os.getpid()}"
+    elector = LeaderElector(
+        Kube(api), namespace=opts.lease_namespace, name=opts.lease_name, identity=identity
+    )
+    try:
+        async with anyio.create_task_group() as tg:
+
+            async def stop_on_signal() -> None:
+                with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                    async for signum in signals:
+                        log.info("received %s; stopping", signal.Signals(signum).name)
+                        tg.cancel_scope.cancel()
+                        return
+
+            tg.start_soon(stop_on_signal)
+            if opts.leader_elect:
+                tg.start_soon(elector.run, reconciler.run)
+            else:
+                tg.start_soon(reconciler.run)
+    finally:
+        with anyio.CancelScope(shield=True):
+            if opts.leader_elect:
+                await elector.release()
+            for r in runners:
+                await r.cleanup()

@@ -1,0 +1,355 @@
+"""The admission loop: watch, snapshot, decide (pure), act. Over and over.
+
+Why this exists: it is the only place where the gatekeeper changes the cluster. Each
+pass takes a snapshot of the informers' caches, hands it to ``core.reconcile.decide``
+and carries out the actions in their required order: release records of groups that
+are gone, create records of new groups, write ``Admitted=True`` on a group's record
+and only then lift the gates of its pods, then write why every other group waits.
+Nothing lives only in memory except what is safe to lose (the last event sent, to
+avoid repeating it); a restarted controller picks up from the records.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+import anyio
+import kr8s
+import kr8s.asyncio
+from prometheus_client import Counter, Gauge, Histogram
+
+from gatekeeper.controller import kube as k
+from gatekeeper.controller.informer import Informer
+from gatekeeper.core.demand import GroupDemand
+from gatekeeper.core.names import POOL_LABEL, SCHEDULING_GATE
+from gatekeeper.core.nodes import parse_node
+from gatekeeper.core.planner import PoolStatus
+from gatekeeper.core.quantity import format_amount, format_resources
+from gatekeeper.core.reconcile import (
+    ADMITTED,
+    Actions,
+    Admit,
+    GroupState,
+    Snapshot,
+    WaitStatus,
+    decide,
+    new_record,
+)
+
+__all__ = ["Reconciler"]
+
+log = logging.getLogger("gatekeeper.reconciler")
+
+ADMISSIONS = Counter("gatekeeper_admissions_total", "Groups admitted", ["pool"])
+WAITING = Gauge("gatekeeper_waiting_groups", "Groups waiting for admission", ["pool"])
+POOL_QUOTA = Gauge("gatekeeper_pool_quota", "Pool quota per resource (scheduler units)", ["pool", "resource"])
+POOL_USED = Gauge("gatekeeper_pool_used", "Pool quota held by admitted groups", ["pool", "resource"])
+WAIT_SECONDS = Histogram(
+    "gatekeeper_admission_wait_seconds",
+    "Time from a group's first pod to its admission",
+    ["pool"],
+    buckets=(0.1, 0.5, 1, 2, 5, 10, 30, 60, 300, 1800, 7200),
+)
+PASS_SECONDS = Histogram("gatekeeper_reconcile_seconds", "Duration of one planning pass")
+
+#: A waiting group's message is rewritten at most this often when only its numbers change.
+MESSAGE_REFRESH_SECONDS = 10.0
+
+
+def _time(value: object) -> float | None:
+    if isinstance(value, str) and value:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    return None
+
+
+def _cond(status: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    for c in (status or {}).get("conditions") or []:
+        if c.get("type") == ADMITTED:
+            return dict(c)
+    return {}
+
+
+class Reconciler:
+    """Owns the informers and runs passes whenever something changed (and every ``resync`` s)."""
+
+    def __init__(self, api: kr8s.asyncio.Api, *, resync: float = 10.0, debounce: float = 0.05) -> None:
+        self.api = api
+        self.kube = k.Kube(api)
+        self.resync = resync
+        self.debounce = debounce
+        self._dirty = anyio.Event()
+        self._last_message_write: dict[str, float] = {}
+        self._last_event: dict[tuple[str, str, str], str] = {}
+        self.passes = 0
+
+        def poke(_kind: str, _obj: dict[str, Any]) -> None:
+            self._dirty.set()
+
+        self.lws = Informer(api, k.LWS, label_selector=POOL_LABEL, on_change=poke)
+        self.pods = Informer(api, k.PODS, label_selector=POOL_LABEL, on_change=poke)
+        self.bound = Informer(api, k.PODS, field_selector="spec.nodeName!=", on_change=poke)
+        self.nodes = Informer(api, k.NODES, on_change=poke)
+        self.pools = Informer(api, k.POOLS, on_change=poke)
+        self.records = Informer(api, k.RECORDS, on_change=poke)
+        self.priorities = Informer(api, k.PRIORITY_CLASSES, on_change=poke)
+        self.informers = [
+            self.lws,
+            self.pods,
+            self.bound,
+            self.nodes,
+            self.pools,
+            self.records,
+            self.priorities,
+        ]
+
+    async def run(self) -> None:
+        """Start the informers, wait for their first lists, then reconcile until cancelled."""
+        async with anyio.create_task_group() as tg:
+            for inf in self.informers:
+                tg.start_soon(inf.run)
+            for inf in self.informers:
+                await inf.synced.wait()
+            log.info("caches synced; reconciling")
+            while True:
+                with anyio.move_on_after(self.resync):
+                    await self._dirty.wait()
+                await anyio.sleep(self.debounce)
+                self._dirty = anyio.Event()
+                try:
+                    await self.reconcile_once()
+                except k.RETRYABLE as exc:
+                    log.warning("pass failed, retrying: %s", exc)
+                    self._dirty.set()
+                    await anyio.sleep(1.0)
+
+    def snapshot(self) -> Snapshot:
+        nodes = []
+        for obj in self.nodes.values():
+            try:
+                nodes.append(parse_node(obj))
+            except ValueError as exc:
+                log.warning("node %s ignored: %s", obj["metadata"]["name"], exc)
+        return Snapshot(
+            lwss=self.lws.values(),
+            pods=self.pods.values(),
+            bound_pods=self.bound.values(),
+            nodes=nodes,
+            pools=self.pools.values(),
+            records=self.records.values(),
+            priorities={o["metadata"]["name"]: int(o.get("value", 0)) for o in self.priorities.values()},
+        )
+
+    async def reconcile_once(self) -> Actions:
+        start = time.monotonic()
+        actions = decide(self.snapshot())
+        self.passes += 1
+        for ns, name in actions.release:
+            log.info("releasing %s/%s", ns, name)
+            await self.kube.delete(k.RECORDS, name, ns)
+        created: dict[tuple[str, str], dict[str, Any]] = {}
+        for group in actions.create_records:
+            lws = self.lws.get(group.key.namespace, group.key.name)
+            if lws is None:
+                continue
+            try:
+                obj = await self.kube.create(k.RECORDS, new_record(group, lws))
+            except k.Conflict:
+                continue  # already there: the next pass sees it
+            created[(group.key.namespace, group.record)] = obj
+        for admit in actions.admit:
+            await self._admit(admit, created)
+        for ns, pod in actions.ungate:
+            await self._ungate(ns, pod)
+        for wait in actions.waiting:
+            await self._wait(wait, created)
+        await self._pools(actions)
+        PASS_SECONDS.observe(time.monotonic() - start)
+        return actions
+
+    def _record(
+        self, group: GroupState, created: Mapping[tuple[str, str], dict[str, Any]]
+    ) -> dict[str, Any] | None:
+        return created.get((group.key.namespace, group.record)) or self.records.get(
+            group.key.namespace, group.record
+        )
+
+    async def _admit(self, admit: Admit, created: Mapping[tuple[str, str], dict[str, Any]]) -> None:
+        group = admit.group
+        record = self._record(group, created)
+        if record is None:
+            return
+        demand = group.demand.total if isinstance(group.demand, GroupDemand) else {}
+        message = (
+            f"group {group.key.index} admitted into pool {group.pool}: {admit.summary} "
+            f"on {', '.join(admit.nodes)}"
+        )
+        status = {
+            "pool": group.pool,
+            "pods": len(admit.nodes),
+            "demand": {r: format_amount(r, v) for r, v in sorted(demand.items())},
+            "demandSummary": admit.summary,
+            "placement": {str(i): n for i, n in enumerate(admit.nodes)},
+            "admittedAt": k.now_rfc3339(),
+            "conditions": [
+                {
+                    "type": ADMITTED,
+                    "status": "True",
+                    "reason": "Admitted",
+                    "message": message,
+                    "lastTransitionTime": k.now_rfc3339(),
+                }
+            ],
+        }
+        try:
+            # The record first, guarded by its resourceVersion: never admitted twice.
+            await self.kube.patch_status(
+                k.RECORDS,
+                group.record,
+                group.key.namespace,
+                status,
+                resource_version=str(record["metadata"].get("resourceVersion", "")) or None,
+            )
+        except k.Conflict as exc:
+            log.info("admission of %s deferred (record changed): %s", group.key, exc)
+            self._dirty.set()
+            return
+        log.info("admitted %s into %s on %s", group.key, group.pool, list(admit.nodes))
+        ADMISSIONS.labels(group.pool).inc()
+        first = [
+            _time(p["metadata"].get("creationTimestamp"))
+            for p in self.pods.values()
+            if p["metadata"].get("namespace") == group.key.namespace and p["metadata"]["name"] in group.pods
+        ]
+        stamps = [t for t in first if t is not None]
+        if stamps:
+            WAIT_SECONDS.labels(group.pool).observe(max(0.0, time.time() - min(stamps)))
+        # Then the gates, all of the group's pods together.
+        for pod in group.gated:
+            await self._ungate(group.key.namespace, pod)
+        lws = self.lws.get(group.key.namespace, group.key.name)
+        if lws is not None:
+            await self.kube.event(lws, kind="LeaderWorkerSet", reason="Admitted", message=message)
+
+    async def _ungate(self, namespace: str, name: str) -> None:
+        pod = self.pods.get(namespace, name)
+        gates = (pod or {}).get("spec", {}).get("schedulingGates") or []
+        index = next((i for i, g in enumerate(gates) if g.get("name") == SCHEDULING_GATE), None)
+        if index is None:
+            return
+        ops = [
+            {"op": "test", "path": f"/spec/schedulingGates/{index}/name", "value": SCHEDULING_GATE},
+            {"op": "remove", "path": f"/spec/schedulingGates/{index}"},
+        ]
+        try:
+            await self.kube.json_patch(k.PODS, name, namespace, ops)
+        except k.Conflict as exc:
+            log.info("ungating %s/%s deferred: %s", namespace, name, exc)
+            self._dirty.set()
+
+    async def _wait(self, wait: WaitStatus, created: Mapping[tuple[str, str], dict[str, Any]]) -> None:
+        group = wait.group
+        record = self._record(group, created)
+        if record is None:
+            return
+        current = _cond(record.get("status"))
+        reason = str(wait.reason)
+        same_reason = current.get("status") == "False" and current.get("reason") == reason
+        if same_reason and current.get("message") == wait.message:
+            return
+        key = f"{group.key.namespace}/{group.record}"
+        now = time.monotonic()
+        if same_reason and now - self._last_message_write.get(key, 0.0) < MESSAGE_REFRESH_SECONDS:
+            return  # only the numbers changed: a later pass (at most ``resync`` away) writes them
+        demand = group.demand.total if isinstance(group.demand, GroupDemand) else {}
+        status = {
+            "pool": group.pool,
+            "pods": group.demand.pod_count if isinstance(group.demand, GroupDemand) else 0,
+            "demand": {r: format_amount(r, v) for r, v in sorted(demand.items())},
+            "demandSummary": format_resources(demand) if demand else "",
+            "conditions": [
+                {
+                    "type": ADMITTED,
+                    "status": "False",
+                    "reason": reason,
+                    "message": wait.message,
+                    "lastTransitionTime": current.get("lastTransitionTime")
+                    if same_reason
+                    else k.now_rfc3339(),
+                }
+            ],
+        }
+        try:
+            await self.kube.patch_status(k.RECORDS, group.record, group.key.namespace, status)
+        except k.Conflict:
+            return
+        self._last_message_write[key] = now
+        if not same_reason:
+            await self._event_once(group, reason, wait.message, warning=wait.reason.permanent)
+
+    async def _event_once(self, group: GroupState, reason: str, message: str, *, warning: bool) -> None:
+        """One event per LWS and reason change, not one per group: 100 waiting groups, one line."""
+        lws = self.lws.get(group.key.namespace, group.key.name)
+        if lws is None:
+            return
+        slot = (group.key.namespace, group.key.name, reason)
+        if self._last_event.get(slot) == lws["metadata"].get("resourceVersion"):
+            return
+        self._last_event[slot] = str(lws["metadata"].get("resourceVersion"))
+        await self.kube.event(lws, kind="LeaderWorkerSet", reason=reason, message=message, warning=warning)
+
+    async def _pools(self, actions: Actions) -> None:
+        for obj in self.pools.values():
+            name = obj["metadata"]["name"]
+            st: PoolStatus | None = actions.pools.get(name)
+            if st is None:
+                if name in actions.invalid_pools:
+                    desired: dict[str, Any] = {
+                        "conditions": [
+                            {
+                                "type": "Valid",
+                                "status": "False",
+                                "reason": "InvalidSpec",
+                                "message": actions.invalid_pools[name],
+                            }
+                        ]
+                    }
+                else:
+                    continue
+            else:
+                WAITING.labels(name).set(st.waiting + st.inadmissible)
+                for r, v in st.quota.items():
+                    POOL_QUOTA.labels(name, r).set(v)
+                for r, v in st.used.items():
+                    POOL_USED.labels(name, r).set(v)
+                desired = {
+                    "nodes": st.nodes,
+                    "quota": {r: format_amount(r, v) for r, v in sorted(st.quota.items())},
+                    "used": {r: format_amount(r, v) for r, v in sorted(st.used.items())},
+                    "free": {r: format_amount(r, v) for r, v in sorted(st.free.items())},
+                    "quotaSummary": format_resources(st.quota),
+                    "usedSummary": ", ".join(
+                        f"{format_amount(r, st.used.get(r, 0))}/{format_amount(r, q)} {r}"
+                        for r, q in sorted(st.quota.items())
+                    ),
+                    "admittedGroups": st.admitted,
+                    "waitingGroups": st.waiting + st.inadmissible,
+                    "conditions": [
+                        {"type": "Valid", "status": "True", "reason": "Valid", "message": st.describe()}
+                    ],
+                }
+            current = obj.get("status") or {}
+            comparable = {kk: v for kk, v in current.items() if kk in desired}
+            for c in comparable.get("conditions", []):
+                c.pop("lastTransitionTime", None)
+            if comparable == desired:
+                continue
+            for c in desired["conditions"]:
+                c["lastTransitionTime"] = k.now_rfc3339()
+            try:
+                await self.kube.patch_status(k.POOLS, name, None, desired)
+            except k.Conflict:
+                continue
