@@ -8,20 +8,24 @@ as ``kubectl get pods`` shows them and a one-line verdict.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import anyio
 import kr8s
 import kr8s.asyncio
 from kr8s.asyncio.objects import Namespace
 
+from gatekeeper.core.names import POOL_LABEL
 from gatekeeper.sandbox.cluster import Sandbox
 from gatekeeper.sandbox.replay import StepResult, list_raw, load_scenario, replay
 
 __all__ = ["run_demo"]
 
 WITHOUT = "without-gatekeeper"
+WITH = "with-gatekeeper"
 
 
 async def _fresh_namespace(api: kr8s.asyncio.Api, name: str) -> None:
@@ -37,6 +41,26 @@ async def _fresh_namespace(api: kr8s.asyncio.Api, name: str) -> None:
     await (await Namespace({"metadata": {"name": name}}, api=api)).create()
 
 
+async def _replay(
+    sb: Sandbox,
+    api: kr8s.asyncio.Api,
+    namespace: str,
+    lws: dict[str, Any],
+    gpus: int,
+    say: Callable[[str], None],
+) -> list[StepResult]:
+    await _fresh_namespace(api, namespace)
+
+    async def show(step: StepResult) -> None:
+        say(f"\n$ {step.command}    # settled in {step.seconds:.1f}s")
+        if step.replicas:
+            out = sb.kubectl("get", "pods", "-n", namespace, "-o", "wide").stdout
+            say("\n".join("    " + line for line in out.rstrip().splitlines()))
+            say(f"  verdict: {step.verdict.line(gpus)}")
+
+    return await replay(api, namespace, lws, on_step=show)
+
+
 async def _demo(sb: Sandbox, say: Callable[[str], None]) -> None:
     scenario = load_scenario()
     api = await kr8s.asyncio.api(kubeconfig=str(sb.kubeconfig))
@@ -44,27 +68,39 @@ async def _demo(sb: Sandbox, say: Callable[[str], None]) -> None:
     sb.create_nodes([n for n in scenario["nodes"] if n["metadata"]["name"] not in have])
     gpus = sum(int(n["status"]["allocatable"].get("nvidia.com/gpu", 0)) for n in scenario["nodes"])
     size = int(scenario["lws"]["spec"]["leaderWorkerTemplate"]["size"])
-    say(
-        f"\n=== The LWS issue replayed WITHOUT the gatekeeper: {len(scenario['nodes'])} nodes, "
-        f"{gpus} GPUs, groups of {size} (at most {gpus // size} whole groups fit) ==="
+    setting = (
+        f"{len(scenario['nodes'])} nodes, {gpus} GPUs, groups of {size} "
+        f"(at most {gpus // size} whole groups fit)"
     )
-    await _fresh_namespace(api, WITHOUT)
 
-    async def show(step: StepResult) -> None:
-        say(f"\n$ {step.command}    # settled in {step.seconds:.1f}s")
-        if step.replicas:
-            out = sb.kubectl("get", "pods", "-n", WITHOUT, "-o", "wide").stdout
-            say("\n".join("    " + line for line in out.rstrip().splitlines()))
-            say(f"  verdict: {step.verdict.line(gpus)}")
+    # Without: the same LWS, not opted in (no lws-gatekeeper.io/pool label).
+    plain = copy.deepcopy(scenario["lws"])
+    plain["metadata"].get("labels", {}).pop(POOL_LABEL, None)
+    say(f"\n=== 1. The LWS issue replayed WITHOUT the gatekeeper: {setting} ===")
+    without = await _replay(sb, api, WITHOUT, plain, gpus, say)
+    await _fresh_namespace(api, WITHOUT)  # give the nodes back before the second run
 
-    await replay(api, WITHOUT, scenario["lws"], on_step=show)
+    say("\n=== 2. The same steps WITH the gatekeeper: kubectl apply -f pool.yaml, then lws.yaml ===")
+    sb.apply([scenario["pool"]])
+    with_gk = await _replay(sb, api, WITH, scenario["lws"], gpus, say)
+    out = sb.kubectl("get", "groupadmissions", "-n", WITH).stdout
+    say("\n$ kubectl get groupadmissions\n" + "\n".join("    " + line for line in out.rstrip().splitlines()))
+    out = sb.kubectl("get", "pools").stdout
+    say("\n$ kubectl get pools\n" + "\n".join("    " + line for line in out.rstrip().splitlines()))
+
+    say("\n=== Side by side (after each step) ===")
+    say(f"  {'step':40} {'without: whole / stranded GPUs':32} {'with: whole / stranded GPUs / gated pods'}")
+    for a, b in zip(without, with_gk, strict=True):
+        if not a.replicas:
+            continue
+        va, vb = a.verdict, b.verdict
+        say(
+            f"  {a.command:40} {f'{va.whole_groups} / {va.gpus_stranded}':32} "
+            f"{vb.whole_groups} / {vb.gpus_stranded} / {vb.gated_pods}"
+        )
     say(
-        "\n=== WITH the gatekeeper ===\n"
-        "  not shown yet: the gate controller is the next piece of work (DESIGN.md, 'The mechanism')."
-    )
-    say(
-        f"\nThe sandbox keeps running: export KUBECONFIG={sb.kubeconfig}; "
-        f"{sb.bin_dir}/kubectl get pods -n {WITHOUT}\n"
+        f"\nThe sandbox keeps running: export KUBECONFIG={sb.kubeconfig} PATH={sb.bin_dir}:$PATH; "
+        f"kubectl get pods -n {WITH}\n"
         f"Stop it with: lws-gatekeeper sandbox down --dir {sb.dir}"
     )
 

@@ -248,6 +248,9 @@ class Sandbox:
         start = time.monotonic()
         if self.is_up():
             self.say(f"sandbox already running in {self.dir}")
+            if gatekeeper and "gatekeeper" not in self.running():
+                self.apply(crd_manifests())
+                self.start_gatekeeper()
             return
         if self.state_file.exists():
             self.say("sandbox found half-running: stopping what is left, starting afresh")

@@ -12,7 +12,7 @@ import contextlib
 import os
 import subprocess
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,7 @@ import kr8s
 import kr8s.asyncio
 import pytest
 import yaml
-from kr8s.asyncio.objects import Namespace, Node
+from kr8s.asyncio.objects import Namespace, Node, new_class
 
 from gatekeeper.sandbox import build
 from gatekeeper.sandbox.cluster import Sandbox, default_dir, fake_node
@@ -188,3 +188,63 @@ async def fake_nodes(api: kr8s.asyncio.Api, cluster: Cluster) -> AsyncIterator[M
         for name in ns.names:
             with contextlib.suppress(kr8s.NotFoundError):
                 await (await Node.get(name, api=api)).delete()
+
+
+Pool = new_class(kind="Pool", version="lws-gatekeeper.io/v1alpha1", namespaced=False, plural="pools")
+
+MakePool = Callable[..., Awaitable[str]]
+
+
+@pytest.fixture
+async def make_pool(api: kr8s.asyncio.Api) -> AsyncIterator[MakePool]:
+    """Factory: ``await make_pool(nodes, quota={"nvidia.com/gpu": 4})`` makes a Pool over a test's nodes."""
+    made: list[Any] = []
+
+    async def make(
+        nodes: NodeSet, *, quota: dict[str, Any] | None = None, strategy: str = "BestEffortFIFO"
+    ) -> str:
+        name = f"pool-{nodes.id}-{len(made)}"
+        spec: dict[str, Any] = {"nodeSelector": nodes.selector, "queueingStrategy": strategy}
+        if quota is not None:
+            spec["quota"] = quota
+        pool = await Pool({"metadata": {"name": name}, "spec": spec}, api=api)
+        await pool.create()
+        made.append(pool)
+        return name
+
+    yield make
+    for pool in made:
+        with contextlib.suppress(kr8s.NotFoundError):
+            await pool.delete()
+
+
+async def eventually(
+    probe: Callable[[], Awaitable[bool]], *, timeout: float = 60, what: str = "the condition"
+) -> None:
+    """Poll ``probe`` until it is true; fail with ``what`` after ``timeout`` seconds."""
+    deadline = anyio.current_time() + timeout
+    while anyio.current_time() < deadline:
+        if await probe():
+            return
+        await anyio.sleep(0.25)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+async def records(api: kr8s.asyncio.Api, namespace: str) -> dict[int, dict[str, Any]]:
+    """The namespace's GroupAdmission records by group index."""
+    objs = await list_raw(api, "groupadmissions.lws-gatekeeper.io", namespace=namespace)
+    return {int(o["spec"]["groupIndex"]): o for o in objs}
+
+
+def admitted(record: Mapping[str, Any]) -> bool:
+    for c in record.get("status", {}).get("conditions", []):
+        if c.get("type") == "Admitted":
+            return bool(c.get("status") == "True")
+    return False
+
+
+def condition(record: Mapping[str, Any]) -> dict[str, Any]:
+    for c in record.get("status", {}).get("conditions", []):
+        if c.get("type") == "Admitted":
+            return dict(c)
+    return {}

@@ -1,0 +1,355 @@
+"""Whole groups admitted into a Pool, with the real scheduler, LWS controller and gatekeeper.
+
+Every test makes its own fake nodes and a Pool over them, so the gatekeeper's decisions
+in one test never depend on another's capacity. The session sandbox runs the gatekeeper
+(webhook and admission loop) as a separate process, as a cluster would.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import anyio
+import kr8s.asyncio
+from kr8s.asyncio.objects import Pod
+
+from gatekeeper.core import POOL_LABEL
+from gatekeeper.sandbox.observe import LWS_NAME_LABEL, summarize
+from gatekeeper.sandbox.replay import LeaderWorkerSet, isolate, list_raw, load_scenario, replay, settle
+
+from .conftest import Cluster, MakeNodes, MakePool, NodeSet, admitted, condition, eventually, records
+
+
+def lws_body(
+    name: str,
+    pool: str,
+    nodes: NodeSet,
+    *,
+    size: int = 2,
+    replicas: int = 1,
+    leader: dict[str, Any] | None = None,
+    worker: dict[str, Any] | None = None,
+    startup: str | None = None,
+    priority_class: str | None = None,
+) -> dict[str, Any]:
+    """An opted-in LWS whose pods only go to ``nodes``; ``leader``/``worker`` are container resources."""
+    gpu = {"limits": {"nvidia.com/gpu": "1"}, "requests": {"cpu": "1"}}
+
+    def template(role: str, res: dict[str, Any]) -> dict[str, Any]:
+        spec: dict[str, Any] = {"containers": [{"name": role, "image": "vllm", "resources": res}]}
+        if priority_class:
+            spec["priorityClassName"] = priority_class
+        return {"metadata": {"labels": {"role": role}}, "spec": spec}
+
+    lwt: dict[str, Any] = {
+        "size": size,
+        "restartPolicy": "RecreateGroupOnPodRestart",
+        "leaderTemplate": template("leader", leader if leader is not None else gpu),
+        "workerTemplate": template("worker", worker if worker is not None else gpu),
+    }
+    body: dict[str, Any] = {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+        "kind": "LeaderWorkerSet",
+        "metadata": {"name": name, "labels": {POOL_LABEL: pool}},
+        "spec": {"replicas": replicas, "leaderWorkerTemplate": lwt},
+    }
+    if startup:
+        body["spec"]["startupPolicy"] = startup
+    return isolate(body, nodes.selector, nodes.taint_key)
+
+
+async def create_lws(api: kr8s.asyncio.Api, namespace: str, body: dict[str, Any]) -> Any:
+    obj = copy.deepcopy(body)
+    obj["metadata"]["namespace"] = namespace
+    lws = await LeaderWorkerSet(obj, api=api)
+    await lws.create()
+    return lws
+
+
+async def lws_pods(api: kr8s.asyncio.Api, namespace: str, name: str) -> list[dict[str, Any]]:
+    return await list_raw(api, "pods", namespace=namespace, label_selector={LWS_NAME_LABEL: name})
+
+
+async def events_for(api: kr8s.asyncio.Api, namespace: str, name: str) -> list[dict[str, Any]]:
+    return [
+        e
+        for e in await list_raw(api, "events", namespace=namespace)
+        if e.get("involvedObject", {}).get("name") == name
+        and e.get("involvedObject", {}).get("kind") == "LeaderWorkerSet"
+    ]
+
+
+async def test_lws_issue_fixed_groups_0_and_1_run_the_rest_wait_whole(
+    api: kr8s.asyncio.Api, namespace: str, fake_nodes: MakeNodes, make_pool: MakePool
+) -> None:
+    """The seed scenario with the gatekeeper: after 0 -> 4 and 0 -> 10, exactly groups 0 and 1 run."""
+    scenario = load_scenario()
+    nodes = await fake_nodes(4, gpus=1)
+    pool = await make_pool(nodes, quota={"nvidia.com/gpu": 4})
+    lws = isolate(scenario["lws"], nodes.selector, nodes.taint_key)
+    lws["metadata"]["labels"][POOL_LABEL] = pool
+
+    steps = await replay(api, namespace, lws)
+    for s in steps:
+        print(f"{s.command}: {s.verdict.line(4)} ({s.seconds:.1f}s)")
+    for step in steps:
+        v = step.verdict
+        if step.replicas == 0:
+            continue
+        whole = sorted(g.index for g in v.groups.values() if g.whole(2))
+        assert whole == [0, 1], f"{step.command}: whole groups {whole}"
+        assert v.gpus_stranded == 0 and v.partial_groups == 0, f"{step.command}: {v.line(4)}"
+        assert v.gated_pods == 2 * (step.replicas - 2), f"{step.command}: every other pod is gated"
+    recs = await records(api, namespace)
+    assert sorted(i for i, r in recs.items() if admitted(r)) == [0, 1]
+    waiting = condition(recs[3])
+    assert waiting["reason"] == "WaitingForQuota"
+    assert waiting["message"] == (
+        f"group 3 needs 2 nvidia.com/gpu on 2 nodes; "
+        f"pool {pool} has 0 free (4 of 4 held by 2 admitted groups)"
+    )
+
+
+async def test_leader_ready_counts_workers_before_they_exist(
+    api: kr8s.asyncio.Api, namespace: str, fake_nodes: MakeNodes, make_pool: MakePool
+) -> None:
+    """startupPolicy LeaderReady: workers only appear after the leader runs; no deadlock, nothing held."""
+    nodes = await fake_nodes(6, gpus=1)
+    pool = await make_pool(nodes, quota={"nvidia.com/gpu": 6})
+    await create_lws(api, namespace, lws_body("lr", pool, nodes, size=3, replicas=3, startup="LeaderReady"))
+    v = await settle(api, namespace, "lr", expected_pods=7, size=3, timeout=120)
+    whole = sorted(g.index for g in v.groups.values() if g.whole(3))
+    assert whole == [0, 1]
+    waiting = v.groups[("lr", 2)]
+    assert (waiting.pods, waiting.gated, waiting.bound) == (1, 1, 0), (
+        "group 2: a gated leader, no workers yet"
+    )
+    assert v.gpus_held == 6 and v.gpus_stranded == 0
+
+
+async def test_two_lws_compete_older_first_then_scale_down_releases(
+    api: kr8s.asyncio.Api, namespace: str, fake_nodes: MakeNodes, make_pool: MakePool
+) -> None:
+    nodes = await fake_nodes(4, gpus=1)
+    pool = await make_pool(nodes, quota={"nvidia.com/gpu": 4})
+    a = await create_lws(api, namespace, lws_body("first", pool, nodes, replicas=2))
+    await settle(api, namespace, "first", expected_pods=4, size=2)
+    await create_lws(api, namespace, lws_body("second", pool, nodes, replicas=2))
+    v = await settle(api, namespace, "second", expected_pods=4, size=2)
+    assert v.whole_groups == 0 and v.gated_pods == 4, "the pool is full: the second LWS waits whole"
+    events = await events_for(api, namespace, "second")
+    assert any(e["reason"] == "WaitingForQuota" for e in events), [e["reason"] for e in events]
+
+    await a.scale(1)  # releases one group's two GPUs
+    v = await settle(api, namespace, "second", expected_pods=4, size=2, timeout=60)
+    assert v.whole_groups == 1 and v.gated_pods == 2
+    assert sorted(g.index for g in v.groups.values() if g.whole(2)) == [0], "lowest index first"
+
+
+async def test_cpu_only_leader_with_gpu_workers(
+    api: kr8s.asyncio.Api, namespace: str, fake_nodes: MakeNodes, make_pool: MakePool
+) -> None:
+    nodes = await fake_nodes(4, gpus=1)
+    pool = await make_pool(nodes, quota={"nvidia.com/gpu": 4})
+    cpu_only = {"requests": {"cpu": "2", "memory": "4Gi"}}
+    await create_lws(api, namespace, lws_body("mixed", pool, nodes, size=3, replicas=3, leader=cpu_only))
+    v = await settle(api, namespace, "mixed", expected_pods=9, size=3)
+    assert sorted(g.index for g in v.groups.values() if g.whole(3)) == [0, 1], (
+        "2 GPUs per group, 4 in the pool"
+    )
+    assert v.gated_pods == 3 and v.gpus_stranded == 0
+    recs = await records(api, namespace)
+    assert recs[0]["status"]["demand"]["nvidia.com/gpu"] == "2"
+
+
+async def test_quota_fits_but_no_node_does_until_room_frees(
+    api: kr8s.asyncio.Api, namespace: str, fake_nodes: MakeNodes, make_pool: MakePool, cluster: Cluster
+) -> None:
+    """4 GPUs of quota free, but spread 1+1 over two 2-GPU nodes: a pod needing 2 fits nowhere."""
+    nodes = await fake_nodes(2, gpus=2)
+    pool = await make_pool(nodes, quota={"nvidia.com/gpu": 4})
+    # Somebody else's pods (not ours, not in any LWS) hold one GPU on each node.
+    for i, node in enumerate(nodes.names):
+        squatter = await Pod(
+            {
+                "metadata": {"name": f"squatter-{i}", "namespace": namespace},
+                "spec": {
+                    "nodeName": node,
+                    "tolerations": [{"key": nodes.taint_key, "operator": "Exists"}],
+                    "containers": [
+                        {"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+                    ],
+                },
+            },
+            api=api,
+        )
+        await squatter.create()
+    two = {"limits": {"nvidia.com/gpu": "2"}}
+    await create_lws(api, namespace, lws_body("big", pool, nodes, size=1, replicas=1, leader=two, worker=two))
+
+    async def waits_for_nodes() -> bool:
+        recs = await records(api, namespace)
+        return 0 in recs and condition(recs[0]).get("reason") == "WaitingForNodes"
+
+    await eventually(waits_for_nodes, what="group 0 to wait for nodes")
+    print(condition((await records(api, namespace))[0])["message"])
+    await (await Pod.get("squatter-0", namespace=namespace, api=api)).delete()
+    v = await settle(api, namespace, "big", expected_pods=1, size=1, timeout=60)
+    assert v.whole_groups == 1, "room freed on one node: the group is admitted"
+
+
+async def test_group_restart_keeps_its_reservation(
+    api: kr8s.asyncio.Api, namespace: str, fake_nodes: MakeNodes, make_pool: MakePool
+) -> None:
+    """RecreateGroupOnPodRestart: the group comes back whole; the waiting group does not take its place."""
+    nodes = await fake_nodes(2, gpus=1)
+    pool = await make_pool(nodes, quota={"nvidia.com/gpu": 2})
+    await create_lws(api, namespace, lws_body("r", pool, nodes, replicas=2))
+    await settle(api, namespace, "r", expected_pods=4, size=2)
+    before = await records(api, namespace)
+    assert admitted(before[0]) and not admitted(before[1])
+
+    worker = next(p for p in await lws_pods(api, namespace, "r") if p["metadata"]["name"] == "r-0-1")
+    await (await Pod(worker, api=api)).delete()
+
+    async def restarted() -> bool:
+        pods = {p["metadata"]["name"]: p for p in await lws_pods(api, namespace, "r")}
+        return "r-0-1" in pods and pods["r-0-1"]["metadata"]["uid"] != worker["metadata"]["uid"]
+
+    await eventually(restarted, what="the worker to be recreated")
+    v = await settle(api, namespace, "r", expected_pods=4, size=2, timeout=60)
+    assert sorted(g.index for g in v.groups.values() if g.whole(2)) == [0]
+    after = await records(api, namespace)
+    assert after[0]["metadata"]["uid"] == before[0]["metadata"]["uid"], "same reservation, never released"
+    assert not admitted(after[1])
+
+
+async def test_bad_input_is_explained_and_holds_nothing(
+    api: kr8s.asyncio.Api, namespace: str, fake_nodes: MakeNodes, make_pool: MakePool
+) -> None:
+    nodes = await fake_nodes(2, gpus=1)
+    pool = await make_pool(nodes, quota={"nvidia.com/gpu": 2})
+    cases = {
+        "nopool": (lws_body("nopool", "no-such-pool", nodes), "PoolNotFound"),
+        "toobig": (lws_body("toobig", pool, nodes, size=3), "ExceedsQuota"),
+        "tpu": (
+            lws_body("tpu", pool, nodes, leader={"limits": {"google.com/tpu": "4"}}),
+            "ResourceNotInQuota",
+        ),
+    }
+    for body, _ in cases.values():
+        await create_lws(api, namespace, body)
+    await create_lws(api, namespace, lws_body("good", pool, nodes))
+
+    async def explained() -> bool:
+        recs = await list_raw(api, "groupadmissions.lws-gatekeeper.io", namespace=namespace)
+        reasons = {r["spec"]["leaderWorkerSet"]: condition(r).get("reason") for r in recs}
+        return all(reasons.get(name) == reason for name, (_, reason) in cases.items())
+
+    await eventually(explained, what="every bad LWS to carry its reason")
+    v = await settle(api, namespace, "good", expected_pods=2, size=2)
+    assert v.whole_groups == 1, "other groups go on"
+    for name in cases:
+        pods = await lws_pods(api, namespace, name)
+        assert pods and all(not p["spec"].get("nodeName") for p in pods), f"{name}: pods stay gated"
+        assert any(e["type"] == "Warning" for e in await events_for(api, namespace, name)), name
+    recs = await list_raw(api, "groupadmissions.lws-gatekeeper.io", namespace=namespace)
+    msgs = {r["spec"]["leaderWorkerSet"]: condition(r)["message"] for r in recs}
+    print(msgs)
+    assert "no-such-pool" in msgs["nopool"]
+    assert "google.com/tpu" in msgs["tpu"]
+
+
+async def test_malformed_pool_is_refused_by_the_api_server(api: kr8s.asyncio.Api, cluster: Cluster) -> None:
+    bad = {
+        "apiVersion": "lws-gatekeeper.io/v1alpha1",
+        "kind": "Pool",
+        "metadata": {"name": "malformed"},
+        "spec": {"nodeSelector": {}, "quota": {"nvidia.com/gpu": "lots"}, "queueingStrategy": "Random"},
+    }
+    async with api.call_api(
+        "POST", version="lws-gatekeeper.io/v1alpha1", url="pools", json=bad, raise_for_status=False
+    ) as resp:
+        assert resp.status_code == 422, resp.text
+        message = resp.json()["message"]
+    print(message)
+    assert "spec.quota.nvidia.com/gpu" in message
+    assert "spec.queueingStrategy" in message
+    assert "spec.nodeSelector" in message
+
+
+async def test_controller_restart_mid_burst_admits_nothing_twice(
+    api: kr8s.asyncio.Api, namespace: str, fake_nodes: MakeNodes, make_pool: MakePool, cluster: Cluster
+) -> None:
+    assert cluster.sandbox is not None, "restarting the controller needs the sandbox"
+    nodes = await fake_nodes(12, gpus=1)
+    pool = await make_pool(nodes, quota={"nvidia.com/gpu": 12})
+    lws = await create_lws(api, namespace, lws_body("burst", pool, nodes, replicas=0))
+    await lws.scale(12)  # 12 groups of 2 GPUs, room for 6
+    await anyio.sleep(0.7)
+    cluster.sandbox.stop("gatekeeper", kill=True)  # a crash, mid burst
+    await anyio.sleep(2)
+    await anyio.to_thread.run_sync(cluster.sandbox.start_gatekeeper)
+    v = await settle(api, namespace, "burst", expected_pods=24, size=2, timeout=180)
+    recs = await records(api, namespace)
+    assert sum(admitted(r) for r in recs.values()) == 6
+    assert v.whole_groups == 6 and v.gpus_held == 12 and v.gpus_stranded == 0
+    assert sorted(g.index for g in v.groups.values() if g.whole(2)) == [0, 1, 2, 3, 4, 5]
+
+
+async def test_two_replicas_one_leader_and_failover(
+    api: kr8s.asyncio.Api, namespace: str, fake_nodes: MakeNodes, make_pool: MakePool, cluster: Cluster
+) -> None:
+    sb = cluster.sandbox
+    assert sb is not None, "starting replicas needs the sandbox"
+    await anyio.to_thread.run_sync(lambda: sb.start_gatekeeper("gatekeeper-2"))
+    try:
+        lease = await list_raw(api, "leases", namespace="lws-gatekeeper-system")
+        holder = lease[0]["spec"]["holderIdentity"]
+        assert holder == "gatekeeper", "the first replica still leads"
+        sb.stop("gatekeeper")  # clean stop: it gives the lease up
+
+        async def taken_over() -> bool:
+            leases = await list_raw(api, "leases", namespace="lws-gatekeeper-system")
+            return bool(leases[0]["spec"].get("holderIdentity") == "gatekeeper-2")
+
+        await eventually(taken_over, timeout=30, what="the second replica to take the lease")
+        # The second replica admits (the webhook is served by... nobody now: restart the first).
+        await anyio.to_thread.run_sync(sb.start_gatekeeper)
+        nodes = await fake_nodes(2, gpus=1)
+        pool = await make_pool(nodes, quota={"nvidia.com/gpu": 2})
+        await create_lws(api, namespace, lws_body("ha", pool, nodes, replicas=2))
+        v = await settle(api, namespace, "ha", expected_pods=4, size=2, timeout=60)
+        assert v.whole_groups == 1
+        leases = await list_raw(api, "leases", namespace="lws-gatekeeper-system")
+        assert leases[0]["spec"]["holderIdentity"] == "gatekeeper-2"
+    finally:
+        sb.stop("gatekeeper-2")
+
+
+async def test_metrics_and_pool_status(
+    api: kr8s.asyncio.Api, namespace: str, fake_nodes: MakeNodes, make_pool: MakePool, cluster: Cluster
+) -> None:
+    assert cluster.sandbox is not None
+    nodes = await fake_nodes(2, gpus=1)
+    pool = await make_pool(nodes, quota={"nvidia.com/gpu": 2})
+    await create_lws(api, namespace, lws_body("m", pool, nodes, replicas=3))
+    await settle(api, namespace, "m", expected_pods=6, size=2)
+
+    async def status_written() -> bool:
+        objs = await list_raw(api, "pools.lws-gatekeeper.io")
+        st = next(o for o in objs if o["metadata"]["name"] == pool).get("status", {})
+        return st.get("admittedGroups") == 1 and st.get("waitingGroups") == 2
+
+    await eventually(status_written, what="the pool's status")
+    table = cluster.kubectl("get", "pool", pool)
+    print(table)
+    assert "2/2 nvidia.com/gpu" in table
+    text = await anyio.to_thread.run_sync(cluster.sandbox.metrics)
+    assert f'gatekeeper_admissions_total{{pool="{pool}"}}' in text
+    assert f'gatekeeper_waiting_groups{{pool="{pool}"}} 2.0' in text
+    assert "gatekeeper_admission_wait_seconds_bucket" in text
+    assert "gatekeeper_api_requests_total" in text
+    pods = await lws_pods(api, namespace, "m")
+    assert summarize(pods, 2).gated_pods == 4
