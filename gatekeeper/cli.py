@@ -13,6 +13,7 @@ from pathlib import Path
 
 import click
 
+from gatekeeper.render.cli import render_cmd
 from gatekeeper.sandbox import build as sandbox_build
 from gatekeeper.sandbox.cluster import Sandbox, SandboxError, default_dir
 
@@ -195,3 +196,6 @@ def demo(directory: Path | None) -> None:
         run_demo(directory or default_dir("demo"), say=_say)
     except (SandboxError, sandbox_build.BuildError) as exc:
         raise click.ClickException(str(exc)) from exc
+
+
+main.add_command(render_cmd, "render")

@@ -77,7 +77,8 @@ class LeaderElector:
             }
             try:
                 await self.kube.create(k.LEASES, body)
-            except k.Conflict:
+            except k.Conflict as exc:  # another replica was faster, or the namespace is missing
+                log.warning("cannot create the lease %s/%s: %s", self.namespace, self.name, exc)
                 return False
             return True
         spec = lease.get("spec", {})

@@ -73,6 +73,16 @@ def _cond(status: Mapping[str, Any] | None) -> Mapping[str, Any]:
     return {}
 
 
+def _describe(st: PoolStatus) -> str:
+    text = st.describe()
+    if st.stranded:
+        # Admitted whole, but the scheduler cannot place some of their pods now (room taken by
+        # pods the gatekeeper does not control, or placement rules it does not model). The
+        # reservation stays: the pods bind when room frees; people are told which groups.
+        text += "; admitted groups whose pods fit no node now: " + ", ".join(map(str, st.stranded))
+    return text
+
+
 class Reconciler:
     """Owns the informers and runs passes whenever something changed (and every ``resync`` s)."""
 
@@ -84,6 +94,7 @@ class Reconciler:
         self._dirty = anyio.Event()
         self._last_message_write: dict[str, float] = {}
         self._last_event: dict[tuple[str, str, str], str] = {}
+        self._problems: set[str] = set()
         self.passes = 0
 
         def poke(_kind: str, _obj: dict[str, Any]) -> None:
@@ -166,6 +177,13 @@ class Reconciler:
             await self._ungate(ns, pod)
         for wait in actions.waiting:
             await self._wait(wait, created)
+        for held in actions.held_invalid:
+            # Its record keeps Admitted=True (the reservation stays); only people are told.
+            await self._event_once(held.group, str(held.reason), held.message, warning=True)
+        problems = set(actions.problems)
+        for problem in sorted(problems - self._problems):
+            log.warning("ignored: %s", problem)
+        self._problems = problems
         await self._pools(actions)
         PASS_SECONDS.observe(time.monotonic() - start)
         return actions
@@ -225,8 +243,8 @@ class Reconciler:
             if p["metadata"].get("namespace") == group.key.namespace and p["metadata"]["name"] in group.pods
         ]
         stamps = [t for t in first if t is not None]
-        if stamps:
-            WAIT_SECONDS.labels(group.pool).observe(max(0.0, time.time() - min(stamps)))
+        # Admitted before its first pod was even created: its pods never wait.
+        WAIT_SECONDS.labels(group.pool).observe(max(0.0, time.time() - min(stamps)) if stamps else 0.0)
         # Then the gates, all of the group's pods together.
         for pod in group.gated:
             await self._ungate(group.key.namespace, pod)
@@ -337,8 +355,9 @@ class Reconciler:
                     ),
                     "admittedGroups": st.admitted,
                     "waitingGroups": st.waiting + st.inadmissible,
+                    "strandedGroups": [str(key) for key in st.stranded],
                     "conditions": [
-                        {"type": "Valid", "status": "True", "reason": "Valid", "message": st.describe()}
+                        {"type": "Valid", "status": "True", "reason": "Valid", "message": _describe(st)}
                     ],
                 }
             current = obj.get("status") or {}

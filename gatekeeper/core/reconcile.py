@@ -9,13 +9,42 @@ gates. The I/O layer only carries them out (Kueue's "plan, then act").
 The model:
 
 * An opted-in LWS (label ``lws-gatekeeper.io/pool``) has groups ``0..replicas-1``,
-  plus any index that still has pods (surge or scale-down in progress).
+  plus any index that still has a pod not in phase Succeeded/Failed (surge, or a
+  scale-down in progress; a terminating pod still counts, it still holds its node).
 * Each group has one ``GroupAdmission`` record, named after the LWS, its UID and the
   index. The record's status condition ``Admitted`` says whether the group holds its
-  reservation; a record that says so is what counts against the pool's quota.
+  reservation; a record that says so is what counts against the pool's quota. A record
+  whose ``spec.leaderWorkerSetUID`` names another UID belongs to an earlier LWS of the
+  same name and is never taken for the current one's (even if the short UID prefix in
+  the name collides).
 * A group is released (its record deleted) when its index is no longer wanted and
   none of its pods is left, or when its LWS is gone or was replaced (other UID).
 * Pods of admitted groups lose their gate; pods of waiting groups keep it.
+
+Decisions:
+
+* **Leaving groups are never admitted.** A group beyond ``replicas`` whose remaining
+  pods are all terminating, and every group of an LWS that is being deleted, is on its
+  way out: it gets no record and no admission. If it was admitted it keeps its record
+  (and its quota) until its last pod is gone; if it was not, its record is released at
+  once, since it holds nothing. A group beyond ``replicas`` with a pod that is not
+  terminating is taken for a surge group and queued like any other (so, for the moment
+  between a scale-down and the LWS controller deleting the pods, is a scaled-away group:
+  the snapshot cannot tell the two apart; if admitted, it is released with its pods).
+* **An admitted group whose demand can no longer be computed keeps its reservation.**
+  (Its LWS was edited into something the core cannot read.) Its record stays
+  ``Admitted=True`` and it keeps holding, in its recorded pool, the demand written in its
+  record (``status.demand`` and ``status.pods``; no node room is held for it, since the
+  shape of its pods is unknown, but its running pods are in the bound-pod usage). It is
+  *not* put in ``waiting`` (that would overwrite the record with ``Admitted=False`` and
+  silently free quota its running pods still use); it is reported in
+  ``Actions.held_invalid`` with reason ``InvalidSpec``. Its gated pods stay gated: pods
+  made from a template the core cannot read cannot be checked against the reservation.
+  An unreadable ``spec.replicas`` is treated the same way: every group is InvalidSpec,
+  admitted ones (found by their records) keep their reservation, none is admitted.
+* **Bad input is reported, never fatal.** An object the core cannot read (a bound pod
+  with unreadable requests, an LWS without a name) is skipped and named in
+  ``Actions.problems``; one bad object must not stop admission for everyone else.
 """
 
 from __future__ import annotations
@@ -26,12 +55,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from gatekeeper.core.demand import GroupDemand, group_demand
+from gatekeeper.core.demand import GroupDemand, PodDemand, group_demand
 from gatekeeper.core.names import API_GROUP, API_VERSION, POOL_LABEL, SCHEDULING_GATE
 from gatekeeper.core.nodes import Node, node_usage
 from gatekeeper.core.planner import Plan, PoolStatus, plan
 from gatekeeper.core.pool import Pool, parse_pool
-from gatekeeper.core.quantity import format_resources
+from gatekeeper.core.quantity import format_resources, parse_units
 from gatekeeper.core.queue import AdmittedGroup, GroupKey, InvalidDemand, WaitingGroup
 from gatekeeper.core.reasons import Reason
 
@@ -56,33 +85,80 @@ WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 RECORD_KIND = "GroupAdmission"
 RECORD_API_VERSION = f"{API_GROUP}/{API_VERSION}"
 ADMITTED = "Admitted"
+_MAX_NAME = 253
+_EPOCH = datetime.fromtimestamp(0, UTC)
 
 
 def record_name(lws_name: str, lws_uid: str, index: int) -> str:
     """The record of one group: readable, unique per LWS incarnation, at most 253 characters."""
-    return f"{lws_name}-{lws_uid[:5]}-{index}"
+    tail = f"-{lws_uid[:5]}-{index}"
+    if len(lws_name) + len(tail) <= _MAX_NAME:
+        return f"{lws_name}{tail}"
+    # Too long for a name: keep a readable head and make it unique with a digest.
+    head = lws_name[: _MAX_NAME - len(tail) - 11].rstrip("-.")
+    return f"{head}-{digest(lws_name)}{tail}"
+
+
+def _map(value: object) -> Mapping[str, Any]:
+    """``value`` if it is an object, else empty: the core reads what it can, never crashes."""
+    if type(value) is dict:  # the usual case, without the slower ABC check
+        return value
+    return value if isinstance(value, Mapping) else {}
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return _map(obj.get("metadata"))
+
+
+def _labels(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return _map(_meta(obj).get("labels"))
+
+
+def _object_key(obj: Mapping[str, Any]) -> tuple[str, str] | None:
+    meta = _meta(obj)
+    name = meta.get("name")
+    if not isinstance(name, str) or not name:
+        return None
+    return str(meta.get("namespace") or ""), name
 
 
 def _parse_time(value: object) -> datetime:
     if isinstance(value, str) and value:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
-    return datetime.fromtimestamp(0, UTC)
+        try:
+            moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return _EPOCH
+        return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+    return _EPOCH
 
 
 def _gated(pod: Mapping[str, Any]) -> bool:
-    gates = pod.get("spec", {}).get("schedulingGates") or []
-    return any(g.get("name") == SCHEDULING_GATE for g in gates)
+    gates = _map(pod.get("spec")).get("schedulingGates") or []
+    return isinstance(gates, list) and any(_map(g).get("name") == SCHEDULING_GATE for g in gates)
 
 
 def _live(pod: Mapping[str, Any]) -> bool:
-    return pod.get("status", {}).get("phase") not in ("Succeeded", "Failed")
+    """Not in a terminal phase: the pod exists and may hold (or get) node room."""
+    return _map(pod.get("status")).get("phase") not in ("Succeeded", "Failed")
+
+
+def _terminating(obj: Mapping[str, Any]) -> bool:
+    return bool(_meta(obj).get("deletionTimestamp"))
 
 
 def _condition(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
-    for cond in obj.get("status", {}).get("conditions") or []:
-        if cond.get("type") == kind:
+    conditions = _map(obj.get("status")).get("conditions") or []
+    if not isinstance(conditions, list):
+        return None
+    for cond in conditions:
+        if isinstance(cond, Mapping) and cond.get("type") == kind:
             return dict(cond)
     return None
+
+
+def _is_admitted(record: Mapping[str, Any] | None) -> bool:
+    cond = _condition(record, ADMITTED) if record is not None else None
+    return cond is not None and cond.get("status") == "True"
 
 
 @dataclass(frozen=True)
@@ -151,30 +227,77 @@ class Actions:
     invalid_pools: Mapping[str, str]
     """Pools that could not be read, with the reason."""
     plan: Plan
+    held_invalid: tuple[WaitStatus, ...] = ()
+    """Admitted groups whose demand can no longer be computed. They keep their record
+    (``Admitted=True``, never to be overwritten) and hold their recorded demand; their
+    gated pods stay gated. Report them (an event); do not write their condition."""
+    problems: tuple[str, ...] = ()
+    """Objects this pass could not read and skipped, in words (for logs)."""
 
 
 def _pool_of(lws: Mapping[str, Any]) -> str:
-    return str(lws.get("metadata", {}).get("labels", {}).get(POOL_LABEL, ""))
+    return str(_labels(lws).get(POOL_LABEL, ""))
 
 
 def _priority(lws: Mapping[str, Any], priorities: Mapping[str, int]) -> int:
-    lwt = lws.get("spec", {}).get("leaderWorkerTemplate", {})
+    lwt = _map(_map(lws.get("spec")).get("leaderWorkerTemplate"))
     for tmpl in (lwt.get("leaderTemplate"), lwt.get("workerTemplate")):
-        spec = (tmpl or {}).get("spec", {})
-        if isinstance(spec.get("priority"), int):
-            return int(spec["priority"])
+        spec = _map(_map(tmpl).get("spec"))
+        value = spec.get("priority")
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
         name = spec.get("priorityClassName")
         if name:
             return int(priorities.get(str(name), 0))
     return 0
 
 
-def _pod_index(pod: Mapping[str, Any]) -> int:
-    labels = pod.get("metadata", {}).get("labels", {})
+def _replicas(lws: Mapping[str, Any]) -> int:
+    value = _map(lws.get("spec")).get("replicas")
+    if value is None:
+        return 1  # the API server's default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"spec.replicas: expected a non-negative integer, got {value!r}")
+    return value
+
+
+def _group_index(pod: Mapping[str, Any]) -> int | None:
     try:
-        return int(labels.get(WORKER_INDEX_LABEL, "0"))
+        index = int(str(_labels(pod)[GROUP_INDEX_LABEL]))
+    except (KeyError, ValueError):
+        return None
+    return index if index >= 0 else None
+
+
+def _pod_index(pod: Mapping[str, Any]) -> int:
+    try:
+        return int(str(_labels(pod).get(WORKER_INDEX_LABEL, "0")))
     except ValueError:
         return 0
+
+
+@dataclass(frozen=True)
+class _Pod:
+    """What a pass needs of one pod of an opted-in LWS, read once."""
+
+    name: str
+    live: bool
+    """Not Succeeded/Failed."""
+    terminating: bool
+    gated: bool
+    bound: bool
+    worker: int
+
+    @classmethod
+    def read(cls, pod: Mapping[str, Any], name: str) -> _Pod:
+        return cls(
+            name=name,
+            live=_live(pod),
+            terminating=_terminating(pod),
+            gated=_gated(pod),
+            bound=bool(_map(pod.get("spec")).get("nodeName")),
+            worker=_pod_index(pod),
+        )
 
 
 def _demand(lws: Mapping[str, Any]) -> GroupDemand | InvalidDemand:
@@ -184,101 +307,204 @@ def _demand(lws: Mapping[str, Any]) -> GroupDemand | InvalidDemand:
         return InvalidDemand(str(exc))
 
 
+def _recorded_demand(record: Mapping[str, Any]) -> GroupDemand:
+    """What an admitted group holds by its record's status (for a demand that cannot be recomputed).
+
+    The per-pod split is unknown, so the whole total sits on the leader; unreadable amounts
+    are left out (the group is reported anyway).
+    """
+    status = _map(record.get("status"))
+    total: dict[str, int] = {}
+    for resource, raw in _map(status.get("demand")).items():
+        try:
+            amount = parse_units(str(resource), raw)
+        except (ValueError, TypeError):
+            continue
+        if amount > 0 and resource != "pods":
+            total[str(resource)] = amount
+    count = status.get("pods")
+    count = count if isinstance(count, int) and not isinstance(count, bool) and count >= 1 else 1
+    pods = (PodDemand("leader", total), *(PodDemand("worker", {}) for _ in range(count - 1)))
+    return GroupDemand(pods)
+
+
+def _record_belongs(record: Mapping[str, Any], name: str, uid: str, index: int) -> bool:
+    """Does ``record`` (found by name) belong to this LWS incarnation and group?
+
+    Fields absent from the record are not held against it.
+    """
+    spec = _map(record.get("spec"))
+    checks = (
+        ("leaderWorkerSetUID", uid),
+        ("leaderWorkerSet", name),
+        ("groupIndex", index),
+    )
+    return all(spec.get(key) is None or spec.get(key) == want for key, want in checks)
+
+
 def _parse_pools(objs: Iterable[Mapping[str, Any]]) -> tuple[list[Pool], dict[str, str]]:
     pools: list[Pool] = []
     invalid: dict[str, str] = {}
+    seen: set[str] = set()
     for obj in objs:
         try:
-            pools.append(parse_pool(obj))
+            parsed = parse_pool(obj)
         except ValueError as exc:
-            invalid[str(obj.get("metadata", {}).get("name", ""))] = str(exc)
+            invalid[str(_meta(obj).get("name", ""))] = str(exc)
+            continue
+        if parsed.name not in seen:  # cluster-scoped names are unique; never let the planner raise
+            seen.add(parsed.name)
+            pools.append(parsed)
     return pools, invalid
+
+
+def _usage(pods: Sequence[Mapping[str, Any]], problems: list[str]) -> dict[str, dict[str, int]]:
+    """``node_usage`` of the bound pods, skipping (and naming) a pod whose requests cannot be read."""
+    try:
+        return node_usage(pods)
+    except ValueError:
+        pass
+    usage: dict[str, dict[str, int]] = {}
+    for pod in pods:
+        try:
+            one = node_usage([pod])
+        except ValueError as exc:
+            problems.append(f"{exc}; its node room is not counted")
+            continue
+        for node_name, used in one.items():
+            into = usage.setdefault(node_name, {})
+            for resource, amount in used.items():
+                into[resource] = into.get(resource, 0) + amount
+    return usage
 
 
 def decide(snap: Snapshot) -> Actions:
     """The whole decision of one pass. Pure: the same snapshot gives the same actions."""
+    problems: list[str] = []
     pools, invalid_pools = _parse_pools(snap.pools)
-    lws_by_key = {(str(o["metadata"].get("namespace", "")), str(o["metadata"]["name"])): o for o in snap.lwss}
-    records = {(str(r["metadata"].get("namespace", "")), str(r["metadata"]["name"])): r for r in snap.records}
 
-    # Pods per group.
-    pods_of: dict[tuple[str, str, int], list[Mapping[str, Any]]] = {}
+    lws_by_key: dict[tuple[str, str], Mapping[str, Any]] = {}
+    for obj in snap.lwss:
+        lkey = _object_key(obj)
+        if lkey is None:
+            problems.append("a LeaderWorkerSet without metadata.name was ignored")
+            continue
+        lws_by_key[lkey] = obj
+    records: dict[tuple[str, str], Mapping[str, Any]] = {}
+    for rec in snap.records:
+        rkey = _object_key(rec)
+        if rkey is not None:
+            records[rkey] = rec
+
+    # Pods per LWS and group. Pods without the LWS labels (or a sane index) are not ours to count.
+    pods_of: dict[tuple[str, str], dict[int, list[_Pod]]] = {}
     for pod in snap.pods:
-        meta = pod.get("metadata", {})
-        labels = meta.get("labels", {})
-        if LWS_NAME_LABEL not in labels or GROUP_INDEX_LABEL not in labels:
+        meta = _meta(pod)
+        labels = _map(meta.get("labels"))
+        index = _group_index(pod)
+        pod_name = meta.get("name")
+        if LWS_NAME_LABEL not in labels or index is None or not isinstance(pod_name, str) or not pod_name:
             continue
-        try:
-            index = int(labels[GROUP_INDEX_LABEL])
-        except ValueError:
-            continue
-        pods_of.setdefault((str(meta.get("namespace", "")), str(labels[LWS_NAME_LABEL]), index), []).append(
-            pod
-        )
+        owner = (str(meta.get("namespace") or ""), str(labels[LWS_NAME_LABEL]))
+        pods_of.setdefault(owner, {}).setdefault(index, []).append(_Pod.read(pod, pod_name))
 
     groups: list[GroupState] = []
     wanted_records: set[tuple[str, str]] = set()
     waiting_groups: list[WaitingGroup] = []
     admitted_groups: list[AdmittedGroup] = []
-    admitted_keys: set[GroupKey] = set()
+    ungate_keys: list[GroupKey] = []
+    held_invalid: list[WaitStatus] = []
     state_of: dict[GroupKey, GroupState] = {}
     for (ns, name), lws in sorted(lws_by_key.items()):
-        uid = str(lws["metadata"].get("uid", ""))
-        replicas = int(lws.get("spec", {}).get("replicas", 1) or 0)
-        indices = set(range(replicas)) | {
-            i for (pns, pname, i), ps in pods_of.items() if (pns, pname) == (ns, name) and any(map(_live, ps))
-        }
+        meta = _meta(lws)
+        uid = str(meta.get("uid") or "")
+        deleting = _terminating(lws)
         demand = _demand(lws)
         pool = _pool_of(lws)
-        created = _parse_time(lws["metadata"].get("creationTimestamp"))
+        created = _parse_time(meta.get("creationTimestamp"))
         priority = _priority(lws, snap.priorities)
+        by_index = pods_of.get((ns, name), {})
+        indices = {i for i, ps in by_index.items() if any(p.live for p in ps)}
+        try:
+            replicas = _replicas(lws)
+        except ValueError as exc:
+            # Which groups are wanted is unknown: keep every admitted one, admit none.
+            replicas = 0
+            demand = InvalidDemand(f"LeaderWorkerSet {ns}/{name}: {exc}")
+            indices |= _admitted_indices(records, ns, name, uid)
+        if not deleting:
+            indices |= set(range(replicas))
         for index in sorted(indices):
             key = GroupKey(ns, name, index)
             rname = record_name(name, uid, index)
-            wanted_records.add((ns, rname))
-            pods = pods_of.get((ns, name, index), [])
-            live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+            pods = by_index.get(index, [])
+            present = [p for p in pods if not p.terminating]
+            staying = not deleting and (index < replicas or any(p.live for p in present))
+            record = records.get((ns, rname))
+            if record is not None and not _record_belongs(record, name, uid, index):
+                record = None  # an earlier incarnation's record: released below, then created afresh
+            admitted = _is_admitted(record)
+            if not (staying or admitted):
+                continue  # leaving and holding nothing: its record (if any) goes now
             gs = GroupState(
                 key=key,
                 lws_uid=uid,
                 pool=pool,
                 record=rname,
                 demand=demand,
-                pods=tuple(sorted(str(p["metadata"]["name"]) for p in live)),
-                gated=tuple(sorted(str(p["metadata"]["name"]) for p in live if _gated(p))),
+                pods=tuple(sorted(p.name for p in present)),
+                gated=tuple(sorted(p.name for p in present if p.gated)),
             )
             groups.append(gs)
             state_of[key] = gs
-            record = records.get((ns, rname))
-            cond = _condition(record, ADMITTED) if record else None
-            if cond is not None and cond.get("status") == "True" and isinstance(demand, GroupDemand):
-                placement = record.get("status", {}).get("placement", {}) if record else {}
-                admitted_groups.append(
-                    AdmittedGroup(
-                        key=key,
-                        pool=str((record or {}).get("status", {}).get("pool", pool)),
-                        demand=demand,
-                        nodes={int(k): str(v) for k, v in (placement or {}).items()},
-                        bound=frozenset(
-                            _pod_index(p) for p in pods if p.get("spec", {}).get("nodeName") and _live(p)
-                        ),
+            if record is not None:
+                wanted_records.add((ns, rname))
+            if record is not None and admitted:
+                status = _map(record.get("status"))
+                held_pool = str(status.get("pool") or pool)
+                if isinstance(demand, GroupDemand):
+                    admitted_groups.append(
+                        AdmittedGroup(
+                            key=key,
+                            pool=held_pool,
+                            demand=demand,
+                            nodes=_placement(status.get("placement")),
+                            bound=frozenset(p.worker for p in pods if p.bound and p.live),
+                        )
                     )
-                )
-                admitted_keys.add(key)
+                    if staying:
+                        ungate_keys.append(key)
+                else:
+                    held = _recorded_demand(record)
+                    admitted_groups.append(
+                        AdmittedGroup(
+                            key=key,
+                            pool=held_pool,
+                            demand=held,
+                            bound=frozenset(range(held.pod_count)),
+                        )
+                    )
+                    summary = format_resources(held.total) or "nothing recorded"
+                    message = (
+                        f"group {index} keeps its admission into pool {held_pool} ({summary}), "
+                        f"but its demand cannot be computed any more: {demand.message}; "
+                        "its new pods stay gated until the LeaderWorkerSet is fixed"
+                    )
+                    held_invalid.append(WaitStatus(gs, Reason.INVALID_SPEC, message, 0))
             else:
                 waiting_groups.append(
                     WaitingGroup(key=key, pool=pool, demand=demand, created=created, priority=priority)
                 )
 
-    result = plan(pools, snap.nodes, node_usage(snap.bound_pods), admitted_groups, waiting_groups)
+    result = plan(pools, snap.nodes, _usage(snap.bound_pods, problems), admitted_groups, waiting_groups)
 
-    create = tuple(g for g in groups if (g.key.namespace, g.record) not in records)
+    create = tuple(g for g in groups if (g.key.namespace, g.record) not in wanted_records)
     admit: list[Admit] = []
     for a in result.admit:
         gs = state_of[a.key]
         summary = format_resources(gs.demand.total) if isinstance(gs.demand, GroupDemand) else ""
         admit.append(Admit(group=gs, nodes=tuple(a.nodes), summary=summary))
-    ungate = tuple((k.namespace, pod) for k in sorted(admitted_keys) for pod in state_of[k].gated)
+    ungate = tuple((k.namespace, pod) for k in sorted(ungate_keys) for pod in state_of[k].gated)
     waiting: list[WaitStatus] = []
     for w in result.waiting:
         message = w.message
@@ -295,7 +521,41 @@ def decide(snap: Snapshot) -> Actions:
         pools=result.pools,
         invalid_pools=invalid_pools,
         plan=result,
+        held_invalid=tuple(held_invalid),
+        problems=tuple(sorted(problems)),
     )
+
+
+def _admitted_indices(
+    records: Mapping[tuple[str, str], Mapping[str, Any]], ns: str, name: str, uid: str
+) -> set[int]:
+    """Indices of this LWS incarnation's groups whose records say Admitted=True."""
+    found: set[int] = set()
+    for (rns, _), record in records.items():
+        spec = _map(record.get("spec"))
+        index = spec.get("groupIndex")
+        if (
+            rns == ns
+            and spec.get("leaderWorkerSet") == name
+            and spec.get("leaderWorkerSetUID") == uid
+            and isinstance(index, int)
+            and not isinstance(index, bool)
+            and index >= 0
+            and _is_admitted(record)
+        ):
+            found.add(index)
+    return found
+
+
+def _placement(value: object) -> dict[int, str]:
+    """A record's ``status.placement`` (pod index -> node), skipping unreadable entries."""
+    nodes: dict[int, str] = {}
+    for k, v in _map(value).items():
+        try:
+            nodes[int(k)] = str(v)
+        except ValueError:
+            continue
+    return nodes
 
 
 def new_record(group: GroupState, lws: Mapping[str, Any]) -> dict[str, Any]:

@@ -249,7 +249,7 @@ class Sandbox:
         if self.is_up():
             self.say(f"sandbox already running in {self.dir}")
             if gatekeeper and "gatekeeper" not in self.running():
-                self.apply(crd_manifests())
+                self._install_gatekeeper_objects()
                 self.start_gatekeeper()
             return
         if self.state_file.exists():
@@ -337,10 +337,7 @@ class Sandbox:
             )
             self._start_lws(state, installed["lws"], pki)
             self._wait_apiservices()
-            self.apply(crd_manifests())
-            self.apply(
-                [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": GATEKEEPER_NAMESPACE}}]
-            )
+            self._install_gatekeeper_objects()
             if gatekeeper:
                 self.start_gatekeeper()
             self.create_nodes(
@@ -563,6 +560,11 @@ class Sandbox:
         self.apply(lws_webhooks(lws, f"https://127.0.0.1:{p['lws_webhook']}", pki.ca_crt.read_bytes()))
 
     # ---- the gatekeeper -----------------------------------------------------------
+    def _install_gatekeeper_objects(self) -> None:
+        """The CRDs (Pool objects can be applied with or without the gatekeeper) and its namespace."""
+        self.apply(crd_manifests())
+        self.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": GATEKEEPER_NAMESPACE}}])
+
     def start_gatekeeper(self, name: str = "gatekeeper", *, register: bool = True) -> None:
         """Run ``lws-gatekeeper run`` from this Python against the sandbox and register its webhook.
 
@@ -571,6 +573,8 @@ class Sandbox:
         """
         state = self.state()
         p = state["ports"]
+        if "gk_webhook" not in p:  # a sandbox started by an older version, without a gatekeeper
+            p["gk_webhook"], p["gk_metrics"] = _free_ports(2)
         webhook_port = p["gk_webhook"] if name == "gatekeeper" else _free_ports(1)[0]
         metrics_port = p["gk_metrics"] if name == "gatekeeper" else _free_ports(1)[0]
         self._start(

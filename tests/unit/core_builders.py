@@ -11,6 +11,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from gatekeeper.core import (
+    POOL_LABEL,
+    SCHEDULING_GATE,
     GroupDemand,
     GroupKey,
     InvalidDemand,
@@ -20,6 +22,13 @@ from gatekeeper.core import (
     group_demand,
     parse_node,
     parse_pool,
+)
+from gatekeeper.core.reconcile import (
+    ADMITTED,
+    GROUP_INDEX_LABEL,
+    LWS_NAME_LABEL,
+    WORKER_INDEX_LABEL,
+    record_name,
 )
 
 GPU = "nvidia.com/gpu"
@@ -121,6 +130,32 @@ class LWSBuilder:
     def set(self, key: str, value: Any) -> LWSBuilder:
         """Set a raw key of ``spec.leaderWorkerTemplate`` (e.g. subGroupPolicy)."""
         self._template[key] = value
+        return self
+
+    def uid(self, uid: str) -> LWSBuilder:
+        self._obj["metadata"]["uid"] = uid
+        return self
+
+    def pool(self, name: str) -> LWSBuilder:
+        """Opt in: the label ``lws-gatekeeper.io/pool`` naming the pool."""
+        self._obj["metadata"].setdefault("labels", {})[POOL_LABEL] = name
+        return self
+
+    def age(self, seconds: int) -> LWSBuilder:
+        """Created ``seconds`` after T0."""
+        moment = T0 + timedelta(seconds=seconds)
+        self._obj["metadata"]["creationTimestamp"] = moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+        return self
+
+    def priority_class(self, name: str) -> LWSBuilder:
+        """``priorityClassName`` in every pod template present."""
+        for key in ("leaderTemplate", "workerTemplate"):
+            if key in self._template:
+                self._template[key]["spec"]["priorityClassName"] = name
+        return self
+
+    def deleting(self) -> LWSBuilder:
+        self._obj["metadata"]["deletionTimestamp"] = "2025-01-02T00:00:00Z"
         return self
 
     def obj(self) -> dict[str, Any]:
@@ -260,3 +295,89 @@ def waiting(
 def groups(name: str, count: int, demand: GroupDemand, **kwargs: Any) -> list[WaitingGroup]:
     """Groups 0..count-1 of one LWS."""
     return [waiting(name, i, demand, **kwargs) for i in range(count)]
+
+
+def lws_pod(
+    lws_name: str,
+    group: int,
+    worker: int = 0,
+    *,
+    pool: str = "a",
+    namespace: str = "default",
+    gated: bool = True,
+    node_name: str | None = None,
+    phase: str = "Pending",
+    deleting: bool = False,
+    gpu_limit: Any = 1,
+) -> dict[str, Any]:
+    """A pod of an LWS group as the LWS controller names and labels it (leader: ``vllm-0``,
+    worker: ``vllm-0-1``), with the pool label and, unless told otherwise, the gate."""
+    name = f"{lws_name}-{group}" if worker == 0 else f"{lws_name}-{group}-{worker}"
+    meta: dict[str, Any] = {
+        "name": name,
+        "namespace": namespace,
+        "labels": {
+            LWS_NAME_LABEL: lws_name,
+            GROUP_INDEX_LABEL: str(group),
+            WORKER_INDEX_LABEL: str(worker),
+            POOL_LABEL: pool,
+        },
+    }
+    if deleting:
+        meta["deletionTimestamp"] = "2025-01-02T00:00:00Z"
+    spec = pod_spec(ctr(gpu_limit=gpu_limit), node_name=node_name)
+    if gated:
+        spec["schedulingGates"] = [{"name": SCHEDULING_GATE}]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": {"phase": phase}}
+
+
+def record(
+    lws_obj: dict[str, Any],
+    index: int,
+    *,
+    admitted: bool | None = None,
+    reason: str = "WaitingForQuota",
+    pool: str | None = None,
+    demand: dict[str, str] | None = None,
+    pods: int | None = None,
+    placement: dict[str, str] | None = None,
+    uid: str | None = None,
+) -> dict[str, Any]:
+    """The GroupAdmission record of group ``index`` of ``lws_obj`` (as the controller writes it).
+
+    ``admitted`` None: just created, no status yet; True/False: the ``Admitted`` condition.
+    ``uid`` overrides the LWS's UID (a record of an earlier LWS of the same name).
+    """
+    meta = lws_obj["metadata"]
+    name, namespace = meta["name"], meta.get("namespace", "default")
+    owner_uid = uid if uid is not None else meta["uid"]
+    obj: dict[str, Any] = {
+        "apiVersion": "lws-gatekeeper.io/v1alpha1",
+        "kind": "GroupAdmission",
+        "metadata": {
+            "name": record_name(name, owner_uid, index),
+            "namespace": namespace,
+            "labels": {LWS_NAME_LABEL: name, GROUP_INDEX_LABEL: str(index)},
+        },
+        "spec": {"leaderWorkerSet": name, "leaderWorkerSetUID": owner_uid, "groupIndex": index},
+    }
+    if admitted is not None:
+        status: dict[str, Any] = {
+            "pool": pool if pool is not None else meta.get("labels", {}).get(POOL_LABEL, ""),
+            "conditions": [
+                {
+                    "type": ADMITTED,
+                    "status": "True" if admitted else "False",
+                    "reason": "Admitted" if admitted else reason,
+                    "message": "",
+                }
+            ],
+        }
+        if demand is not None:
+            status["demand"] = demand
+        if pods is not None:
+            status["pods"] = pods
+        if placement is not None:
+            status["placement"] = placement
+        obj["status"] = status
+    return obj

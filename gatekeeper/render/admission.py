@@ -1,0 +1,105 @@
+"""The admission policies of ``policies/`` as objects, with the gatekeeper's identity filled in.
+
+Why this exists: the policies are plain YAML a person can read and ``kubectl apply``, but
+whoever installs them programmatically (``sandbox up``, the chart's tests, the policy
+end-to-end tests) needs them as objects and must fill one value: who may remove the
+scheduling gate (the gatekeeper's ServiceAccount, or the sandbox's admin user). That
+value is a CEL list written into the gate-protection policy (see the comment in
+``policies/gate-protection.yaml`` for why it is not a parameter object).
+
+Where the files come from: ``policies/`` at the repository root, reached through the
+symbolic link ``gatekeeper/render/policies`` (packaged like the render templates).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from importlib import resources
+from importlib.resources.abc import Traversable
+from typing import Any
+
+import yaml
+
+__all__ = [
+    "ALLOWED_USERNAMES_VARIABLE",
+    "GATE_PROTECTION",
+    "POLICY_FILES",
+    "PoliciesMissing",
+    "cel_string_list",
+    "load_policies",
+    "policies_dir",
+    "service_account_username",
+]
+
+GATE_PROTECTION = "gate-protection"
+POLICY_FILES = (GATE_PROTECTION, "gate-injection", "pool-label")
+"""The policy files (without ``.yaml``): each holds its policies and their bindings."""
+ALLOWED_USERNAMES_VARIABLE = "allowedUsernames"
+"""The gate-protection policy's variable that lists who may remove the gate."""
+
+
+class PoliciesMissing(RuntimeError):
+    """The package was installed without its policies."""
+
+
+def service_account_username(namespace: str, name: str) -> str:
+    """The username the API server gives a ServiceAccount's tokens."""
+    return f"system:serviceaccount:{namespace}:{name}"
+
+
+def policies_dir() -> Traversable:
+    folder = resources.files("gatekeeper.render").joinpath("policies")
+    if not folder.is_dir() or not folder.joinpath(f"{GATE_PROTECTION}.yaml").is_file():
+        raise PoliciesMissing(
+            f"the admission policies are missing from {folder}: it should be a link to the "
+            "repository's policies/ folder (a source checkout) or hold its files (a wheel). "
+            "Reinstall lws-gatekeeper, or restore the link with "
+            "`ln -s ../../policies gatekeeper/render/policies`."
+        )
+    return folder
+
+
+def load_policies(
+    names: Iterable[str] = POLICY_FILES, *, allowed_usernames: Sequence[str] | None = None
+) -> list[dict[str, Any]]:
+    """The objects of the named policy files, in file order.
+
+    ``allowed_usernames`` replaces the gate-protection policy's list of identities that may
+    remove the gate (None keeps the file's default, the chart's default ServiceAccount).
+    """
+    folder = policies_dir()
+    objects: list[dict[str, Any]] = []
+    for name in names:
+        if name not in POLICY_FILES:
+            raise ValueError(f"unknown policy file {name!r}; known: {', '.join(POLICY_FILES)}")
+        text = folder.joinpath(f"{name}.yaml").read_text(encoding="utf-8")
+        objects.extend(doc for doc in yaml.safe_load_all(text) if doc)
+    if allowed_usernames is not None:
+        _set_allowed_usernames(objects, allowed_usernames)
+    return objects
+
+
+def cel_string_list(values: Sequence[str]) -> str:
+    """A CEL list literal of strings: ``['a', 'b']`` (backslashes and quotes escaped)."""
+    quoted = ("'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'" for value in values)
+    return "[" + ", ".join(quoted) + "]"
+
+
+def _set_allowed_usernames(objects: list[dict[str, Any]], usernames: Sequence[str]) -> None:
+    if not usernames or any(not u or u != u.strip() for u in usernames):
+        raise ValueError(
+            f"allowed_usernames: give at least one username, without blanks, got {list(usernames)!r}"
+        )
+    found = False
+    for obj in objects:
+        if obj.get("kind") != "ValidatingAdmissionPolicy":
+            continue
+        for variable in obj.get("spec", {}).get("variables", []):
+            if variable.get("name") == ALLOWED_USERNAMES_VARIABLE:
+                variable["expression"] = cel_string_list(usernames)
+                found = True
+    if not found:
+        raise ValueError(
+            f"allowed_usernames given, but no ValidatingAdmissionPolicy has a variable "
+            f"{ALLOWED_USERNAMES_VARIABLE!r} (include {GATE_PROTECTION!r} in names)"
+        )

@@ -1,0 +1,73 @@
+"""``lws-gatekeeper render POOLS.yaml``: the reserved pools as objects for one backend.
+
+Why this exists: the click command is kept beside the render logic so that the program's
+main module only registers it (``main.add_command(render_cmd, "render")``). Without
+``-o`` the objects go to standard output, ready for ``| kubectl apply -f -``; with
+``-o DIR`` each pool's objects go to ``DIR/<backend>-<pool>.yaml``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from gatekeeper.render.manifests import Backend, TemplatesMissing, render, render_stream
+from gatekeeper.render.pools import PoolsError, parse_pools
+
+__all__ = ["render_cmd"]
+
+
+@click.command("render")
+@click.argument("pools_file", metavar="POOLS.yaml", type=click.Path(dir_okay=False, allow_dash=True))
+@click.option(
+    "--backend",
+    type=click.Choice([b.value for b in Backend]),
+    default=Backend.POOLS.value,
+    show_default=True,
+    help="pools: Pool objects; kueue: ResourceFlavor, ClusterQueue and LocalQueues; volcano: Queues.",
+)
+@click.option(
+    "-o",
+    "--output-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Write DIR/<backend>-<pool>.yaml per pool instead of printing one stream.",
+)
+def render_cmd(pools_file: str, backend: str, output_dir: Path | None) -> None:
+    """Render the reserved pools described in POOLS.yaml ('-': standard input) for a backend.
+
+    \b
+    POOLS.yaml:
+      pools:
+        - name: on-demand              # names the objects; LWSs opt in with
+                                       # lws-gatekeeper.io/pool=on-demand
+          nodeLabels: {pool: on-demand}
+          gpus: 4                      # quota of gpuResource
+          gpuResource: nvidia.com/gpu  # optional, this is the default
+          namespaces: [team-a, team-b] # who may use it
+          queueingStrategy: BestEffortFIFO  # optional, or StrictFIFO
+    """
+    if pools_file == "-":
+        source, text = "<stdin>", sys.stdin.read()
+    else:
+        path = Path(pools_file)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise click.ClickException(f"cannot read {pools_file}: {exc.strerror or exc}") from exc
+        source = pools_file
+    try:
+        pools = parse_pools(text, source)
+        if output_dir is None:
+            click.echo(render_stream(pools, backend), nl=False)
+            return
+        rendered = render(pools, backend)
+    except (PoolsError, TemplatesMissing) as exc:
+        raise click.ClickException(str(exc)) from exc
+    output_dir.mkdir(parents=True, exist_ok=True)
+    for r in rendered:
+        target = output_dir / r.file_name
+        target.write_text(r.text, encoding="utf-8")
+        click.echo(f"wrote {target}", err=True)

@@ -1,0 +1,155 @@
+"""Cluster objects for the reserved pools, per backend, from the jinja2 templates in ``templates/``.
+
+Why this exists: the same few lines of pool description become a ``Pool`` (built-in
+backend), a Kueue ResourceFlavor + ClusterQueue + LocalQueues, or a Volcano Queue. The
+shapes live in templates a person can read next to the backends' docs; this module only
+feeds them checked values (see ``pools.py``) and quotes every string for YAML, so a
+label value such as ``"true"`` or ``"1"`` stays a string.
+
+Where the templates come from: the source of truth is ``templates/`` at the repository
+root (DESIGN.md's layout). ``gatekeeper/render/templates`` is a symbolic link to it, so
+the package finds them with ``importlib.resources`` both from a source checkout
+(``pip install -e .``) and from a built wheel, where setuptools copies the linked files
+in as package data (``[tool.setuptools.package-data]``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from importlib import resources
+from importlib.resources.abc import Traversable
+
+import jinja2
+import yaml
+
+from gatekeeper.core.pool import POOL_API_VERSION, POOL_KIND
+from gatekeeper.render.pools import PoolsFile, PoolSpec
+
+__all__ = [
+    "KUEUE_API_VERSION",
+    "MANAGED_BY",
+    "VOLCANO_API_VERSION",
+    "Backend",
+    "RenderedPool",
+    "TemplatesMissing",
+    "render",
+    "render_stream",
+    "templates_dir",
+]
+
+KUEUE_API_VERSION = "kueue.x-k8s.io/v1beta2"
+"""Served by Kueue v0.19 (storage version there; v1beta1 deprecated) and the only one from v0.20 on."""
+VOLCANO_API_VERSION = "scheduling.volcano.sh/v1beta1"
+MANAGED_BY = "lws-gatekeeper-render"
+"""Value of app.kubernetes.io/managed-by on every rendered object (select them with -l)."""
+
+
+class Backend(StrEnum):
+    """The quota backends a description renders for (DESIGN.md, step 3)."""
+
+    POOLS = "pools"
+    KUEUE = "kueue"
+    VOLCANO = "volcano"
+
+
+class TemplatesMissing(RuntimeError):
+    """The package was installed without its templates."""
+
+
+@dataclass(frozen=True)
+class RenderedPool:
+    """One pool's objects for one backend, as a YAML stream (one or more documents)."""
+
+    pool: str
+    backend: Backend
+    text: str
+
+    @property
+    def file_name(self) -> str:
+        """Where ``render -o DIR`` writes it."""
+        return f"{self.backend.value}-{self.pool}.yaml"
+
+
+def templates_dir() -> Traversable:
+    """The templates folder shipped with the package; TemplatesMissing names the fix if absent."""
+    folder = resources.files("gatekeeper.render").joinpath("templates")
+    if not folder.is_dir() or not folder.joinpath(_template(Backend.POOLS)).is_file():
+        raise TemplatesMissing(
+            f"the render templates are missing from {folder}: it should be a link to the "
+            "repository's templates/ folder (a source checkout) or hold its files (a wheel). "
+            "Reinstall lws-gatekeeper, or restore the link with "
+            "`ln -s ../../templates gatekeeper/render/templates`."
+        )
+    return folder
+
+
+def render(pools: PoolsFile, backend: Backend | str) -> list[RenderedPool]:
+    """Each pool's objects for ``backend``, in the description's order."""
+    backend = Backend(backend)
+    template = _environment().get_template(_template(backend))
+    return [
+        RenderedPool(pool.name, backend, template.render(_context(pool)).rstrip("\n") + "\n")
+        for pool in pools.pools
+    ]
+
+
+def render_stream(pools: PoolsFile, backend: Backend | str) -> str:
+    """All pools' objects as one YAML stream (what ``render`` prints without ``-o``)."""
+    return "---\n".join(rendered.text for rendered in render(pools, backend))
+
+
+def _template(backend: Backend) -> str:
+    return f"{backend.value}.yaml.j2"
+
+
+def _environment() -> jinja2.Environment:
+    folder = templates_dir()
+
+    def load(name: str) -> str | None:
+        path = folder.joinpath(name)
+        return path.read_text(encoding="utf-8") if path.is_file() else None
+
+    env = jinja2.Environment(
+        loader=jinja2.FunctionLoader(load),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,  # YAML, not HTML: strings are quoted by the `q` filter instead
+    )
+    env.filters["q"] = _quote
+    env.filters["labels"] = _labels
+    return env
+
+
+def _context(pool: PoolSpec) -> dict[str, object]:
+    return {
+        "pool": pool,
+        "api_version": POOL_API_VERSION,
+        "kind": POOL_KIND,
+        "kueue_api_version": KUEUE_API_VERSION,
+        "volcano_api_version": VOLCANO_API_VERSION,
+        "managed_by": MANAGED_BY,
+    }
+
+
+def _quote(value: object) -> str:
+    """A string as a YAML scalar that stays a string for every YAML parser.
+
+    Plain when it is obviously a word (on-demand, nvidia.com/gpu); otherwise JSON's
+    double-quoted form, which is valid YAML: ``"true"``, ``"1"``, ``"1e3"``, ``"no"``.
+    """
+    text = str(value)
+    if _PLAIN.match(text) and text.lower() not in _YAML11_WORDS and yaml.safe_load(text) == text:
+        return text
+    return json.dumps(text)
+
+
+_PLAIN = re.compile(r"^[A-Za-z][-A-Za-z0-9_./]*$")
+_YAML11_WORDS = frozenset({"y", "yes", "n", "no", "true", "false", "on", "off", "null"})
+
+
+def _labels(labels: Mapping[str, str]) -> str:
+    return ", ".join(f"{key}={value}" for key, value in labels.items())

@@ -1,0 +1,397 @@
+"""``lws-gatekeeper render``: golden files per backend, and errors that name line and field.
+
+The golden files under ``tests/unit/golden/`` are the rendering of ``examples/pools.yaml``
+(the example users see) for each backend. After a deliberate change to a template,
+regenerate them and review the diff:
+
+    UPDATE_GOLDEN=1 .venv/bin/pytest tests/unit/test_render.py
+
+Whether the API server accepts the rendered objects is the end-to-end test's business
+(tests/e2e/test_render.py); here: shape, quoting, determinism and error messages.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from gatekeeper.core.names import POOL_LABEL
+from gatekeeper.render import Backend, PoolsError, parse_pools, render, render_stream
+from gatekeeper.render.cli import render_cmd
+from gatekeeper.render.manifests import KUEUE_API_VERSION, MANAGED_BY, VOLCANO_API_VERSION, templates_dir
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "pools.yaml"
+GOLDEN = Path(__file__).parent / "golden"
+UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
+
+
+def _docs(text: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(text) if d is not None]
+
+
+def _pools(body: str) -> str:
+    return "pools:\n" + body
+
+
+ONE_POOL = _pools(
+    """\
+  - name: on-demand
+    nodeLabels: {pool: on-demand}
+    gpus: 4
+    namespaces: [team-a, team-b]
+"""
+)
+
+
+# ---- golden files -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", list(Backend))
+def test_example_renders_as_the_golden_file(backend: Backend) -> None:
+    got = render_stream(parse_pools(EXAMPLE.read_text(), "examples/pools.yaml"), backend)
+    golden = GOLDEN / f"render-{backend.value}.yaml"
+    if UPDATE:
+        golden.write_text(got)
+    assert golden.exists(), f"{golden} is missing: run UPDATE_GOLDEN=1 pytest {__file__}"
+    assert got == golden.read_text(), f"{golden} differs; if intended: UPDATE_GOLDEN=1 pytest {__file__}"
+
+
+def test_the_templates_are_found_through_the_package() -> None:
+    folder = templates_dir()
+    assert {b.value for b in Backend} <= {p.name.split(".")[0] for p in folder.iterdir()}
+
+
+# ---- shapes -----------------------------------------------------------------------------
+
+
+def test_pools_backend_one_pool_object_per_pool() -> None:
+    docs = _docs(render_stream(parse_pools(EXAMPLE.read_text()), Backend.POOLS))
+    assert [(d["kind"], d["metadata"]["name"]) for d in docs] == [
+        ("Pool", "on-demand"),
+        ("Pool", "reserved-h100"),
+    ]
+    on_demand = docs[0]
+    assert on_demand["apiVersion"] == "lws-gatekeeper.io/v1alpha1"
+    assert "namespace" not in on_demand["metadata"]  # cluster-scoped
+    assert on_demand["metadata"]["labels"] == {"app.kubernetes.io/managed-by": MANAGED_BY}
+    assert on_demand["spec"] == {
+        "nodeSelector": {"pool": "on-demand"},
+        "quota": {"nvidia.com/gpu": 4},
+        "queueingStrategy": "BestEffortFIFO",
+    }
+    assert docs[1]["spec"]["queueingStrategy"] == "StrictFIFO"
+
+
+def test_kueue_backend_flavor_cluster_queue_and_a_local_queue_per_namespace() -> None:
+    docs = _docs(render_stream(parse_pools(ONE_POOL), Backend.KUEUE))
+    assert [(d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"]) for d in docs] == [
+        ("ResourceFlavor", None, "on-demand"),
+        ("ClusterQueue", None, "on-demand"),
+        ("LocalQueue", "team-a", "on-demand"),
+        ("LocalQueue", "team-b", "on-demand"),
+    ]
+    assert {d["apiVersion"] for d in docs} == {KUEUE_API_VERSION}
+    flavor, cq, lq, _ = docs
+    assert flavor["spec"] == {"nodeLabels": {"pool": "on-demand"}}
+    assert cq["spec"] == {
+        "namespaceSelector": {
+            "matchExpressions": [
+                {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["team-a", "team-b"]}
+            ]
+        },
+        "queueingStrategy": "BestEffortFIFO",
+        "resourceGroups": [
+            {
+                "coveredResources": ["nvidia.com/gpu"],
+                "flavors": [
+                    {"name": "on-demand", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 4}]}
+                ],
+            }
+        ],
+    }
+    assert lq["spec"] == {"clusterQueue": "on-demand"}
+
+
+def test_volcano_backend_one_queue_per_pool() -> None:
+    text = ONE_POOL.replace("gpus: 4", "gpus: 4\n    gpuResource: amd.com/gpu")
+    (queue,) = _docs(render_stream(parse_pools(text), Backend.VOLCANO))
+    assert queue["apiVersion"] == VOLCANO_API_VERSION
+    assert queue["kind"] == "Queue"
+    assert queue["spec"] == {"weight": 1, "reclaimable": False, "capability": {"amd.com/gpu": 4}}
+
+
+@pytest.mark.parametrize("backend", list(Backend))
+def test_strings_that_look_like_other_yaml_types_stay_strings(backend: Backend) -> None:
+    text = _pools(
+        """\
+  - name: 1e3
+    nodeLabels: {"gpu": "true", "zone": "1", example.com/on: "no", tier: "0.5"}
+    gpus: 2
+    namespaces: ["123", "null"]
+"""
+    )
+    docs = _docs(render_stream(parse_pools(text), backend))
+    for doc in docs:
+        assert doc["metadata"]["name"] == "1e3"
+    labels = {"gpu": "true", "zone": "1", "example.com/on": "no", "tier": "0.5"}
+    first = docs[0]["spec"]
+    if backend is Backend.POOLS:
+        assert first["nodeSelector"] == labels
+    elif backend is Backend.KUEUE:
+        assert first["nodeLabels"] == labels
+        assert [d["metadata"]["namespace"] for d in docs[2:]] == ["123", "null"]
+
+
+def test_rendering_is_deterministic_and_split_per_pool() -> None:
+    pools = parse_pools(EXAMPLE.read_text())
+    first = render(pools, "kueue")
+    assert first == render(pools, "kueue")
+    assert [(r.pool, r.file_name) for r in first] == [
+        ("on-demand", "kueue-on-demand.yaml"),
+        ("reserved-h100", "kueue-reserved-h100.yaml"),
+    ]
+    assert render_stream(pools, "kueue") == "---\n".join(r.text for r in first)
+
+
+def test_the_example_is_what_the_docs_say() -> None:
+    pools = parse_pools(EXAMPLE.read_text())
+    assert [p.name for p in pools.pools] == ["on-demand", "reserved-h100"]
+    assert POOL_LABEL in EXAMPLE.read_text()  # it tells users how an LWS opts in
+
+
+# ---- errors ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        pytest.param(
+            ONE_POOL.replace("gpus: 4", "gpus: four"),
+            'pools.yaml line 4: pools[0].gpus: must be a positive integer, got "four"',
+            id="gpus-word",
+        ),
+        pytest.param(
+            ONE_POOL.replace("gpus: 4", "gpus: 0"),
+            "pools.yaml line 4: pools[0].gpus: must be a positive integer, got 0 (a number)",
+            id="gpus-zero",
+        ),
+        pytest.param(
+            ONE_POOL.replace("gpus: 4", "gpus: 1.5"),
+            "pools.yaml line 4: pools[0].gpus: must be a positive integer, got 1.5 (a number)",
+            id="gpus-fraction",
+        ),
+        pytest.param(
+            ONE_POOL.replace("gpus: 4", "gpus: yes"),
+            "pools.yaml line 4: pools[0].gpus: must be a positive integer, got yes (a boolean)",
+            id="gpus-bool",
+        ),
+        pytest.param(
+            ONE_POOL.replace("gpus: 4", "gpus:"),
+            "pools.yaml line 4: pools[0].gpus: must be a positive integer, got nothing",
+            id="gpus-empty",
+        ),
+        pytest.param(
+            ONE_POOL.replace("gpus: 4", "gpus: 4\n    gpu: 4"),
+            "pools.yaml line 5: pools[0].gpu: unknown field (did you mean gpus? known: name, "
+            "nodeLabels, gpus, gpuResource, namespaces, queueingStrategy)",
+            id="unknown-field",
+        ),
+        pytest.param(
+            ONE_POOL.replace("gpus: 4", "gpus: 4\n    gpus: 8"),
+            "pools.yaml line 5: pools[0].gpus: appears twice",
+            id="duplicate-key",
+        ),
+        pytest.param(
+            ONE_POOL.replace("    gpus: 4\n", ""),
+            "pools.yaml line 2: pools[0]: missing required field `gpus`",
+            id="missing-field",
+        ),
+        pytest.param(
+            ONE_POOL.replace("{pool: on-demand}", "{pool: true}"),
+            "pools.yaml line 3: pools[0].nodeLabels.pool: must be a string, got true (a boolean); "
+            'quote it: "true"',
+            id="label-value-bool",
+        ),
+        pytest.param(
+            ONE_POOL.replace("{pool: on-demand}", '{"bad key": x}'),
+            'pools.yaml line 3: pools[0].nodeLabels["bad key"]: must be a label key such as pool or '
+            'example.com/pool, got "bad key"',
+            id="label-key",
+        ),
+        pytest.param(
+            ONE_POOL.replace("{pool: on-demand}", "{pool: -x-}"),
+            "pools.yaml line 3: pools[0].nodeLabels.pool: must be a label value (at most 63 letters, "
+            "digits, '-', '_' or '.', starting and ending with a letter or digit), got \"-x-\"",
+            id="label-value",
+        ),
+        pytest.param(
+            ONE_POOL.replace("{pool: on-demand}", "{}"),
+            "pools.yaml line 3: pools[0].nodeLabels: must hold at least one label (those that select "
+            "the pool's nodes)",
+            id="no-labels",
+        ),
+        pytest.param(
+            ONE_POOL.replace("{pool: on-demand}", "{" + ", ".join(f"l{i}: v" for i in range(9)) + "}"),
+            "pools.yaml line 3: pools[0].nodeLabels: at most 8 labels (Kueue's limit), got 9",
+            id="too-many-labels",
+        ),
+        pytest.param(
+            ONE_POOL.replace("name: on-demand", "name: On_Demand"),
+            "pools.yaml line 2: pools[0].name: must be a lowercase name of at most 63 characters "
+            "(letters, digits, '-' and '.', starting and ending with a letter or digit), as it names "
+            'cluster objects and is the value of the label lws-gatekeeper.io/pool, got "On_Demand"',
+            id="pool-name",
+        ),
+        pytest.param(
+            ONE_POOL.replace("[team-a, team-b]", "[team-a, team-a]"),
+            'pools.yaml line 5: pools[0].namespaces[1]: "team-a" is listed twice',
+            id="namespace-twice",
+        ),
+        pytest.param(
+            ONE_POOL.replace("[team-a, team-b]", "[Team_A]"),
+            "pools.yaml line 5: pools[0].namespaces[0]: must be a namespace name (at most 63 "
+            "lowercase letters, digits and '-'), got \"Team_A\"",
+            id="namespace-name",
+        ),
+        pytest.param(
+            ONE_POOL.replace("[team-a, team-b]", "team-a"),
+            'pools.yaml line 5: pools[0].namespaces: must be a list, got "team-a"',
+            id="namespaces-not-a-list",
+        ),
+        pytest.param(
+            ONE_POOL.replace("[team-a, team-b]", "[]"),
+            "pools.yaml line 5: pools[0].namespaces: must list at least one namespace that may use the pool",
+            id="namespaces-empty",
+        ),
+        pytest.param(
+            ONE_POOL + "    gpuResource: gpu\n",
+            "pools.yaml line 6: pools[0].gpuResource: must be an extended resource name such as "
+            'nvidia.com/gpu or amd.com/gpu, got "gpu"',
+            id="gpu-resource",
+        ),
+        pytest.param(
+            ONE_POOL + "    queueingStrategy: FIFO\n",
+            "pools.yaml line 6: pools[0].queueingStrategy: must be one of BestEffortFIFO, StrictFIFO, "
+            'got "FIFO"',
+            id="strategy",
+        ),
+        pytest.param(
+            ONE_POOL + ONE_POOL.removeprefix("pools:\n"),
+            'pools.yaml line 6: pools[1].name: "on-demand" is already the name of pools[0]',
+            id="pool-twice",
+        ),
+        pytest.param(
+            "pools: []\n",
+            "pools.yaml line 1: pools: must list at least one pool",
+            id="no-pools",
+        ),
+        pytest.param(
+            "- name: on-demand\n",
+            "pools.yaml line 1: must be a mapping, got a list",
+            id="root-list",
+        ),
+        pytest.param(
+            "",
+            "pools.yaml: is empty; expected a mapping with a `pools:` list",
+            id="empty-file",
+        ),
+        pytest.param(
+            "pools:\n  - name: [on-demand\n",
+            "pools.yaml line 3: not valid YAML: while parsing a flow sequence, expected ',' or ']', "
+            "but got '<stream end>'",
+            id="bad-yaml",
+        ),
+        pytest.param(
+            ONE_POOL + "---\n" + ONE_POOL,
+            "pools.yaml line 6: not valid YAML: expected a single document in the stream, "
+            "but found another document",
+            id="two-documents",
+        ),
+        pytest.param(
+            ONE_POOL.replace("gpus: 4", "gpus: !four 4"),
+            'pools.yaml line 4: pools[0].gpus: must be a positive integer, got "4"',
+            id="unknown-tag",
+        ),
+    ],
+)
+def test_a_bad_description_names_line_and_field(text: str, message: str) -> None:
+    with pytest.raises(PoolsError) as err:
+        parse_pools(text, "pools.yaml")
+    assert str(err.value) == message
+
+
+def test_every_problem_is_reported_in_line_order() -> None:
+    text = _pools(
+        """\
+  - name: a
+    nodeLabels: {pool: a}
+    gpus: 0
+    namespaces: [x]
+    color: blue
+  - name: b
+    gpus: two
+    namespaces: [x]
+"""
+    )
+    with pytest.raises(PoolsError) as err:
+        parse_pools(text, "p.yaml")
+    assert err.value.problems == [
+        "p.yaml line 4: pools[0].gpus: must be a positive integer, got 0 (a number)",
+        "p.yaml line 6: pools[0].color: unknown field (known: name, nodeLabels, gpus, gpuResource, "
+        "namespaces, queueingStrategy)",
+        "p.yaml line 7: pools[1]: missing required field `nodeLabels`",
+        'p.yaml line 8: pools[1].gpus: must be a positive integer, got "two"',
+    ]
+
+
+# ---- the command --------------------------------------------------------------------------
+
+
+def test_cli_prints_one_stream() -> None:
+    result = CliRunner().invoke(render_cmd, [str(EXAMPLE), "--backend", "volcano"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout == (GOLDEN / "render-volcano.yaml").read_text()
+
+
+def test_cli_reads_standard_input() -> None:
+    result = CliRunner().invoke(render_cmd, ["-"], input=ONE_POOL)
+    assert result.exit_code == 0, result.output
+    assert [d["kind"] for d in _docs(result.stdout)] == ["Pool"]
+
+
+def test_cli_writes_one_file_per_pool(tmp_path: Path) -> None:
+    out = tmp_path / "manifests"
+    result = CliRunner().invoke(render_cmd, [str(EXAMPLE), "--backend", "kueue", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in out.iterdir()) == ["kueue-on-demand.yaml", "kueue-reserved-h100.yaml"]
+    assert f"wrote {out / 'kueue-on-demand.yaml'}" in result.stderr
+    assert result.stdout == ""
+    kinds = [d["kind"] for d in _docs((out / "kueue-on-demand.yaml").read_text())]
+    assert kinds == ["ResourceFlavor", "ClusterQueue", "LocalQueue", "LocalQueue"]
+
+
+def test_cli_error_names_the_file_line_and_field(tmp_path: Path) -> None:
+    bad = tmp_path / "pools.yaml"
+    bad.write_text(ONE_POOL.replace("gpus: 4", "gpus: four"))
+    result = CliRunner().invoke(render_cmd, [str(bad)])
+    assert result.exit_code == 1
+    assert result.stdout == ""
+    assert f'Error: {bad} line 4: pools[0].gpus: must be a positive integer, got "four"' in result.stderr
+
+
+def test_cli_missing_file(tmp_path: Path) -> None:
+    result = CliRunner().invoke(render_cmd, [str(tmp_path / "nope.yaml")])
+    assert result.exit_code == 1
+    assert f"cannot read {tmp_path / 'nope.yaml'}: No such file or directory" in result.stderr
+
+
+def test_cli_rejects_an_unknown_backend() -> None:
+    result = CliRunner().invoke(render_cmd, [str(EXAMPLE), "--backend", "yunikorn"])
+    assert result.exit_code == 2
+    assert "'yunikorn' is not one of 'pools', 'kueue', 'volcano'" in result.stderr
