@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -86,8 +86,11 @@ def _describe(st: PoolStatus) -> str:
 class Reconciler:
     """Owns the informers and runs passes whenever something changed (and every ``resync`` s)."""
 
-    def __init__(self, api: kr8s.asyncio.Api, *, resync: float = 10.0, debounce: float = 0.05) -> None:
+    def __init__(
+        self, api: kr8s.asyncio.Api, *, resync: float = 10.0, debounce: float = 0.05, concurrency: int = 16
+    ) -> None:
         self.api = api
+        self.concurrency = concurrency
         self.kube = k.Kube(api)
         self.resync = resync
         self.debounce = debounce
@@ -155,31 +158,35 @@ class Reconciler:
         )
 
     async def reconcile_once(self) -> Actions:
+        """One pass. Writes of different groups run concurrently (at most ``concurrency`` in
+        flight); within a group the order holds: its record is admitted before its gates go."""
         start = time.monotonic()
         actions = decide(self.snapshot())
         self.passes += 1
-        for ns, name in actions.release:
-            log.info("releasing %s/%s", ns, name)
-            await self.kube.delete(k.RECORDS, name, ns)
+        limiter = anyio.CapacityLimiter(self.concurrency)
+
+        async def limited(fn: Callable[..., Awaitable[None]], *args: Any) -> None:
+            async with limiter:
+                await fn(*args)
+
+        async with anyio.create_task_group() as tg:
+            for ns, name in actions.release:
+                log.info("releasing %s/%s", ns, name)
+                tg.start_soon(limited, self.kube.delete, k.RECORDS, name, ns)
         created: dict[tuple[str, str], dict[str, Any]] = {}
-        for group in actions.create_records:
-            lws = self.lws.get(group.key.namespace, group.key.name)
-            if lws is None:
-                continue
-            try:
-                obj = await self.kube.create(k.RECORDS, new_record(group, lws))
-            except k.Conflict:
-                continue  # already there: the next pass sees it
-            created[(group.key.namespace, group.record)] = obj
-        for admit in actions.admit:
-            await self._admit(admit, created)
-        for ns, pod in actions.ungate:
-            await self._ungate(ns, pod)
-        for wait in actions.waiting:
-            await self._wait(wait, created)
-        for held in actions.held_invalid:
-            # Its record keeps Admitted=True (the reservation stays); only people are told.
-            await self._event_once(held.group, str(held.reason), held.message, warning=True)
+        async with anyio.create_task_group() as tg:
+            for group in actions.create_records:
+                tg.start_soon(limited, self._create_record, group, created)
+        async with anyio.create_task_group() as tg:
+            for admit in actions.admit:
+                tg.start_soon(self._admit, admit, created, limited)
+            for ns, pod in actions.ungate:
+                tg.start_soon(limited, self._ungate, ns, pod)
+            for wait in actions.waiting:
+                tg.start_soon(limited, self._wait, wait, created)
+            for held in actions.held_invalid:
+                # Its record keeps Admitted=True (the reservation stays); only people are told.
+                tg.start_soon(limited, self._held_invalid, held)
         problems = set(actions.problems)
         for problem in sorted(problems - self._problems):
             log.warning("ignored: %s", problem)
@@ -188,6 +195,19 @@ class Reconciler:
         PASS_SECONDS.observe(time.monotonic() - start)
         return actions
 
+    async def _create_record(self, group: GroupState, created: dict[tuple[str, str], dict[str, Any]]) -> None:
+        lws = self.lws.get(group.key.namespace, group.key.name)
+        if lws is None:
+            return
+        try:
+            obj = await self.kube.create(k.RECORDS, new_record(group, lws))
+        except k.Conflict:
+            return  # already there: the next pass sees it
+        created[(group.key.namespace, group.record)] = obj
+
+    async def _held_invalid(self, held: WaitStatus) -> None:
+        await self._event_once(held.group, str(held.reason), held.message, warning=True)
+
     def _record(
         self, group: GroupState, created: Mapping[tuple[str, str], dict[str, Any]]
     ) -> dict[str, Any] | None:
@@ -195,7 +215,12 @@ class Reconciler:
             group.key.namespace, group.record
         )
 
-    async def _admit(self, admit: Admit, created: Mapping[tuple[str, str], dict[str, Any]]) -> None:
+    async def _admit(
+        self,
+        admit: Admit,
+        created: Mapping[tuple[str, str], dict[str, Any]],
+        limited: Callable[..., Coroutine[Any, Any, None]],
+    ) -> None:
         group = admit.group
         record = self._record(group, created)
         if record is None:
@@ -224,13 +249,7 @@ class Reconciler:
         }
         try:
             # The record first, guarded by its resourceVersion: never admitted twice.
-            await self.kube.patch_status(
-                k.RECORDS,
-                group.record,
-                group.key.namespace,
-                status,
-                resource_version=str(record["metadata"].get("resourceVersion", "")) or None,
-            )
+            await limited(self._patch_record_status, group, status, record)
         except k.Conflict as exc:
             log.info("admission of %s deferred (record changed): %s", group.key, exc)
             self._dirty.set()
@@ -246,11 +265,23 @@ class Reconciler:
         # Admitted before its first pod was even created: its pods never wait.
         WAIT_SECONDS.labels(group.pool).observe(max(0.0, time.time() - min(stamps)) if stamps else 0.0)
         # Then the gates, all of the group's pods together.
-        for pod in group.gated:
-            await self._ungate(group.key.namespace, pod)
+        async with anyio.create_task_group() as tg:
+            for pod in group.gated:
+                tg.start_soon(limited, self._ungate, group.key.namespace, pod)
         lws = self.lws.get(group.key.namespace, group.key.name)
         if lws is not None:
             await self.kube.event(lws, kind="LeaderWorkerSet", reason="Admitted", message=message)
+
+    async def _patch_record_status(
+        self, group: GroupState, status: Mapping[str, Any], record: Mapping[str, Any]
+    ) -> None:
+        await self.kube.patch_status(
+            k.RECORDS,
+            group.record,
+            group.key.namespace,
+            status,
+            resource_version=str(record["metadata"].get("resourceVersion", "")) or None,
+        )
 
     async def _ungate(self, namespace: str, name: str) -> None:
         pod = self.pods.get(namespace, name)
