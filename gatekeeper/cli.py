@@ -50,7 +50,32 @@ def main() -> None:
 @click.option("--lease-name", default="lws-gatekeeper", show_default=True)
 @click.option("--identity", default="", help="Leader-election identity (default: host name and pid).")
 @click.option("--resync-seconds", default=10.0, show_default=True, help="A pass at least this often.")
+@click.option(
+    "--self-signed-certs-secret",
+    default="",
+    help="Make and rotate the webhook's own certificates, kept in this Secret of --lease-namespace "
+    "and written to --cert-dir (when cert-manager does not provide them).",
+)
+@click.option(
+    "--webhook-config-name",
+    default="lws-gatekeeper",
+    show_default=True,
+    help="MutatingWebhookConfiguration that gets the self-signed CA bundle.",
+)
+@click.option(
+    "--webhook-service-name",
+    default="lws-gatekeeper-webhook",
+    show_default=True,
+    help="Webhook Service (in --lease-namespace) named by the self-signed serving certificate.",
+)
 @click.option("--log-level", default="INFO", show_default=True)
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="json: one object per line, for log collectors.",
+)
 def run_cmd(
     kubeconfig: str | None,
     webhook_host: str,
@@ -63,21 +88,21 @@ def run_cmd(
     lease_name: str,
     identity: str,
     resync_seconds: float,
+    self_signed_certs_secret: str,
+    webhook_config_name: str,
+    webhook_service_name: str,
     log_level: str,
+    log_format: str,
 ) -> None:
     """Run the gatekeeper: webhook, metrics and (when leading) the admission loop."""
-    import logging
-
+    if self_signed_certs_secret and cert_dir is None:
+        raise click.UsageError("--self-signed-certs-secret needs --cert-dir (where the files are written)")
     import anyio
 
     from gatekeeper.controller.app import Options, run
+    from gatekeeper.controller.logs import setup_logging
 
-    logging.basicConfig(
-        level=log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-    )
-    # One line per HTTP request is too much at INFO; API requests are counted in metrics.
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    setup_logging(log_level, log_format)
     opts = Options(
         kubeconfig=kubeconfig,
         webhook_host=webhook_host,
@@ -90,6 +115,9 @@ def run_cmd(
         lease_name=lease_name,
         identity=identity,
         resync_seconds=resync_seconds,
+        self_signed_certs_secret=self_signed_certs_secret,
+        webhook_config_name=webhook_config_name,
+        webhook_service_name=webhook_service_name,
     )
     anyio.run(run, opts)
 
@@ -124,7 +152,11 @@ def _parse_labels(labels: tuple[str, ...]) -> dict[str, str]:
 @click.option("--gpus-per-node", default=1, show_default=True, help="nvidia.com/gpu on each node.")
 @click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="Label for the fake nodes.")
 @click.option("--no-gatekeeper", is_flag=True, help="Do not run the gatekeeper against the sandbox.")
-@click.option("--with-kueue", is_flag=True, help="Also run the real Kueue (not yet available).")
+@click.option(
+    "--with-kueue",
+    is_flag=True,
+    help="Also run the real Kueue (its webhooks act in namespaces labelled kueue.x-k8s.io/managed=true).",
+)
 def sandbox_up(
     directory: Path | None,
     nodes: int,
@@ -134,8 +166,6 @@ def sandbox_up(
     with_kueue: bool,
 ) -> None:
     """Start the sandbox in the background (idempotent) and print how to reach it."""
-    if with_kueue:
-        raise click.UsageError("--with-kueue is not available yet (see the Kueue backend issue)")
     sb = Sandbox(directory or default_dir(), say=_say)
     try:
         sb.up(
@@ -143,6 +173,7 @@ def sandbox_up(
             gpus_per_node=gpus_per_node,
             labels=_parse_labels(labels),
             gatekeeper=not no_gatekeeper,
+            with_kueue=with_kueue,
         )
     except (SandboxError, sandbox_build.BuildError) as exc:
         raise click.ClickException(str(exc)) from exc

@@ -20,6 +20,7 @@ import kr8s.asyncio
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from gatekeeper.controller.certs import SelfSignedCerts
 from gatekeeper.controller.kube import Kube
 from gatekeeper.controller.leader import LeaderElector
 from gatekeeper.controller.reconciler import Reconciler
@@ -45,6 +46,12 @@ class Options:
     lease_name: str = "lws-gatekeeper"
     identity: str = ""
     resync_seconds: float = 10.0
+    self_signed_certs_secret: str = ""
+    """Make and rotate the webhook's certificates in this Secret (in ``lease_namespace``); "": don't."""
+    webhook_config_name: str = "lws-gatekeeper"
+    """The MutatingWebhookConfiguration whose CA bundle the self-signed certificates go into."""
+    webhook_service_name: str = "lws-gatekeeper-webhook"
+    """The webhook Service, whose DNS names the self-signed serving certificate carries."""
 
 
 async def _serve_metrics(opts: Options, reconciler: Reconciler) -> web.AppRunner:
@@ -73,6 +80,19 @@ async def run(opts: Options) -> None:
     api = await kr8s.asyncio.api(kubeconfig=opts.kubeconfig)
     reconciler = Reconciler(api, resync=opts.resync_seconds)
     runners: list[web.AppRunner] = []
+    certs: SelfSignedCerts | None = None
+    if opts.self_signed_certs_secret:
+        if opts.cert_dir is None:
+            raise ValueError("self-signed certificates need a --cert-dir to write them to")
+        certs = SelfSignedCerts(
+            Kube(api),
+            namespace=opts.lease_namespace,
+            secret=opts.self_signed_certs_secret,
+            service=opts.webhook_service_name,
+            webhook_config=opts.webhook_config_name,
+            cert_dir=opts.cert_dir,
+        )
+        await certs.ensure_until_done()  # the server below reads the files at start
     if opts.cert_dir is not None:
         runners.append(
             await start_webhook_server(
@@ -97,6 +117,8 @@ async def run(opts: Options) -> None:
                         return
 
             tg.start_soon(stop_on_signal)
+            if certs is not None:
+                tg.start_soon(certs.run)
             if opts.leader_elect:
                 tg.start_soon(elector.run, reconciler.run)
             else:

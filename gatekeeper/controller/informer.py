@@ -22,14 +22,40 @@ import httpx
 import kr8s
 import kr8s.asyncio
 
-__all__ = ["RETRYABLE", "Informer", "Resource"]
+__all__ = ["RETRYABLE", "ApiError", "Informer", "Resource", "check"]
 
 log = logging.getLogger("gatekeeper.informer")
 
 Key = tuple[str, str]
 
+
+class ApiError(Exception):
+    """The API server answered with an error status; a later attempt may succeed."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+
+
 #: Errors after which a later attempt may succeed: the API server is away, slow or overloaded.
-RETRYABLE = (kr8s.ServerError, kr8s.APITimeoutError, httpx.HTTPError, OSError)
+RETRYABLE = (ApiError, kr8s.ServerError, kr8s.APITimeoutError, httpx.HTTPError, OSError)
+
+
+def check(resp: httpx.Response) -> None:
+    """Raise ``ApiError`` for an error status.
+
+    Every call passes ``raise_for_status=False`` to kr8s: on a 401/403 kr8s would
+    re-authenticate and rebuild its HTTP session, which breaks the other requests in
+    flight (a 403 also answers a create in a namespace being deleted, not only a
+    credentials problem). We read the status ourselves instead.
+    """
+    if resp.status_code < 400:
+        return
+    try:
+        message = str(resp.json().get("message", ""))
+    except ValueError:
+        message = resp.text[:300]
+    raise ApiError(resp.status_code, message)
 
 
 @dataclass(frozen=True)
@@ -101,7 +127,9 @@ class Informer:
                 base=self.resource.base,
                 url=self.resource.plural,
                 params=params,
+                raise_for_status=False,
             ) as resp:
+                check(resp)
                 body = resp.json()
             for item in body.get("items", []):
                 items[key_of(item)] = item
@@ -138,7 +166,11 @@ class Informer:
             params=params,
             stream=True,
             timeout=timeout,
+            raise_for_status=False,
         ) as resp:
+            if resp.status_code >= 400:
+                await resp.aread()
+                check(resp)
             async for line in resp.aiter_lines():
                 if not line:
                     continue

@@ -19,7 +19,7 @@ import kr8s
 import kr8s.asyncio
 from prometheus_client import Counter
 
-from gatekeeper.controller.informer import RETRYABLE, Resource
+from gatekeeper.controller.informer import RETRYABLE, ApiError, Resource, check
 
 __all__ = ["API_REQUESTS", "RETRYABLE", "Conflict", "Kube", "now_rfc3339"]
 
@@ -48,11 +48,6 @@ def now_rfc3339(micro: bool = False) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _status_code(exc: kr8s.ServerError) -> int:
-    resp = exc.response
-    return int(resp.status_code) if resp is not None else 0
-
-
 class Kube:
     """Thin, counted writes. Reads go through informers, never through here."""
 
@@ -74,15 +69,24 @@ class Kube:
         if body is not None:
             kwargs["content"] = json.dumps(body)
             kwargs["headers"] = {"Content-Type": content_type}
-        try:
-            async with self.api.call_api(
-                verb, version=res.version, base=res.base, namespace=namespace, url=url, **kwargs
-            ) as resp:
-                return dict(resp.json()) if resp.content else {}
-        except kr8s.ServerError as exc:
-            if _status_code(exc) in (404, 409, 422):
-                raise Conflict(str(exc)) from exc
-            raise
+        async with self.api.call_api(
+            verb,
+            version=res.version,
+            base=res.base,
+            namespace=namespace,
+            url=url,
+            raise_for_status=False,
+            **kwargs,
+        ) as resp:
+            try:
+                check(resp)
+            except ApiError as exc:
+                # Gone, already there, changed since read, or refused for now (a namespace
+                # being deleted answers 403): the next pass decides again from fresh state.
+                if exc.code in (403, 404, 409, 422):
+                    raise Conflict(str(exc)) from exc
+                raise
+            return dict(resp.json()) if resp.content else {}
 
     async def create(self, res: Resource, obj: Mapping[str, Any]) -> dict[str, Any]:
         ns = obj["metadata"].get("namespace") if res.namespaced else None
@@ -159,5 +163,5 @@ class Kube:
             "lastTimestamp": now,
             "count": 1,
         }
-        with contextlib.suppress(Conflict, kr8s.ServerError):
+        with contextlib.suppress(Conflict, *RETRYABLE):  # best effort: an event lost is no error
             await self._call("POST", EVENTS, "events", namespace=meta.get("namespace", "default"), body=body)

@@ -165,9 +165,20 @@ class Reconciler:
         self.passes += 1
         limiter = anyio.CapacityLimiter(self.concurrency)
 
-        async def limited(fn: Callable[..., Awaitable[None]], *args: Any) -> None:
+        async def limited(fn: Callable[..., Awaitable[None]], *args: Any) -> bool:
+            """Run one write; a failed write is logged and retried by a later pass, never raised
+            (an exception in one task would cancel the others of the pass)."""
             async with limiter:
-                await fn(*args)
+                try:
+                    await fn(*args)
+                except k.Conflict as exc:
+                    log.info("deferred to the next pass: %s", exc)
+                except k.RETRYABLE as exc:
+                    log.warning("write failed, retrying in the next pass: %s", exc)
+                else:
+                    return True
+            self._dirty.set()
+            return False
 
         async with anyio.create_task_group() as tg:
             for ns, name in actions.release:
@@ -219,7 +230,7 @@ class Reconciler:
         self,
         admit: Admit,
         created: Mapping[tuple[str, str], dict[str, Any]],
-        limited: Callable[..., Coroutine[Any, Any, None]],
+        limited: Callable[..., Coroutine[Any, Any, bool]],
     ) -> None:
         group = admit.group
         record = self._record(group, created)
@@ -247,13 +258,9 @@ class Reconciler:
                 }
             ],
         }
-        try:
-            # The record first, guarded by its resourceVersion: never admitted twice.
-            await limited(self._patch_record_status, group, status, record)
-        except k.Conflict as exc:
-            log.info("admission of %s deferred (record changed): %s", group.key, exc)
-            self._dirty.set()
-            return
+        # The record first, guarded by its resourceVersion: never admitted twice.
+        if not await limited(self._patch_record_status, group, status, record):
+            return  # not recorded, so no gate is lifted; the next pass decides again
         log.info("admitted %s into %s on %s", group.key, group.pool, list(admit.nodes))
         ADMISSIONS.labels(group.pool).inc()
         first = [

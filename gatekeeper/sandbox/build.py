@@ -15,6 +15,7 @@ version of the same module. The go tool reads and writes every go.mod here
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -203,6 +204,19 @@ def build_component(comp: Component, root: Path, gover: str, say: Callable[[str]
     dest = root / "components" / f"{comp.name}-{comp.version}-{comp.key(gover)}"
     if (dest / ".complete").exists():
         return Installed(comp, dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    # Two commands building the same pin at once (a test run and a demo) wait for each
+    # other instead of sharing the work folders.
+    with (dest.parent / f".{comp.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (dest / ".complete").exists():
+            return Installed(comp, dest)
+        return _build_locked(comp, root, dest, gover, say)
+
+
+def _build_locked(
+    comp: Component, root: Path, dest: Path, gover: str, say: Callable[[str], None]
+) -> Installed:
     env = go_env(root)
     work = root / "work" / comp.name
     logs = root / "logs"

@@ -5,9 +5,10 @@ machines run no containers. So the sandbox starts the real binaries (built by
 ``build.py``) as background processes that outlive the command that started them:
 etcd, kube-apiserver, kube-scheduler, kube-controller-manager, KWOK (fake nodes whose
 pods turn Running and Ready without a kubelet) and the LeaderWorkerSet controller with
-its webhooks served on loopback. Everything a sandbox owns lives in one folder:
-certificates, etcd data, one log per component, ``kubeconfig`` and ``state.json``
-(ports and process ids), so ``down`` can stop exactly what ``up`` started.
+its webhooks served on loopback; on request also the real Kueue (``kueue.py``).
+Everything a sandbox owns lives in one folder: certificates, etcd data, one log per
+component, ``kubeconfig`` and ``state.json`` (ports and process ids), so ``down`` can
+stop exactly what ``up`` started.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from typing import Any
 
 import yaml
 
+from gatekeeper.render.admission import GATE_PROTECTION, load_policies, service_account_username
 from gatekeeper.sandbox import build
 from gatekeeper.sandbox.pki import Pki, make_pki
 from gatekeeper.webhook.config import mutating_webhook_configuration
@@ -54,6 +56,7 @@ COMPONENTS = (
     "kube-scheduler",
     "kwok",
     "lws-controller",
+    "kueue-controller",
     "gatekeeper",
 )
 
@@ -243,11 +246,22 @@ class Sandbox:
         labels: dict[str, str] | None = None,
         gatekeeper: bool = True,
         extra: Callable[[Sandbox], None] | None = None,
+        with_kueue: bool = False,
     ) -> None:
-        """Start the sandbox unless it is already running (then only report it)."""
+        """Start the sandbox unless it is already running (then only report it).
+
+        ``with_kueue`` also builds and runs the real Kueue (``kueue.py``), after LWS; on a
+        running sandbox without it, Kueue is added.
+        """
         start = time.monotonic()
         if self.is_up():
             self.say(f"sandbox already running in {self.dir}")
+            if with_kueue and "kueue-controller" not in self.running():
+                from gatekeeper.sandbox.kueue import start_kueue  # kueue.py imports this module
+
+                kueue = build.build_all(["kueue"], say=self.say)
+                self._link_bins(kueue)
+                start_kueue(self, self.state(), kueue["kueue"])
             if gatekeeper and "gatekeeper" not in self.running():
                 self._install_gatekeeper_objects()
                 self.start_gatekeeper()
@@ -256,7 +270,8 @@ class Sandbox:
             self.say("sandbox found half-running: stopping what is left, starting afresh")
             self.down(quiet=True)
 
-        installed = build.build_all(["kubernetes", "etcd", "kwok", "lws"], say=self.say)
+        wanted = ["kubernetes", "etcd", "kwok", "lws", *(["kueue"] if with_kueue else [])]
+        installed = build.build_all(wanted, say=self.say)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.log_dir.mkdir(exist_ok=True)
         self._link_bins(installed)
@@ -336,8 +351,14 @@ class Sandbox:
                 ],
             )
             self._start_lws(state, installed["lws"], pki)
+            if with_kueue:
+                from gatekeeper.sandbox.kueue import start_kueue  # kueue.py imports this module
+
+                start_kueue(self, state, installed["kueue"])
             self._wait_apiservices()
             self._install_gatekeeper_objects()
+            self.apply(sandbox_policies())
+            self.kubectl("label", "namespace", "default", f"{POLICIES_LABEL}=enforce", "--overwrite")
             if gatekeeper:
                 self.start_gatekeeper()
             self.create_nodes(
@@ -565,11 +586,14 @@ class Sandbox:
         self.apply(crd_manifests())
         self.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": GATEKEEPER_NAMESPACE}}])
 
-    def start_gatekeeper(self, name: str = "gatekeeper", *, register: bool = True) -> None:
+    def start_gatekeeper(
+        self, name: str = "gatekeeper", *, register: bool = True, kubeconfig: Path | None = None
+    ) -> None:
         """Run ``lws-gatekeeper run`` from this Python against the sandbox and register its webhook.
 
         Extra replicas (another ``name``) serve no webhook of the sandbox's own; they only
-        campaign for the Lease, as a second replica of the chart would.
+        campaign for the Lease, as a second replica of the chart would. ``kubeconfig``
+        runs it with another identity than the admin's (the chart's ServiceAccount, say).
         """
         state = self.state()
         p = state["ports"]
@@ -585,7 +609,7 @@ class Sandbox:
                 "-m",
                 "gatekeeper",
                 "run",
-                f"--kubeconfig={self.kubeconfig}",
+                f"--kubeconfig={kubeconfig or self.kubeconfig}",
                 f"--cert-dir={self.pki.webhook_dir}",
                 "--webhook-host=127.0.0.1",
                 f"--webhook-port={webhook_port}",
@@ -654,6 +678,36 @@ class Sandbox:
         )
 
 
+#: Namespaces labelled ``<this>=enforce`` have the sandbox's admission policies enforced.
+POLICIES_LABEL = "sandbox.lws-gatekeeper.io/policies"
+
+
+def sandbox_policies() -> list[dict[str, Any]]:
+    """Gate protection and the pool-label check of ``policies/``, as ``up`` installs them.
+
+    Who may remove the gate: the sandbox's gatekeeper, which runs with the admin
+    certificate (CN=sandbox-admin), and the chart's default ServiceAccount in
+    GATEKEEPER_NAMESPACE (the chart's RBAC test runs the gatekeeper as that account). Not
+    the gate-injection policies: the sandbox gates with the webhook. The bindings act in
+    the namespaces labelled POLICIES_LABEL=enforce (``up`` labels ``default``), not in
+    every namespace: the policy tests install and prove their own copies in their own
+    namespaces (an LWS with an empty label made before the policy, another identity
+    allowed to ungate), which a sandbox-wide copy would overrule. Their names end in
+    ``-sandbox``, so that the files' own objects (the chart's) can still be created beside.
+    """
+    objects = load_policies(
+        [GATE_PROTECTION, "pool-label"],
+        allowed_usernames=["sandbox-admin", service_account_username(GATEKEEPER_NAMESPACE, "lws-gatekeeper")],
+    )
+    for obj in objects:
+        obj["metadata"]["name"] += "-sandbox"
+        if obj["kind"].endswith("Binding"):
+            obj["spec"]["policyName"] += "-sandbox"
+            match = obj["spec"].setdefault("matchResources", {})
+            match["namespaceSelector"] = {"matchLabels": {POLICIES_LABEL: "enforce"}}
+    return objects
+
+
 def crd_manifests() -> str:
     """The project's CRDs (Pool, GroupAdmission) as one YAML stream."""
     base = resources.files("gatekeeper").joinpath("crds")
@@ -672,7 +726,6 @@ def lws_webhooks(lws: build.Installed, base_url: str, ca_pem: bytes) -> list[dic
         "MutatingWebhookConfiguration": webhook_dir / "mutating-patch.yaml",
         "ValidatingWebhookConfiguration": webhook_dir / "validating-patch.yaml",
     }
-    ca = base64.b64encode(ca_pem).decode()
     for doc in docs:
         patch_file = patches.get(doc["kind"])
         if patch_file is not None and patch_file.exists():
@@ -681,7 +734,20 @@ def lws_webhooks(lws: build.Installed, base_url: str, ca_pem: bytes) -> list[dic
                 if op["op"] != "replace" or len(parts) != 2 or parts[0] != "webhooks":
                     raise SandboxError(f"unexpected patch in {patch_file}: {op}")
                 doc["webhooks"][int(parts[1])] = op["value"]
-        doc["metadata"]["name"] = "lws-" + doc["metadata"]["name"]
+    return webhooks_by_url(docs, prefix="lws-", base_url=base_url, ca_pem=ca_pem)
+
+
+def webhooks_by_url(
+    docs: list[dict[str, Any]], *, prefix: str, base_url: str, ca_pem: bytes
+) -> list[dict[str, Any]]:
+    """Webhook configurations made for an in-cluster Service, sent to ``base_url`` instead.
+
+    Each webhook keeps its Service's path and trusts ``ca_pem``; each configuration's name
+    gets ``prefix`` (as its project's kustomize namePrefix does). Changes ``docs`` in place.
+    """
+    ca = base64.b64encode(ca_pem).decode()
+    for doc in docs:
+        doc["metadata"]["name"] = prefix + doc["metadata"]["name"]
         for hook in doc["webhooks"]:
             path = hook["clientConfig"]["service"]["path"]
             hook["clientConfig"] = {"url": base_url + path, "caBundle": ca}

@@ -18,7 +18,7 @@ from gatekeeper.sandbox.pki import make_pki
 
 def test_pins_name_every_component_with_a_version() -> None:
     pins = build.load_pins()
-    assert list(pins) == ["kubernetes", "etcd", "kwok", "lws"]
+    assert list(pins) == ["kubernetes", "etcd", "kwok", "lws", "helm", "helm-docs", "kueue"]
     for comp in pins.values():
         assert comp.version.startswith("v"), comp
         assert comp.packages, comp

@@ -1,0 +1,149 @@
+{{/*
+Names, labels and the two choices the chart resolves against the cluster: how pods get
+their gate (webhook or policy) and who makes the webhook's certificate.
+*/}}
+
+{{- define "lws-gatekeeper.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "lws-gatekeeper.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "lws-gatekeeper.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "lws-gatekeeper.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: controller
+{{- end }}
+
+{{- define "lws-gatekeeper.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "lws-gatekeeper.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: lws-gatekeeper
+{{- end }}
+
+{{- define "lws-gatekeeper.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "lws-gatekeeper.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* The username the API server gives the gatekeeper's ServiceAccount tokens. */}}
+{{- define "lws-gatekeeper.serviceAccountUsername" -}}
+{{- printf "system:serviceaccount:%s:%s" .Release.Namespace (include "lws-gatekeeper.serviceAccountName" .) }}
+{{- end }}
+
+{{- define "lws-gatekeeper.leaseName" -}}
+{{- default (include "lws-gatekeeper.fullname" .) .Values.manager.leaderElection.leaseName }}
+{{- end }}
+
+{{- define "lws-gatekeeper.webhookServiceName" -}}
+{{- printf "%s-webhook" (include "lws-gatekeeper.fullname" . | trunc 55 | trimSuffix "-") }}
+{{- end }}
+
+{{- define "lws-gatekeeper.metricsServiceName" -}}
+{{- printf "%s-metrics" (include "lws-gatekeeper.fullname" . | trunc 55 | trimSuffix "-") }}
+{{- end }}
+
+{{/* The MutatingWebhookConfiguration (cluster-scoped). */}}
+{{- define "lws-gatekeeper.webhookConfigName" -}}
+{{- include "lws-gatekeeper.fullname" . }}
+{{- end }}
+
+{{/* The Secret with the webhook's serving certificate (made by cert-manager or by the gatekeeper). */}}
+{{- define "lws-gatekeeper.certSecretName" -}}
+{{- printf "%s-webhook-cert" (include "lws-gatekeeper.fullname" . | trunc 50 | trimSuffix "-") }}
+{{- end }}
+
+{{/*
+"webhook" or "policy": gateInjection, with `auto` resolved by whether the cluster serves
+MutatingAdmissionPolicy in admissionregistration.k8s.io/v1 (`helm template` sees only
+what --api-versions tells it).
+*/}}
+{{- define "lws-gatekeeper.gateInjection" -}}
+{{- if eq .Values.gateInjection "auto" }}
+{{- if .Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy" }}policy{{ else }}webhook{{ end }}
+{{- else }}
+{{- .Values.gateInjection }}
+{{- end }}
+{{- end }}
+
+{{/* "true" when the webhook is served (and needs a Service, a configuration and a certificate). */}}
+{{- define "lws-gatekeeper.webhookEnabled" -}}
+{{- if eq (include "lws-gatekeeper.gateInjection" .) "webhook" }}true{{ end }}
+{{- end }}
+
+{{/*
+"cert-manager" or "self-signed": who makes the webhook's certificate, with
+certManager.enabled=auto resolved by whether the cluster serves cert-manager.io/v1.
+*/}}
+{{- define "lws-gatekeeper.certProvider" -}}
+{{- $mode := toString .Values.certManager.enabled }}
+{{- if eq $mode "true" }}cert-manager
+{{- else if eq $mode "false" }}self-signed
+{{- else if .Capabilities.APIVersions.Has "cert-manager.io/v1" }}cert-manager
+{{- else }}self-signed
+{{- end }}
+{{- end }}
+
+{{/* The webhook's CA bundle as it is in the cluster (kept across upgrades), else empty. */}}
+{{- define "lws-gatekeeper.liveCABundle" -}}
+{{- $live := lookup "admissionregistration.k8s.io/v1" "MutatingWebhookConfiguration" "" (include "lws-gatekeeper.webhookConfigName" .) }}
+{{- if $live }}
+{{- range $live.webhooks }}{{ if .clientConfig.caBundle }}{{ .clientConfig.caBundle }}{{ break }}{{ end }}{{ end }}
+{{- end }}
+{{- end }}
+
+{{/*
+One file of policies/ (shipped in the chart as files/policies, a link to the
+repository's folder: one source of truth), each object with the chart's labels.
+Arguments: ctx (the root context), file (without .yaml), allowedUsernames (optional: the
+CEL list written into the gate-protection policy's `allowedUsernames` variable).
+*/}}
+{{- define "lws-gatekeeper.policyFile" -}}
+{{- $path := printf "files/policies/%s.yaml" .file }}
+{{- $text := .ctx.Files.Get $path }}
+{{- if not $text }}
+{{- fail (printf "%s is missing from the chart: it must be the repository's policies/ folder (a link)" $path) }}
+{{- end }}
+{{- $labels := include "lws-gatekeeper.labels" .ctx | fromYaml }}
+{{- $replaced := false }}
+{{- range $doc := regexSplit "(?m)^---[ \\t]*$" $text -1 }}
+{{- $obj := fromYaml $doc }}
+{{- if $obj.Error }}
+{{- fail (printf "%s: %s" $path $obj.Error) }}
+{{- end }}
+{{- if $obj.kind }}
+{{- $_ := set $obj.metadata "labels" (merge (default dict $obj.metadata.labels) $labels) }}
+{{- if and $.allowedUsernames (eq $obj.kind "ValidatingAdmissionPolicy") }}
+{{- $quoted := list }}
+{{- range $.allowedUsernames }}{{ $quoted = append $quoted (printf "'%s'" .) }}{{ end }}
+{{- range $obj.spec.variables }}
+{{- if eq .name "allowedUsernames" }}
+{{- $_ := set . "expression" (printf "[%s]" (join ", " $quoted)) }}
+{{- $replaced = true }}
+{{- end }}
+{{- end }}
+{{- end }}
+---
+{{ toYaml $obj }}
+{{- end }}
+{{- end }}
+{{- if and .allowedUsernames (not $replaced) }}
+{{- fail (printf "%s has no ValidatingAdmissionPolicy variable allowedUsernames to fill" $path) }}
+{{- end }}
+{{- end }}

@@ -1,0 +1,348 @@
+"""The chart against the sandbox's API server: its objects are accepted, and its RBAC is enough and no more.
+
+Why this exists: ``helm template`` proves the chart renders; only an API server proves that
+what it renders is valid (schemas of every kind, CEL of the policies, RBAC references),
+and only running the gatekeeper *as the chart's ServiceAccount* proves that the
+ClusterRole and Role grant what it needs. So:
+
+- every object of the default and of the ``gateInjection=policy`` installation passes a
+  server-side dry run (server-side apply, as Helm 4 does); cert-manager and ServiceMonitor
+  kinds are absent from the sandbox, so those combinations are only rendered
+  (``tests/unit/test_chart.py``);
+- a real ``helm install`` and ``helm uninstall`` (policies off: the sandbox installs its own);
+- the RBAC proof: the chart's ServiceAccount, ClusterRole, Role and bindings from
+  ``helm template``, a token for that account (TokenRequest), the sandbox's gatekeeper
+  restarted with it, an LWS of two groups on a Pool that fits one (one admitted and running,
+  one gated with its reason), in a namespace where the sandbox enforces gate protection;
+  then the things that identity must not do, each refused by the API server;
+- the self-signed certificate path with the chart's identity: its Secret and its webhook
+  configuration written, nothing else.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import subprocess
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import kr8s.asyncio
+import pytest
+import yaml
+
+from gatekeeper.controller.certs import CA_CRT, TLS_CRT, SelfSignedCerts
+from gatekeeper.controller.kube import Kube
+from gatekeeper.core import POOL_LABEL, SCHEDULING_GATE
+from gatekeeper.sandbox import build
+from gatekeeper.sandbox.cluster import GATEKEEPER_NAMESPACE, POLICIES_LABEL
+from gatekeeper.sandbox.observe import GROUP_INDEX_LABEL, LWS_NAME_LABEL
+from gatekeeper.sandbox.replay import list_raw, settle
+
+from .conftest import Cluster, MakeNodes, MakePool, admitted, condition, eventually, records
+from .test_admission import create_lws, events_for, lws_body
+from .test_policies import kubectl, ok, refused, user_kubeconfig
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "lws-gatekeeper"
+RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+
+
+@pytest.fixture(scope="module")
+def helm() -> Path:
+    return build.build_all(["helm"])["helm"].bin / "helm"
+
+
+def template(helm: Path, release: str, namespace: str, *args: str) -> list[dict[str, Any]]:
+    res = subprocess.run(
+        [str(helm), "template", release, str(CHART), "--namespace", namespace, *args],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert res.returncode == 0, res.stderr
+    return [doc for doc in yaml.safe_load_all(res.stdout) if doc]
+
+
+def sandbox(cluster: Cluster) -> Any:
+    assert cluster.sandbox is not None, "the chart tests drive the sandbox's gatekeeper"
+    return cluster.sandbox
+
+
+# ---- every rendered object is accepted ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "values",
+    [[], ["--set", "gateInjection=policy"]],
+    ids=["default", "policy"],
+)
+async def test_every_rendered_object_passes_a_server_side_dry_run(
+    cluster: Cluster, helm: Path, namespace: str, values: list[str]
+) -> None:
+    # The restricted Pod Security Standard, enforced: its admission warns about a Deployment
+    # whose pods would violate it.
+    for mode in ("enforce", "warn"):
+        await ok(cluster, "label", "namespace", namespace, f"pod-security.kubernetes.io/{mode}=restricted")
+    objects = template(helm, "e2e", namespace, "--include-crds", *values)
+    code, out, err = await kubectl(
+        cluster,
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "--field-manager=helm",
+        "--dry-run=server",
+        "-f",
+        "-",
+        input=yaml.safe_dump_all(objects),
+    )
+    assert code == 0, err
+    assert "would violate PodSecurity" not in err, err
+    lines = out.splitlines()
+    assert len(lines) == len(objects), out
+    assert all(line.endswith("(server dry run)") for line in lines), out
+    kinds = {o["kind"] for o in objects}
+    assert {
+        "Deployment",
+        "ClusterRole",
+        "Role",
+        "ValidatingAdmissionPolicy",
+        "CustomResourceDefinition",
+    } <= kinds
+    if values:
+        assert "MutatingAdmissionPolicy" in kinds and "MutatingWebhookConfiguration" not in kinds
+    else:
+        assert "MutatingWebhookConfiguration" in kinds
+
+
+async def test_helm_install_and_uninstall(cluster: Cluster, helm: Path, namespace: str) -> None:
+    """The real thing. Its policies stay off: cluster-wide, its gate protection would refuse the
+    sandbox's gatekeeper in every namespace meanwhile (the dry run above proves them)."""
+    # The release's webhook calls a Service nobody serves (no image runs here) and fails
+    # closed: it exists only until the uninstall below, while no test creates opted-in pods.
+    args = [
+        "--kubeconfig", str(cluster.kubeconfig), "--namespace", namespace,
+        "--set", "policies.gateProtection.enabled=false", "--set", "policies.poolLabel.enabled=false",
+    ]  # fmt: skip
+    try:
+        res = await anyio.run_process([str(helm), "install", "e2e", str(CHART), *args], check=False)
+        assert res.returncode == 0, res.stderr.decode()
+        assert "STATUS: deployed" in res.stdout.decode()
+        await ok(
+            cluster,
+            "get",
+            "deployment/e2e-lws-gatekeeper",
+            "secret/e2e-lws-gatekeeper-webhook-cert",
+            "-n",
+            namespace,
+        )
+        config = json.loads(
+            await ok(cluster, "get", "mutatingwebhookconfiguration", "e2e-lws-gatekeeper", "-o", "json")
+        )
+        assert [w["name"] for w in config["webhooks"]] == [
+            "pods.lws-gatekeeper.io",
+            "leaderworkersets.lws-gatekeeper.io",
+        ]
+    finally:
+        res = await anyio.run_process([str(helm), "uninstall", "e2e", *args[:4]], check=False)
+    assert res.returncode == 0, res.stderr.decode()
+    code, _, _ = await kubectl(cluster, "get", "mutatingwebhookconfiguration", "e2e-lws-gatekeeper")
+    assert code != 0, "uninstall removes the webhook configuration"
+
+
+# ---- the RBAC proof -------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def installed(cluster: Cluster, objects: list[dict[str, Any]]) -> Iterator[None]:
+    """Objects applied as the admin, deleted afterwards."""
+    text = yaml.safe_dump_all(objects)
+    sandbox(cluster).kubectl("apply", "-f", "-", input=text)
+    try:
+        yield
+    finally:
+        sandbox(cluster).kubectl(
+            "delete", "--ignore-not-found", "--wait=false", "-f", "-", input=text, check=False
+        )
+
+
+@pytest.fixture
+async def chart_identity(cluster: Cluster, helm: Path, tmp_path: Path) -> AsyncIterator[Path]:
+    """The chart's RBAC installed as `helm install lws-gatekeeper -n lws-gatekeeper-system` makes it,
+    and a kubeconfig with a token of its ServiceAccount."""
+    objects = [o for o in template(helm, "lws-gatekeeper", GATEKEEPER_NAMESPACE) if o["kind"] in RBAC_KINDS]
+    assert sorted(o["kind"] for o in objects) == sorted(RBAC_KINDS)
+    with installed(cluster, objects):
+        yield await user_kubeconfig(cluster, GATEKEEPER_NAMESPACE, "lws-gatekeeper", tmp_path)
+
+
+@pytest.fixture
+def gatekeeper_as(cluster: Cluster, chart_identity: Path) -> Iterator[Path]:
+    """The sandbox's gatekeeper restarted with the chart's identity (its webhook still registered)."""
+    sb = sandbox(cluster)
+    sb.stop("gatekeeper")
+    # Gone, so that the chart's identity must create its Lease, not only renew it.
+    sb.kubectl("delete", "lease", "lws-gatekeeper", "-n", GATEKEEPER_NAMESPACE, "--ignore-not-found")
+    log = sb.log_dir / "gatekeeper.log"
+    start = log.stat().st_size if log.exists() else 0
+    try:
+        sb.start_gatekeeper(kubeconfig=chart_identity)
+        yield chart_identity
+    finally:
+        sb.stop("gatekeeper")
+        sb.start_gatekeeper()
+        text = log.read_bytes()[start:].decode(errors="replace")
+        refusals = [line for line in text.splitlines() if " 403" in line or "forbidden" in line.lower()]
+        assert not refusals, "the gatekeeper was refused something it needs:\n" + "\n".join(refusals[:10])
+
+
+async def test_the_gatekeeper_runs_as_the_charts_service_account_and_no_more(
+    api: kr8s.asyncio.Api,
+    cluster: Cluster,
+    namespace: str,
+    fake_nodes: MakeNodes,
+    make_pool: MakePool,
+    gatekeeper_as: Path,
+    tmp_path: Path,
+) -> None:
+    as_gatekeeper = gatekeeper_as
+    who = await ok(
+        cluster, "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}", kubeconfig=as_gatekeeper
+    )
+    assert who == f"system:serviceaccount:{GATEKEEPER_NAMESPACE}:lws-gatekeeper"
+    # Here the sandbox enforces gate protection: only the gatekeeper may lift a gate.
+    await ok(cluster, "label", "namespace", namespace, f"{POLICIES_LABEL}=enforce")
+
+    # An LWS of two groups (2 pods of 1 GPU each) on a pool of two 1-GPU nodes: one fits.
+    nodes = await fake_nodes(2, gpus=1)
+    pool = await make_pool(nodes)
+    await create_lws(api, namespace, lws_body("vllm", pool, nodes, replicas=2))
+    verdict = await settle(api, namespace, "vllm", expected_pods=4, size=2, timeout=120)
+    assert sorted(g.index for g in verdict.groups.values() if g.whole(2)) == [0]
+    waiting = verdict.groups[("vllm", 1)]
+    assert (waiting.pods, waiting.gated, waiting.bound) == (2, 2, 0), "group 1 waits whole, gated"
+
+    recs = await records(api, namespace)
+    assert admitted(recs[0]) and not admitted(recs[1])
+    assert condition(recs[1])["reason"] == "WaitingForQuota"
+    assert condition(recs[1])["message"].startswith("group 1 needs 2 nvidia.com/gpu on 2 nodes")
+    # Group 0's pods run; group 1's keep their gate.
+    pods = await list_raw(api, "pods", namespace=namespace, label_selector={LWS_NAME_LABEL: "vllm"})
+    for pod in pods:
+        group = pod["metadata"]["labels"][GROUP_INDEX_LABEL]
+        gates = [g["name"] for g in pod["spec"].get("schedulingGates") or []]
+        if group == "0":
+            assert gates == [] and pod["status"]["phase"] == "Running", pod["metadata"]["name"]
+        else:
+            assert gates == [SCHEDULING_GATE], pod["metadata"]["name"]
+
+    # The gate protection is on here: a tenant who may patch pods cannot lift group 1's gate.
+    await ok(cluster, "create", "serviceaccount", "tenant", "-n", namespace)
+    await ok(
+        cluster, "create", "rolebinding", "tenant-edit", "--clusterrole=edit",
+        f"--serviceaccount={namespace}:tenant", "-n", namespace,
+    )  # fmt: skip
+    as_tenant = await user_kubeconfig(cluster, namespace, "tenant", tmp_path)
+    gated = next(p for p in pods if p["metadata"]["labels"][GROUP_INDEX_LABEL] == "1")
+    remove = json.dumps([{"op": "remove", "path": "/spec/schedulingGates/0"}])
+    patch = ("patch", "pod", gated["metadata"]["name"], "-n", namespace, "--type=json", "-p", remove)
+    err = await refused(cluster, *patch, kubeconfig=as_tenant)
+    assert f"system:serviceaccount:{namespace}:tenant may not remove it" in err
+
+    # What it wrote with that identity: an Event on the LWS, the Pool's status.
+    async def written() -> bool:
+        pools = {p["metadata"]["name"]: p for p in await list_raw(api, "pools.lws-gatekeeper.io")}
+        status = pools[pool].get("status", {})
+        events = {e["reason"] for e in await events_for(api, namespace, "vllm")}
+        return status.get("admittedGroups") == 1 and status.get("waitingGroups") == 1 and "Admitted" in events
+
+    await eventually(written, timeout=30, what="the Pool's status and the Admitted event")
+    lease = json.loads(
+        await ok(cluster, "get", "lease", "lws-gatekeeper", "-n", GATEKEEPER_NAMESPACE, "-o", "json")
+    )
+    assert lease["spec"]["holderIdentity"] == "gatekeeper"
+
+    # And what it must not do, refused by the API server.
+    sa = f"system:serviceaccount:{GATEKEEPER_NAMESPACE}:lws-gatekeeper"
+    for args in (
+        ("delete", "node", nodes.names[0]),
+        ("get", "secrets", "-n", "kube-system"),
+        ("get", "secrets", "-n", GATEKEEPER_NAMESPACE),
+        ("patch", "lws", "vllm", "-n", namespace, "--type=merge", "-p", '{"spec":{"replicas":5}}'),
+        ("delete", "pod", pods[0]["metadata"]["name"], "-n", namespace),
+        ("create", "namespace", "not-by-the-gatekeeper"),
+        # Its own webhook configuration only (by name), not LWS's.
+        (
+            "patch",
+            "mutatingwebhookconfiguration",
+            "lws-mutating-webhook-configuration",
+            "--type=merge",
+            "-p",
+            '{"metadata":{"labels":{"x":"y"}}}',
+        ),
+        ("get", "pools.lws-gatekeeper.io", pool),  # informers list and watch; a get is not needed
+    ):
+        err = await refused(cluster, *args, kubeconfig=as_gatekeeper)
+        assert "forbidden" in err.lower() and sa in err, f"{args}: {err}"
+    assert (await kubectl(cluster, "auth", "can-i", "*", "*", kubeconfig=as_gatekeeper))[1].strip() == "no"
+
+
+# ---- the self-signed certificates with the chart's identity --------------------------------------
+
+
+async def test_the_self_signed_certificates_need_only_their_secret_and_their_webhook(
+    cluster: Cluster, helm: Path, namespace: str, tmp_path: Path
+) -> None:
+    release = "gkcerts"
+    rendered = template(
+        helm, release, namespace,
+        "--set", "policies.gateProtection.enabled=false", "--set", "policies.poolLabel.enabled=false",
+    )  # fmt: skip
+    wanted = (*RBAC_KINDS, "Secret", "MutatingWebhookConfiguration")
+    objects = [o for o in rendered if o["kind"] in wanted]
+    # Its webhooks would call a Service nobody serves and fail closed: select a test-only label.
+    config = next(o for o in objects if o["kind"] == "MutatingWebhookConfiguration")
+    test_label = f"e2e-{namespace}.lws-gatekeeper.io/pool"
+    for hook in config["webhooks"]:
+        assert hook["objectSelector"]["matchExpressions"][0]["key"] == POOL_LABEL
+        hook["objectSelector"]["matchExpressions"][0]["key"] = test_label
+    account = f"{release}-lws-gatekeeper"
+    with installed(cluster, objects):
+        as_gatekeeper = await user_kubeconfig(cluster, namespace, account, tmp_path)
+        sa_api = await kr8s.asyncio.api(kubeconfig=str(as_gatekeeper))
+        certs = SelfSignedCerts(
+            Kube(sa_api),
+            namespace=namespace,
+            secret=f"{account}-webhook-cert",
+            service=f"{account}-webhook",
+            webhook_config=account,
+            cert_dir=tmp_path / "certs",
+        )
+        with anyio.fail_after(30):
+            assert await certs.ensure()
+        secret = json.loads(
+            await ok(cluster, "get", "secret", f"{account}-webhook-cert", "-n", namespace, "-o", "json")
+        )
+        ca = base64.b64decode(secret["data"][CA_CRT])
+        assert (tmp_path / "certs" / TLS_CRT).read_bytes() == base64.b64decode(secret["data"][TLS_CRT])
+        live = json.loads(await ok(cluster, "get", "mutatingwebhookconfiguration", account, "-o", "json"))
+        assert {base64.b64decode(w["clientConfig"]["caBundle"]) for w in live["webhooks"]} == {ca}
+        # Nothing else: not another Secret of its own namespace, not another webhook configuration.
+        await ok(cluster, "create", "secret", "generic", "other", "-n", namespace, "--from-literal=k=v")
+        for args in (
+            ("get", "secret", "other", "-n", namespace),
+            (
+                "patch",
+                "mutatingwebhookconfiguration",
+                "lws-gatekeeper",
+                "--type=merge",
+                "-p",
+                '{"metadata":{"labels":{"x":"y"}}}',
+            ),
+            ("create", "secret", "generic", "mine", "-n", namespace, "--from-literal=k=v"),
+        ):
+            err = await refused(cluster, *args, kubeconfig=as_gatekeeper)
+            assert "forbidden" in err.lower(), f"{args}: {err}"

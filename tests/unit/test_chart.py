@@ -1,0 +1,557 @@
+"""The Helm chart rendered by the real helm: lint, the main value combinations, the schema.
+
+Why this exists: a chart is code that runs in someone else's cluster. These tests render
+it with ``helm template`` (helm built from its pinned Go module, like the sandbox's
+components) and check what matters in the objects: the restricted security context, the
+probes, the budget, RBAC without wildcards and exactly the rules the controller needs,
+the webhook configuration equal to the one the Python code builds, the policies equal
+to the files in ``policies/``, and values that are refused with a clear message. No
+cluster is needed; ``tests/e2e/test_chart.py`` sends the same objects to the sandbox's
+API server.
+"""
+
+from __future__ import annotations
+
+import filecmp
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gatekeeper.core.names import POOL_LABEL
+from gatekeeper.render.admission import load_policies, service_account_username
+from gatekeeper.sandbox import build
+from gatekeeper.webhook import mutating_webhook_configuration
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "lws-gatekeeper"
+RELEASE, NAMESPACE = "lws-gatekeeper", "lws-gatekeeper-system"
+SA_USERNAME = service_account_username(NAMESPACE, "lws-gatekeeper")
+MAP_API = "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"
+
+Render = Callable[..., list[dict[str, Any]]]
+
+
+@pytest.fixture(scope="session")
+def helm() -> Path:
+    """The helm binary of pins.toml (built once, then taken from the cache)."""
+    return build.build_all(["helm"])["helm"].bin / "helm"
+
+
+def run_helm(helm: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(helm), *args], capture_output=True, text=True, check=False)
+
+
+def template(
+    helm: Path, *args: str, release: str = RELEASE, namespace: str = NAMESPACE
+) -> list[dict[str, Any]]:
+    """``helm template`` of the chart with ``args`` (``--set``, ``--api-versions``...), as objects."""
+    res = run_helm(helm, "template", release, str(CHART), "--namespace", namespace, *args)
+    assert res.returncode == 0, res.stderr
+    return [doc for doc in yaml.safe_load_all(res.stdout) if doc]
+
+
+@pytest.fixture(scope="session")
+def render(helm: Path) -> Render:
+    def go(*args: str, **kw: str) -> list[dict[str, Any]]:
+        return template(helm, *args, **kw)
+
+    return go
+
+
+def refusal(helm: Path, *args: str) -> str:
+    res = run_helm(helm, "template", RELEASE, str(CHART), "--namespace", NAMESPACE, *args)
+    assert res.returncode != 0, f"helm template {' '.join(args)} was accepted"
+    return res.stderr
+
+
+def by_kind(objects: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [o for o in objects if o["kind"] == kind]
+
+
+def one(objects: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    [obj] = by_kind(objects, kind)
+    return obj
+
+
+def kinds(objects: list[dict[str, Any]]) -> list[str]:
+    return sorted(o["kind"] for o in objects)
+
+
+def container(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    [c] = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
+    return dict(c)
+
+
+def without_chart_metadata(obj: dict[str, Any]) -> dict[str, Any]:
+    """The object without what the chart adds for itself (labels, annotations)."""
+    out = dict(obj)
+    out["metadata"] = {k: v for k, v in obj["metadata"].items() if k not in ("labels", "annotations")}
+    return out
+
+
+def rules(
+    objects: list[dict[str, Any]], kind: str
+) -> list[tuple[str, str, tuple[str, ...], tuple[str, ...]]]:
+    """Every (apiGroup, resource, verbs, resourceNames) the Role or ClusterRole grants."""
+    out = []
+    for rule in one(objects, kind)["rules"] or []:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                out.append((group, resource, tuple(rule["verbs"]), tuple(rule.get("resourceNames", ()))))
+    return sorted(out)
+
+
+# What the controller does against the API (see gatekeeper/controller/): informers list and
+# watch, the reconciler writes records, statuses, pods' gates and Events.
+CLUSTER_RULES = [
+    ("", "events", ("create",), ()),
+    ("", "nodes", ("list", "watch"), ()),
+    ("", "pods", ("list", "watch", "patch"), ()),
+    ("leaderworkerset.x-k8s.io", "leaderworkersets", ("list", "watch"), ()),
+    ("lws-gatekeeper.io", "groupadmissions", ("list", "watch", "create", "delete"), ()),
+    ("lws-gatekeeper.io", "groupadmissions/status", ("patch",), ()),
+    ("lws-gatekeeper.io", "pools", ("list", "watch"), ()),
+    ("lws-gatekeeper.io", "pools/status", ("patch",), ()),
+    ("scheduling.k8s.io", "priorityclasses", ("list", "watch"), ()),
+]
+SELF_SIGNED_CLUSTER_RULE = (
+    "admissionregistration.k8s.io",
+    "mutatingwebhookconfigurations",
+    ("get", "patch"),
+    ("lws-gatekeeper",),
+)
+LEASE_RULES = [
+    ("coordination.k8s.io", "leases", ("create",), ()),
+    ("coordination.k8s.io", "leases", ("get", "update"), ("lws-gatekeeper",)),
+]
+SECRET_RULE = ("", "secrets", ("get", "update"), ("lws-gatekeeper-webhook-cert",))
+
+
+# ---- helm itself ------------------------------------------------------------------------------
+
+
+def test_helm_is_the_pinned_version(helm: Path) -> None:
+    res = run_helm(helm, "version", "--template={{.Version}}")
+    assert res.stdout == build.load_pins()["helm"].version
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        [],
+        ["--set", "certManager.enabled=true"],
+        ["--set", "gateInjection=policy"],
+        ["--set", "manager.replicas=1", "--set", "metrics.serviceMonitor.enabled=true"],
+    ],
+    ids=["default", "cert-manager", "policy", "one-replica-servicemonitor"],
+)
+def test_helm_lint_strict(helm: Path, values: list[str]) -> None:
+    res = run_helm(helm, "lint", "--strict", str(CHART), *values)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "1 chart(s) linted, 0 chart(s) failed" in res.stdout
+
+
+def test_the_crds_are_the_packages_crds() -> None:
+    """One source of truth: the chart's crds/ is a link to gatekeeper/crds/."""
+    crds = CHART / "crds"
+    assert crds.is_symlink() and crds.resolve() == (ROOT / "gatekeeper" / "crds").resolve()
+    cmp = filecmp.dircmp(crds, ROOT / "gatekeeper" / "crds")
+    assert not cmp.left_only and not cmp.right_only and not cmp.diff_files
+
+
+def test_the_crds_render_with_include_crds(helm: Path) -> None:
+    objects = template(helm, "--include-crds")
+    names = sorted(o["metadata"]["name"] for o in by_kind(objects, "CustomResourceDefinition"))
+    assert names == ["groupadmissions.lws-gatekeeper.io", "pools.lws-gatekeeper.io"]
+
+
+def test_the_readme_is_generated_from_the_values() -> None:
+    res = subprocess.run(
+        [str(ROOT / "scripts" / "chart-docs"), "--dry-run"], capture_output=True, text=True, check=False
+    )
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == (CHART / "README.md").read_text().strip(), (
+        "charts/lws-gatekeeper/README.md is out of date: run scripts/chart-docs"
+    )
+
+
+def _leaves(values: Any, path: str = "") -> Iterator[str]:
+    if isinstance(values, dict) and values:
+        for key, value in values.items():
+            yield from _leaves(value, f"{path}.{key}" if path else key)
+    else:
+        yield path
+
+
+def test_every_value_is_documented() -> None:
+    """helm-docs lists only commented values: every value (or an object above it) is in the table."""
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    readme = (CHART / "README.md").read_text()
+    documented = {line.split("|")[1].strip() for line in readme.splitlines() if line.startswith("| ")}
+    missing = [
+        leaf for leaf in _leaves(values) if not any(leaf == d or leaf.startswith(d + ".") for d in documented)
+    ]
+    assert not missing, f"values without a `# --` comment: {missing}"
+
+
+# ---- the default installation -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def default(render: Render) -> list[dict[str, Any]]:
+    return render()
+
+
+def test_default_objects(default: list[dict[str, Any]]) -> None:
+    assert kinds(default) == sorted(
+        [
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "Deployment",
+            "MutatingWebhookConfiguration",
+            "PodDisruptionBudget",
+            "Role",
+            "RoleBinding",
+            "Secret",
+            "Service",
+            "Service",
+            "ServiceAccount",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
+            "ValidatingAdmissionPolicyBinding",
+        ]
+    )
+    cluster_scoped = ("ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration")
+    for obj in default:
+        if obj["kind"] not in cluster_scoped and "AdmissionPolicy" not in obj["kind"]:
+            assert obj["metadata"]["namespace"] == NAMESPACE, obj["kind"]
+        assert obj["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm"
+
+
+def test_deployment_is_highly_available_and_restricted(default: list[dict[str, Any]]) -> None:
+    deploy = one(default, "Deployment")
+    spec = deploy["spec"]["template"]["spec"]
+    assert deploy["spec"]["replicas"] == 2
+    assert spec["serviceAccountName"] == "lws-gatekeeper"
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    c = container(default)
+    assert c["securityContext"] == {
+        "runAsNonRoot": True,
+        "readOnlyRootFilesystem": True,
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"webhook": 9443, "metrics": 8080}
+    assert c["resources"]["requests"] == {"cpu": "100m", "memory": "128Mi"}
+    assert c["resources"]["limits"] == {"memory": "512Mi"}
+    assert c["image"] == "ghcr.io/lws-gatekeeper/lws-gatekeeper:0.1.0"
+    assert c["args"] == [
+        "run",
+        "--metrics-port=8080",
+        "--webhook-port=9443",
+        "--cert-dir=/certs",
+        "--self-signed-certs-secret=lws-gatekeeper-webhook-cert",
+        "--webhook-config-name=lws-gatekeeper",
+        "--webhook-service-name=lws-gatekeeper-webhook",
+        "--leader-elect",
+        "--lease-name=lws-gatekeeper",
+        "--identity=$(POD_NAME)",
+        "--resync-seconds=10",
+        "--log-level=INFO",
+        "--log-format=json",
+    ]
+    assert {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in c["env"]} == {
+        "POD_NAMESPACE": "metadata.namespace",
+        "POD_NAME": "metadata.name",
+    }
+    # The only writable places: /tmp and the folder the gatekeeper writes its certificates to.
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert {m["mountPath"]: volumes[m["name"]] for m in c["volumeMounts"]} == {
+        "/tmp": {"name": "tmp", "emptyDir": {}},
+        "/certs": {"name": "certs", "emptyDir": {}},
+    }
+    [spread] = spec["topologySpreadConstraints"]
+    assert spread["topologyKey"] == "kubernetes.io/hostname"
+    assert spread["maxSkew"] == 1
+    assert spread["labelSelector"]["matchLabels"] == deploy["spec"]["selector"]["matchLabels"]
+
+
+def test_the_budget_keeps_one_replica(default: list[dict[str, Any]]) -> None:
+    pdb = one(default, "PodDisruptionBudget")
+    assert pdb["spec"]["minAvailable"] == 1
+    assert pdb["spec"]["selector"] == one(default, "Deployment")["spec"]["selector"]
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        [],
+        ["--set", "certManager.enabled=true"],
+        ["--set", "gateInjection=policy"],
+        ["--set", "manager.replicas=1", "--set", "manager.leaderElection.enabled=false"],
+    ],
+    ids=["default", "cert-manager", "policy", "no-leader-election"],
+)
+def test_rbac_has_no_wildcards_and_exactly_what_the_controller_uses(
+    render: Render, values: list[str]
+) -> None:
+    objects = render(*values)
+    for role in by_kind(objects, "ClusterRole") + by_kind(objects, "Role"):
+        for rule in role["rules"] or []:
+            for field in ("apiGroups", "resources", "verbs", "resourceNames"):
+                assert "*" not in rule.get(field, []), f"{role['kind']} {field}: {rule}"
+    self_signed = "certManager.enabled=true" not in values and "gateInjection=policy" not in values
+    assert rules(objects, "ClusterRole") == sorted(
+        CLUSTER_RULES + ([SELF_SIGNED_CLUSTER_RULE] if self_signed else [])
+    )
+    leases = [] if "manager.leaderElection.enabled=false" in values else LEASE_RULES
+    assert rules(objects, "Role") == sorted(leases + ([SECRET_RULE] if self_signed else []))
+    sa = {"kind": "ServiceAccount", "name": "lws-gatekeeper", "namespace": NAMESPACE}
+    assert one(objects, "ClusterRoleBinding")["subjects"] == [sa]
+    assert one(objects, "RoleBinding")["subjects"] == [sa]
+    assert (
+        one(objects, "ClusterRoleBinding")["roleRef"]["name"]
+        == one(objects, "ClusterRole")["metadata"]["name"]
+    )
+    assert one(objects, "RoleBinding")["roleRef"]["name"] == one(objects, "Role")["metadata"]["name"]
+
+
+def test_the_webhook_configuration_is_the_python_one(default: list[dict[str, Any]]) -> None:
+    rendered = one(default, "MutatingWebhookConfiguration")
+    expected = mutating_webhook_configuration(
+        name="lws-gatekeeper", service=(NAMESPACE, "lws-gatekeeper-webhook", 443), ca_bundle=b""
+    )
+    assert without_chart_metadata(rendered) == expected
+    webhook_service = next(
+        s for s in by_kind(default, "Service") if s["metadata"]["name"].endswith("-webhook")
+    )
+    assert webhook_service["spec"]["ports"] == [
+        {"name": "webhook", "port": 443, "targetPort": "webhook", "protocol": "TCP"}
+    ]
+    assert (
+        webhook_service["spec"]["selector"] == one(default, "Deployment")["spec"]["selector"]["matchLabels"]
+    )
+
+
+def test_the_webhook_configuration_follows_release_and_port(render: Render) -> None:
+    objects = render("--set", "webhook.servicePort=8443", release="gk", namespace="infra")
+    rendered = one(objects, "MutatingWebhookConfiguration")
+    expected = mutating_webhook_configuration(
+        name="gk-lws-gatekeeper", service=("infra", "gk-lws-gatekeeper-webhook", 8443), ca_bundle=b""
+    )
+    assert without_chart_metadata(rendered) == expected
+    assert "--webhook-service-name=gk-lws-gatekeeper-webhook" in container(objects)["args"]
+
+
+def test_the_self_signed_secret_is_made_empty(default: list[dict[str, Any]]) -> None:
+    secret = one(default, "Secret")
+    assert secret["metadata"]["name"] == "lws-gatekeeper-webhook-cert"
+    assert "data" not in secret and "stringData" not in secret, "the gatekeeper owns its data"
+
+
+def test_the_policies_are_the_files_of_policies(default: list[dict[str, Any]]) -> None:
+    """Gate protection allows exactly the chart's ServiceAccount; the pool-label check is as written."""
+    rendered = [
+        without_chart_metadata(o) for o in default if o["kind"].startswith("ValidatingAdmissionPolicy")
+    ]
+    expected = load_policies(["gate-protection", "pool-label"], allowed_usernames=[SA_USERNAME])
+    assert sorted(rendered, key=str) == sorted(expected, key=str)
+    assert not by_kind(default, "MutatingAdmissionPolicy")
+
+
+def test_metrics_service(default: list[dict[str, Any]]) -> None:
+    service = next(s for s in by_kind(default, "Service") if s["metadata"]["name"].endswith("-metrics"))
+    assert service["spec"]["ports"] == [
+        {"name": "metrics", "port": 8080, "targetPort": "metrics", "protocol": "TCP"}
+    ]
+    assert not by_kind(default, "ServiceMonitor")
+
+
+# ---- the other combinations ------------------------------------------------------------------------
+
+
+def test_cert_manager(render: Render) -> None:
+    objects = render("--set", "certManager.enabled=true")
+    cert = one(objects, "Certificate")
+    issuer = one(objects, "Issuer")
+    assert issuer["spec"] == {"selfSigned": {}}
+    assert cert["spec"]["secretName"] == "lws-gatekeeper-webhook-cert"
+    assert cert["spec"]["dnsNames"] == [
+        f"lws-gatekeeper-webhook.{NAMESPACE}.svc",
+        f"lws-gatekeeper-webhook.{NAMESPACE}.svc.cluster.local",
+    ]
+    assert cert["spec"]["issuerRef"]["name"] == issuer["metadata"]["name"]
+    config = one(objects, "MutatingWebhookConfiguration")
+    assert config["metadata"]["annotations"] == {
+        "cert-manager.io/inject-ca-from": f"{NAMESPACE}/{cert['metadata']['name']}"
+    }
+    expected = mutating_webhook_configuration(
+        name="lws-gatekeeper", service=(NAMESPACE, "lws-gatekeeper-webhook", 443), ca_bundle=b""
+    )
+    assert without_chart_metadata(config) == expected
+    c = container(objects)
+    assert not [
+        a for a in c["args"] if a.startswith(("--self-signed", "--webhook-config", "--webhook-service"))
+    ]
+    spec = one(objects, "Deployment")["spec"]["template"]["spec"]
+    assert {"name": "certs", "secret": {"secretName": "lws-gatekeeper-webhook-cert"}} in spec["volumes"]
+    assert not by_kind(objects, "Secret")
+
+
+def test_cert_manager_with_an_existing_issuer(render: Render) -> None:
+    objects = render(
+        "--set", "certManager.enabled=true",
+        "--set", "certManager.issuerRef.name=corp-ca",
+        "--set", "certManager.issuerRef.kind=ClusterIssuer",
+    )  # fmt: skip
+    assert not by_kind(objects, "Issuer")
+    assert one(objects, "Certificate")["spec"]["issuerRef"] == {"name": "corp-ca", "kind": "ClusterIssuer"}
+
+
+def test_cert_manager_auto_follows_the_cluster(render: Render) -> None:
+    assert by_kind(render("--api-versions", "cert-manager.io/v1"), "Certificate")
+    assert not by_kind(render(), "Certificate")
+    assert not by_kind(
+        render("--api-versions", "cert-manager.io/v1", "--set", "certManager.enabled=false"), "Certificate"
+    )
+
+
+def test_policies_off(render: Render) -> None:
+    objects = render(
+        "--set", "policies.gateProtection.enabled=false", "--set", "policies.poolLabel.enabled=false"
+    )
+    assert not [o for o in objects if "AdmissionPolicy" in o["kind"]]
+    assert by_kind(objects, "MutatingWebhookConfiguration")
+
+
+def test_gate_protection_allows_the_chosen_service_account_and_extras(render: Render) -> None:
+    objects = render(
+        "--set", "serviceAccount.create=false",
+        "--set", "serviceAccount.name=gk-robot",
+        "--set", "policies.gateProtection.extraAllowedUsernames={ops-admin,system:serviceaccount:x:y}",
+        "--set", "policies.poolLabel.enabled=false",
+    )  # fmt: skip
+    assert not by_kind(objects, "ServiceAccount")
+    usernames = [service_account_username(NAMESPACE, "gk-robot"), "ops-admin", "system:serviceaccount:x:y"]
+    rendered = [without_chart_metadata(o) for o in objects if "AdmissionPolicy" in o["kind"]]
+    expected = load_policies(["gate-protection"], allowed_usernames=usernames)
+    assert sorted(rendered, key=str) == sorted(expected, key=str)
+    assert one(objects, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"] == "gk-robot"
+
+
+def test_gate_injection_by_policy_has_no_webhook(render: Render) -> None:
+    objects = render("--set", "gateInjection=policy")
+    assert not {"MutatingWebhookConfiguration", "Secret", "Certificate", "Issuer"} & set(kinds(objects))
+    assert [s["metadata"]["name"] for s in by_kind(objects, "Service")] == ["lws-gatekeeper-metrics"]
+    mutating = [without_chart_metadata(o) for o in objects if o["kind"].startswith("MutatingAdmissionPolicy")]
+    assert sorted(mutating, key=str) == sorted(load_policies(["gate-injection"]), key=str)
+    c = container(objects)
+    assert not [a for a in c["args"] if a.startswith(("--cert-dir", "--webhook", "--self-signed"))]
+    assert [p["name"] for p in c["ports"]] == ["metrics"]
+    assert [m["mountPath"] for m in c["volumeMounts"]] == ["/tmp"]
+
+
+def test_gate_injection_auto_follows_the_cluster(render: Render) -> None:
+    with_map = render("--set", "gateInjection=auto", "--api-versions", MAP_API)
+    assert len(by_kind(with_map, "MutatingAdmissionPolicy")) == 2
+    assert not by_kind(with_map, "MutatingWebhookConfiguration")
+    without = render("--set", "gateInjection=auto")
+    assert not by_kind(without, "MutatingAdmissionPolicy")
+    assert by_kind(without, "MutatingWebhookConfiguration")
+    # The default is the webhook, whatever the cluster serves.
+    assert by_kind(render("--api-versions", MAP_API), "MutatingWebhookConfiguration")
+
+
+def test_service_monitor(render: Render) -> None:
+    objects = render(
+        "--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.serviceMonitor.labels.release=prom"
+    )
+    monitor = one(objects, "ServiceMonitor")
+    assert monitor["metadata"]["labels"]["release"] == "prom"
+    assert monitor["spec"]["endpoints"] == [
+        {"port": "metrics", "path": "/metrics", "scheme": "http", "interval": "30s", "scrapeTimeout": "10s"}
+    ]
+    service = next(s for s in by_kind(objects, "Service") if s["metadata"]["name"].endswith("-metrics"))
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
+
+
+def test_one_replica_has_no_budget(render: Render) -> None:
+    objects = render("--set", "manager.replicas=1")
+    assert one(objects, "Deployment")["spec"]["replicas"] == 1
+    assert not by_kind(objects, "PodDisruptionBudget")
+
+
+def test_extra_args_and_image(render: Render) -> None:
+    objects = render(
+        "--set", "image.repository=registry.example/gk",
+        "--set", "image.tag=1.2.3",
+        "--set", "manager.extraArgs={--metrics-host=0.0.0.0}",
+        "--set", "manager.logLevel=DEBUG",
+        "--set", "manager.logFormat=text",
+    )  # fmt: skip
+    c = container(objects)
+    assert c["image"] == "registry.example/gk:1.2.3"
+    assert c["args"][-3:] == ["--log-level=DEBUG", "--log-format=text", "--metrics-host=0.0.0.0"]
+
+
+# ---- wrong values are refused, and say why ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("manager.replicas=two", "at '/manager/replicas': got string, want integer"),
+        ("gateInjection=sometimes", "at '/gateInjection': value must be one of 'webhook', 'policy', 'auto'"),
+        ("backend=kueue", "at '/backend': value must be 'pools'"),
+        ("certManager.enabled=maybe", "at '/certManager/enabled': value must be one of 'auto', true, false"),
+        ("manager.replicas=0", "at '/manager/replicas': minimum: got 0, want 1"),
+        ("manager.logLevel=LOUD", "at '/manager/logLevel': value must be one of"),
+        ("manager.replica=2", "at '/manager': additional properties 'replica' not allowed"),
+        (
+            "policies.gateProtection.extraAllowedUsernames={a'b}",
+            "/policies/gateProtection/extraAllowedUsernames/0",
+        ),
+        ("metrics.serviceMonitor.interval=often", "at '/metrics/serviceMonitor/interval'"),
+    ],
+)
+def test_the_schema_refuses_wrong_values(helm: Path, value: str, message: str) -> None:
+    err = refusal(helm, "--set", value)
+    assert "values don't meet the specifications of the schema" in err
+    assert message in err
+
+
+def test_two_replicas_need_leader_election(helm: Path) -> None:
+    err = refusal(helm, "--set", "manager.leaderElection.enabled=false")
+    assert "manager.leaderElection.enabled=false needs manager.replicas=1" in err
+
+
+def test_a_missing_service_account_name_is_refused(helm: Path) -> None:
+    err = refusal(helm, "--set", "serviceAccount.create=false")
+    assert "serviceAccount.name is required when serviceAccount.create is false" in err
+
+
+def test_the_opt_in_label_is_the_contract() -> None:
+    """The chart's webhook selects the same label as the code (its template spells it out)."""
+    text = (CHART / "templates" / "webhook" / "mutatingwebhookconfiguration.yaml").read_text()
+    assert f"key: {POOL_LABEL}" in text
+
+
+def test_the_packaged_chart_carries_the_linked_files(helm: Path, tmp_path: Path) -> None:
+    """`helm package` resolves the links (crds/, files/policies/): the archive renders the same."""
+    res = run_helm(helm, "package", str(CHART), "--destination", str(tmp_path))
+    assert res.returncode == 0, res.stderr
+    [archive] = tmp_path.glob("lws-gatekeeper-*.tgz")
+    packaged = run_helm(helm, "template", RELEASE, str(archive), "--namespace", NAMESPACE, "--include-crds")
+    assert packaged.returncode == 0, packaged.stderr
+    objects = [doc for doc in yaml.safe_load_all(packaged.stdout) if doc]
+    assert objects == template(helm, "--include-crds")
