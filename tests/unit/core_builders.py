@@ -61,7 +61,7 @@ def ctr(
         resources["requests"] = reqs
     if lims:
         resources["limits"] = lims
-    container: dict[str, Any] = {"name": name, "image": "registry.k8s.io/pause:3.10"}
+    container: dict[str, Any] = {"name": name, "image": "pause:3.10"}
     if resources:
         container["resources"] = resources
     if restart is not None:
