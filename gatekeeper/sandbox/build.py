@@ -102,7 +102,7 @@ def load_pins(text: str | None = None) -> dict[str, Component]:
             name=name,
             module=raw["module"],
             version=raw["version"],
-            packages=tuple(raw["packages"]),
+            packages=tuple(raw.get("packages", ())),
             output=raw.get("output"),
             staging=raw.get("staging"),
             ldflags=tuple(raw.get("ldflags", ())),
@@ -244,7 +244,9 @@ def _build_locked(
         prep = _prepare_module(comp, work, env)
         flags = ["-s", "-w"] + [f"-X={_stamp(f, comp, prep['info'])}" for f in comp.ldflags]
         out = str(staging_dir / "bin" / comp.output) if comp.output else str(staging_dir / "bin") + "/"
-        _go(["build", "-trimpath", f"-ldflags={' '.join(flags)}", "-o", out, *comp.packages], work, env, log)
+        if comp.packages:  # a component may bring only files (CRDs), nothing to build
+            build_args = ["build", "-trimpath", f"-ldflags={' '.join(flags)}", "-o", out, *comp.packages]
+            _go(build_args, work, env, log)
         for rel in comp.files:
             src = Path(prep["dir"]) / rel
             if not src.is_dir():

@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+import yaml
 
+from gatekeeper.render import parse_pools, render_stream
 from gatekeeper.sandbox import build
 from gatekeeper.sandbox.cluster import Sandbox, default_dir, fake_node
 from gatekeeper.sandbox.kueue import MANAGED_NAMESPACE_LABEL
@@ -419,3 +421,22 @@ def test_kueue_admits_by_quota_even_when_no_node_fits(kueue_sandbox: Sandbox) ->
     for pod in pods:
         print(_describe_pod(pod) + f"; {_condition(pod, 'PodScheduled').get('message')}")
         assert not pod["spec"].get("schedulingGates")
+
+
+def test_rendered_kueue_objects_are_accepted_by_kueue(kueue_sandbox: Sandbox) -> None:
+    """``lws-gatekeeper render --backend kueue`` output passes the API server and Kueue's webhooks."""
+    example = Path(__file__).resolve().parents[2] / "examples" / "pools.yaml"
+    stream = render_stream(parse_pools(example.read_text(), str(example)), "kueue")
+    docs = [d for d in yaml.safe_load_all(stream) if d]
+    for ns in sorted({d["metadata"]["namespace"] for d in docs if d["metadata"].get("namespace")}):
+        kueue_sandbox.kubectl("create", "namespace", ns, check=False)
+    out = kueue_sandbox.kubectl(
+        "apply", "--server-side", "--dry-run=server", "--field-manager=render-e2e", "-f", "-",
+        input=stream,
+    ).stdout  # fmt: skip
+    print(out)
+    lines = out.splitlines()
+    assert len(lines) == len(docs)
+    assert all(line.endswith("serverside-applied (server dry run)") for line in lines)
+    kinds = sorted({line.split("/")[0].split(".")[0] for line in lines})
+    assert kinds == ["clusterqueue", "localqueue", "resourceflavor"]

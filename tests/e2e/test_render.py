@@ -2,11 +2,10 @@
 
 A server-side dry run runs everything a real create does short of storing: the CRD's
 schema and CEL rules, defaulting, strict field validation (an unknown or misspelt field
-is an error, not silently pruned) and admission. The sandbox has the Pool CRD, so the
-``pools`` backend is proved here. The Kueue and Volcano CRDs are not installed in the
-sandbox yet: their rendering is covered by the golden files of tests/unit/test_render.py
-(field names checked against Kueue v0.19's v1beta2 and Volcano's v1beta1 CRDs), and
-their dry runs belong with the Kueue backend, which brings the real CRDs.
+is an error, not silently pruned) and admission. The sandbox has the Pool CRD; Volcano's
+Queue CRD comes from the pinned volcano.sh/volcano module (component ``volcano-crds``);
+the Kueue objects are dry-run in tests/e2e/test_kueue_sandbox.py, against the running
+Kueue and its webhooks.
 """
 
 from __future__ import annotations
@@ -23,6 +22,7 @@ from click.testing import CliRunner
 
 from gatekeeper.render import parse_pools, render_stream
 from gatekeeper.render.cli import render_cmd
+from gatekeeper.sandbox import build
 
 from .conftest import Cluster
 
@@ -99,3 +99,23 @@ def _json_stream(text: str) -> list[dict[str, Any]]:
         while at < len(text) and text[at].isspace():
             at += 1
     return items
+
+
+def test_the_volcano_queues_are_accepted(cluster: Cluster) -> None:
+    crds = build.build_all(["volcano-crds"])["volcano-crds"].files / "config" / "crd" / "volcano" / "bases"
+    cluster.kubectl(
+        "apply", "--server-side", "--force-conflicts", "--field-manager=render-e2e",
+        "-f", str(crds / "scheduling.volcano.sh_queues.yaml"),
+    )  # fmt: skip
+    cluster.kubectl(
+        "wait", "--for=condition=Established", "crd/queues.scheduling.volcano.sh", "--timeout=60s"
+    )
+    stream = render_stream(parse_pools(EXAMPLE.read_text(), str(EXAMPLE)), "volcano")
+    out = cluster.kubectl(
+        "apply", "--server-side", "--dry-run=server", "--field-manager=render-e2e", "-f", "-",
+        input=stream,
+    )  # fmt: skip
+    assert out.splitlines() == [
+        "queue.scheduling.volcano.sh/on-demand serverside-applied (server dry run)",
+        "queue.scheduling.volcano.sh/reserved-h100 serverside-applied (server dry run)",
+    ]
