@@ -104,6 +104,18 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _ours(info: dict[str, Any]) -> bool:
+    """Is the recorded process still the one we started (same program), not a reused pid?"""
+    try:
+        cmdline = Path(f"/proc/{int(info['pid'])}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    argv = [str(a) for a in info.get("argv") or []]
+    # A launcher may exec the program it was given (``unshare ... sh -c ... exec kueue``):
+    # the process is ours when its program is one of the words we started it with.
+    return not argv or (bool(cmdline) and cmdline[0].decode(errors="replace") in argv)
+
+
 def fake_node(
     name: str,
     *,
@@ -176,7 +188,7 @@ class Sandbox:
     def running(self) -> dict[str, bool]:
         """Each recorded component and whether its process is alive."""
         procs = self.state().get("processes", {})
-        return {name: _alive(int(info["pid"])) for name, info in procs.items()}
+        return {name: _alive(int(info["pid"])) and _ours(info) for name, info in procs.items()}
 
     def is_up(self) -> bool:
         run = self.running()
@@ -376,9 +388,15 @@ class Sandbox:
         self.say(f"sandbox up in {time.monotonic() - start:.1f}s; logs in {self.log_dir}")
 
     def down(self, *, quiet: bool = False, keep_logs: bool = True) -> None:
-        """Stop every process this sandbox started and remove its data (logs stay)."""
+        """Stop every process this sandbox started and remove its data (logs stay).
+
+        Only processes that are still ours are signalled: after a reboot or a CI clean-up
+        a recorded pid may belong to another program by now.
+        """
         state = self.state()
-        procs: dict[str, dict[str, Any]] = state.get("processes", {})
+        procs: dict[str, dict[str, Any]] = {
+            name: info for name, info in state.get("processes", {}).items() if _ours(info)
+        }
         order = [n for n in reversed(list(procs))]
         for name in order:
             pid = int(procs[name]["pid"])
@@ -643,7 +661,8 @@ class Sandbox:
         """Stop one component (SIGTERM, or SIGKILL to simulate a crash) and forget it."""
         state = self.state()
         info = state["processes"].pop(name, None)
-        if info is None:
+        if info is None or not _ours(info):
+            self._save(state)
             return
         pid = int(info["pid"])
         with contextlib.suppress(ProcessLookupError):
