@@ -104,6 +104,11 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def as_json_list(objects: Iterable[dict[str, Any]]) -> str:
+    """Objects as one ``v1/List`` in JSON, for ``kubectl apply|create -f -``."""
+    return json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objects)})
+
+
 def _ours(info: dict[str, Any]) -> bool:
     """Is the recorded process still the one we started (same program), not a reused pid?"""
     try:
@@ -234,7 +239,9 @@ class Sandbox:
 
     def apply(self, objects: Iterable[dict[str, Any]] | str) -> None:
         """Server-side apply objects (dicts or YAML text) with the admin identity."""
-        text = objects if isinstance(objects, str) else yaml.safe_dump_all(list(objects))
+        # Objects go as JSON: PyYAML writes strings such as 1e10 unquoted (a string in YAML
+        # 1.1), which kubectl's YAML 1.2 reader takes for a number.
+        text = objects if isinstance(objects, str) else as_json_list(objects)
         self.kubectl(
             "apply", "--server-side", "--force-conflicts", "--field-manager=sandbox", "-f", "-", input=text
         )
@@ -246,7 +253,7 @@ class Sandbox:
                 "create",
                 "-f",
                 "-",
-                input=yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": list(nodes)}),
+                input=as_json_list(nodes),
             )
 
     # ---- up / down ---------------------------------------------------------------

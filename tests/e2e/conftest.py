@@ -21,11 +21,10 @@ import anyio
 import kr8s
 import kr8s.asyncio
 import pytest
-import yaml
 from kr8s.asyncio.objects import Namespace, Node, new_class
 
 from gatekeeper.sandbox import build
-from gatekeeper.sandbox.cluster import Sandbox, default_dir, fake_node
+from gatekeeper.sandbox.cluster import Sandbox, as_json_list, default_dir, fake_node
 from gatekeeper.sandbox.replay import list_raw
 
 
@@ -151,7 +150,8 @@ async def fake_nodes(api: kr8s.asyncio.Api, cluster: Cluster) -> AsyncIterator[M
         memory: str = "32Gi",
         labels: dict[str, str] | None = None,
     ) -> NodeSet:
-        ns = NodeSet(id=uuid.uuid4().hex[:8])
+        # A letter first: an id such as "3e814597" would read as a number in YAML.
+        ns = NodeSet(id="n" + uuid.uuid4().hex[:7])
         objs: list[dict[str, Any]] = []
         for i in range(count):
             name = f"t{ns.id}-{i}"
@@ -166,7 +166,7 @@ async def fake_nodes(api: kr8s.asyncio.Api, cluster: Cluster) -> AsyncIterator[M
                 )
             )
             ns.names.append(name)
-        cluster.kubectl("create", "-f", "-", input=yaml.safe_dump_all(objs))
+        cluster.kubectl("create", "-f", "-", input=as_json_list(objs))
         made.append(ns)
         with anyio.fail_after(60):
             while True:

@@ -134,7 +134,7 @@ def _queue_setup(
     sb: Sandbox, *, gpus: int, nodes: int, gpus_per_node: int
 ) -> tuple[str, str, dict[str, str]]:
     """Fake nodes, a namespace Kueue manages, a flavor on those nodes, a ClusterQueue, a LocalQueue."""
-    tag = uuid.uuid4().hex[:6]
+    tag = "x" + uuid.uuid4().hex[:5]  # a letter first: never read as a number in YAML
     labels = {"kueue-test-pool": tag}
     sb.create_nodes([fake_node(f"kq-{tag}-{i}", gpus=gpus_per_node, labels=labels) for i in range(nodes)])
     ns, flavor, cq, lq = f"kueue-{tag}", f"gpu-{tag}", f"cq-{tag}", "lq"

@@ -196,7 +196,7 @@ async def user_kubeconfig(cluster: Cluster, namespace: str, account: str, where:
 
 
 def suffix() -> str:
-    return uuid.uuid4().hex[:6]
+    return "x" + uuid.uuid4().hex[:5]  # a letter first: 3e8145 would read as a number in YAML
 
 
 # ---- the shipped files ------------------------------------------------------------------
