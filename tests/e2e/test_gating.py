@@ -1,50 +1,31 @@
 """The admission webhook against the real API server and LWS controller: gated at birth.
 
-The webhook server runs in this test process on a free loopback port with the sandbox's
-webhook certificate, registered by URL under its own configuration name. Nothing lifts
-the gate yet (that is the controller's job), so gated pods stay gated here: that is the
-expected state, and it must hold no GPU.
-
-Everything that creates objects goes through kr8s (async): a blocking kubectl call
-that makes the API server call the webhook would stall the event loop serving it.
+The webhook is the one the cluster runs (the sandbox's gatekeeper process, registered
+by URL). The LWSs here name pools that do not exist, so the controller never lifts
+their gates: gated pods stay gated, which is the state under test, and hold no GPU.
 """
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import functools
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import anyio
 import kr8s
 import kr8s.asyncio
 import pytest
-from kr8s.asyncio.objects import Pod, new_class
+from kr8s.asyncio.objects import Pod
 
 from gatekeeper.core import POOL_LABEL, SCHEDULING_GATE
 from gatekeeper.sandbox.observe import GROUP_INDEX_LABEL, LWS_NAME_LABEL
 from gatekeeper.sandbox.replay import LeaderWorkerSet, isolate, list_raw, load_scenario, settle
-from gatekeeper.webhook import mutating_webhook_configuration, start_webhook_server
 
 from .conftest import Cluster, MakeNodes, NodeSet
 
-CONFIG_NAME = "lws-gatekeeper-test-gating"
-
-MutatingWebhookConfiguration = new_class(
-    kind="MutatingWebhookConfiguration",
-    version="admissionregistration.k8s.io/v1",
-    namespaced=False,
-)
-
 pytestmark = pytest.mark.usefixtures("gating_webhook")
-
-
-async def _delete_config(api: kr8s.asyncio.Api) -> None:
-    with contextlib.suppress(kr8s.NotFoundError):
-        await (await MutatingWebhookConfiguration.get(CONFIG_NAME, api=api)).delete()
 
 
 async def _gates_a_dry_run_pod(api: kr8s.asyncio.Api) -> bool:
@@ -63,28 +44,11 @@ async def _gates_a_dry_run_pod(api: kr8s.asyncio.Api) -> bool:
 
 
 @pytest.fixture(scope="module")
-async def gating_webhook(cluster: Cluster, api: kr8s.asyncio.Api) -> AsyncIterator[None]:
-    """This process's webhook server, registered by URL for the module's tests."""
-    if cluster.sandbox is None:
-        pytest.skip("the webhook is served from the test process on loopback, which only the sandbox reaches")
-    pki = cluster.sandbox.pki
-    runner = await start_webhook_server(
-        "127.0.0.1", 0, pki.webhook_dir / "tls.crt", pki.webhook_dir / "tls.key"
-    )
-    port = runner.addresses[0][1]
-    config = mutating_webhook_configuration(
-        name=CONFIG_NAME, url=f"https://127.0.0.1:{port}", ca_bundle=pki.ca_crt.read_bytes()
-    )
-    await _delete_config(api)  # left over by an interrupted run, pointing at a dead port
-    await (await MutatingWebhookConfiguration(config, api=api)).create()
-    try:
-        with anyio.fail_after(30):
-            while not await _gates_a_dry_run_pod(api):
-                await anyio.sleep(0.2)
-        yield
-    finally:
-        await _delete_config(api)
-        await runner.cleanup()
+async def gating_webhook(api: kr8s.asyncio.Api) -> None:
+    """Wait until the API server calls the gatekeeper's webhook (a dry-run pod comes back gated)."""
+    with anyio.fail_after(30):
+        while not await _gates_a_dry_run_pod(api):
+            await anyio.sleep(0.2)
 
 
 def _gated(pod: Mapping[str, Any]) -> bool:
