@@ -205,13 +205,10 @@ class Informer:
                     self.synced.set()
                 since = await self._watch(since)
                 backoff = 0.5
-            except (
-                httpx.HTTPError,
-                kr8s.ServerError,
-                kr8s.APITimeoutError,
-                OSError,
-                json.JSONDecodeError,
-            ) as exc:
+            except (*RETRYABLE, json.JSONDecodeError) as exc:
+                # An error status is retryable too: a 429 "storage is (re)initializing"
+                # answers every watch while the API server's watch cache warms up, and a
+                # 5xx while it restarts. Only cancellation ends an informer.
                 log.warning("%s watch failed, relisting in %.1fs: %s", self.resource.plural, backoff, exc)
                 since = None
                 await anyio.sleep(backoff)
