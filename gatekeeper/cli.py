@@ -68,6 +68,20 @@ def main() -> None:
     show_default=True,
     help="Webhook Service (in --lease-namespace) named by the self-signed serving certificate.",
 )
+@click.option(
+    "--backend",
+    type=click.Choice(["pools", "kueue"]),
+    default="pools",
+    show_default=True,
+    help="pools: the gatekeeper's own Pool objects decide. kueue: the pool label names a Kueue "
+    "LocalQueue; one Kueue Workload per group, Kueue's ClusterQueue decides.",
+)
+@click.option(
+    "--node-fit/--no-node-fit",
+    default=None,
+    help="Run the Kueue AdmissionCheck controller lws-gatekeeper.io/node-fit "
+    "(default: on with --backend=kueue, off otherwise; it needs Kueue's CRDs).",
+)
 @click.option("--log-level", default="INFO", show_default=True)
 @click.option(
     "--log-format",
@@ -91,6 +105,8 @@ def run_cmd(
     self_signed_certs_secret: str,
     webhook_config_name: str,
     webhook_service_name: str,
+    backend: str,
+    node_fit: bool | None,
     log_level: str,
     log_format: str,
 ) -> None:
@@ -118,6 +134,8 @@ def run_cmd(
         self_signed_certs_secret=self_signed_certs_secret,
         webhook_config_name=webhook_config_name,
         webhook_service_name=webhook_service_name,
+        backend=backend,
+        node_fit=backend == "kueue" if node_fit is None else node_fit,
     )
     anyio.run(run, opts)
 

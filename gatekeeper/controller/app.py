@@ -12,8 +12,10 @@ import logging
 import os
 import signal
 import socket
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import anyio
 import kr8s.asyncio
@@ -52,6 +54,10 @@ class Options:
     """The MutatingWebhookConfiguration whose CA bundle the self-signed certificates go into."""
     webhook_service_name: str = "lws-gatekeeper-webhook"
     """The webhook Service, whose DNS names the self-signed serving certificate carries."""
+    backend: str = "pools"
+    """``pools`` (our Pool objects decide) or ``kueue`` (a Kueue Workload per group)."""
+    node_fit: bool = False
+    """Also run the controller of Kueue AdmissionChecks ``lws-gatekeeper.io/node-fit``."""
 
 
 async def _serve_metrics(opts: Options, reconciler: Reconciler) -> web.AppRunner:
@@ -73,6 +79,30 @@ async def _serve_metrics(opts: Options, reconciler: Reconciler) -> web.AppRunner
     await runner.setup()
     await web.TCPSite(runner, opts.metrics_host, opts.metrics_port).start()
     return runner
+
+
+def _admission_loop(
+    api: kr8s.asyncio.Api, opts: Options, reconciler: Reconciler
+) -> Callable[[], Coroutine[Any, Any, None]]:
+    """What the leader runs: the backend's admission loop and, if asked, the node-fit check."""
+    loops: list[Callable[[], Coroutine[Any, Any, None]]] = []
+    if opts.backend == "kueue":
+        from gatekeeper.controller.kueue_backend import KueueBackend
+
+        loops.append(KueueBackend(api, resync=opts.resync_seconds).run)
+    else:
+        loops.append(reconciler.run)
+    if opts.node_fit:
+        from gatekeeper.controller.nodefit import NodeFit
+
+        loops.append(NodeFit(api, resync=opts.resync_seconds).run)
+
+    async def lead() -> None:
+        async with anyio.create_task_group() as tg:
+            for one in loops:
+                tg.start_soon(one)
+
+    return lead
 
 
 async def run(opts: Options) -> None:
@@ -119,10 +149,11 @@ async def run(opts: Options) -> None:
             tg.start_soon(stop_on_signal)
             if certs is not None:
                 tg.start_soon(certs.run)
+            loop = _admission_loop(api, opts, reconciler)
             if opts.leader_elect:
-                tg.start_soon(elector.run, reconciler.run)
+                tg.start_soon(elector.run, loop)
             else:
-                tg.start_soon(reconciler.run)
+                tg.start_soon(loop)
     finally:
         with anyio.CancelScope(shield=True):
             if opts.leader_elect:

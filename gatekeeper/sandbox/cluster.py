@@ -612,15 +612,26 @@ class Sandbox:
         self.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": GATEKEEPER_NAMESPACE}}])
 
     def start_gatekeeper(
-        self, name: str = "gatekeeper", *, register: bool = True, kubeconfig: Path | None = None
+        self,
+        name: str = "gatekeeper",
+        *,
+        register: bool = True,
+        kubeconfig: Path | None = None,
+        backend: str | None = None,
+        args: Sequence[str] = (),
     ) -> None:
         """Run ``lws-gatekeeper run`` from this Python against the sandbox and register its webhook.
 
         Extra replicas (another ``name``) serve no webhook of the sandbox's own; they only
         campaign for the Lease, as a second replica of the chart would. ``kubeconfig``
         runs it with another identity than the admin's (the chart's ServiceAccount, say).
+        ``backend`` is ``pools`` or ``kueue``; by default ``kueue`` when the sandbox runs
+        Kueue, else ``pools`` (a restart keeps what the sandbox was started with).
+        ``args`` are further flags of ``lws-gatekeeper run``.
         """
         state = self.state()
+        if backend is None:
+            backend = "kueue" if "kueue-controller" in state["processes"] else "pools"
         p = state["ports"]
         if "gk_webhook" not in p:  # a sandbox started by an older version, without a gatekeeper
             p["gk_webhook"], p["gk_metrics"] = _free_ports(2)
@@ -642,9 +653,12 @@ class Sandbox:
                 f"--metrics-port={metrics_port}",
                 f"--lease-namespace={GATEKEEPER_NAMESPACE}",
                 f"--identity={name}",
+                f"--backend={backend}",
+                *args,
             ],
         )
         state["processes"][name]["metrics"] = metrics_port
+        state["processes"][name]["backend"] = backend
         self._save(state)
 
         def ready() -> bool:

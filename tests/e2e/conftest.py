@@ -99,6 +99,30 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
 
 
 @pytest.fixture(scope="session")
+def kueue_sandbox(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
+    """A second sandbox, with the real Kueue and the gatekeeper on its ``kueue`` backend.
+
+    One per session, for every test module that needs Kueue; stopped at the end unless
+    ``--keep-sandbox``. Its folder is the session sandbox's with ``-kueue`` appended, so
+    two pytest runs with different ``--sandbox-dir`` never share (and race on) one.
+    """
+    if request.config.getoption("--cluster") != "sandbox":
+        pytest.fail("the Kueue tests run the sandbox's own Kueue: use --cluster=sandbox", pytrace=False)
+    where = request.config.getoption("--sandbox-dir")
+    folder = Path(f"{where}-kueue") if where else default_dir("pytest-kueue")
+    sb = Sandbox(folder, say=lambda m: print(m, flush=True))
+    try:
+        sb.up(nodes=0, with_kueue=True)
+    except Exception as exc:  # the reason goes into every test's failure, never a skip
+        pytest.fail(f"the sandbox with Kueue could not start: {exc}", pytrace=False)
+    try:
+        yield sb
+    finally:
+        if not request.config.getoption("--keep-sandbox"):
+            sb.down()
+
+
+@pytest.fixture(scope="session")
 async def api(cluster: Cluster) -> kr8s.asyncio.Api:
     return await kr8s.asyncio.api(kubeconfig=str(cluster.kubeconfig))
 

@@ -1,8 +1,8 @@
 """The real Kueue in the sandbox: it admits Jobs and, through its own LWS integration, LWS groups.
 
 Why this exists: the ``kueue`` backend and the node-fit AdmissionCheck are built against
-what Kueue really does. These tests start their own sandbox with Kueue (a separate
-folder, ``sandboxes/pytest-kueue``, for this module only) and record what Kueue makes of
+what Kueue really does. These tests run on the session's sandbox with Kueue
+(``kueue_sandbox``, folder ``sandboxes/pytest-kueue``) and record what Kueue makes of
 a Job and of LWS groups: its Workloads (names, pod sets, conditions), the scheduling
 gate it holds pods with, and the gap the node-fit check closes (quota is not placement).
 What they observe is printed (run with ``-s``).
@@ -10,83 +10,47 @@ What they observe is printed (run with ``-s``).
 
 from __future__ import annotations
 
-import json
-import time
-import uuid
-from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-import pytest
 import yaml
 
 from gatekeeper.render import parse_pools, render_stream
 from gatekeeper.sandbox import build
-from gatekeeper.sandbox.cluster import Sandbox, default_dir, fake_node
+from gatekeeper.sandbox.cluster import Sandbox
 from gatekeeper.sandbox.kueue import MANAGED_NAMESPACE_LABEL
-
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-KUEUE_GATE = "kueue.x-k8s.io/admission"
-#: Kueue adds it too (Topology Aware Scheduling is on by default); lifted at admission
-#: for a Workload that asks no topology.
-TOPOLOGY_GATE = "kueue.x-k8s.io/topology"
-KUEUE_API = "kueue.x-k8s.io/v1beta2"
-
-T = TypeVar("T")
-
-
-@pytest.fixture(scope="module")
-def kueue_sandbox(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
-    """A sandbox of its own with Kueue running; stopped after this module (unless --keep-sandbox).
-
-    Its folder is the session sandbox's with ``-kueue`` appended, so that two pytest runs
-    with different ``--sandbox-dir`` never share (and race on) one Kueue sandbox.
-    """
-    if request.config.getoption("--cluster") != "sandbox":
-        pytest.skip("runs the sandbox's own Kueue: --cluster=sandbox only")
-    where = request.config.getoption("--sandbox-dir")
-    folder = Path(f"{where}-kueue") if where else default_dir("pytest-kueue")
-    sb = Sandbox(folder, say=lambda m: print(m, flush=True))
-    try:
-        sb.up(nodes=0, with_kueue=True)
-    except Exception as exc:  # the reason goes into every test's failure, never a skip
-        pytest.fail(f"the sandbox with Kueue could not start: {exc}", pytrace=False)
-    try:
-        yield sb
-    finally:
-        if not request.config.getoption("--keep-sandbox"):
-            sb.down()
+from tests.e2e.kueue_support import (
+    KUEUE_API,
+    KUEUE_GATE,
+    QUEUE_LABEL,
+    TOPOLOGY_GATE,
+    make_queue,
+)
+from tests.e2e.kueue_support import (
+    condition as _condition,
+)
+from tests.e2e.kueue_support import (
+    get as _get,
+)
+from tests.e2e.kueue_support import (
+    is_true as _is_true,
+)
+from tests.e2e.kueue_support import (
+    pods as _pods,
+)
+from tests.e2e.kueue_support import (
+    wait as _wait,
+)
+from tests.e2e.kueue_support import (
+    workloads as _workloads,
+)
 
 
-def _get(sb: Sandbox, *args: str) -> Any:
-    return json.loads(sb.kubectl("get", "-o", "json", *args).stdout)
-
-
-def _items(sb: Sandbox, *args: str) -> list[dict[str, Any]]:
-    items: list[dict[str, Any]] = _get(sb, *args)["items"]
-    return items
-
-
-def _wait(what: str, probe: Callable[[], T | None], timeout: float = 90) -> T:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = probe()
-        if got:
-            return got
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-
-
-def _condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
-    for cond in obj.get("status", {}).get("conditions", []):
-        if cond["type"] == kind:
-            found: dict[str, Any] = cond
-            return found
-    return {}
-
-
-def _is_true(obj: dict[str, Any], kind: str) -> bool:
-    return _condition(obj, kind).get("status") == "True"
+def _queue_setup(
+    sb: Sandbox, *, gpus: int, nodes: int, gpus_per_node: int
+) -> tuple[str, str, dict[str, str]]:
+    q = make_queue(sb, gpus=gpus, nodes=nodes, gpus_per_node=gpus_per_node)
+    return q.namespace, q.local_queue, q.labels
 
 
 def _describe_workload(wl: dict[str, Any]) -> str:
@@ -130,73 +94,6 @@ def _describe_pod(pod: dict[str, Any]) -> str:
     )
 
 
-def _queue_setup(
-    sb: Sandbox, *, gpus: int, nodes: int, gpus_per_node: int
-) -> tuple[str, str, dict[str, str]]:
-    """Fake nodes, a namespace Kueue manages, a flavor on those nodes, a ClusterQueue, a LocalQueue."""
-    tag = "x" + uuid.uuid4().hex[:5]  # a letter first: never read as a number in YAML
-    labels = {"kueue-test-pool": tag}
-    sb.create_nodes([fake_node(f"kq-{tag}-{i}", gpus=gpus_per_node, labels=labels) for i in range(nodes)])
-    ns, flavor, cq, lq = f"kueue-{tag}", f"gpu-{tag}", f"cq-{tag}", "lq"
-    sb.apply(
-        [
-            {
-                "apiVersion": "v1",
-                "kind": "Namespace",
-                "metadata": {"name": ns, "labels": {MANAGED_NAMESPACE_LABEL: "true"}},
-            },
-            {
-                "apiVersion": KUEUE_API,
-                "kind": "ResourceFlavor",
-                "metadata": {"name": flavor},
-                "spec": {"nodeLabels": labels},
-            },
-            {
-                "apiVersion": KUEUE_API,
-                "kind": "ClusterQueue",
-                "metadata": {"name": cq},
-                "spec": {
-                    "namespaceSelector": {},
-                    "resourceGroups": [
-                        {
-                            "coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
-                            "flavors": [
-                                {
-                                    "name": flavor,
-                                    "resources": [
-                                        {"name": "cpu", "nominalQuota": str(8 * nodes)},
-                                        {"name": "memory", "nominalQuota": f"{32 * nodes}Gi"},
-                                        {"name": "nvidia.com/gpu", "nominalQuota": str(gpus)},
-                                    ],
-                                }
-                            ],
-                        }
-                    ],
-                },
-            },
-        ]
-    )
-    sb.apply(
-        [
-            {
-                "apiVersion": KUEUE_API,
-                "kind": "LocalQueue",
-                "metadata": {"name": lq, "namespace": ns},
-                "spec": {"clusterQueue": cq},
-            }
-        ]
-    )
-    _wait("the default service account", lambda: _items(sb, "serviceaccounts", "-n", ns))
-    _wait(
-        f"ClusterQueue {cq} Active", lambda: _is_true(_get(sb, "clusterqueues.kueue.x-k8s.io", cq), "Active")
-    )
-    _wait(
-        f"LocalQueue {lq} Active",
-        lambda: _is_true(_get(sb, "localqueues.kueue.x-k8s.io", lq, "-n", ns), "Active"),
-    )
-    return ns, lq, labels
-
-
 def _container(name: str, gpus: int) -> dict[str, Any]:
     res = {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": str(gpus)}
     return {"name": name, "image": "registry.example/fake:1", "resources": {"requests": res, "limits": res}}
@@ -213,14 +110,6 @@ def _lws(name: str, ns: str, lq: str, *, replicas: int, size: int, gpus_per_pod:
             "leaderWorkerTemplate": {"size": size, "leaderTemplate": template, "workerTemplate": template},
         },
     }
-
-
-def _workloads(sb: Sandbox, ns: str) -> list[dict[str, Any]]:
-    return sorted(_items(sb, "workloads.kueue.x-k8s.io", "-n", ns), key=lambda w: w["metadata"]["name"])
-
-
-def _pods(sb: Sandbox, ns: str) -> list[dict[str, Any]]:
-    return sorted(_items(sb, "pods", "-n", ns), key=lambda p: p["metadata"]["name"])
 
 
 def _pod_group(pod: dict[str, Any]) -> str | None:

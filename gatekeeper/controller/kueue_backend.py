@@ -1,0 +1,261 @@
+"""The ``kueue`` backend's loop: Kueue Workloads for LWS groups, and gates that follow them.
+
+Why this exists: with ``--backend=kueue`` Kueue's ClusterQueues decide admission; the
+gatekeeper turns each group of an opted-in LWS into one Kueue Workload and keeps the
+group's pods behind its own gate until Kueue admits that Workload. Every decision is
+made by ``core.kueue.decide_kueue`` from the informers' caches; this module only carries
+the actions out, in order: release groups that are gone, create records and Workloads,
+lift gates (with the flavor's node labels) of admitted groups, stop the pods of evicted
+ones and give their quota back, then say why each group waits. Like the ``pools``
+loop, it keeps nothing only in memory: a restarted gatekeeper picks up from the records
+and Workloads in the cluster.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import anyio
+import kr8s.asyncio
+from prometheus_client import Counter, Gauge, Histogram
+
+from gatekeeper.controller import kube as k
+from gatekeeper.controller.informer import Informer, Resource
+from gatekeeper.core.demand import GroupDemand
+from gatekeeper.core.kueue import (
+    KueueActions,
+    KueueSnapshot,
+    RecordStatus,
+    Ungate,
+    clear_admission_status,
+    decide_kueue,
+    new_workload,
+    ungate_patch,
+)
+from gatekeeper.core.names import POOL_LABEL
+from gatekeeper.core.quantity import format_amount, format_resources
+from gatekeeper.core.reconcile import ADMITTED, GroupState, new_record
+
+__all__ = ["FLAVORS", "WORKLOADS", "KueueBackend"]
+
+log = logging.getLogger("gatekeeper.kueue")
+
+WORKLOADS = Resource("workloads", "kueue.x-k8s.io/v1beta2")
+FLAVORS = Resource("resourceflavors", "kueue.x-k8s.io/v1beta2", namespaced=False)
+
+KUEUE_ADMISSIONS = Counter(
+    "gatekeeper_kueue_admissions_total",
+    "Groups whose Kueue Workload was admitted and whose gates were lifted",
+)
+KUEUE_STOPS = Counter(
+    "gatekeeper_kueue_stopped_pods_total", "Pods deleted because their group's Workload is no longer admitted"
+)
+KUEUE_WAITING = Gauge("gatekeeper_kueue_waiting_groups", "Groups whose Workload Kueue has not admitted")
+KUEUE_PASS_SECONDS = Histogram("gatekeeper_kueue_reconcile_seconds", "Duration of one kueue-backend pass")
+
+
+class KueueBackend:
+    """Watch LWSs, their pods, records, our Workloads and flavors; decide; act."""
+
+    def __init__(
+        self,
+        api: kr8s.asyncio.Api,
+        *,
+        resync: float = 10.0,
+        debounce: float = 0.05,
+        concurrency: int = 16,
+    ) -> None:
+        self.kube = k.Kube(api)
+        self.resync = resync
+        self.debounce = debounce
+        self.concurrency = concurrency
+        self._dirty = anyio.Event()
+        self._last_event: dict[tuple[str, str, str], str] = {}
+        self._admitted: set[tuple[str, str]] = set()
+        self._problems: set[str] = set()
+        self.passes = 0
+
+        def poke(_kind: str, _obj: dict[str, Any]) -> None:
+            self._dirty.set()
+
+        self.lws = Informer(api, k.LWS, label_selector=POOL_LABEL, on_change=poke)
+        self.pods = Informer(api, k.PODS, label_selector=POOL_LABEL, on_change=poke)
+        self.records = Informer(api, k.RECORDS, on_change=poke)
+        self.workloads = Informer(api, WORKLOADS, label_selector=POOL_LABEL, on_change=poke)
+        self.flavors = Informer(api, FLAVORS, on_change=poke)
+        self.priorities = Informer(api, k.PRIORITY_CLASSES, on_change=poke)
+        self.informers = [self.lws, self.pods, self.records, self.workloads, self.flavors, self.priorities]
+
+    async def run(self) -> None:
+        """Start the informers, wait for their first lists, then reconcile until cancelled."""
+        async with anyio.create_task_group() as tg:
+            for inf in self.informers:
+                tg.start_soon(inf.run)
+            for inf in self.informers:
+                await inf.synced.wait()
+            log.info("caches synced; reconciling (kueue backend)")
+            while True:
+                with anyio.move_on_after(self.resync):
+                    await self._dirty.wait()
+                await anyio.sleep(self.debounce)
+                self._dirty = anyio.Event()
+                try:
+                    await self.reconcile_once()
+                except k.RETRYABLE as exc:
+                    log.warning("pass failed, retrying: %s", exc)
+                    self._dirty.set()
+                    await anyio.sleep(1.0)
+
+    def snapshot(self) -> KueueSnapshot:
+        return KueueSnapshot(
+            lwss=self.lws.values(),
+            pods=self.pods.values(),
+            records=self.records.values(),
+            workloads=self.workloads.values(),
+            flavors=self.flavors.values(),
+            priorities={o["metadata"]["name"]: int(o.get("value", 0)) for o in self.priorities.values()},
+        )
+
+    async def reconcile_once(self) -> KueueActions:
+        start = time.monotonic()
+        actions = decide_kueue(self.snapshot())
+        self.passes += 1
+        limiter = anyio.CapacityLimiter(self.concurrency)
+
+        async def limited(fn: Callable[..., Coroutine[Any, Any, None]], *args: Any) -> None:
+            """One write; a failure is logged and left to a later pass, never raised."""
+            async with limiter:
+                try:
+                    await fn(*args)
+                except k.Conflict as exc:
+                    log.info("deferred to the next pass: %s", exc)
+                    self._dirty.set()
+                except k.RETRYABLE as exc:
+                    log.warning("write failed, retrying in the next pass: %s", exc)
+                    self._dirty.set()
+
+        async with anyio.create_task_group() as tg:
+            for ns, name in actions.release:
+                tg.start_soon(limited, self._release, ns, name)
+            for ns, name in actions.delete_workloads:
+                tg.start_soon(limited, self.kube.delete, WORKLOADS, name, ns)
+            for group in actions.create_records:
+                tg.start_soon(limited, self._create_record, group)
+            for group, record_uid in actions.create_workloads:
+                tg.start_soon(limited, self._create_workload, group, record_uid)
+        async with anyio.create_task_group() as tg:
+            for ungate in actions.ungate:
+                tg.start_soon(limited, self._ungate, ungate)
+            for ns, pod in actions.stop:
+                tg.start_soon(limited, self._stop, ns, pod)
+            for ns, name in actions.clear_admission:
+                tg.start_soon(limited, self._clear_admission, ns, name)
+            for st in actions.statuses:
+                tg.start_soon(limited, self._status, st)
+        KUEUE_WAITING.set(sum(1 for st in actions.statuses if not st.admitted))
+        problems = set(actions.problems)
+        for problem in sorted(problems - self._problems):
+            log.warning("ignored: %s", problem)
+        self._problems = problems
+        KUEUE_PASS_SECONDS.observe(time.monotonic() - start)
+        return actions
+
+    async def _release(self, ns: str, name: str) -> None:
+        log.info("releasing %s/%s (Workload and record)", ns, name)
+        await self.kube.delete(WORKLOADS, name, ns)
+        await self.kube.delete(k.RECORDS, name, ns)
+
+    async def _create_record(self, group: GroupState) -> None:
+        lws = self.lws.get(group.key.namespace, group.key.name)
+        if lws is None:
+            return
+        record = await self.kube.create(k.RECORDS, new_record(group, lws))
+        if isinstance(group.demand, GroupDemand):  # its Workload at once, not one pass later
+            await self._create_workload(group, str(record["metadata"]["uid"]), lws)
+
+    async def _create_workload(
+        self, group: GroupState, record_uid: str, lws: dict[str, Any] | None = None
+    ) -> None:
+        lws = lws or self.lws.get(group.key.namespace, group.key.name)
+        if lws is None or not record_uid:
+            return
+        priorities = {o["metadata"]["name"]: int(o.get("value", 0)) for o in self.priorities.values()}
+        await self.kube.create(WORKLOADS, new_workload(group, lws, record_uid, priorities))
+        log.info("created Workload %s/%s in LocalQueue %s", group.key.namespace, group.record, group.pool)
+
+    async def _ungate(self, ungate: Ungate) -> None:
+        pod = self.pods.get(ungate.namespace, ungate.pod)
+        if pod is None:
+            return
+        ops = ungate_patch(pod, ungate)
+        if ops is None:
+            return
+        await self.kube.json_patch(k.PODS, ungate.pod, ungate.namespace, ops)
+
+    async def _stop(self, ns: str, pod: str) -> None:
+        log.info("stopping %s/%s: its group's Workload is not admitted", ns, pod)
+        KUEUE_STOPS.inc()
+        await self.kube.delete(k.PODS, pod, ns)
+
+    async def _clear_admission(self, ns: str, name: str) -> None:
+        wl = self.workloads.get(ns, name)
+        if wl is None:
+            return
+        log.info("giving back the quota of evicted Workload %s/%s", ns, name)
+        await self.kube.patch_status(
+            WORKLOADS,
+            name,
+            ns,
+            clear_admission_status(wl, k.now_rfc3339()),
+            resource_version=str(wl["metadata"].get("resourceVersion", "")) or None,
+        )
+
+    async def _status(self, st: RecordStatus) -> None:
+        group = st.group
+        record = self.records.get(group.key.namespace, group.record)
+        if record is None:
+            return
+        current: dict[str, Any] = next(
+            (c for c in (record.get("status") or {}).get("conditions", []) if c.get("type") == ADMITTED), {}
+        )
+        want = "True" if st.admitted else "False"
+        same = current.get("status") == want and current.get("reason") == st.reason
+        if same and current.get("message") == st.message:
+            return
+        demand = group.demand.total if isinstance(group.demand, GroupDemand) else {}
+        status: dict[str, Any] = {
+            "pool": group.pool,
+            "workload": st.workload,
+            "pods": group.demand.pod_count if isinstance(group.demand, GroupDemand) else 0,
+            "demand": {r: format_amount(r, v) for r, v in sorted(demand.items())},
+            "demandSummary": format_resources(demand) if demand else "",
+            "conditions": [
+                {
+                    "type": ADMITTED,
+                    "status": want,
+                    "reason": st.reason,
+                    "message": st.message[:32000],
+                    "lastTransitionTime": current.get("lastTransitionTime") if same else k.now_rfc3339(),
+                }
+            ],
+        }
+        if st.admitted and current.get("status") != "True":
+            status["admittedAt"] = k.now_rfc3339()
+        await self.kube.patch_status(k.RECORDS, group.record, group.key.namespace, status)
+        if same:
+            return
+        if st.admitted:
+            KUEUE_ADMISSIONS.inc()
+        lws = self.lws.get(group.key.namespace, group.key.name)
+        if lws is None:
+            return
+        slot = (group.key.namespace, group.key.name, st.reason)
+        if self._last_event.get(slot) == lws["metadata"].get("resourceVersion") and not st.admitted:
+            return  # one event per LWS and reason, not one per group
+        self._last_event[slot] = str(lws["metadata"].get("resourceVersion"))
+        await self.kube.event(
+            lws, kind="LeaderWorkerSet", reason=st.reason, message=st.message, warning=st.warning
+        )

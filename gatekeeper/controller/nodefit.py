@@ -1,0 +1,249 @@
+"""The controller of Kueue AdmissionChecks ``lws-gatekeeper.io/node-fit``: watch, decide, write.
+
+Why this exists: Kueue admits a Workload by quota alone, so a group whose pods fit the
+quota but no node is admitted and left Unschedulable, holding the quota. A ClusterQueue
+that requires a node-fit AdmissionCheck waits for this controller to say ``Ready``.
+It serves every Workload with such a check (Kueue's own LWS and Job integrations, and
+the gatekeeper's ``kueue`` backend alike).
+
+Each pass takes the informers' caches (Workloads, AdmissionChecks, ResourceFlavors,
+Nodes, bound Pods), hands them to ``core.nodefit.decide_node_fit`` and writes what it
+decided: ``Active=True`` on our AdmissionCheck objects, and the changed check states.
+A check state is written with server-side apply on the Workload's ``status``
+subresource (field manager ``lws-gatekeeper-node-fit``): ``status.admissionChecks`` is
+a list-map keyed by ``name``, so the apply owns only our entry and keeps Kueue's
+fields and the other checks' entries. The apply carries the cached
+``resourceVersion``: if the Workload changed since (Kueue evicted it, say), it is
+refused and the next pass decides again on fresh state. Failed writes are logged and
+retried by a later pass; the loop never stops on them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import anyio
+import kr8s
+import kr8s.asyncio
+from prometheus_client import Counter, Gauge, Histogram
+
+from gatekeeper.controller import kube as k
+from gatekeeper.controller.informer import ApiError, Informer, Resource, check
+from gatekeeper.core.nodefit import (
+    ACTIVE_MESSAGE,
+    ACTIVE_REASON,
+    CheckUpdate,
+    NodeFitActions,
+    decide_node_fit,
+)
+from gatekeeper.core.nodes import Node, parse_node
+
+__all__ = ["ADMISSION_CHECKS", "FIELD_MANAGER", "RESOURCE_FLAVORS", "WORKLOADS", "NodeFit"]
+
+log = logging.getLogger("gatekeeper.nodefit")
+
+KUEUE_VERSION = "kueue.x-k8s.io/v1beta2"
+WORKLOADS = Resource("workloads", KUEUE_VERSION)
+ADMISSION_CHECKS = Resource("admissionchecks", KUEUE_VERSION, namespaced=False)
+RESOURCE_FLAVORS = Resource("resourceflavors", KUEUE_VERSION, namespaced=False)
+FIELD_MANAGER = "lws-gatekeeper-node-fit"
+
+CHECKS = Gauge(
+    "gatekeeper_node_fit_workloads",
+    "Workloads with quota reserved whose node-fit checks are Ready or Pending",
+    ["state"],
+)
+WRITES = Counter("gatekeeper_node_fit_check_writes_total", "Node-fit check states written", ["state"])
+PASS_SECONDS = Histogram("gatekeeper_node_fit_pass_seconds", "Duration of one node-fit pass")
+
+
+class NodeFit:
+    """Owns its informers and runs a pass whenever something changed (and every ``resync`` s)."""
+
+    def __init__(
+        self, api: kr8s.asyncio.Api, *, resync: float = 10.0, debounce: float = 0.05, concurrency: int = 16
+    ) -> None:
+        self.api = api
+        self.resync = resync
+        self.debounce = debounce
+        self.concurrency = concurrency
+        self._dirty = anyio.Event()
+        self._problems: set[str] = set()
+        self.passes = 0
+
+        def poke(_kind: str, _obj: dict[str, Any]) -> None:
+            self._dirty.set()
+
+        self.workloads = Informer(api, WORKLOADS, on_change=poke)
+        self.checks = Informer(api, ADMISSION_CHECKS, on_change=poke)
+        self.flavors = Informer(api, RESOURCE_FLAVORS, on_change=poke)
+        self.nodes = Informer(api, k.NODES, on_change=poke)
+        self.bound = Informer(api, k.PODS, field_selector="spec.nodeName!=", on_change=poke)
+        self.informers = [self.workloads, self.checks, self.flavors, self.nodes, self.bound]
+
+    async def run(self) -> None:
+        """Start the informers, wait for their first lists, then decide until cancelled."""
+        async with anyio.create_task_group() as tg:
+            for inf in self.informers:
+                tg.start_soon(inf.run)
+            for inf in self.informers:
+                await inf.synced.wait()
+            log.info("node-fit caches synced; checking workloads")
+            while True:
+                with anyio.move_on_after(self.resync):
+                    await self._dirty.wait()
+                await anyio.sleep(self.debounce)
+                self._dirty = anyio.Event()
+                try:
+                    await self.reconcile_once()
+                except (*k.RETRYABLE, ValueError) as exc:
+                    log.warning("node-fit pass failed, retrying: %s", exc)
+                    self._dirty.set()
+                    await anyio.sleep(1.0)
+
+    def _nodes(self) -> list[Node]:
+        nodes = []
+        for obj in self.nodes.values():
+            try:
+                nodes.append(parse_node(obj))
+            except ValueError as exc:
+                log.warning("node %s ignored: %s", obj["metadata"]["name"], exc)
+        return nodes
+
+    async def reconcile_once(self) -> NodeFitActions:
+        """One pass: decide from the caches, then write (at most ``concurrency`` writes in flight)."""
+        start = time.monotonic()
+        actions = decide_node_fit(
+            self.workloads.values(),
+            self.checks.values(),
+            self.flavors.values(),
+            self._nodes(),
+            self.bound.values(),
+        )
+        self.passes += 1
+        limiter = anyio.CapacityLimiter(self.concurrency)
+
+        async def limited(fn: Callable[..., Awaitable[None]], *args: Any) -> None:
+            """Run one write; a failure is logged and retried by a later pass, never raised."""
+            async with limiter:
+                try:
+                    await fn(*args)
+                except k.Conflict as exc:
+                    log.info("node-fit write deferred to the next pass: %s", exc)
+                except k.RETRYABLE as exc:
+                    log.warning("node-fit write failed, retrying in the next pass: %s", exc)
+                else:
+                    return
+            self._dirty.set()
+
+        async with anyio.create_task_group() as tg:
+            for name in actions.activate:
+                tg.start_soon(limited, self._activate, name)
+            for update in actions.updates:
+                tg.start_soon(limited, self._write_check, update)
+        problems = set(actions.problems)
+        for problem in sorted(problems - self._problems):
+            log.warning("node fit: %s", problem)
+        self._problems = problems
+        CHECKS.labels("Ready").set(actions.ready)
+        CHECKS.labels("Pending").set(actions.pending)
+        PASS_SECONDS.observe(time.monotonic() - start)
+        return actions
+
+    async def _apply_status(
+        self, res: Resource, name: str, namespace: str | None, body: Mapping[str, Any]
+    ) -> None:
+        """Server-side apply ``body`` to the object's ``status`` subresource, as our field manager."""
+        k.API_REQUESTS.labels("apply", res.plural).inc()
+        async with self.api.call_api(
+            "PATCH",
+            version=res.version,
+            base=res.base,
+            namespace=namespace,
+            url=f"{res.plural}/{name}/status",
+            params={"fieldManager": FIELD_MANAGER, "force": "true"},
+            content=json.dumps(body),
+            headers={"Content-Type": "application/apply-patch+yaml"},
+            raise_for_status=False,
+        ) as resp:
+            try:
+                check(resp)
+            except ApiError as exc:
+                if exc.code in (403, 404, 409, 422):
+                    raise k.Conflict(f"{res.plural} {namespace or ''}/{name}: {exc}") from exc
+                raise
+
+    async def _activate(self, name: str) -> None:
+        obj = self.checks.get("", name)
+        generation = (obj or {}).get("metadata", {}).get("generation")
+        condition: dict[str, Any] = {
+            "type": "Active",
+            "status": "True",
+            "reason": ACTIVE_REASON,
+            "message": ACTIVE_MESSAGE,
+            "lastTransitionTime": k.now_rfc3339(),
+        }
+        if isinstance(generation, int):
+            condition["observedGeneration"] = generation
+        log.info("AdmissionCheck %s: marking it Active", name)
+        await self._apply_status(
+            ADMISSION_CHECKS,
+            name,
+            None,
+            {
+                "apiVersion": KUEUE_VERSION,
+                "kind": "AdmissionCheck",
+                "metadata": {"name": name},
+                "status": {"conditions": [condition]},
+            },
+        )
+
+    async def _write_check(self, update: CheckUpdate) -> None:
+        wl = self.workloads.get(update.namespace, update.workload)
+        if wl is None:
+            return
+        old: Mapping[str, Any] = next(
+            (
+                e
+                for e in wl.get("status", {}).get("admissionChecks") or []
+                if isinstance(e, Mapping) and e.get("name") == update.check
+            ),
+            {},
+        )
+        same_state = old.get("state") == update.state and old.get("lastTransitionTime")
+        entry = {
+            "name": update.check,
+            "state": update.state,
+            "message": update.message[:32768],
+            "lastTransitionTime": old["lastTransitionTime"] if same_state else k.now_rfc3339(),
+        }
+        if not same_state:
+            log.info(
+                "Workload %s/%s: check %s %s -> %s: %s",
+                update.namespace,
+                update.workload,
+                update.check,
+                old.get("state"),
+                update.state,
+                update.message,
+            )
+        await self._apply_status(
+            WORKLOADS,
+            update.workload,
+            update.namespace,
+            {
+                "apiVersion": KUEUE_VERSION,
+                "kind": "Workload",
+                "metadata": {
+                    "name": update.workload,
+                    "namespace": update.namespace,
+                    "resourceVersion": wl["metadata"].get("resourceVersion"),
+                },
+                "status": {"admissionChecks": [entry]},
+            },
+        )
+        WRITES.labels(update.state).inc()

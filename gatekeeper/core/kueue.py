@@ -1,0 +1,524 @@
+"""The ``kueue`` backend's whole decision: one Kueue Workload per LWS group, gates follow it.
+
+Why this exists: with the ``kueue`` backend, Kueue's ClusterQueues (cohorts, fair
+sharing, preemption) decide which group runs, and the gatekeeper keeps only its own
+gate. This module turns a snapshot (opted-in LWSs, their pods, our records, our
+Workloads, ResourceFlavors) into ``KueueActions`` without any I/O, the same way
+``reconcile.decide`` does for the ``pools`` backend: plan, then act.
+
+The model, per group of an opted-in LWS (label ``lws-gatekeeper.io/pool`` naming a
+LocalQueue in the LWS's namespace):
+
+* Groups are enumerated as in ``reconcile``: ``0..replicas-1`` plus any index that still
+  has a live pod; a group of a deleted LWS, or beyond ``replicas`` with only terminating
+  pods, is leaving.
+* Each group has a ``GroupAdmission`` record (owned by the LWS) and one Workload of the
+  same name, owned by the record. Not by the LWS: Kueue's own LWS integration reconciles
+  every LWS that owns a Workload and deletes Workloads it did not make. So the Workload
+  goes when its record goes, and the record when the LWS goes.
+* The Workload has pod sets ``leader`` (1) and ``worker`` (``size - 1``) from the LWS
+  templates, counted before the workers exist, and the LWS's priority.
+* Kueue admits it (``Admitted=True``): every gated pod of the group loses its gate in
+  one write that also adds the assigned flavors' node labels to its node selector (and
+  their tolerations), so the pods land on the flavor's nodes. Pods that come later
+  (LeaderReady workers, restarts) go through the same way.
+* Kueue evicts or preempts it, or it is no longer admitted for any other reason: every
+  ungated pod of the group is deleted (the LWS recreates them, gated by the webhook), so
+  no group is left half-running; once none is left, the Workload's quota reservation is
+  cleared as Kueue's job integrations do (``QuotaReserved=False``, ``Requeued=True``),
+  and Kueue queues it again.
+* A leaving group keeps its Workload (and so its quota) until its last pod is gone, then
+  its record and Workload are deleted.
+* The record mirrors the Workload: ``Admitted`` with Kueue's reason and message, so
+  ``kubectl get groupadmissions`` reads the same with either backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gatekeeper.core.demand import GroupDemand
+from gatekeeper.core.names import API_GROUP, API_VERSION, POOL_LABEL, SCHEDULING_GATE
+from gatekeeper.core.quantity import format_resources
+from gatekeeper.core.queue import GroupKey, InvalidDemand
+from gatekeeper.core.reconcile import (
+    GROUP_INDEX_LABEL,
+    LWS_NAME_LABEL,
+    RECORD_KIND,
+    GroupState,
+    _demand,
+    _group_index,
+    _map,
+    _meta,
+    _object_key,
+    _Pod,
+    _pool_of,
+    _record_belongs,
+    _replicas,
+    _terminating,
+    record_name,
+)
+
+__all__ = [
+    "KUEUE_API_VERSION",
+    "LWS_UID_ANNOTATION",
+    "KueueActions",
+    "KueueSnapshot",
+    "RecordStatus",
+    "Ungate",
+    "clear_admission_status",
+    "decide_kueue",
+    "new_workload",
+    "ungate_patch",
+]
+
+KUEUE_API_VERSION = "kueue.x-k8s.io/v1beta2"
+LWS_UID_ANNOTATION = f"{API_GROUP}/leaderworkerset-uid"
+_RECORD_API_VERSION = f"{API_GROUP}/{API_VERSION}"
+
+#: Kueue reasons that waiting alone will not fix (a person must change something).
+_PERMANENT = frozenset(
+    {"Misconfigured", "NoMatchingFlavor", "ExceedsMaxQuota", "InvalidSpec", "Inadmissible"}
+)
+
+
+@dataclass(frozen=True)
+class KueueSnapshot:
+    """What one pass of the ``kueue`` backend sees (API-shaped dicts, as informers hold them)."""
+
+    lwss: Sequence[Mapping[str, Any]]
+    """Opted-in LeaderWorkerSets."""
+    pods: Sequence[Mapping[str, Any]]
+    """Pods of opted-in LWSs."""
+    records: Sequence[Mapping[str, Any]]
+    """GroupAdmission records."""
+    workloads: Sequence[Mapping[str, Any]]
+    """Kueue Workloads made by the gatekeeper (they carry ``lws-gatekeeper.io/pool``)."""
+    flavors: Sequence[Mapping[str, Any]] = ()
+    """Kueue ResourceFlavors."""
+    priorities: Mapping[str, int] = field(default_factory=dict)
+    """PriorityClass name -> value."""
+
+
+@dataclass(frozen=True)
+class Ungate:
+    """Lift our gate from one pod of an admitted group, steering it to its flavor's nodes."""
+
+    namespace: str
+    pod: str
+    node_selector: Mapping[str, str]
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class RecordStatus:
+    """What a group's record should say: ``Admitted`` True/False, Kueue's reason and message."""
+
+    group: GroupState
+    workload: str
+    admitted: bool
+    reason: str
+    message: str
+
+    @property
+    def warning(self) -> bool:
+        """Waiting will not fix it: the LWS, the queue or the ClusterQueue must change."""
+        return not self.admitted and self.reason in _PERMANENT
+
+
+@dataclass(frozen=True)
+class KueueActions:
+    """Everything one pass decided, in the order the I/O layer carries it out."""
+
+    create_records: tuple[GroupState, ...] = ()
+    create_workloads: tuple[tuple[GroupState, str], ...] = ()
+    """(group, record UID): Workloads to create, owned by the record."""
+    release: tuple[tuple[str, str], ...] = ()
+    """(namespace, name) of records and their Workloads to delete: groups gone."""
+    delete_workloads: tuple[tuple[str, str], ...] = ()
+    """(namespace, name) of Workloads of an earlier LWS that hold a current group's name."""
+    ungate: tuple[Ungate, ...] = ()
+    stop: tuple[tuple[str, str], ...] = ()
+    """(namespace, pod): ungated pods of groups that are not admitted; delete them."""
+    clear_admission: tuple[tuple[str, str], ...] = ()
+    """(namespace, workload): evicted Workloads whose pods are all stopped."""
+    statuses: tuple[RecordStatus, ...] = ()
+    problems: tuple[str, ...] = ()
+
+
+def _conditions(obj: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    found: dict[str, Mapping[str, Any]] = {}
+    conds = _map(obj.get("status")).get("conditions")
+    for cond in conds if isinstance(conds, list) else []:
+        if isinstance(cond, Mapping) and isinstance(cond.get("type"), str):
+            found[cond["type"]] = cond
+    return found
+
+
+def _true(conds: Mapping[str, Mapping[str, Any]], kind: str) -> bool:
+    return conds.get(kind, {}).get("status") == "True"
+
+
+def _workload_belongs(wl: Mapping[str, Any], name: str, uid: str, index: int) -> bool:
+    meta = _meta(wl)
+    labels = _map(meta.get("labels"))
+    annotations = _map(meta.get("annotations"))
+    return (
+        labels.get(LWS_NAME_LABEL) == name
+        and labels.get(GROUP_INDEX_LABEL) == str(index)
+        and annotations.get(LWS_UID_ANNOTATION, uid) == uid
+    )
+
+
+def _priority_of(lws: Mapping[str, Any], priorities: Mapping[str, int]) -> tuple[int | None, str | None]:
+    """(priority value, PriorityClass name) of the LWS's pods, leader template first."""
+    lwt = _map(_map(lws.get("spec")).get("leaderWorkerTemplate"))
+    for tmpl in (lwt.get("leaderTemplate"), lwt.get("workerTemplate")):
+        spec = _map(_map(tmpl).get("spec"))
+        name = spec.get("priorityClassName")
+        if isinstance(name, str) and name:
+            return priorities.get(name), name
+        value = spec.get("priority")
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value, None
+    return None, None
+
+
+def new_workload(
+    group: GroupState,
+    lws: Mapping[str, Any],
+    record_uid: str,
+    priorities: Mapping[str, int] | None = None,
+) -> dict[str, Any]:
+    """The Kueue Workload of one group: pod sets from the LWS templates, owned by its record."""
+    lwt = _map(_map(lws.get("spec")).get("leaderWorkerTemplate"))
+    size = lwt.get("size", 1)
+    size = size if isinstance(size, int) and not isinstance(size, bool) and size >= 1 else 1
+    worker = _map(lwt.get("workerTemplate"))
+    leader = _map(lwt.get("leaderTemplate")) or worker
+    pod_sets: list[dict[str, Any]] = [
+        {"name": "leader", "count": 1, "template": {"spec": leader.get("spec")}}
+    ]
+    if size > 1:
+        pod_sets.append({"name": "worker", "count": size - 1, "template": {"spec": worker.get("spec")}})
+    spec: dict[str, Any] = {"queueName": group.pool, "podSets": pod_sets}
+    value, class_name = _priority_of(lws, priorities or {})
+    if class_name is not None and value is not None:
+        spec["priorityClassRef"] = {"group": "scheduling.k8s.io", "kind": "PriorityClass", "name": class_name}
+    if value is not None:
+        spec["priority"] = value
+    return {
+        "apiVersion": KUEUE_API_VERSION,
+        "kind": "Workload",
+        "metadata": {
+            "name": group.record,
+            "namespace": group.key.namespace,
+            "labels": {
+                LWS_NAME_LABEL: group.key.name,
+                GROUP_INDEX_LABEL: str(group.key.index),
+                POOL_LABEL: group.pool,
+            },
+            "annotations": {LWS_UID_ANNOTATION: group.lws_uid},
+            "ownerReferences": [
+                {
+                    "apiVersion": _RECORD_API_VERSION,
+                    "kind": RECORD_KIND,
+                    "name": group.record,
+                    "uid": record_uid,
+                    "controller": True,
+                    "blockOwnerDeletion": False,
+                }
+            ],
+        },
+        "spec": spec,
+    }
+
+
+def _flavor_steering(
+    wl: Mapping[str, Any], flavors: Mapping[str, Mapping[str, Any]], pod_set: str
+) -> tuple[dict[str, str], tuple[Mapping[str, Any], ...]]:
+    """Node labels and tolerations of the flavors Kueue assigned to ``pod_set``."""
+    labels: dict[str, str] = {}
+    tolerations: list[Mapping[str, Any]] = []
+    admission = _map(_map(wl.get("status")).get("admission"))
+    assignments = admission.get("podSetAssignments")
+    for psa in assignments if isinstance(assignments, list) else []:
+        if not isinstance(psa, Mapping) or psa.get("name") != pod_set:
+            continue
+        for flavor_name in sorted(set(_map(psa.get("flavors")).values()), key=str):
+            flavor = _map(flavors.get(str(flavor_name)))
+            fspec = _map(flavor.get("spec"))
+            labels.update({str(k): str(v) for k, v in _map(fspec.get("nodeLabels")).items()})
+            tols = fspec.get("tolerations")
+            for tol in tols if isinstance(tols, list) else []:
+                if isinstance(tol, Mapping) and tol not in tolerations:
+                    tolerations.append(tol)
+    return labels, tuple(tolerations)
+
+
+def _waiting_reason(wl: Mapping[str, Any] | None, index: int, queue: str) -> tuple[str, str]:
+    """Why a group's Workload is not admitted, in Kueue's words."""
+    if wl is None:
+        return "WaitingForKueue", f"group {index} waits: its Workload is being created in LocalQueue {queue}"
+    name = str(_meta(wl).get("name"))
+    conds = _conditions(wl)
+    evicted = conds.get("Evicted", {})
+    if evicted.get("status") == "True":
+        return "Evicted", (
+            f"group {index} was evicted by Kueue ({evicted.get('reason')}): {evicted.get('message', '')}; "
+            "its pods are stopped and it waits again"
+        )
+    reserved = conds.get("QuotaReserved", {})
+    if reserved.get("status") == "True":
+        checks = _map(wl.get("status")).get("admissionChecks")
+        pending = [
+            f"{c.get('name')} is {c.get('state')}: {c.get('message') or 'no message'}"
+            for c in (checks if isinstance(checks, list) else [])
+            if isinstance(c, Mapping) and c.get("state") != "Ready"
+        ]
+        detail = "; ".join(pending) or "Kueue has not admitted it yet"
+        return "WaitingForAdmissionChecks", f"group {index} has quota in Kueue but waits: {detail}"
+    if reserved:
+        reason = str(reserved.get("reason") or "Pending")
+        return (
+            reason,
+            f"group {index} waits in LocalQueue {queue} (Workload {name}): {reserved.get('message', '')}",
+        )
+    return "WaitingForKueue", (
+        f"group {index} waits in LocalQueue {queue}: Kueue has not evaluated Workload {name} yet "
+        "(it may be queued behind others)"
+    )
+
+
+def decide_kueue(snap: KueueSnapshot) -> KueueActions:
+    """The whole decision of one ``kueue`` backend pass. Pure: same snapshot, same actions."""
+    problems: list[str] = []
+    records: dict[tuple[str, str], Mapping[str, Any]] = {}
+    for rec in snap.records:
+        rkey = _object_key(rec)
+        if rkey is not None:
+            records[rkey] = rec
+    workloads: dict[tuple[str, str], Mapping[str, Any]] = {}
+    for obj in snap.workloads:
+        wkey = _object_key(obj)
+        if wkey is not None:
+            workloads[wkey] = obj
+    flavors = {str(_meta(f).get("name")): f for f in snap.flavors}
+
+    pods_of: dict[tuple[str, str], dict[int, list[tuple[_Pod, Mapping[str, Any]]]]] = {}
+    for pod in snap.pods:
+        meta = _meta(pod)
+        labels = _map(meta.get("labels"))
+        index = _group_index(pod)
+        pod_name = meta.get("name")
+        if LWS_NAME_LABEL not in labels or index is None or not isinstance(pod_name, str) or not pod_name:
+            continue
+        owner = (str(meta.get("namespace") or ""), str(labels[LWS_NAME_LABEL]))
+        pods_of.setdefault(owner, {}).setdefault(index, []).append((_Pod.read(pod, pod_name), pod))
+
+    create_records: list[GroupState] = []
+    create_workloads: list[tuple[GroupState, str]] = []
+    wanted: set[tuple[str, str]] = set()
+    ungate: list[Ungate] = []
+    stop: list[tuple[str, str]] = []
+    clear: list[tuple[str, str]] = []
+    statuses: list[RecordStatus] = []
+    stale: list[tuple[str, str]] = []
+
+    for lws in sorted(snap.lwss, key=lambda o: _object_key(o) or ("", "")):
+        lkey = _object_key(lws)
+        if lkey is None:
+            problems.append("a LeaderWorkerSet without metadata.name was ignored")
+            continue
+        ns, name = lkey
+        uid = str(_meta(lws).get("uid") or "")
+        deleting = _terminating(lws)
+        demand = _demand(lws)
+        queue = _pool_of(lws)
+        by_index = pods_of.get(lkey, {})
+        indices = {i for i, ps in by_index.items() if any(p.live for p, _ in ps)}
+        try:
+            replicas = _replicas(lws)
+        except ValueError as exc:
+            replicas = 0
+            demand = InvalidDemand(f"LeaderWorkerSet {ns}/{name}: {exc}")
+            indices |= {
+                int(str(_map(_meta(w).get("labels")).get(GROUP_INDEX_LABEL)))
+                for (wns, _), w in workloads.items()
+                if wns == ns and _workload_belongs(w, name, uid, _wl_index(w))
+            }
+        if not deleting:
+            indices |= set(range(replicas))
+        for index in sorted(indices):
+            key = GroupKey(ns, name, index)
+            rname = record_name(name, uid, index)
+            members = by_index.get(index, [])
+            present = sorted(((p, obj) for p, obj in members if not p.terminating), key=lambda m: m[0].name)
+            live = any(p.live for p, _ in members)
+            staying = not deleting and (index < replicas or any(p.live for p, _ in present))
+            record = records.get((ns, rname))
+            if record is not None and not _record_belongs(record, name, uid, index):
+                record = None
+            wl = workloads.get((ns, rname))
+            if wl is not None and not _workload_belongs(wl, name, uid, index):
+                stale.append((ns, rname))
+                wl = None
+            conds = _conditions(wl) if wl is not None else {}
+            admitted = _true(conds, "Admitted") and not _true(conds, "Evicted")
+            admission = _map(_map(wl.get("status")).get("admission")) if wl is not None else {}
+            reserved = _true(conds, "QuotaReserved") or bool(admission)
+            if not staying and not live:
+                continue  # gone: record and Workload are released below
+            gs = GroupState(
+                key=key,
+                lws_uid=uid,
+                pool=queue,
+                record=rname,
+                demand=demand,
+                pods=tuple(sorted(p.name for p, _ in present)),
+                gated=tuple(sorted(p.name for p, _ in present if p.gated)),
+            )
+            if record is None:
+                if staying:
+                    create_records.append(gs)
+                continue
+            wanted.add((ns, rname))
+            if wl is None and staying and isinstance(demand, GroupDemand) and (ns, rname) not in stale:
+                create_workloads.append((gs, str(_meta(record).get("uid") or "")))
+            ungated = [(p, obj) for p, obj in present if not p.gated and p.live]
+            if admitted and staying:
+                for p, _ in present:
+                    if not p.gated:
+                        continue
+                    role = "leader" if p.worker == 0 else "worker"
+                    labels, tolerations = _flavor_steering(wl or {}, flavors, role)
+                    ungate.append(Ungate(ns, p.name, labels, tolerations))
+            elif not admitted and ungated:
+                stop.extend((ns, p.name) for p, _ in ungated)
+            elif not admitted and reserved and _true(conds, "Evicted"):
+                clear.append((ns, rname))
+            if isinstance(demand, InvalidDemand) and not admitted:
+                said = f"group {index} waits: {demand.message}"
+                statuses.append(RecordStatus(gs, rname, False, "InvalidSpec", said))
+            elif admitted:
+                flavors_used = sorted(
+                    {
+                        str(f)
+                        for psa in _list(admission, "podSetAssignments")
+                        for f in _map(psa.get("flavors")).values()
+                    }
+                )
+                cq = admission.get("clusterQueue", "")
+                summary = format_resources(demand.total) if isinstance(demand, GroupDemand) else ""
+                statuses.append(
+                    RecordStatus(
+                        gs,
+                        rname,
+                        True,
+                        "Admitted",
+                        f"group {index} admitted by Kueue: ClusterQueue {cq}, flavor "
+                        f"{', '.join(flavors_used) or '-'}" + (f", {summary}" if summary else ""),
+                    )
+                )
+            else:
+                reason, message = _waiting_reason(wl, index, queue)
+                statuses.append(RecordStatus(gs, rname, False, reason, message))
+    release = tuple(sorted(k for k in records if k not in wanted))
+    # Workloads of ours without a wanted record (their record was deleted by hand): delete them too.
+    orphans = tuple(sorted(k for k in workloads if k not in wanted and k not in records))
+    return KueueActions(
+        create_records=tuple(create_records),
+        create_workloads=tuple(create_workloads),
+        release=tuple(sorted({*release, *orphans})),
+        delete_workloads=tuple(sorted(stale)),
+        ungate=tuple(ungate),
+        stop=tuple(stop),
+        clear_admission=tuple(clear),
+        statuses=tuple(statuses),
+        problems=tuple(sorted(problems)),
+    )
+
+
+def _wl_index(wl: Mapping[str, Any]) -> int:
+    try:
+        return int(str(_map(_meta(wl).get("labels")).get(GROUP_INDEX_LABEL)))
+    except ValueError:
+        return -1
+
+
+def _list(obj: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
+    value = obj.get(key)
+    return [v for v in value if isinstance(v, Mapping)] if isinstance(value, list) else []
+
+
+def ungate_patch(pod: Mapping[str, Any], ungate: Ungate) -> list[dict[str, Any]] | None:
+    """JSON patch: remove our gate, add the flavor's node labels and tolerations, in one write.
+
+    Kubernetes lets a gated pod's node selector grow (and tolerations be added) in the
+    same update that removes a gate. Returns None if the pod no longer carries our gate.
+    A label the pod already selects with another value is left as the pod says (Kueue
+    would not have assigned a flavor that contradicts it).
+    """
+    spec = _map(pod.get("spec"))
+    gates = spec.get("schedulingGates")
+    gates = gates if isinstance(gates, list) else []
+    index = next((i for i, g in enumerate(gates) if _map(g).get("name") == SCHEDULING_GATE), None)
+    if index is None:
+        return None
+    ops: list[dict[str, Any]] = [
+        {"op": "test", "path": f"/spec/schedulingGates/{index}/name", "value": SCHEDULING_GATE},
+        {"op": "remove", "path": f"/spec/schedulingGates/{index}"},
+    ]
+    selector = _map(spec.get("nodeSelector"))
+    missing = {k: v for k, v in ungate.node_selector.items() if k not in selector}
+    if missing and not spec.get("nodeSelector"):
+        ops.append({"op": "add", "path": "/spec/nodeSelector", "value": dict(sorted(missing.items()))})
+    else:
+        for k, v in sorted(missing.items()):
+            ops.append({"op": "add", "path": f"/spec/nodeSelector/{_pointer(k)}", "value": v})
+    existing = spec.get("tolerations")
+    existing = existing if isinstance(existing, list) else []
+    new = [dict(t) for t in ungate.tolerations if t not in existing]
+    if new and not existing:
+        ops.append({"op": "add", "path": "/spec/tolerations", "value": new})
+    else:
+        ops.extend({"op": "add", "path": "/spec/tolerations/-", "value": t} for t in new)
+    return ops
+
+
+def _pointer(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def clear_admission_status(wl: Mapping[str, Any], now: str) -> dict[str, Any]:
+    """The status that gives an evicted Workload's quota back, as Kueue's job integrations write it.
+
+    ``admission`` goes, ``QuotaReserved`` and ``Admitted`` turn False and ``Requeued``
+    True (so Kueue queues it again at once); other conditions stay as they are.
+    """
+    conds = _conditions(wl)
+    evicted = conds.get("Evicted", {})
+    message = str(evicted.get("message") or "evicted")
+    reason = str(evicted.get("reason") or "Evicted")
+
+    def cond(kind: str, status: str, why: str) -> dict[str, Any]:
+        old = conds.get(kind, {})
+        same = old.get("status") == status
+        return {
+            "type": kind,
+            "status": status,
+            "reason": why,
+            "message": message,
+            "lastTransitionTime": old.get("lastTransitionTime", now) if same else now,
+        }
+
+    replaced = {
+        "QuotaReserved": cond("QuotaReserved", "False", "Pending"),
+        "Admitted": cond("Admitted", "False", "NoReservation"),
+        "Requeued": cond("Requeued", "True", reason),
+    }
+    out = [dict(c) for kind, c in conds.items() if kind not in replaced]
+    out.extend(replaced.values())
+    return {"admission": None, "conditions": out}

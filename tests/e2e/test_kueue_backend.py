@@ -1,0 +1,373 @@
+"""The ``kueue`` backend against the real Kueue: a Workload per group, whole groups or nothing.
+
+Why this exists: with ``--backend=kueue`` the gatekeeper hands admission to Kueue's
+ClusterQueues and keeps only its gate. These tests run on the session's sandbox with
+Kueue (``kueue_sandbox``), whose gatekeeper runs that backend, and prove what a Kueue
+user relies on: groups admitted whole within their ClusterQueue's quota and on its
+flavor's nodes, two reserved pools side by side, priority and preemption of whole
+groups, scale up and down, LeaderReady, a missing LocalQueue reported, and a gatekeeper
+killed mid scale-up that admits nothing twice. The LWSs here are not labelled for
+Kueue's own integration (``kueue.x-k8s.io/queue-name``), and their namespaces are not
+managed by Kueue: Kueue only ever sees the gatekeeper's Workloads.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from gatekeeper.core.names import POOL_LABEL, SCHEDULING_GATE
+from gatekeeper.sandbox.cluster import Sandbox
+from tests.e2e.kueue_support import (
+    Queue,
+    condition,
+    get,
+    group_of,
+    is_true,
+    items,
+    lws,
+    make_namespace,
+    make_queue,
+    new_tag,
+    pods,
+    wait,
+    workloads,
+)
+
+GPU = "nvidia.com/gpu"
+
+
+def _opted_in(q: Queue) -> dict[str, str]:
+    return {POOL_LABEL: q.local_queue}
+
+
+def _groups(sb: Sandbox, ns: str, lws_name: str | None = None) -> dict[str, Counter[str]]:
+    """Per group index: how many pods are running, gated, pending (ungated, unscheduled)."""
+    out: dict[str, Counter[str]] = {}
+    for pod in pods(sb, ns):
+        if lws_name and pod["metadata"]["labels"].get("leaderworkerset.sigs.k8s.io/name") != lws_name:
+            continue
+        if pod["metadata"].get("deletionTimestamp"):
+            continue
+        gates = {g["name"] for g in pod["spec"].get("schedulingGates", [])}
+        phase = pod.get("status", {}).get("phase")
+        state = "gated" if SCHEDULING_GATE in gates else "running" if phase == "Running" else "pending"
+        out.setdefault(group_of(pod), Counter())[state] += 1
+    return out
+
+
+def _settled(
+    sb: Sandbox, ns: str, *, running: int, gated: int, size: int, lws_name: str | None = None
+) -> dict[str, Counter[str]] | None:
+    """``running`` whole groups Running and ``gated`` whole groups gated, nothing in between."""
+    groups = _groups(sb, ns, lws_name)
+    whole = [g for g, c in groups.items() if c["running"] == size and sum(c.values()) == size]
+    held = [g for g, c in groups.items() if c["gated"] == size and sum(c.values()) == size]
+    if len(whole) == running and len(held) == gated and len(groups) == running + gated:
+        return groups
+    return None
+
+
+def _lws_of(obj: dict[str, Any]) -> str:
+    return str(obj["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/name"])
+
+
+def _records(sb: Sandbox, ns: str) -> list[dict[str, Any]]:
+    return sorted(items(sb, "groupadmissions", "-n", ns), key=lambda r: r["spec"]["groupIndex"])
+
+
+def _show(sb: Sandbox, ns: str) -> None:
+    print(sb.kubectl("get", "workloads.kueue.x-k8s.io,groupadmissions,pods", "-n", ns, "-o", "wide").stdout)
+
+
+def test_whole_groups_within_quota_on_the_flavors_nodes_rest_gated(kueue_sandbox: Sandbox) -> None:
+    """The LWS issue's case under Kueue: 4 one-GPU nodes, groups of 2, scale 0 -> 4 -> 1 -> 3."""
+    sb = kueue_sandbox
+    q = make_queue(sb, gpus=4, nodes=4, gpus_per_node=1, managed=False)
+    sb.apply([lws("vllm", q.namespace, _opted_in(q), replicas=4, size=2, gpus_per_pod=1)])
+    try:
+        wait(
+            "2 whole groups Running, 2 whole groups gated",
+            lambda: _settled(sb, q.namespace, running=2, gated=2, size=2),
+        )
+    finally:
+        _show(sb, q.namespace)
+    wls = workloads(sb, q.namespace)
+    assert len(wls) == 4
+    for wl in wls:
+        assert [(ps["name"], ps["count"]) for ps in wl["spec"]["podSets"]] == [("leader", 1), ("worker", 1)]
+        assert wl["spec"]["queueName"] == q.local_queue
+        assert wl["metadata"]["ownerReferences"][0]["kind"] == "GroupAdmission"
+    admitted = {
+        w["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/group-index"]
+        for w in wls
+        if is_true(w, "Admitted")
+    }
+    running = {g for g, c in _groups(sb, q.namespace).items() if c["running"]}
+    assert admitted == running, "exactly the groups whose Workload Kueue admitted run"
+    for pod in pods(sb, q.namespace):
+        if group_of(pod) in running:
+            assert q.labels.items() <= (pod["spec"].get("nodeSelector") or {}).items(), (
+                "steered to the flavor"
+            )
+    recs = _records(sb, q.namespace)
+    assert sorted(r["spec"]["groupIndex"] for r in recs) == [0, 1, 2, 3]
+
+    def quota_said() -> list[dict[str, Any]] | None:
+        waiting = [r for r in _records(sb, q.namespace) if not is_true(r, "Admitted")]
+        said = [
+            r for r in waiting if "insufficient unused quota" in condition(r, "Admitted").get("message", "")
+        ]
+        # Kueue writes its reason on the workloads it tried; one queued behind may stay unread.
+        return waiting if len(waiting) == 2 and said else None
+
+    for r in wait("the waiting records to carry Kueue's reason", quota_said):
+        print(condition(r, "Admitted"))
+    assert all(r["status"]["workload"] == r["metadata"]["name"] for r in recs)
+
+    # Scale down to 1: the Workloads of groups 1..3 go; group 0 stays admitted (Kueue may have
+    # admitted any two of the four; if it was not one of them, group 0 is admitted now).
+    sb.kubectl("scale", "leaderworkerset", "vllm", "-n", q.namespace, "--replicas=1")
+    wait("1 whole group Running", lambda: _settled(sb, q.namespace, running=1, gated=0, size=2))
+    wait(
+        "1 Workload and 1 record left",
+        lambda: len(workloads(sb, q.namespace)) == 1 and len(_records(sb, q.namespace)) == 1,
+    )
+    # Scale up to 3: 2 run (4 GPUs), 1 waits gated.
+    sb.kubectl("scale", "leaderworkerset", "vllm", "-n", q.namespace, "--replicas=3")
+    try:
+        wait("2 Running, 1 gated", lambda: _settled(sb, q.namespace, running=2, gated=1, size=2))
+    finally:
+        _show(sb, q.namespace)
+    assert len(workloads(sb, q.namespace)) == 3
+
+
+def test_leader_ready_workers_are_counted_before_they_exist(kueue_sandbox: Sandbox) -> None:
+    sb = kueue_sandbox
+    q = make_queue(sb, gpus=4, nodes=2, gpus_per_node=2, managed=False)
+    sb.apply(
+        [
+            lws(
+                "lr",
+                q.namespace,
+                _opted_in(q),
+                replicas=2,
+                size=3,
+                gpus_per_pod=1,
+                startup_policy="LeaderReady",
+            )
+        ]
+    )
+    try:
+        wait(
+            "1 whole group of 3 Running, the other's leader gated",
+            lambda: _leader_ready_settled(sb, q.namespace),
+        )
+    finally:
+        _show(sb, q.namespace)
+    wls = workloads(sb, q.namespace)
+    assert sorted(w["spec"]["podSets"][1]["count"] for w in wls) == [2, 2], (
+        "workers counted before they exist"
+    )
+    assert sum(is_true(w, "Admitted") for w in wls) == 1
+
+
+def _leader_ready_settled(sb: Sandbox, ns: str) -> bool:
+    groups = _groups(sb, ns)
+    # LeaderReady: the waiting group's workers are never created, its leader stays gated.
+    whole = [g for g, c in groups.items() if c == Counter(running=3)]
+    held = [g for g, c in groups.items() if c == Counter(gated=1)]
+    return len(whole) == 1 and len(held) == 1 and len(groups) == 2
+
+
+def test_two_reserved_pools_as_two_cluster_queues(kueue_sandbox: Sandbox) -> None:
+    """Two ClusterQueues over two sets of nodes: each LWS runs within its own pool, on its nodes."""
+    sb = kueue_sandbox
+    ns = f"two-pools-{new_tag()}"
+    make_namespace(sb, ns, managed=False)
+    a = make_queue(sb, gpus=2, nodes=2, gpus_per_node=1, namespace=ns)
+    b = make_queue(sb, gpus=4, nodes=2, gpus_per_node=2, namespace=ns)
+    sb.apply(
+        [
+            lws("in-a", ns, _opted_in(a), replicas=2, size=2, gpus_per_pod=1),
+            lws("in-b", ns, _opted_in(b), replicas=3, size=2, gpus_per_pod=1),
+        ]
+    )
+    try:
+        wait(
+            "pool a: 1 Running, 1 gated",
+            lambda: _settled(sb, ns, running=1, gated=1, size=2, lws_name="in-a"),
+        )
+        wait(
+            "pool b: 2 Running, 1 gated",
+            lambda: _settled(sb, ns, running=2, gated=1, size=2, lws_name="in-b"),
+        )
+    finally:
+        _show(sb, ns)
+    nodes_of = {q.labels["kueue-test-pool"]: q for q in (a, b)}
+    for pod in pods(sb, ns):
+        node = pod["spec"].get("nodeName")
+        if not node:
+            continue
+        pool = get(sb, "node", node)["metadata"]["labels"]["kueue-test-pool"]
+        owner = pod["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/name"]
+        assert nodes_of[pool] is (a if owner == "in-a" else b), f"{pod['metadata']['name']} ran on {node}"
+
+
+def test_priority_preempts_whole_groups_and_the_victim_waits_whole(kueue_sandbox: Sandbox) -> None:
+    sb = kueue_sandbox
+    tag = new_tag()
+    low, high = f"low-{tag}", f"high-{tag}"
+    sb.apply(
+        [
+            {
+                "apiVersion": "scheduling.k8s.io/v1",
+                "kind": "PriorityClass",
+                "metadata": {"name": low},
+                "value": 10,
+            },
+            {
+                "apiVersion": "scheduling.k8s.io/v1",
+                "kind": "PriorityClass",
+                "metadata": {"name": high},
+                "value": 1000,
+            },
+        ]
+    )
+    q = make_queue(
+        sb, gpus=4, nodes=4, gpus_per_node=1, managed=False,
+        preemption={"withinClusterQueue": "LowerPriority"},
+    )  # fmt: skip
+    sb.apply(
+        [lws("batch", q.namespace, _opted_in(q), replicas=2, size=2, gpus_per_pod=1, priority_class=low)]
+    )
+    wait(
+        "both low groups Running",
+        lambda: _settled(sb, q.namespace, running=2, gated=0, size=2, lws_name="batch"),
+    )
+    sb.apply(
+        [lws("serve", q.namespace, _opted_in(q), replicas=1, size=2, gpus_per_pod=1, priority_class=high)]
+    )
+    try:
+        wait(
+            "the high group Running",
+            lambda: _settled(sb, q.namespace, running=1, gated=0, size=2, lws_name="serve"),
+        )
+        wait(
+            "one low group Running, the preempted one gated whole",
+            lambda: _settled(sb, q.namespace, running=1, gated=1, size=2, lws_name="batch"),
+        )
+    finally:
+        _show(sb, q.namespace)
+    wls = {w["metadata"]["name"]: w for w in workloads(sb, q.namespace)}
+    high_wl = next(
+        w for w in wls.values() if w["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/name"] == "serve"
+    )
+    assert high_wl["spec"]["priority"] == 1000
+    assert high_wl["spec"]["priorityClassRef"]["name"] == high
+    victim = next(w for w in wls.values() if _lws_of(w) == "batch" and not is_true(w, "Admitted"))
+    print("victim:", victim["status"].get("conditions"))
+    assert not victim["status"].get("admission"), "the victim's quota was given back"
+    assert condition(victim, "Requeued").get("status") == "True"
+    rec = next(r for r in _records(sb, q.namespace) if r["metadata"]["name"] == victim["metadata"]["name"])
+    assert not is_true(rec, "Admitted")
+    # Never more than the quota's GPUs held by pods at once, and no group half-running now.
+    used = sum(
+        int(c["resources"]["requests"].get(GPU, 0))
+        for p in pods(sb, q.namespace)
+        if p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp")
+        for c in p["spec"]["containers"]
+    )
+    assert used <= 4
+    # The high LWS goes: the preempted group comes back, whole.
+    sb.kubectl("delete", "leaderworkerset", "serve", "-n", q.namespace)
+    wait(
+        "both low groups Running again",
+        lambda: _settled(sb, q.namespace, running=2, gated=0, size=2, lws_name="batch"),
+    )
+
+
+def test_a_missing_local_queue_is_reported_and_nothing_runs(kueue_sandbox: Sandbox) -> None:
+    sb = kueue_sandbox
+    ns = f"no-queue-{new_tag()}"
+    make_namespace(sb, ns, managed=False)
+    sb.apply([lws("lost", ns, {POOL_LABEL: "no-such-queue"}, replicas=1, size=2, gpus_per_pod=1)])
+
+    def reported() -> dict[str, Any] | None:
+        recs = _records(sb, ns)
+        if len(recs) == 1 and "no-such-queue" in condition(recs[0], "Admitted").get("message", ""):
+            return recs[0]
+        return None
+
+    rec = wait("the record to say the LocalQueue is missing", reported)
+    cond = condition(rec, "Admitted")
+    print(cond)
+    assert cond["status"] == "False"
+    events = items(sb, "events", "-n", ns, "--field-selector", "involvedObject.kind=LeaderWorkerSet")
+    ours = [e for e in events if e.get("source", {}).get("component") == "lws-gatekeeper"]
+    assert any("no-such-queue" in e["message"] for e in ours), [e["message"] for e in ours]
+    time.sleep(2)
+    assert _groups(sb, ns) == {"0": Counter(gated=2)}
+
+
+def test_gatekeeper_killed_mid_scale_up_admits_nothing_twice(kueue_sandbox: Sandbox) -> None:
+    sb = kueue_sandbox
+    q = make_queue(sb, gpus=6, nodes=6, gpus_per_node=1, managed=False)
+    sb.apply([lws("burst", q.namespace, _opted_in(q), replicas=1, size=2, gpus_per_pod=1)])
+    wait("group 0 Running", lambda: _settled(sb, q.namespace, running=1, gated=0, size=2))
+    sb.kubectl("scale", "leaderworkerset", "burst", "-n", q.namespace, "--replicas=8")
+    time.sleep(1.0)  # mid-way: some Workloads made, some groups ungated, some not
+    sb.stop("gatekeeper", kill=True)
+    mid = len(workloads(sb, q.namespace))
+    time.sleep(2.0)
+    sb.start_gatekeeper()
+    try:
+        wait(
+            "3 whole groups Running, 5 gated",
+            lambda: _settled(sb, q.namespace, running=3, gated=5, size=2),
+            timeout=120,
+        )
+    finally:
+        _show(sb, q.namespace)
+    print(f"Workloads when the gatekeeper was killed: {mid}")
+    wls = workloads(sb, q.namespace)
+    assert len(wls) == 8, "one Workload per group, none twice"
+    assert len({w["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/group-index"] for w in wls}) == 8
+    assert sum(is_true(w, "Admitted") for w in wls) == 3
+    assert len(_records(sb, q.namespace)) == 8
+
+
+@pytest.mark.parametrize("size", [2])
+def test_lws_without_our_label_is_left_to_kueues_own_integration(kueue_sandbox: Sandbox, size: int) -> None:
+    """Kueue's own LWS integration runs beside the backend: no record, no Workload of ours."""
+    sb = kueue_sandbox
+    q = make_queue(sb, gpus=2, nodes=2, gpus_per_node=1, managed=True)
+    sb.apply(
+        [
+            lws(
+                "theirs",
+                q.namespace,
+                {"kueue.x-k8s.io/queue-name": q.local_queue},
+                replicas=2,
+                size=size,
+                gpus_per_pod=1,
+            )
+        ]
+    )
+    wait("1 whole group Running (Kueue's gate holds the other)", lambda: _kueue_settled(sb, q.namespace))
+    assert _records(sb, q.namespace) == []
+    wls = workloads(sb, q.namespace)
+    assert len(wls) == 2
+    assert all(POOL_LABEL not in w["metadata"].get("labels", {}) for w in wls)
+    assert all(w["metadata"]["ownerReferences"][0]["kind"] == "LeaderWorkerSet" for w in wls)
+
+
+def _kueue_settled(sb: Sandbox, ns: str) -> bool:
+    ps = [p for p in pods(sb, ns) if not p["metadata"].get("deletionTimestamp")]
+    running = [p for p in ps if p.get("status", {}).get("phase") == "Running"]
+    held = [p for p in ps if p["spec"].get("schedulingGates")]
+    assert not any(SCHEDULING_GATE in {g["name"] for g in p["spec"].get("schedulingGates", [])} for p in ps)
+    return len(ps) == 4 and len(running) == 2 and len(held) == 2

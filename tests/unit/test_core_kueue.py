@@ -1,0 +1,370 @@
+"""The ``kueue`` backend's decision: one Workload per group, gates follow Kueue's admission.
+
+Table tests on plain dicts; the real Kueue is in ``tests/e2e/test_kueue_backend.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from core_builders import lws, lws_pod, record
+
+from gatekeeper.core.kueue import (
+    KUEUE_API_VERSION,
+    LWS_UID_ANNOTATION,
+    KueueActions,
+    KueueSnapshot,
+    Ungate,
+    clear_admission_status,
+    decide_kueue,
+    new_workload,
+    ungate_patch,
+)
+from gatekeeper.core.names import POOL_LABEL, SCHEDULING_GATE
+from gatekeeper.core.reconcile import GROUP_INDEX_LABEL, LWS_NAME_LABEL, record_name
+
+UID = "1f0c2a77-0000-4000-8000-000000000001"
+LQ = "lq-gpu"
+FLAVOR = {
+    "apiVersion": KUEUE_API_VERSION,
+    "kind": "ResourceFlavor",
+    "metadata": {"name": "h100"},
+    "spec": {
+        "nodeLabels": {"pool": "h100", "example.com/zone": "a"},
+        "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}],
+    },
+}
+
+
+def vllm(replicas: int = 2, size: int = 2, **kwargs: Any) -> dict[str, Any]:
+    b = lws("vllm").uid(UID).pool(LQ).replicas(replicas).size(size).leader(gpu_limit=1).worker(gpu_limit=1)
+    for key, value in kwargs.items():
+        getattr(b, key)(value)
+    return b.obj()
+
+
+def rec(lws_obj: dict[str, Any], index: int, **kwargs: Any) -> dict[str, Any]:
+    obj = record(lws_obj, index, **kwargs)
+    obj["metadata"]["uid"] = f"rec-uid-{index}"
+    return obj
+
+
+def cond(kind: str, status: bool, reason: str = "", message: str = "") -> dict[str, Any]:
+    return {"type": kind, "status": "True" if status else "False", "reason": reason or kind,
+            "message": message, "lastTransitionTime": "2025-01-01T00:00:00Z"}  # fmt: skip
+
+
+def workload(
+    lws_obj: dict[str, Any],
+    index: int,
+    *,
+    conditions: list[dict[str, Any]] | None = None,
+    flavors: dict[str, str] | None = None,
+    checks: list[dict[str, Any]] | None = None,
+    uid: str | None = None,
+) -> dict[str, Any]:
+    """Our Workload of group ``index``; ``flavors`` (pod set -> flavor) means Kueue assigned quota."""
+    meta = lws_obj["metadata"]
+    status: dict[str, Any] = {"conditions": conditions or []}
+    if flavors is not None:
+        status["admission"] = {
+            "clusterQueue": "cq-gpu",
+            "podSetAssignments": [
+                {"name": ps, "flavors": {"nvidia.com/gpu": fl, "cpu": fl}} for ps, fl in flavors.items()
+            ],
+        }
+    if checks is not None:
+        status["admissionChecks"] = checks
+    return {
+        "apiVersion": KUEUE_API_VERSION,
+        "kind": "Workload",
+        "metadata": {
+            "name": record_name(meta["name"], meta["uid"], index),
+            "namespace": "default",
+            "resourceVersion": "7",
+            "labels": {LWS_NAME_LABEL: meta["name"], GROUP_INDEX_LABEL: str(index), POOL_LABEL: LQ},
+            "annotations": {LWS_UID_ANNOTATION: uid or meta["uid"]},
+        },
+        "spec": {"queueName": LQ},
+        "status": status,
+    }
+
+
+ADMITTED = [cond("QuotaReserved", True), cond("Admitted", True)]
+EVICTED = [
+    cond("QuotaReserved", True),
+    cond("Admitted", True),
+    cond("Evicted", True, "Preempted", "Preempted to accommodate a workload (UID: x) due to prioritization"),
+]
+
+
+def decide(
+    lwss: list[dict[str, Any]],
+    pods: list[dict[str, Any]] = (),  # type: ignore[assignment]
+    records: list[dict[str, Any]] = (),  # type: ignore[assignment]
+    workloads: list[dict[str, Any]] = (),  # type: ignore[assignment]
+) -> KueueActions:
+    return decide_kueue(KueueSnapshot(lwss, list(pods), list(records), list(workloads), [FLAVOR]))
+
+
+def names(items: Any) -> list[str]:
+    return sorted(g.record if hasattr(g, "record") else g[0].record for g in items)
+
+
+# ----- the Workload --------------------------------------------------------------------
+
+
+def test_a_new_lws_gets_a_record_per_group_first() -> None:
+    obj = vllm(replicas=2)
+    acts = decide([obj], [lws_pod("vllm", 0, pool=LQ)])
+    assert names(acts.create_records) == [record_name("vllm", UID, 0), record_name("vllm", UID, 1)]
+    assert acts.create_workloads == () and acts.ungate == () and acts.stop == ()
+
+
+def test_a_group_with_a_record_gets_its_workload_owned_by_the_record() -> None:
+    obj = vllm(replicas=1)
+    acts = decide([obj], records=[rec(obj, 0)])
+    [(group, owner_uid)] = acts.create_workloads
+    assert owner_uid == "rec-uid-0"
+    [st] = acts.statuses
+    assert (st.admitted, st.reason) == (False, "WaitingForKueue")
+    wl = new_workload(group, obj, owner_uid)
+    meta, spec = wl["metadata"], wl["spec"]
+    assert meta["name"] == record_name("vllm", UID, 0)
+    assert meta["labels"] == {LWS_NAME_LABEL: "vllm", GROUP_INDEX_LABEL: "0", POOL_LABEL: LQ}
+    assert meta["annotations"] == {LWS_UID_ANNOTATION: UID}
+    # Owned by the record, never by the LWS: Kueue's own LWS integration would adopt it.
+    [owner] = meta["ownerReferences"]
+    assert (owner["kind"], owner["uid"], owner["controller"]) == ("GroupAdmission", "rec-uid-0", True)
+    assert spec["queueName"] == LQ
+    assert [(ps["name"], ps["count"]) for ps in spec["podSets"]] == [("leader", 1), ("worker", 1)]
+    assert "priority" not in spec
+
+
+@pytest.mark.parametrize(
+    ("size", "leader", "expected"),
+    [
+        (1, True, [("leader", 1)]),
+        (4, True, [("leader", 1), ("worker", 3)]),
+        (3, False, [("leader", 1), ("worker", 2)]),
+    ],
+)
+def test_pod_sets_count_workers_before_they_exist(size: int, leader: bool, expected: list[Any]) -> None:
+    b = lws("big").uid(UID).pool(LQ).size(size).worker(gpu_limit=8)
+    if leader:
+        b.leader(cpu="2")
+    obj = b.obj()
+    acts = decide([obj], records=[rec(obj, 0)])
+    wl = new_workload(acts.create_workloads[0][0], obj, "r")
+    assert [(ps["name"], ps["count"]) for ps in wl["spec"]["podSets"]] == expected
+    leader_spec = wl["spec"]["podSets"][0]["template"]["spec"]
+    want = obj["spec"]["leaderWorkerTemplate"]["leaderTemplate" if leader else "workerTemplate"]["spec"]
+    assert leader_spec == want
+
+
+def test_priority_class_is_carried_over_with_its_value() -> None:
+    obj = (
+        lws("p")
+        .uid(UID)
+        .pool(LQ)
+        .size(2)
+        .leader(gpu_limit=1)
+        .worker(gpu_limit=1)
+        .priority_class("high")
+        .obj()
+    )
+    acts = decide([obj], records=[rec(obj, 0)])
+    wl = new_workload(acts.create_workloads[0][0], obj, "r", {"high": 1000})
+    assert wl["spec"]["priority"] == 1000
+    assert wl["spec"]["priorityClassRef"] == {
+        "group": "scheduling.k8s.io",
+        "kind": "PriorityClass",
+        "name": "high",
+    }
+
+
+def test_an_lws_kueue_cannot_read_gets_no_workload_and_says_why() -> None:
+    obj = vllm(replicas=1)
+    del obj["spec"]["leaderWorkerTemplate"]["workerTemplate"]
+    acts = decide([obj], records=[rec(obj, 0)])
+    assert acts.create_workloads == ()
+    [st] = acts.statuses
+    assert (st.reason, st.warning) == ("InvalidSpec", True)
+    assert "workerTemplate: missing" in st.message
+
+
+# ----- admission, waiting, eviction ----------------------------------------------------
+
+
+def test_an_admitted_workload_lifts_every_gate_with_the_flavor_labels() -> None:
+    obj = vllm(replicas=1, size=3)
+    pods = [lws_pod("vllm", 0, w, pool=LQ) for w in range(3)]
+    wl = workload(obj, 0, conditions=ADMITTED, flavors={"leader": "h100", "worker": "h100"})
+    acts = decide([obj], pods, [rec(obj, 0, admitted=False)], [wl])
+    assert sorted(u.pod for u in acts.ungate) == ["vllm-0", "vllm-0-1", "vllm-0-2"]
+    assert {tuple(sorted(u.node_selector.items())) for u in acts.ungate} == {
+        (("example.com/zone", "a"), ("pool", "h100"))
+    }
+    assert all(u.tolerations == tuple(FLAVOR["spec"]["tolerations"]) for u in acts.ungate)  # type: ignore[index]
+    [st] = acts.statuses
+    assert st.admitted and st.reason == "Admitted"
+    assert "ClusterQueue cq-gpu, flavor h100" in st.message
+    assert acts.stop == () and acts.clear_admission == ()
+
+
+def test_workers_that_appear_later_go_through_at_once() -> None:
+    obj = vllm(replicas=1, size=3)
+    pods = [lws_pod("vllm", 0, 0, pool=LQ, gated=False, node_name="n1", phase="Running"),
+            lws_pod("vllm", 0, 1, pool=LQ), lws_pod("vllm", 0, 2, pool=LQ)]  # fmt: skip
+    wl = workload(obj, 0, conditions=ADMITTED, flavors={"leader": "h100", "worker": "h100"})
+    acts = decide([obj], pods, [rec(obj, 0, admitted=True)], [wl])
+    assert sorted(u.pod for u in acts.ungate) == ["vllm-0-1", "vllm-0-2"]
+
+
+def test_a_waiting_workload_keeps_every_gate_and_passes_on_kueues_words() -> None:
+    obj = vllm(replicas=1)
+    pods = [lws_pod("vllm", 0, w, pool=LQ) for w in range(2)]
+    said = "couldn't assign flavors to pod set leader: insufficient unused quota for nvidia.com/gpu"
+    wl = workload(obj, 0, conditions=[cond("QuotaReserved", False, "Pending", said)])
+    acts = decide([obj], pods, [rec(obj, 0)], [wl])
+    assert acts.ungate == () and acts.stop == ()
+    [st] = acts.statuses
+    assert (st.admitted, st.reason, st.warning) == (False, "Pending", False)
+    assert said in st.message and LQ in st.message
+
+
+def test_a_missing_local_queue_is_a_warning() -> None:
+    obj = vllm(replicas=1)
+    wl = workload(
+        obj, 0, conditions=[cond("QuotaReserved", False, "Inadmissible", "LocalQueue lq-gpu doesn't exist")]
+    )
+    [st] = decide([obj], [], [rec(obj, 0)], [wl]).statuses
+    assert st.warning and "doesn't exist" in st.message
+
+
+def test_quota_reserved_but_checks_pending_says_which_check_waits() -> None:
+    obj = vllm(replicas=1)
+    checks = [{"name": "node-fit", "state": "Pending", "message": "pod 1 (worker) needs 2 nvidia.com/gpu"}]
+    wl = workload(obj, 0, conditions=[cond("QuotaReserved", True), cond("Admitted", False)],
+                  flavors={"leader": "h100", "worker": "h100"}, checks=checks)  # fmt: skip
+    acts = decide([obj], [lws_pod("vllm", 0, pool=LQ)], [rec(obj, 0)], [wl])
+    assert acts.ungate == ()
+    [st] = acts.statuses
+    assert st.reason == "WaitingForAdmissionChecks"
+    assert "node-fit is Pending: pod 1 (worker) needs 2 nvidia.com/gpu" in st.message
+
+
+def test_an_evicted_group_is_stopped_whole_before_its_quota_goes_back() -> None:
+    obj = vllm(replicas=1)
+    running = [lws_pod("vllm", 0, w, pool=LQ, gated=False, node_name="n1", phase="Running") for w in range(2)]
+    wl = workload(obj, 0, conditions=EVICTED, flavors={"leader": "h100", "worker": "h100"})
+    acts = decide([obj], running, [rec(obj, 0, admitted=True)], [wl])
+    assert sorted(acts.stop) == [("default", "vllm-0"), ("default", "vllm-0-1")]
+    assert acts.clear_admission == () and acts.ungate == ()
+    [st] = acts.statuses
+    assert (st.admitted, st.reason) == (False, "Evicted") and "Preempted" in st.message
+    # The LWS recreates the pods, gated by the webhook: now the reservation is given back.
+    recreated = [lws_pod("vllm", 0, w, pool=LQ) for w in range(2)]
+    acts = decide([obj], recreated, [rec(obj, 0, admitted=False)], [wl])
+    assert acts.stop == () and acts.ungate == ()
+    assert acts.clear_admission == (("default", wl["metadata"]["name"]),)
+
+
+def test_terminating_pods_of_an_evicted_group_are_not_deleted_twice() -> None:
+    obj = vllm(replicas=1)
+    going = [lws_pod("vllm", 0, w, pool=LQ, gated=False, node_name="n1", deleting=True) for w in range(2)]
+    wl = workload(obj, 0, conditions=EVICTED, flavors={"leader": "h100"})
+    acts = decide([obj], going, [rec(obj, 0, admitted=True)], [wl])
+    assert acts.stop == ()
+    assert acts.clear_admission == (("default", wl["metadata"]["name"]),)
+
+
+def test_ungated_pods_without_an_admitted_workload_are_stopped() -> None:
+    """A Workload deleted by hand (or never admitted): nothing runs outside Kueue's say."""
+    obj = vllm(replicas=1)
+    running = [lws_pod("vllm", 0, w, pool=LQ, gated=False, node_name="n1", phase="Running") for w in range(2)]
+    acts = decide([obj], running, [rec(obj, 0, admitted=True)], [])
+    assert sorted(p for _, p in acts.stop) == ["vllm-0", "vllm-0-1"]
+    assert [g.record for g, _ in acts.create_workloads] == [record_name("vllm", UID, 0)]
+
+
+# ----- scale down, deletion, other incarnations -----------------------------------------
+
+
+def test_scale_down_keeps_the_workload_until_the_last_pod_is_gone() -> None:
+    obj = vllm(replicas=1)
+    wls = [workload(obj, i, conditions=ADMITTED, flavors={"leader": "h100"}) for i in range(2)]
+    recs = [rec(obj, i, admitted=True) for i in range(2)]
+    leaving = [lws_pod("vllm", 1, w, pool=LQ, gated=False, node_name="n1", deleting=True) for w in range(2)]
+    acts = decide([obj], leaving, recs, wls)
+    assert acts.release == ()
+    acts = decide([obj], [], recs, wls)
+    assert acts.release == (("default", record_name("vllm", UID, 1)),)
+
+
+def test_a_deleted_lws_releases_records_and_workloads() -> None:
+    obj = vllm(replicas=2)
+    acts = decide([], [], [rec(obj, 0), rec(obj, 1)], [workload(obj, 0), workload(obj, 1)])
+    assert acts.release == tuple(("default", record_name("vllm", UID, i)) for i in range(2))
+
+
+def test_a_workload_of_an_earlier_lws_of_the_same_name_is_not_taken() -> None:
+    obj = vllm(replicas=1)
+    old = workload(obj, 0, conditions=ADMITTED, flavors={"leader": "h100"}, uid="another-uid")
+    acts = decide([obj], [lws_pod("vllm", 0, pool=LQ)], [rec(obj, 0)], [old])
+    assert acts.ungate == ()
+    assert acts.release == ()  # the record is the current group's
+    assert acts.delete_workloads == (("default", old["metadata"]["name"]),)
+    assert acts.create_workloads == ()  # after the old one is gone, in a later pass
+
+
+def test_the_same_snapshot_gives_the_same_actions() -> None:
+    obj = vllm(replicas=3)
+    pods = [lws_pod("vllm", i, w, pool=LQ) for i in range(3) for w in range(2)]
+    recs = [rec(obj, i) for i in range(3)]
+    wls = [
+        workload(obj, 0, conditions=ADMITTED, flavors={"leader": "h100", "worker": "h100"}),
+        workload(obj, 1),
+    ]
+    assert decide([obj], pods, recs, wls) == decide([obj], list(reversed(pods)), recs, wls)
+
+
+# ----- the writes ------------------------------------------------------------------------
+
+
+def test_ungate_patch_removes_the_gate_and_adds_selector_and_tolerations_in_one_write() -> None:
+    pod = lws_pod("vllm", 0, pool=LQ)
+    pod["spec"]["schedulingGates"].insert(0, {"name": "other.example/gate"})
+    ops = ungate_patch(pod, Ungate("default", "vllm-0", {"pool": "h100", "a/b": "c"}, ({"key": "gpu"},)))
+    assert ops == [
+        {"op": "test", "path": "/spec/schedulingGates/1/name", "value": SCHEDULING_GATE},
+        {"op": "remove", "path": "/spec/schedulingGates/1"},
+        {"op": "add", "path": "/spec/nodeSelector", "value": {"a/b": "c", "pool": "h100"}},
+        {"op": "add", "path": "/spec/tolerations", "value": [{"key": "gpu"}]},
+    ]
+
+
+def test_ungate_patch_keeps_the_pods_own_selector() -> None:
+    pod = lws_pod("vllm", 0, pool=LQ)
+    pod["spec"]["nodeSelector"] = {"pool": "mine"}
+    pod["spec"]["tolerations"] = [{"key": "gpu"}]
+    ops = ungate_patch(pod, Ungate("default", "vllm-0", {"pool": "h100", "a/b": "c"}, ({"key": "gpu"},)))
+    assert ops is not None
+    assert ops[2:] == [{"op": "add", "path": "/spec/nodeSelector/a~1b", "value": "c"}]
+
+
+def test_ungate_patch_of_a_pod_without_our_gate_is_none() -> None:
+    assert ungate_patch(lws_pod("vllm", 0, pool=LQ, gated=False), Ungate("default", "vllm-0", {})) is None
+
+
+def test_clear_admission_gives_the_quota_back_and_requeues() -> None:
+    wl = workload(vllm(), 0, conditions=[*EVICTED, cond("PodsReady", True)], flavors={"leader": "h100"})
+    status = clear_admission_status(wl, "2025-06-01T00:00:00Z")
+    assert status["admission"] is None
+    by_type = {c["type"]: c for c in status["conditions"]}
+    assert (by_type["QuotaReserved"]["status"], by_type["QuotaReserved"]["reason"]) == ("False", "Pending")
+    assert by_type["QuotaReserved"]["lastTransitionTime"] == "2025-06-01T00:00:00Z"
+    assert (by_type["Admitted"]["status"], by_type["Requeued"]["status"]) == ("False", "True")
+    assert by_type["Requeued"]["reason"] == "Preempted"
+    assert by_type["Evicted"] == EVICTED[2] and by_type["PodsReady"]["status"] == "True"
