@@ -23,6 +23,7 @@ from gatekeeper.core.names import POOL_LABEL, SCHEDULING_GATE
 from gatekeeper.sandbox.cluster import Sandbox
 from tests.e2e.kueue_support import (
     Queue,
+    check_state,
     condition,
     get,
     group_of,
@@ -30,6 +31,7 @@ from tests.e2e.kueue_support import (
     items,
     lws,
     make_namespace,
+    make_node_fit_check,
     make_queue,
     new_tag,
     pods,
@@ -371,3 +373,27 @@ def _kueue_settled(sb: Sandbox, ns: str) -> bool:
     held = [p for p in ps if p["spec"].get("schedulingGates")]
     assert not any(SCHEDULING_GATE in {g["name"] for g in p["spec"].get("schedulingGates", [])} for p in ps)
     return len(ps) == 4 and len(running) == 2 and len(held) == 2
+
+
+def test_node_fit_check_keeps_a_group_that_fits_no_node_gated(kueue_sandbox: Sandbox) -> None:
+    """Quota for 4 GPUs over 4 one-GPU nodes, pods of 2 GPUs: Kueue alone would admit; node fit says no."""
+    sb = kueue_sandbox
+    check = f"node-fit-{new_tag()}"
+    make_node_fit_check(sb, check)
+    q = make_queue(sb, gpus=4, nodes=4, gpus_per_node=1, managed=False, admission_checks=[check])
+    sb.apply([lws("wide", q.namespace, _opted_in(q), replicas=1, size=2, gpus_per_pod=2)])
+
+    def explained() -> dict[str, Any] | None:
+        recs = _records(sb, q.namespace)
+        said = condition(recs[0], "Admitted") if recs else {}
+        return (
+            said if said.get("reason") == "WaitingForAdmissionChecks" and check in said["message"] else None
+        )
+
+    said = wait("the record to say the node-fit check waits", explained)
+    print(said["message"])
+    assert "can never fit" in said["message"]
+    [wl] = workloads(sb, q.namespace)
+    assert is_true(wl, "QuotaReserved") and not is_true(wl, "Admitted")
+    assert check_state(wl, check)["state"] == "Pending"
+    assert _groups(sb, q.namespace) == {"0": Counter(gated=2)}
