@@ -6,15 +6,21 @@ and only running the gatekeeper *as the chart's ServiceAccount* proves that the
 ClusterRole and Role grant what it needs. So:
 
 - every object of the default and of the ``gateInjection=policy`` installation passes a
-  server-side dry run (server-side apply, as Helm 4 does); cert-manager and ServiceMonitor
-  kinds are absent from the sandbox, so those combinations are only rendered
-  (``tests/unit/test_chart.py``);
+  server-side dry run (server-side apply, as Helm 4 does), and so does the ``backend=kueue``
+  installation with its AdmissionCheck, on the sandbox with Kueue (``kueue_sandbox``: the
+  session sandbox has no Kueue CRDs); cert-manager and ServiceMonitor kinds are absent
+  from the sandboxes, so those combinations are only rendered (``tests/unit/test_chart.py``);
 - a real ``helm install`` and ``helm uninstall`` (policies off: the sandbox installs its own);
 - the RBAC proof: the chart's ServiceAccount, ClusterRole, Role and bindings from
   ``helm template``, a token for that account (TokenRequest), the sandbox's gatekeeper
   restarted with it, an LWS of two groups on a Pool that fits one (one admitted and running,
   one gated with its reason), in a namespace where the sandbox enforces gate protection;
   then the things that identity must not do, each refused by the API server;
+- the same proof for ``backend=kueue`` on the sandbox with Kueue, with node fit and
+  without: the gatekeeper as the chart's ServiceAccount makes a Kueue Workload per group,
+  serves the chart's node-fit AdmissionCheck (Active, then Ready on the admitted Workload)
+  and lifts the admitted group's gates; what the kueue ClusterRole does not grant (and,
+  without node fit, nodes and AdmissionChecks) is refused;
 - the self-signed certificate path with the chart's identity: its Secret and its webhook
   configuration written, nothing else.
 """
@@ -38,11 +44,25 @@ from gatekeeper.controller.certs import CA_CRT, TLS_CRT, SelfSignedCerts
 from gatekeeper.controller.kube import Kube
 from gatekeeper.core import POOL_LABEL, SCHEDULING_GATE
 from gatekeeper.sandbox import build
-from gatekeeper.sandbox.cluster import GATEKEEPER_NAMESPACE, POLICIES_LABEL
+from gatekeeper.sandbox.cluster import GATEKEEPER_NAMESPACE, POLICIES_LABEL, Sandbox
 from gatekeeper.sandbox.observe import GROUP_INDEX_LABEL, LWS_NAME_LABEL
 from gatekeeper.sandbox.replay import list_raw, settle
 
 from .conftest import Cluster, MakeNodes, MakePool, admitted, condition, eventually, records
+from .kueue_support import (
+    NODE_FIT_CONTROLLER,
+    check_state,
+    get,
+    is_true,
+    items,
+    lws,
+    make_namespace,
+    make_queue,
+    new_tag,
+    pods,
+    wait,
+    workloads,
+)
 from .test_admission import create_lws, events_for, lws_body
 from .test_policies import kubectl, ok, refused, user_kubeconfig
 
@@ -75,19 +95,8 @@ def sandbox(cluster: Cluster) -> Any:
 # ---- every rendered object is accepted ---------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "values",
-    [[], ["--set", "gateInjection=policy"]],
-    ids=["default", "policy"],
-)
-async def test_every_rendered_object_passes_a_server_side_dry_run(
-    cluster: Cluster, helm: Path, namespace: str, values: list[str]
-) -> None:
-    # The restricted Pod Security Standard, enforced: its admission warns about a Deployment
-    # whose pods would violate it.
-    for mode in ("enforce", "warn"):
-        await ok(cluster, "label", "namespace", namespace, f"pod-security.kubernetes.io/{mode}=restricted")
-    objects = template(helm, "e2e", namespace, "--include-crds", *values)
+async def passes_a_server_side_dry_run(cluster: Cluster, objects: list[dict[str, Any]]) -> None:
+    """Every object accepted by a server-side dry run of a server-side apply, as Helm 4 sends it."""
     code, out, err = await kubectl(
         cluster,
         "apply",
@@ -104,6 +113,22 @@ async def test_every_rendered_object_passes_a_server_side_dry_run(
     lines = out.splitlines()
     assert len(lines) == len(objects), out
     assert all(line.endswith("(server dry run)") for line in lines), out
+
+
+@pytest.mark.parametrize(
+    "values",
+    [[], ["--set", "gateInjection=policy"]],
+    ids=["default", "policy"],
+)
+async def test_every_rendered_object_passes_a_server_side_dry_run(
+    cluster: Cluster, helm: Path, namespace: str, values: list[str]
+) -> None:
+    # The restricted Pod Security Standard, enforced: its admission warns about a Deployment
+    # whose pods would violate it.
+    for mode in ("enforce", "warn"):
+        await ok(cluster, "label", "namespace", namespace, f"pod-security.kubernetes.io/{mode}=restricted")
+    objects = template(helm, "e2e", namespace, "--include-crds", *values)
+    await passes_a_server_side_dry_run(cluster, objects)
     kinds = {o["kind"] for o in objects}
     assert {
         "Deployment",
@@ -116,6 +141,46 @@ async def test_every_rendered_object_passes_a_server_side_dry_run(
         assert "MutatingAdmissionPolicy" in kinds and "MutatingWebhookConfiguration" not in kinds
     else:
         assert "MutatingWebhookConfiguration" in kinds
+
+
+def kueue_cluster(sb: Sandbox) -> Cluster:
+    """The sandbox with Kueue, as the helpers of these tests reach a cluster."""
+    return Cluster(kubeconfig=sb.kubeconfig, kind="sandbox", sandbox=sb)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        ["--set", "nodeFit.admissionCheck.create=true"],
+        ["--set", "gateInjection=policy", "--set", "nodeFit.enabled=false"],
+    ],
+    ids=["kueue-admission-check", "kueue-policy-no-node-fit"],
+)
+async def test_the_kueue_installation_passes_a_server_side_dry_run(
+    kueue_sandbox: Sandbox, helm: Path, values: list[str]
+) -> None:
+    cluster = kueue_cluster(kueue_sandbox)
+    namespace = f"chart-kueue-{new_tag()}"
+    make_namespace(kueue_sandbox, namespace, managed=False)
+    try:
+        for mode in ("enforce", "warn"):
+            await ok(
+                cluster, "label", "namespace", namespace, f"pod-security.kubernetes.io/{mode}=restricted"
+            )
+        objects = template(helm, "e2e", namespace, "--include-crds", "--set", "backend=kueue", *values)
+        await passes_a_server_side_dry_run(cluster, objects)
+        args = next(o for o in objects if o["kind"] == "Deployment")["spec"]["template"]["spec"][
+            "containers"
+        ][0]["args"]
+        assert "--backend=kueue" in args
+        checks = [o for o in objects if o["kind"] == "AdmissionCheck"]
+        if "nodeFit.enabled=false" in values:
+            assert "--no-node-fit" in args and not checks
+        else:
+            assert "--node-fit" in args
+            assert [c["spec"]["controllerName"] for c in checks] == [NODE_FIT_CONTROLLER]
+    finally:
+        await ok(cluster, "delete", "namespace", namespace, "--wait=false")
 
 
 async def test_helm_install_and_uninstall(cluster: Cluster, helm: Path, namespace: str) -> None:
@@ -288,6 +353,153 @@ async def test_the_gatekeeper_runs_as_the_charts_service_account_and_no_more(
         err = await refused(cluster, *args, kubeconfig=as_gatekeeper)
         assert "forbidden" in err.lower() and sa in err, f"{args}: {err}"
     assert (await kubectl(cluster, "auth", "can-i", "*", "*", kubeconfig=as_gatekeeper))[1].strip() == "no"
+
+
+# ---- the RBAC proof of the kueue backend -----------------------------------------------------------
+
+
+def _groups(sb: Sandbox, ns: str) -> dict[str, list[str]]:
+    """Per group index, each live pod's state: running, gated (our gate) or pending."""
+    out: dict[str, list[str]] = {}
+    for pod in pods(sb, ns):
+        if pod["metadata"].get("deletionTimestamp"):
+            continue
+        gates = [g["name"] for g in pod["spec"].get("schedulingGates") or []]
+        phase = pod.get("status", {}).get("phase")
+        state = "gated" if SCHEDULING_GATE in gates else "running" if phase == "Running" else "pending"
+        out.setdefault(pod["metadata"]["labels"][GROUP_INDEX_LABEL], []).append(state)
+    return out
+
+
+@pytest.fixture(params=[True, False], ids=["node-fit", "no-node-fit"])
+async def kueue_chart_identity(
+    request: pytest.FixtureRequest, kueue_sandbox: Sandbox, helm: Path, tmp_path: Path
+) -> AsyncIterator[tuple[Path, str | None]]:
+    """The sandbox-with-Kueue's gatekeeper restarted as the chart's ServiceAccount, with the RBAC
+    of `helm install lws-gatekeeper -n lws-gatekeeper-system --set backend=kueue` and either
+    node fit on (the default) with the chart's AdmissionCheck
+    (`--set nodeFit.admissionCheck.create=true`), or `--set nodeFit.enabled=false`; yields its
+    kubeconfig and the AdmissionCheck's name (None without node fit)."""
+    sb = kueue_sandbox
+    cluster = kueue_cluster(sb)
+    node_fit: bool = request.param
+    check = f"node-fit-{new_tag()}" if node_fit else None
+    values = (
+        ["--set", "nodeFit.admissionCheck.create=true", "--set", f"nodeFit.admissionCheck.name={check}"]
+        if node_fit
+        else ["--set", "nodeFit.enabled=false"]
+    )
+    rendered = template(helm, "lws-gatekeeper", GATEKEEPER_NAMESPACE, "--set", "backend=kueue", *values)
+    wanted = (*RBAC_KINDS, *(["AdmissionCheck"] if node_fit else []))
+    objects = [o for o in rendered if o["kind"] in (*RBAC_KINDS, "AdmissionCheck")]
+    assert sorted(o["kind"] for o in objects) == sorted(wanted)
+    deployment = next(o for o in rendered if o["kind"] == "Deployment")
+    flags = deployment["spec"]["template"]["spec"]["containers"][0]["args"][1:3]
+    assert flags == ["--backend=kueue", "--node-fit" if node_fit else "--no-node-fit"]
+    log = sb.log_dir / "gatekeeper.log"
+    with installed(cluster, objects):
+        kubeconfig = await user_kubeconfig(cluster, GATEKEEPER_NAMESPACE, "lws-gatekeeper", tmp_path)
+        sb.stop("gatekeeper")
+        sb.kubectl("delete", "lease", "lws-gatekeeper", "-n", GATEKEEPER_NAMESPACE, "--ignore-not-found")
+        start = log.stat().st_size if log.exists() else 0
+        try:
+            # The chart's flags.
+            sb.start_gatekeeper(kubeconfig=kubeconfig, backend="kueue", args=flags[1:])
+            yield kubeconfig, check
+        finally:
+            sb.stop("gatekeeper")
+            sb.start_gatekeeper(backend="kueue")
+            text = log.read_bytes()[start:].decode(errors="replace")
+            refusals = [line for line in text.splitlines() if " 403" in line or "forbidden" in line.lower()]
+            assert not refusals, "the gatekeeper was refused something it needs:\n" + "\n".join(refusals[:10])
+
+
+async def test_the_kueue_backend_runs_as_the_charts_service_account_and_no_more(
+    kueue_sandbox: Sandbox, kueue_chart_identity: tuple[Path, str | None]
+) -> None:
+    sb = kueue_sandbox
+    cluster = kueue_cluster(sb)
+    as_gatekeeper, check = kueue_chart_identity
+    sa = f"system:serviceaccount:{GATEKEEPER_NAMESPACE}:lws-gatekeeper"
+
+    who = await ok(
+        cluster, "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}", kubeconfig=as_gatekeeper
+    )
+    assert who == sa
+    # A ClusterQueue of 2 GPUs over two 1-GPU nodes that, with node fit, requires the chart's
+    # check: make_queue waits until it is Active, so until the chart's identity marked it Active.
+    checks = [check] if check else []
+    q = make_queue(sb, gpus=2, nodes=2, gpus_per_node=1, managed=False, admission_checks=checks)
+    if check:
+        assert is_true(get(sb, "admissionchecks.kueue.x-k8s.io", check), "Active")
+    # Here the sandbox enforces gate protection: only the gatekeeper may lift a gate.
+    sb.kubectl("label", "namespace", q.namespace, f"{POLICIES_LABEL}=enforce")
+
+    # Two groups of 2 one-GPU pods in that LocalQueue: one is admitted whole, the other waits gated.
+    sb.apply([lws("vllm", q.namespace, {POOL_LABEL: q.local_queue}, replicas=2, size=2, gpus_per_pod=1)])
+
+    def settled() -> dict[str, list[str]] | None:
+        groups = _groups(sb, q.namespace)
+        states = sorted(tuple(sorted(v)) for v in groups.values())
+        return groups if states == [("gated", "gated"), ("running", "running")] else None
+
+    try:
+        groups = wait("one whole group Running, the other whole group gated", settled, timeout=120)
+    finally:
+        print(sb.kubectl("get", "workloads.kueue.x-k8s.io,groupadmissions,pods", "-n", q.namespace).stdout)
+    [running] = [g for g, states in groups.items() if states == ["running", "running"]]
+    wls = workloads(sb, q.namespace)
+    assert len(wls) == 2, "one Workload per group, made by the chart's identity"
+    by_group = {w["metadata"]["labels"][GROUP_INDEX_LABEL]: w for w in wls}
+    assert is_true(by_group[running], "Admitted")
+    if check:
+        assert check_state(by_group[running], check)["state"] == "Ready", "node fit said Ready, as the chart"
+    [waiting] = [w for g, w in by_group.items() if g != running]
+    assert not is_true(waiting, "Admitted")
+    records = {r["spec"]["groupIndex"]: r for r in items(sb, "groupadmissions", "-n", q.namespace)}
+    assert sorted(str(i) for i in records) == sorted(by_group)
+    assert all(r.get("status", {}).get("workload") for r in records.values()), "record statuses written"
+
+    # What the kueue ClusterRole does not grant, refused by the API server.
+    pod = pods(sb, q.namespace)[0]["metadata"]["name"]
+    for args in (
+        ("delete", "clusterqueue.kueue.x-k8s.io", q.cluster_queue),
+        ("delete", "resourceflavor.kueue.x-k8s.io", q.flavor),
+        # Its Workloads: created and deleted, their status patched, never their spec.
+        (
+            "patch",
+            "workload.kueue.x-k8s.io",
+            waiting["metadata"]["name"],
+            "-n",
+            q.namespace,
+            "--type=merge",
+            "-p",
+            '{"spec":{"active":false}}',
+        ),
+        ("get", "workload.kueue.x-k8s.io", waiting["metadata"]["name"], "-n", q.namespace),
+        (
+            "patch",
+            "admissioncheck.kueue.x-k8s.io",
+            check or "any",
+            "--type=merge",
+            "-p",
+            '{"metadata":{"labels":{"x":"y"}}}',
+        ),
+        ("get", "localqueues.kueue.x-k8s.io", "-n", q.namespace),
+        ("get", "pools.lws-gatekeeper.io"),  # the pools backend's, not the kueue backend's
+        ("patch", "lws", "vllm", "-n", q.namespace, "--type=merge", "-p", '{"spec":{"replicas":5}}'),
+        ("delete", "node", f"kq-{q.labels['kueue-test-pool']}-0"),
+        ("get", "secrets", "-n", "kube-system"),
+        ("get", "pod", pod, "-n", q.namespace),
+        # Without node fit, the kueue backend needs neither nodes nor AdmissionChecks.
+        *([] if check else [("get", "nodes"), ("get", "admissionchecks.kueue.x-k8s.io")]),
+    ):
+        err = await refused(cluster, *args, kubeconfig=as_gatekeeper)
+        assert "forbidden" in err.lower() and sa in err, f"{args}: {err}"
+    assert (await kubectl(cluster, "auth", "can-i", "*", "*", kubeconfig=as_gatekeeper))[1].strip() == "no"
+    # And what it may do that the pools backend may not: stop a pod (the evicted groups' pods).
+    can = await ok(cluster, "auth", "can-i", "delete", "pods", "-n", q.namespace, kubeconfig=as_gatekeeper)
+    assert can.strip() == "yes"
 
 
 # ---- the self-signed certificates with the chart's identity --------------------------------------

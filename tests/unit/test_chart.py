@@ -5,23 +5,27 @@ it with ``helm template`` (helm built from its pinned Go module, like the sandbo
 components) and check what matters in the objects: the restricted security context, the
 probes, the budget, RBAC without wildcards and exactly the rules the controller needs,
 the webhook configuration equal to the one the Python code builds, the policies equal
-to the files in ``policies/``, and values that are refused with a clear message. No
-cluster is needed; ``tests/e2e/test_chart.py`` sends the same objects to the sandbox's
-API server.
+to the files in ``policies/``, the ``kueue`` backend and the node-fit AdmissionCheck
+controller with the Kueue rules only when the values need them, and values that are
+refused with a clear message. No cluster is needed; ``tests/e2e/test_chart.py`` sends the
+same objects to the sandbox's API server.
 """
 
 from __future__ import annotations
 
 import filecmp
+import json
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import click
 import pytest
 import yaml
 
 from gatekeeper.core.names import POOL_LABEL
+from gatekeeper.core.nodefit import NODE_FIT_CONTROLLER
 from gatekeeper.render.admission import load_policies, service_account_username
 from gatekeeper.sandbox import build
 from gatekeeper.webhook import mutating_webhook_configuration
@@ -33,6 +37,7 @@ SA_USERNAME = service_account_username(NAMESPACE, "lws-gatekeeper")
 MAP_API = "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"
 
 Render = Callable[..., list[dict[str, Any]]]
+Rule = tuple[str, str, tuple[str, ...], tuple[str, ...]]
 
 
 @pytest.fixture(scope="session")
@@ -93,9 +98,7 @@ def without_chart_metadata(obj: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def rules(
-    objects: list[dict[str, Any]], kind: str
-) -> list[tuple[str, str, tuple[str, ...], tuple[str, ...]]]:
+def rules(objects: list[dict[str, Any]], kind: str) -> list[Rule]:
     """Every (apiGroup, resource, verbs, resourceNames) the Role or ClusterRole grants."""
     out = []
     for rule in one(objects, kind)["rules"] or []:
@@ -107,7 +110,7 @@ def rules(
 
 # What the controller does against the API (see gatekeeper/controller/): informers list and
 # watch, the reconciler writes records, statuses, pods' gates and Events.
-CLUSTER_RULES = [
+CLUSTER_RULES: list[Rule] = [
     ("", "events", ("create",), ()),
     ("", "nodes", ("list", "watch"), ()),
     ("", "pods", ("list", "watch", "patch"), ()),
@@ -118,17 +121,54 @@ CLUSTER_RULES = [
     ("lws-gatekeeper.io", "pools/status", ("patch",), ()),
     ("scheduling.k8s.io", "priorityclasses", ("list", "watch"), ()),
 ]
-SELF_SIGNED_CLUSTER_RULE = (
+SELF_SIGNED_CLUSTER_RULE: Rule = (
     "admissionregistration.k8s.io",
     "mutatingwebhookconfigurations",
     ("get", "patch"),
     ("lws-gatekeeper",),
 )
-LEASE_RULES = [
+LEASE_RULES: list[Rule] = [
     ("coordination.k8s.io", "leases", ("create",), ()),
     ("coordination.k8s.io", "leases", ("get", "update"), ("lws-gatekeeper",)),
 ]
-SECRET_RULE = ("", "secrets", ("get", "update"), ("lws-gatekeeper-webhook-cert",))
+SECRET_RULE: Rule = ("", "secrets", ("get", "update"), ("lws-gatekeeper-webhook-cert",))
+# The kueue backend (gatekeeper/controller/kueue_backend.py) instead of Pools and nodes: its
+# informers, its Workloads (created, deleted when a group goes), the quota reservation of an
+# evicted Workload cleared (status patch) and that group's pods stopped (delete).
+KUEUE_CLUSTER_RULES: list[Rule] = [
+    ("", "events", ("create",), ()),
+    ("", "pods", ("list", "watch", "patch", "delete"), ()),
+    ("kueue.x-k8s.io", "resourceflavors", ("list", "watch"), ()),
+    ("kueue.x-k8s.io", "workloads", ("list", "watch", "create", "delete"), ()),
+    ("kueue.x-k8s.io", "workloads/status", ("patch",), ()),
+    ("leaderworkerset.x-k8s.io", "leaderworkersets", ("list", "watch"), ()),
+    ("lws-gatekeeper.io", "groupadmissions", ("list", "watch", "create", "delete"), ()),
+    ("lws-gatekeeper.io", "groupadmissions/status", ("patch",), ()),
+    ("scheduling.k8s.io", "priorityclasses", ("list", "watch"), ()),
+]
+# The node-fit AdmissionCheck controller (gatekeeper/controller/nodefit.py): informers on
+# Workloads, AdmissionChecks, flavors, nodes and bound pods; server-side apply of its check's
+# entry in a Workload's status and of its AdmissionChecks' Active condition.
+NODE_FIT_CLUSTER_RULES: list[Rule] = [
+    ("", "nodes", ("list", "watch"), ()),
+    ("", "pods", ("list", "watch"), ()),
+    ("kueue.x-k8s.io", "admissionchecks", ("list", "watch"), ()),
+    ("kueue.x-k8s.io", "admissionchecks/status", ("patch",), ()),
+    ("kueue.x-k8s.io", "resourceflavors", ("list", "watch"), ()),
+    ("kueue.x-k8s.io", "workloads", ("list", "watch"), ()),
+    ("kueue.x-k8s.io", "workloads/status", ("patch",), ()),
+]
+
+
+def merged(*rule_lists: list[Rule]) -> list[Rule]:
+    """The rules of several concerns as one ClusterRole grants them: one rule per resource,
+    the verbs of the first concern, then the others' that it lacks."""
+    verbs: dict[tuple[str, str, tuple[str, ...]], tuple[str, ...]] = {}
+    for rule_list in rule_lists:
+        for group, resource, vs, names in rule_list:
+            have = verbs.get((group, resource, names), ())
+            verbs[(group, resource, names)] = have + tuple(v for v in vs if v not in have)
+    return sorted((g, r, vs, names) for (g, r, names), vs in verbs.items())
 
 
 # ---- helm itself ------------------------------------------------------------------------------
@@ -146,8 +186,19 @@ def test_helm_is_the_pinned_version(helm: Path) -> None:
         ["--set", "certManager.enabled=true"],
         ["--set", "gateInjection=policy"],
         ["--set", "manager.replicas=1", "--set", "metrics.serviceMonitor.enabled=true"],
+        ["--set", "backend=kueue", "--set", "nodeFit.admissionCheck.create=true"],
+        ["--set", "backend=kueue", "--set", "nodeFit.enabled=false"],
+        ["--set", "nodeFit.enabled=true"],
     ],
-    ids=["default", "cert-manager", "policy", "one-replica-servicemonitor"],
+    ids=[
+        "default",
+        "cert-manager",
+        "policy",
+        "one-replica-servicemonitor",
+        "kueue-admission-check",
+        "kueue-no-node-fit",
+        "pools-node-fit",
+    ],
 )
 def test_helm_lint_strict(helm: Path, values: list[str]) -> None:
     res = run_helm(helm, "lint", "--strict", str(CHART), *values)
@@ -256,6 +307,8 @@ def test_deployment_is_highly_available_and_restricted(default: list[dict[str, A
     assert c["image"] == "lws-gatekeeper:0.1.0"
     assert c["args"] == [
         "run",
+        "--backend=pools",
+        "--no-node-fit",
         "--metrics-port=8080",
         "--webhook-port=9443",
         "--cert-dir=/certs",
@@ -291,18 +344,38 @@ def test_the_budget_keeps_one_replica(default: list[dict[str, Any]]) -> None:
     assert pdb["spec"]["selector"] == one(default, "Deployment")["spec"]["selector"]
 
 
+KUEUE = ["--set", "backend=kueue"]
+
+
 @pytest.mark.parametrize(
-    "values",
+    ("values", "cluster_rules"),
     [
-        [],
-        ["--set", "certManager.enabled=true"],
-        ["--set", "gateInjection=policy"],
-        ["--set", "manager.replicas=1", "--set", "manager.leaderElection.enabled=false"],
+        ([], CLUSTER_RULES),
+        (["--set", "certManager.enabled=true"], CLUSTER_RULES),
+        (["--set", "gateInjection=policy"], CLUSTER_RULES),
+        (["--set", "manager.replicas=1", "--set", "manager.leaderElection.enabled=false"], CLUSTER_RULES),
+        (["--set", "nodeFit.enabled=false"], CLUSTER_RULES),
+        (["--set", "nodeFit.enabled=true"], merged(CLUSTER_RULES, NODE_FIT_CLUSTER_RULES)),
+        (KUEUE, merged(KUEUE_CLUSTER_RULES, NODE_FIT_CLUSTER_RULES)),
+        ([*KUEUE, "--set", "nodeFit.enabled=true"], merged(KUEUE_CLUSTER_RULES, NODE_FIT_CLUSTER_RULES)),
+        ([*KUEUE, "--set", "nodeFit.enabled=false"], KUEUE_CLUSTER_RULES),
+        ([*KUEUE, "--set", "gateInjection=policy"], merged(KUEUE_CLUSTER_RULES, NODE_FIT_CLUSTER_RULES)),
     ],
-    ids=["default", "cert-manager", "policy", "no-leader-election"],
+    ids=[
+        "default",
+        "cert-manager",
+        "policy",
+        "no-leader-election",
+        "pools-no-node-fit",
+        "pools-node-fit",
+        "kueue",
+        "kueue-node-fit",
+        "kueue-no-node-fit",
+        "kueue-policy",
+    ],
 )
 def test_rbac_has_no_wildcards_and_exactly_what_the_controller_uses(
-    render: Render, values: list[str]
+    render: Render, values: list[str], cluster_rules: list[Rule]
 ) -> None:
     objects = render(*values)
     for role in by_kind(objects, "ClusterRole") + by_kind(objects, "Role"):
@@ -311,7 +384,7 @@ def test_rbac_has_no_wildcards_and_exactly_what_the_controller_uses(
                 assert "*" not in rule.get(field, []), f"{role['kind']} {field}: {rule}"
     self_signed = "certManager.enabled=true" not in values and "gateInjection=policy" not in values
     assert rules(objects, "ClusterRole") == sorted(
-        CLUSTER_RULES + ([SELF_SIGNED_CLUSTER_RULE] if self_signed else [])
+        cluster_rules + ([SELF_SIGNED_CLUSTER_RULE] if self_signed else [])
     )
     leases = [] if "manager.leaderElection.enabled=false" in values else LEASE_RULES
     assert rules(objects, "Role") == sorted(leases + ([SECRET_RULE] if self_signed else []))
@@ -504,6 +577,142 @@ def test_extra_args_and_image(render: Render) -> None:
     assert c["args"][-3:] == ["--log-level=DEBUG", "--log-format=text", "--metrics-host=0.0.0.0"]
 
 
+# ---- the kueue backend and the node-fit AdmissionCheck controller ------------------------------
+
+
+def notes(helm: Path, *args: str) -> str:
+    """The NOTES.txt an install with ``args`` prints (a client-side dry run: no cluster)."""
+    res = run_helm(helm, "install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--dry-run=client", *args)
+    assert res.returncode == 0, res.stderr
+    return res.stdout.split("NOTES:", 1)[1]
+
+
+def test_the_backends_are_the_programs() -> None:
+    """The schema's backends are exactly the choices of `lws-gatekeeper run --backend`; the chart's
+    flags exist."""
+    from gatekeeper.cli import run_cmd
+
+    params = {p.name: p for p in run_cmd.params}
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    choice = params["backend"].type
+    assert isinstance(choice, click.Choice)
+    assert schema["properties"]["backend"]["enum"] == list(choice.choices)
+    assert params["node_fit"].opts == ["--node-fit"] and params["node_fit"].secondary_opts == [
+        "--no-node-fit"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("values", "flags"),
+    [
+        ([], ["--backend=pools", "--no-node-fit"]),
+        (["--set", "nodeFit.enabled=false"], ["--backend=pools", "--no-node-fit"]),
+        (["--set", "nodeFit.enabled=true"], ["--backend=pools", "--node-fit"]),
+        (KUEUE, ["--backend=kueue", "--node-fit"]),
+        ([*KUEUE, "--set", "nodeFit.enabled=auto"], ["--backend=kueue", "--node-fit"]),
+        ([*KUEUE, "--set", "nodeFit.enabled=true"], ["--backend=kueue", "--node-fit"]),
+        ([*KUEUE, "--set", "nodeFit.enabled=false"], ["--backend=kueue", "--no-node-fit"]),
+    ],
+    ids=[
+        "default",
+        "pools-no-node-fit",
+        "pools-node-fit",
+        "kueue",
+        "kueue-auto",
+        "kueue-node-fit",
+        "kueue-no-node-fit",
+    ],
+)
+def test_backend_and_node_fit_flags(render: Render, values: list[str], flags: list[str]) -> None:
+    args = container(render(*values))["args"]
+    assert args[:3] == ["run", *flags]
+    assert not [a for a in args[3:] if a.startswith(("--backend", "--node-fit", "--no-node-fit"))]
+
+
+def test_kueue_backend_installs_the_same_objects(render: Render, default: list[dict[str, Any]]) -> None:
+    """No Kueue object unless asked: the backend changes the flags and the ClusterRole only."""
+    objects = render(*KUEUE)
+    assert kinds(objects) == kinds(default)
+    changed = {
+        o["kind"] for o, d in zip(objects, default, strict=True) if o != d and o["kind"] != "Deployment"
+    }
+    assert changed == {"ClusterRole"}
+    assert one(objects, "Deployment")["spec"]["template"]["spec"] == {
+        **one(default, "Deployment")["spec"]["template"]["spec"],
+        "containers": [
+            {
+                **container(default),
+                "args": ["run", "--backend=kueue", "--node-fit", *container(default)["args"][3:]],
+            }
+        ],
+    }
+
+
+def test_the_kueue_rules_come_only_with_kueue_or_node_fit(render: Render) -> None:
+    def groups(*values: str) -> set[str]:
+        return {group for group, *_ in rules(render(*values), "ClusterRole")}
+
+    assert "kueue.x-k8s.io" not in groups()
+    assert "kueue.x-k8s.io" not in groups("--set", "nodeFit.enabled=false")
+    assert "kueue.x-k8s.io" in groups("--set", "nodeFit.enabled=true")
+    assert "kueue.x-k8s.io" in groups(*KUEUE, "--set", "nodeFit.enabled=false")
+    # Pools belong to the pools backend only; nodes to it and to the node-fit check.
+    kueue_only = {r for _, r, *_ in rules(render(*KUEUE, "--set", "nodeFit.enabled=false"), "ClusterRole")}
+    assert not {"pools", "pools/status", "nodes", "admissionchecks"} & kueue_only
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        [*KUEUE, "--set", "nodeFit.admissionCheck.create=true"],
+        ["--set", "nodeFit.enabled=true", "--set", "nodeFit.admissionCheck.create=true"],
+    ],
+    ids=["kueue", "pools-node-fit"],
+)
+def test_the_node_fit_admission_check(render: Render, values: list[str]) -> None:
+    check = one(render(*values), "AdmissionCheck")
+    assert without_chart_metadata(check) == {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "AdmissionCheck",
+        "metadata": {"name": "node-fit"},
+        "spec": {"controllerName": NODE_FIT_CONTROLLER},
+    }
+    assert check["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm"
+    named = render(*values, "--set", "nodeFit.admissionCheck.name=gpu-node-fit")
+    assert one(named, "AdmissionCheck")["metadata"]["name"] == "gpu-node-fit"
+
+
+def test_no_admission_check_by_default(render: Render) -> None:
+    assert not by_kind(render(*KUEUE), "AdmissionCheck")
+    assert not by_kind(render("--set", "nodeFit.enabled=true"), "AdmissionCheck")
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        ["--set", "nodeFit.admissionCheck.create=true"],
+        [*KUEUE, "--set", "nodeFit.enabled=false", "--set", "nodeFit.admissionCheck.create=true"],
+    ],
+    ids=["pools", "kueue-no-node-fit"],
+)
+def test_an_admission_check_nobody_serves_is_refused(helm: Path, values: list[str]) -> None:
+    err = refusal(helm, *values)
+    assert "nodeFit.admissionCheck.create=true needs the node-fit controller" in err
+
+
+def test_the_notes_say_how_to_use_each_backend(helm: Path) -> None:
+    pools = notes(helm)
+    assert "backend pools" in pools and "kind: Pool" in pools
+    assert "node-fit): off" in pools and "LocalQueue" not in pools
+    kueue = notes(helm, *KUEUE)
+    assert "backend kueue" in kueue and "kind: Pool" not in kueue
+    assert f"{POOL_LABEL}=<local-queue>" in kueue and "LocalQueue" in kueue
+    assert "node-fit): on" in kueue and "nodeFit.admissionCheck.create=true" in kueue
+    made = notes(helm, *KUEUE, "--set", "nodeFit.admissionCheck.create=true")
+    assert "AdmissionCheck node-fit created" in made and '[{"name":"node-fit"}]' in made
+    assert "node-fit): off" in notes(helm, *KUEUE, "--set", "nodeFit.enabled=false")
+
+
 # ---- wrong values are refused, and say why ----------------------------------------------------
 
 
@@ -512,7 +721,17 @@ def test_extra_args_and_image(render: Render) -> None:
     [
         ("manager.replicas=two", "at '/manager/replicas': got string, want integer"),
         ("gateInjection=sometimes", "at '/gateInjection': value must be one of 'webhook', 'policy', 'auto'"),
-        ("backend=kueue", "at '/backend': value must be 'pools'"),
+        ("backend=volcano", "at '/backend': value must be one of 'pools', 'kueue'"),
+        ("nodeFit.enabled=sometimes", "at '/nodeFit/enabled': value must be one of 'auto', true, false"),
+        (
+            "nodeFit.admissionCheck.create=yes",
+            "at '/nodeFit/admissionCheck/create': got string, want boolean",
+        ),
+        (
+            "nodeFit.admissionCheck.name=Node_Fit",
+            "at '/nodeFit/admissionCheck/name': 'Node_Fit' does not match",
+        ),
+        ("nodeFit.check=x", "at '/nodeFit': additional properties 'check' not allowed"),
         ("certManager.enabled=maybe", "at '/certManager/enabled': value must be one of 'auto', true, false"),
         ("manager.replicas=0", "at '/manager/replicas': minimum: got 0, want 1"),
         ("manager.logLevel=LOUD", "at '/manager/logLevel': value must be one of"),

@@ -1,6 +1,7 @@
 {{/*
-Names, labels and the two choices the chart resolves against the cluster: how pods get
-their gate (webhook or policy) and who makes the webhook's certificate.
+Names, labels, the two choices the chart resolves against the cluster (how pods get
+their gate: webhook or policy; who makes the webhook's certificate) and whether the
+node-fit AdmissionCheck controller runs.
 */}}
 
 {{- define "lws-gatekeeper.name" -}}
@@ -98,6 +99,16 @@ certManager.enabled=auto resolved by whether the cluster serves cert-manager.io/
 {{- else if .Capabilities.APIVersions.Has "cert-manager.io/v1" }}cert-manager
 {{- else }}self-signed
 {{- end }}
+{{- end }}
+
+{{/*
+"true" when the gatekeeper runs the controller of Kueue AdmissionChecks
+lws-gatekeeper.io/node-fit: nodeFit.enabled, with `auto` resolved by the backend (on with
+kueue, off with pools).
+*/}}
+{{- define "lws-gatekeeper.nodeFit" -}}
+{{- $mode := toString .Values.nodeFit.enabled }}
+{{- if or (eq $mode "true") (and (eq $mode "auto") (eq .Values.backend "kueue")) }}true{{ end }}
 {{- end }}
 
 {{/* The webhook's CA bundle as it is in the cluster (kept across upgrades), else empty. */}}
