@@ -46,8 +46,18 @@ def render_cmd(pools_file: str, backend: str, output_dir: Path | None) -> None:
           nodeLabels: {pool: on-demand}
           gpus: 4                      # quota of gpuResource
           gpuResource: nvidia.com/gpu  # optional, this is the default
+          cpu: 64                      # optional quota of cpu and of memory
+          memory: 512Gi                # (Kubernetes quantities)
           namespaces: [team-a, team-b] # who may use it
           queueingStrategy: BestEffortFIFO  # optional, or StrictFIFO
+          admissionChecks: [node-fit]  # optional, kueue only: AdmissionChecks
+                                       # the ClusterQueue requires
+
+    \b
+    Without cpu/memory only the GPUs are limited: Pools and Volcano Queues list
+    no cpu/memory quota; the Kueue ClusterQueue, which must cover every resource
+    the pods ask, gets cpu 100M and memory 100Pi (more than any pool has).
+    The pools and volcano backends ignore admissionChecks (a comment says so).
     """
     if pools_file == "-":
         source, text = "<stdin>", sys.stdin.read()

@@ -7,6 +7,11 @@ unknown keys are errors (a misspelt optional field would otherwise be ignored), 
 error names the file, the line and the field, e.g.
 ``pools.yaml line 4: pools[0].gpus: must be a positive integer, got "four"``.
 
+Optional fields beyond the GPUs: ``cpu`` and ``memory`` (quota of those, Kubernetes
+quantities, kept as written so the rendered objects say what the user wrote) and
+``admissionChecks`` (names of Kueue AdmissionCheck objects the pool's ClusterQueue
+requires; only the ``kueue`` backend has a place for them).
+
 Line numbers come from PyYAML's node tree (``yaml.compose``), whose nodes carry their
 position; scalars are then built with the safe constructor, so the types are exactly
 those of ``yaml.safe_load``. All errors of a file are reported together.
@@ -23,9 +28,11 @@ from typing import Any, TypeVar
 import yaml
 
 from gatekeeper.core.pool import QueueingStrategy
+from gatekeeper.core.quantity import parse_quantity
 
 __all__ = [
     "DEFAULT_GPU_RESOURCE",
+    "MAX_ADMISSION_CHECKS",
     "MAX_NODE_LABELS",
     "PoolSpec",
     "PoolsError",
@@ -36,6 +43,8 @@ __all__ = [
 DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
 MAX_NODE_LABELS = 8
 """Kueue's limit on a ResourceFlavor's nodeLabels (the Pool CRD allows 16): one rule for all backends."""
+MAX_ADMISSION_CHECKS = 64
+"""Kueue's limit on a ClusterQueue's spec.admissionChecksStrategy.admissionChecks."""
 
 _DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 _DNS_SUBDOMAIN = re.compile(rf"^{_DNS_LABEL}(\.{_DNS_LABEL})*$")
@@ -44,7 +53,17 @@ _LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
 
 _SIMPLE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
-_FIELDS = ("name", "nodeLabels", "gpus", "gpuResource", "namespaces", "queueingStrategy")
+_FIELDS = (
+    "name",
+    "nodeLabels",
+    "gpus",
+    "gpuResource",
+    "cpu",
+    "memory",
+    "namespaces",
+    "queueingStrategy",
+    "admissionChecks",
+)
 _REQUIRED = ("name", "nodeLabels", "gpus", "namespaces")
 
 
@@ -58,6 +77,12 @@ class PoolSpec:
     namespaces: tuple[str, ...]
     gpu_resource: str = DEFAULT_GPU_RESOURCE
     queueing_strategy: QueueingStrategy = QueueingStrategy.BEST_EFFORT_FIFO
+    cpu: str | None = None
+    """Quota of cpu as a Kubernetes quantity as written ("64", "500m"); None: not limited."""
+    memory: str | None = None
+    """Quota of memory as a Kubernetes quantity as written ("512Gi"); None: not limited."""
+    admission_checks: tuple[str, ...] = ()
+    """Kueue AdmissionCheck names the ClusterQueue requires (the kueue backend only)."""
 
 
 @dataclass(frozen=True)
@@ -237,6 +262,9 @@ def _read_pool(reader: _Reader, node: yaml.Node, where: str) -> PoolSpec | None:
     namespaces = get("namespaces", lambda n, w: _read_namespaces(reader, n, w))
     resource = get("gpuResource", lambda n, w: reader.string(n, w, _resource_problem))
     strategy = get("queueingStrategy", lambda n, w: reader.string(n, w, _strategy_problem))
+    cpu = get("cpu", lambda n, w: _read_quantity(reader, n, w))
+    memory = get("memory", lambda n, w: _read_quantity(reader, n, w))
+    checks = get("admissionChecks", lambda n, w: _read_admission_checks(reader, n, w))
     if len(reader.problems) > before:
         return None
     assert name is not None and labels is not None and gpus is not None and namespaces is not None
@@ -247,6 +275,9 @@ def _read_pool(reader: _Reader, node: yaml.Node, where: str) -> PoolSpec | None:
         namespaces=namespaces,
         gpu_resource=resource or DEFAULT_GPU_RESOURCE,
         queueing_strategy=QueueingStrategy(strategy) if strategy else QueueingStrategy.BEST_EFFORT_FIFO,
+        cpu=cpu,
+        memory=memory,
+        admission_checks=checks or (),
     )
 
 
@@ -257,6 +288,59 @@ def _read_gpus(reader: _Reader, node: yaml.Node, where: str) -> int | None:
         reader.problem(node, where, f"must be a positive integer, got {reader.shown(node)}")
         return None
     return value
+
+
+def _read_quantity(reader: _Reader, node: yaml.Node, where: str) -> str | None:
+    """A positive Kubernetes quantity (``64``, ``500m``, ``512Gi``, ``1e3``), as text.
+
+    A number YAML reads as an int is kept as that int's digits; a float as written
+    (``1.5``), so the rendered quota is what the user wrote, never a float's repr.
+    """
+    value = reader.value(node) if isinstance(node, yaml.ScalarNode) else None
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        text = None
+    elif isinstance(value, float):
+        text = str(node.value)
+    else:
+        text = str(value)
+    try:
+        amount = parse_quantity(text) if text is not None else None
+    except ValueError:
+        amount = None
+    if text is None or amount is None:
+        reader.problem(node, where, f"must be a Kubernetes quantity, got {reader.shown(node)}")
+        return None
+    if amount <= 0:
+        reader.problem(
+            node,
+            where,
+            f"must be a Kubernetes quantity above zero such as 64, 500m or 512Gi, got {reader.shown(node)}",
+        )
+        return None
+    return text
+
+
+def _read_admission_checks(reader: _Reader, node: yaml.Node, where: str) -> tuple[str, ...] | None:
+    items = reader.sequence(node, where)
+    if items is None:
+        return None
+    if len(items) > MAX_ADMISSION_CHECKS:
+        reader.problem(
+            node, where, f"at most {MAX_ADMISSION_CHECKS} AdmissionChecks (Kueue's limit), got {len(items)}"
+        )
+        return None
+    names: list[str] = []
+    ok = True
+    for i, item in enumerate(items):
+        name = reader.string(item, f"{where}[{i}]", _admission_check_problem)
+        if name is None:
+            ok = False
+        elif name in names:
+            reader.problem(item, f"{where}[{i}]", f'"{name}" is listed twice')
+            ok = False
+        else:
+            names.append(name)
+    return tuple(names) if ok else None
 
 
 def _read_node_labels(reader: _Reader, node: yaml.Node, where: str) -> dict[str, str] | None:
@@ -328,6 +412,15 @@ def _pool_name_problem(name: str) -> str | None:
             "must be a lowercase name of at most 63 characters (letters, digits, '-' and '.', "
             "starting and ending with a letter or digit), as it names cluster objects and is "
             "the value of the label lws-gatekeeper.io/pool"
+        )
+    return None
+
+
+def _admission_check_problem(name: str) -> str | None:
+    if len(name) > 253 or not _DNS_SUBDOMAIN.match(name):
+        return (
+            "must be the name of an AdmissionCheck (at most 253 lowercase letters, digits, '-' "
+            "and '.', starting and ending with a letter or digit)"
         )
     return None
 

@@ -21,6 +21,7 @@ import yaml
 from click.testing import CliRunner
 
 from gatekeeper.core.names import POOL_LABEL
+from gatekeeper.core.quantity import parse_quantity
 from gatekeeper.render import Backend, PoolsError, parse_pools, render, render_stream
 from gatekeeper.render.cli import render_cmd
 from gatekeeper.render.manifests import KUEUE_API_VERSION, MANAGED_BY, VOLCANO_API_VERSION, templates_dir
@@ -76,7 +77,7 @@ def test_pools_backend_one_pool_object_per_pool() -> None:
         ("Pool", "on-demand"),
         ("Pool", "reserved-h100"),
     ]
-    on_demand = docs[0]
+    on_demand, reserved = docs
     assert on_demand["apiVersion"] == "lws-gatekeeper.io/v1alpha1"
     assert "namespace" not in on_demand["metadata"]  # cluster-scoped
     assert on_demand["metadata"]["labels"] == {"app.kubernetes.io/managed-by": MANAGED_BY}
@@ -85,7 +86,9 @@ def test_pools_backend_one_pool_object_per_pool() -> None:
         "quota": {"nvidia.com/gpu": 4},
         "queueingStrategy": "BestEffortFIFO",
     }
-    assert docs[1]["spec"]["queueingStrategy"] == "StrictFIFO"
+    assert reserved["spec"]["queueingStrategy"] == "StrictFIFO"
+    # cpu and memory join the quota only when given; as quoted quantities, what the CRD stores.
+    assert reserved["spec"]["quota"] == {"nvidia.com/gpu": 16, "cpu": "384", "memory": "4Ti"}
 
 
 def test_kueue_backend_flavor_cluster_queue_and_a_local_queue_per_namespace() -> None:
@@ -106,16 +109,100 @@ def test_kueue_backend_flavor_cluster_queue_and_a_local_queue_per_namespace() ->
             ]
         },
         "queueingStrategy": "BestEffortFIFO",
+        # Every pod asks cpu and memory: a queue that did not cover them would admit nothing.
         "resourceGroups": [
             {
-                "coveredResources": ["nvidia.com/gpu"],
+                "coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
                 "flavors": [
-                    {"name": "on-demand", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 4}]}
+                    {
+                        "name": "on-demand",
+                        "resources": [
+                            {"name": "cpu", "nominalQuota": "100M"},
+                            {"name": "memory", "nominalQuota": "100Pi"},
+                            {"name": "nvidia.com/gpu", "nominalQuota": 4},
+                        ],
+                    }
                 ],
             }
         ],
     }
     assert lq["spec"] == {"clusterQueue": "on-demand"}
+
+
+def _cluster_queue(text: str) -> dict[str, Any]:
+    (cq,) = [d for d in _docs(render_stream(parse_pools(text), Backend.KUEUE)) if d["kind"] == "ClusterQueue"]
+    return cq
+
+
+def _quotas(cq: dict[str, Any]) -> dict[str, Any]:
+    (group,) = cq["spec"]["resourceGroups"]
+    (flavor,) = group["flavors"]
+    assert [r["name"] for r in flavor["resources"]] == group["coveredResources"]
+    return {r["name"]: r["nominalQuota"] for r in flavor["resources"]}
+
+
+def test_kueue_default_cpu_and_memory_quotas_are_beyond_any_pool() -> None:
+    quotas = _quotas(_cluster_queue(ONE_POOL))
+    assert quotas == {"cpu": "100M", "memory": "100Pi", "nvidia.com/gpu": 4}
+    cpu, memory = parse_quantity(quotas["cpu"]), parse_quantity(quotas["memory"])
+    assert cpu == 10**8  # cores; more than the largest supercomputers have
+    assert memory == 100 * 2**50
+    # Kueue counts cpu in millicores and memory in bytes, as int64: far from overflowing,
+    # even summed over 80 ClusterQueues of a cohort.
+    assert cpu * 1000 < 2**63 and memory * 80 < 2**63
+
+
+@pytest.mark.parametrize(
+    ("fields", "cpu", "memory"),
+    [
+        pytest.param("    cpu: 64\n    memory: 512Gi\n", "64", "512Gi", id="both"),
+        pytest.param("    cpu: 500m\n", "500m", "100Pi", id="cpu-only"),
+        pytest.param("    memory: 1.5Ti\n", "100M", "1.5Ti", id="memory-only"),
+        pytest.param("    cpu: 1.5\n    memory: 1e12\n", "1.5", "1e12", id="float-and-exponent"),
+        pytest.param('    cpu: "96"\n    memory: "0.5Pi"\n', "96", "0.5Pi", id="quoted"),
+    ],
+)
+def test_cpu_and_memory_quotas_as_written(fields: str, cpu: str, memory: str) -> None:
+    text = ONE_POOL + fields
+    pool = parse_pools(text).pools[0]
+    assert (pool.cpu, pool.memory) == (
+        cpu if "cpu" in fields else None,
+        memory if "memory" in fields else None,
+    )
+    assert _quotas(_cluster_queue(text)) == {"cpu": cpu, "memory": memory, "nvidia.com/gpu": 4}
+    given = {k: v for k, v in (("cpu", pool.cpu), ("memory", pool.memory)) if v is not None}
+    (pool_obj,) = _docs(render_stream(parse_pools(text), Backend.POOLS))
+    assert pool_obj["spec"]["quota"] == {"nvidia.com/gpu": 4, **given}
+    (queue,) = _docs(render_stream(parse_pools(text), Backend.VOLCANO))
+    assert queue["spec"]["capability"] == {"nvidia.com/gpu": 4, **given}
+
+
+def test_without_cpu_and_memory_only_the_gpus_are_limited_by_pools_and_volcano() -> None:
+    pool = parse_pools(ONE_POOL).pools[0]
+    assert (pool.cpu, pool.memory, pool.admission_checks) == (None, None, ())
+    (pool_obj,) = _docs(render_stream(parse_pools(ONE_POOL), Backend.POOLS))
+    assert pool_obj["spec"]["quota"] == {"nvidia.com/gpu": 4}
+    (queue,) = _docs(render_stream(parse_pools(ONE_POOL), Backend.VOLCANO))
+    assert queue["spec"]["capability"] == {"nvidia.com/gpu": 4}
+
+
+def test_admission_checks_go_to_the_cluster_queue() -> None:
+    text = ONE_POOL + "    admissionChecks: [node-fit, provisioning.example.com]\n"
+    assert parse_pools(text).pools[0].admission_checks == ("node-fit", "provisioning.example.com")
+    cq = _cluster_queue(text)
+    assert cq["spec"]["admissionChecksStrategy"] == {
+        "admissionChecks": [{"name": "node-fit"}, {"name": "provisioning.example.com"}]
+    }
+    assert "admissionChecksStrategy" not in _cluster_queue(ONE_POOL)["spec"]
+    assert "admissionChecksStrategy" not in _cluster_queue(ONE_POOL + "    admissionChecks: []\n")["spec"]
+
+
+@pytest.mark.parametrize("backend", [Backend.POOLS, Backend.VOLCANO])
+def test_admission_checks_are_ignored_by_the_other_backends_with_a_comment(backend: Backend) -> None:
+    with_checks = render_stream(parse_pools(ONE_POOL + "    admissionChecks: [node-fit]\n"), backend)
+    without = render_stream(parse_pools(ONE_POOL), backend)
+    assert _docs(with_checks) == _docs(without)
+    assert "# admissionChecks (node-fit) are Kueue's: ignored by this backend." in with_checks
 
 
 def test_volcano_backend_one_queue_per_pool() -> None:
@@ -162,6 +249,9 @@ def test_rendering_is_deterministic_and_split_per_pool() -> None:
 def test_the_example_is_what_the_docs_say() -> None:
     pools = parse_pools(EXAMPLE.read_text())
     assert [p.name for p in pools.pools] == ["on-demand", "reserved-h100"]
+    on_demand, reserved = pools.pools
+    assert on_demand.admission_checks == ("node-fit",)  # the gatekeeper's node-fit check, by name
+    assert (reserved.cpu, reserved.memory) == ("384", "4Ti")
     assert POOL_LABEL in EXAMPLE.read_text()  # it tells users how an LWS opts in
 
 
@@ -199,7 +289,7 @@ def test_the_example_is_what_the_docs_say() -> None:
         pytest.param(
             ONE_POOL.replace("gpus: 4", "gpus: 4\n    gpu: 4"),
             "pools.yaml line 5: pools[0].gpu: unknown field (did you mean gpus? known: name, "
-            "nodeLabels, gpus, gpuResource, namespaces, queueingStrategy)",
+            "nodeLabels, gpus, gpuResource, cpu, memory, namespaces, queueingStrategy, admissionChecks)",
             id="unknown-field",
         ),
         pytest.param(
@@ -282,6 +372,85 @@ def test_the_example_is_what_the_docs_say() -> None:
             id="strategy",
         ),
         pytest.param(
+            ONE_POOL + "    memory: 512Gi\n    cpu: lots\n",
+            'pools.yaml line 7: pools[0].cpu: must be a Kubernetes quantity, got "lots"',
+            id="cpu-word",
+        ),
+        pytest.param(
+            ONE_POOL + "    cpu: 8\n    memory: lots\n",
+            'pools.yaml line 7: pools[0].memory: must be a Kubernetes quantity, got "lots"',
+            id="memory-word",
+        ),
+        pytest.param(
+            ONE_POOL + "    memory: 512GB\n",
+            'pools.yaml line 6: pools[0].memory: must be a Kubernetes quantity, got "512GB"',
+            id="memory-unknown-suffix",
+        ),
+        pytest.param(
+            ONE_POOL + "    memory: 512 Gi\n",
+            'pools.yaml line 6: pools[0].memory: must be a Kubernetes quantity, got "512 Gi"',
+            id="memory-space",
+        ),
+        pytest.param(
+            ONE_POOL + "    cpu: 0\n",
+            "pools.yaml line 6: pools[0].cpu: must be a Kubernetes quantity above zero such as 64, "
+            "500m or 512Gi, got 0 (a number)",
+            id="cpu-zero",
+        ),
+        pytest.param(
+            ONE_POOL + "    cpu: -2\n",
+            "pools.yaml line 6: pools[0].cpu: must be a Kubernetes quantity above zero such as 64, "
+            "500m or 512Gi, got -2 (a number)",
+            id="cpu-negative",
+        ),
+        pytest.param(
+            ONE_POOL + "    cpu: true\n",
+            "pools.yaml line 6: pools[0].cpu: must be a Kubernetes quantity, got true (a boolean)",
+            id="cpu-bool",
+        ),
+        pytest.param(
+            ONE_POOL + "    cpu: .inf\n",
+            "pools.yaml line 6: pools[0].cpu: must be a Kubernetes quantity, got .inf (a number)",
+            id="cpu-infinite",
+        ),
+        pytest.param(
+            ONE_POOL + "    memory:\n",
+            "pools.yaml line 6: pools[0].memory: must be a Kubernetes quantity, got nothing",
+            id="memory-empty",
+        ),
+        pytest.param(
+            ONE_POOL + "    memory: [1Gi]\n",
+            "pools.yaml line 6: pools[0].memory: must be a Kubernetes quantity, got a list",
+            id="memory-list",
+        ),
+        pytest.param(
+            ONE_POOL + "    admissionChecks: node-fit\n",
+            'pools.yaml line 6: pools[0].admissionChecks: must be a list, got "node-fit"',
+            id="checks-not-a-list",
+        ),
+        pytest.param(
+            ONE_POOL + "    admissionChecks: [node-fit, Node_Fit]\n",
+            "pools.yaml line 6: pools[0].admissionChecks[1]: must be the name of an AdmissionCheck (at "
+            "most 253 lowercase letters, digits, '-' and '.', starting and ending with a letter or "
+            'digit), got "Node_Fit"',
+            id="check-name",
+        ),
+        pytest.param(
+            ONE_POOL + "    admissionChecks: [node-fit, node-fit]\n",
+            'pools.yaml line 6: pools[0].admissionChecks[1]: "node-fit" is listed twice',
+            id="check-twice",
+        ),
+        pytest.param(
+            ONE_POOL + "    admissionChecks: [1]\n",
+            "pools.yaml line 6: pools[0].admissionChecks[0]: must be a string, got 1 (a number)",
+            id="check-number",
+        ),
+        pytest.param(
+            ONE_POOL + "    admissionChecks: [" + ", ".join(f"c{i}" for i in range(65)) + "]\n",
+            "pools.yaml line 6: pools[0].admissionChecks: at most 64 AdmissionChecks (Kueue's limit), got 65",
+            id="too-many-checks",
+        ),
+        pytest.param(
             ONE_POOL + ONE_POOL.removeprefix("pools:\n"),
             'pools.yaml line 6: pools[1].name: "on-demand" is already the name of pools[0]',
             id="pool-twice",
@@ -344,7 +513,7 @@ def test_every_problem_is_reported_in_line_order() -> None:
     assert err.value.problems == [
         "p.yaml line 4: pools[0].gpus: must be a positive integer, got 0 (a number)",
         "p.yaml line 6: pools[0].color: unknown field (known: name, nodeLabels, gpus, gpuResource, "
-        "namespaces, queueingStrategy)",
+        "cpu, memory, namespaces, queueingStrategy, admissionChecks)",
         "p.yaml line 7: pools[1]: missing required field `nodeLabels`",
         'p.yaml line 8: pools[1].gpus: must be a positive integer, got "two"',
     ]
