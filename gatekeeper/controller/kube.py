@@ -35,6 +35,10 @@ RECORDS = Resource("groupadmissions", "lws-gatekeeper.io/v1alpha1")
 PRIORITY_CLASSES = Resource("priorityclasses", "scheduling.k8s.io/v1", namespaced=False)
 EVENTS = Resource("events")
 LEASES = Resource("leases", "coordination.k8s.io/v1")
+KUEUE_VERSION = "kueue.x-k8s.io/v1beta2"
+WORKLOADS = Resource("workloads", KUEUE_VERSION)
+RESOURCE_FLAVORS = Resource("resourceflavors", KUEUE_VERSION, namespaced=False)
+ADMISSION_CHECKS = Resource("admissionchecks", KUEUE_VERSION, namespaced=False)
 
 
 class Conflict(Exception):
@@ -63,9 +67,13 @@ class Kube:
         namespace: str | None = None,
         body: object = None,
         content_type: str = "application/json",
+        params: Mapping[str, str] | None = None,
+        counted_as: str | None = None,
     ) -> dict[str, Any]:
-        API_REQUESTS.labels(verb.lower(), res.plural).inc()
+        API_REQUESTS.labels(counted_as or verb.lower(), res.plural).inc()
         kwargs: dict[str, Any] = {}
+        if params:
+            kwargs["params"] = dict(params)
         if body is not None:
             kwargs["content"] = json.dumps(body)
             kwargs["headers"] = {"Content-Type": content_type}
@@ -122,6 +130,29 @@ class Kube:
             namespace=namespace,
             body=body,
             content_type="application/merge-patch+json",
+        )
+
+    async def apply_status(
+        self,
+        res: Resource,
+        name: str,
+        namespace: str | None,
+        body: Mapping[str, Any],
+        *,
+        field_manager: str,
+    ) -> dict[str, Any]:
+        """Server-side apply ``body`` (a whole object: apiVersion, kind, metadata.name, status)
+        to the ``status`` subresource as ``field_manager``, forcing its fields. With
+        ``metadata.resourceVersion`` in ``body`` it fails (Conflict) if the object changed."""
+        return await self._call(
+            "PATCH",
+            res,
+            f"{res.plural}/{name}/status",
+            namespace=namespace,
+            body=body,
+            content_type="application/apply-patch+yaml",
+            params={"fieldManager": field_manager, "force": "true"},
+            counted_as="apply",
         )
 
     async def json_patch(

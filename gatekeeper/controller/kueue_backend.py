@@ -23,7 +23,8 @@ import kr8s.asyncio
 from prometheus_client import Counter, Gauge, Histogram
 
 from gatekeeper.controller import kube as k
-from gatekeeper.controller.informer import Informer, Resource
+from gatekeeper.controller.informer import Informer
+from gatekeeper.controller.loop import PassLoop
 from gatekeeper.core.demand import GroupDemand
 from gatekeeper.core.kueue import (
     KueueActions,
@@ -43,8 +44,8 @@ __all__ = ["FLAVORS", "WORKLOADS", "KueueBackend"]
 
 log = logging.getLogger("gatekeeper.kueue")
 
-WORKLOADS = Resource("workloads", "kueue.x-k8s.io/v1beta2")
-FLAVORS = Resource("resourceflavors", "kueue.x-k8s.io/v1beta2", namespaced=False)
+WORKLOADS = k.WORKLOADS
+FLAVORS = k.RESOURCE_FLAVORS
 
 KUEUE_ADMISSIONS = Counter(
     "gatekeeper_kueue_admissions_total",
@@ -69,17 +70,14 @@ class KueueBackend:
         concurrency: int = 16,
     ) -> None:
         self.kube = k.Kube(api)
-        self.resync = resync
-        self.debounce = debounce
         self.concurrency = concurrency
-        self._dirty = anyio.Event()
+        self.loop = PassLoop(log, resync=resync, debounce=debounce)
         self._last_event: dict[tuple[str, str, str], str] = {}
         self._admitted: set[tuple[str, str]] = set()
         self._problems: set[str] = set()
         self.passes = 0
 
-        def poke(_kind: str, _obj: dict[str, Any]) -> None:
-            self._dirty.set()
+        poke = self.loop.poke
 
         self.lws = Informer(api, k.LWS, label_selector=POOL_LABEL, on_change=poke)
         self.pods = Informer(api, k.PODS, label_selector=POOL_LABEL, on_change=poke)
@@ -90,24 +88,8 @@ class KueueBackend:
         self.informers = [self.lws, self.pods, self.records, self.workloads, self.flavors, self.priorities]
 
     async def run(self) -> None:
-        """Start the informers, wait for their first lists, then reconcile until cancelled."""
-        async with anyio.create_task_group() as tg:
-            for inf in self.informers:
-                tg.start_soon(inf.run)
-            for inf in self.informers:
-                await inf.synced.wait()
-            log.info("caches synced; reconciling (kueue backend)")
-            while True:
-                with anyio.move_on_after(self.resync):
-                    await self._dirty.wait()
-                await anyio.sleep(self.debounce)
-                self._dirty = anyio.Event()
-                try:
-                    await self.reconcile_once()
-                except k.RETRYABLE as exc:
-                    log.warning("pass failed, retrying: %s", exc)
-                    self._dirty.set()
-                    await anyio.sleep(1.0)
+        """Start the informers, wait for their first lists, then run passes until cancelled."""
+        await self.loop.run(self.informers, self.reconcile_once)
 
     def snapshot(self) -> KueueSnapshot:
         return KueueSnapshot(
@@ -132,10 +114,10 @@ class KueueBackend:
                     await fn(*args)
                 except k.Conflict as exc:
                     log.info("deferred to the next pass: %s", exc)
-                    self._dirty.set()
+                    self.loop.poke()
                 except k.RETRYABLE as exc:
                     log.warning("write failed, retrying in the next pass: %s", exc)
-                    self._dirty.set()
+                    self.loop.poke()
 
         async with anyio.create_task_group() as tg:
             for ns, name in actions.release:

@@ -20,7 +20,6 @@ retried by a later pass; the loop never stops on them.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -32,7 +31,8 @@ import kr8s.asyncio
 from prometheus_client import Counter, Gauge, Histogram
 
 from gatekeeper.controller import kube as k
-from gatekeeper.controller.informer import ApiError, Informer, Resource, check
+from gatekeeper.controller.informer import Informer, Resource
+from gatekeeper.controller.loop import PassLoop
 from gatekeeper.core.nodefit import (
     ACTIVE_MESSAGE,
     ACTIVE_REASON,
@@ -46,10 +46,10 @@ __all__ = ["ADMISSION_CHECKS", "FIELD_MANAGER", "RESOURCE_FLAVORS", "WORKLOADS",
 
 log = logging.getLogger("gatekeeper.nodefit")
 
-KUEUE_VERSION = "kueue.x-k8s.io/v1beta2"
-WORKLOADS = Resource("workloads", KUEUE_VERSION)
-ADMISSION_CHECKS = Resource("admissionchecks", KUEUE_VERSION, namespaced=False)
-RESOURCE_FLAVORS = Resource("resourceflavors", KUEUE_VERSION, namespaced=False)
+KUEUE_VERSION = k.KUEUE_VERSION
+WORKLOADS = k.WORKLOADS
+ADMISSION_CHECKS = k.ADMISSION_CHECKS
+RESOURCE_FLAVORS = k.RESOURCE_FLAVORS
 FIELD_MANAGER = "lws-gatekeeper-node-fit"
 
 CHECKS = Gauge(
@@ -68,15 +68,13 @@ class NodeFit:
         self, api: kr8s.asyncio.Api, *, resync: float = 10.0, debounce: float = 0.05, concurrency: int = 16
     ) -> None:
         self.api = api
-        self.resync = resync
-        self.debounce = debounce
+        self.kube = k.Kube(api)
         self.concurrency = concurrency
-        self._dirty = anyio.Event()
+        self.loop = PassLoop(log, resync=resync, debounce=debounce, retry_on=(ValueError,))
         self._problems: set[str] = set()
         self.passes = 0
 
-        def poke(_kind: str, _obj: dict[str, Any]) -> None:
-            self._dirty.set()
+        poke = self.loop.poke
 
         self.workloads = Informer(api, WORKLOADS, on_change=poke)
         self.checks = Informer(api, ADMISSION_CHECKS, on_change=poke)
@@ -86,24 +84,8 @@ class NodeFit:
         self.informers = [self.workloads, self.checks, self.flavors, self.nodes, self.bound]
 
     async def run(self) -> None:
-        """Start the informers, wait for their first lists, then decide until cancelled."""
-        async with anyio.create_task_group() as tg:
-            for inf in self.informers:
-                tg.start_soon(inf.run)
-            for inf in self.informers:
-                await inf.synced.wait()
-            log.info("node-fit caches synced; checking workloads")
-            while True:
-                with anyio.move_on_after(self.resync):
-                    await self._dirty.wait()
-                await anyio.sleep(self.debounce)
-                self._dirty = anyio.Event()
-                try:
-                    await self.reconcile_once()
-                except (*k.RETRYABLE, ValueError) as exc:
-                    log.warning("node-fit pass failed, retrying: %s", exc)
-                    self._dirty.set()
-                    await anyio.sleep(1.0)
+        """Start the informers, wait for their first lists, then run passes until cancelled."""
+        await self.loop.run(self.informers, self.reconcile_once)
 
     def _nodes(self) -> list[Node]:
         nodes = []
@@ -138,7 +120,7 @@ class NodeFit:
                     log.warning("node-fit write failed, retrying in the next pass: %s", exc)
                 else:
                     return
-            self._dirty.set()
+            self.loop.poke()
 
         async with anyio.create_task_group() as tg:
             for name in actions.activate:
@@ -158,24 +140,7 @@ class NodeFit:
         self, res: Resource, name: str, namespace: str | None, body: Mapping[str, Any]
     ) -> None:
         """Server-side apply ``body`` to the object's ``status`` subresource, as our field manager."""
-        k.API_REQUESTS.labels("apply", res.plural).inc()
-        async with self.api.call_api(
-            "PATCH",
-            version=res.version,
-            base=res.base,
-            namespace=namespace,
-            url=f"{res.plural}/{name}/status",
-            params={"fieldManager": FIELD_MANAGER, "force": "true"},
-            content=json.dumps(body),
-            headers={"Content-Type": "application/apply-patch+yaml"},
-            raise_for_status=False,
-        ) as resp:
-            try:
-                check(resp)
-            except ApiError as exc:
-                if exc.code in (403, 404, 409, 422):
-                    raise k.Conflict(f"{res.plural} {namespace or ''}/{name}: {exc}") from exc
-                raise
+        await self.kube.apply_status(res, name, namespace, body, field_manager=FIELD_MANAGER)
 
     async def _activate(self, name: str) -> None:
         obj = self.checks.get("", name)

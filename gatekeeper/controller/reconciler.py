@@ -24,6 +24,7 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from gatekeeper.controller import kube as k
 from gatekeeper.controller.informer import Informer
+from gatekeeper.controller.loop import PassLoop
 from gatekeeper.core.demand import GroupDemand
 from gatekeeper.core.names import POOL_LABEL, SCHEDULING_GATE
 from gatekeeper.core.nodes import parse_node
@@ -92,16 +93,13 @@ class Reconciler:
         self.api = api
         self.concurrency = concurrency
         self.kube = k.Kube(api)
-        self.resync = resync
-        self.debounce = debounce
-        self._dirty = anyio.Event()
+        self.loop = PassLoop(log, resync=resync, debounce=debounce)
         self._last_message_write: dict[str, float] = {}
         self._last_event: dict[tuple[str, str, str], str] = {}
         self._problems: set[str] = set()
         self.passes = 0
 
-        def poke(_kind: str, _obj: dict[str, Any]) -> None:
-            self._dirty.set()
+        poke = self.loop.poke
 
         self.lws = Informer(api, k.LWS, label_selector=POOL_LABEL, on_change=poke)
         self.pods = Informer(api, k.PODS, label_selector=POOL_LABEL, on_change=poke)
@@ -121,24 +119,8 @@ class Reconciler:
         ]
 
     async def run(self) -> None:
-        """Start the informers, wait for their first lists, then reconcile until cancelled."""
-        async with anyio.create_task_group() as tg:
-            for inf in self.informers:
-                tg.start_soon(inf.run)
-            for inf in self.informers:
-                await inf.synced.wait()
-            log.info("caches synced; reconciling")
-            while True:
-                with anyio.move_on_after(self.resync):
-                    await self._dirty.wait()
-                await anyio.sleep(self.debounce)
-                self._dirty = anyio.Event()
-                try:
-                    await self.reconcile_once()
-                except k.RETRYABLE as exc:
-                    log.warning("pass failed, retrying: %s", exc)
-                    self._dirty.set()
-                    await anyio.sleep(1.0)
+        """Start the informers, wait for their first lists, then run passes until cancelled."""
+        await self.loop.run(self.informers, self.reconcile_once)
 
     def snapshot(self) -> Snapshot:
         nodes = []
@@ -177,7 +159,7 @@ class Reconciler:
                     log.warning("write failed, retrying in the next pass: %s", exc)
                 else:
                     return True
-            self._dirty.set()
+            self.loop.poke()
             return False
 
         async with anyio.create_task_group() as tg:
@@ -304,7 +286,7 @@ class Reconciler:
             await self.kube.json_patch(k.PODS, name, namespace, ops)
         except k.Conflict as exc:
             log.info("ungating %s/%s deferred: %s", namespace, name, exc)
-            self._dirty.set()
+            self.loop.poke()
 
     async def _wait(self, wait: WaitStatus, created: Mapping[tuple[str, str], dict[str, Any]]) -> None:
         group = wait.group

@@ -49,11 +49,10 @@ from gatekeeper.core.reconcile import (
     RECORD_KIND,
     GroupState,
     _demand,
-    _group_index,
     _map,
     _meta,
     _object_key,
-    _Pod,
+    _pods_by_group,
     _pool_of,
     _record_belongs,
     _replicas,
@@ -307,16 +306,7 @@ def decide_kueue(snap: KueueSnapshot) -> KueueActions:
             workloads[wkey] = obj
     flavors = {str(_meta(f).get("name")): f for f in snap.flavors}
 
-    pods_of: dict[tuple[str, str], dict[int, list[tuple[_Pod, Mapping[str, Any]]]]] = {}
-    for pod in snap.pods:
-        meta = _meta(pod)
-        labels = _map(meta.get("labels"))
-        index = _group_index(pod)
-        pod_name = meta.get("name")
-        if LWS_NAME_LABEL not in labels or index is None or not isinstance(pod_name, str) or not pod_name:
-            continue
-        owner = (str(meta.get("namespace") or ""), str(labels[LWS_NAME_LABEL]))
-        pods_of.setdefault(owner, {}).setdefault(index, []).append((_Pod.read(pod, pod_name), pod))
+    pods_of = _pods_by_group(snap.pods)
 
     create_records: list[GroupState] = []
     create_workloads: list[tuple[GroupState, str]] = []
@@ -338,7 +328,7 @@ def decide_kueue(snap: KueueSnapshot) -> KueueActions:
         demand = _demand(lws)
         queue = _pool_of(lws)
         by_index = pods_of.get(lkey, {})
-        indices = {i for i, ps in by_index.items() if any(p.live for p, _ in ps)}
+        indices = {i for i, ps in by_index.items() if any(p.live for p in ps)}
         try:
             replicas = _replicas(lws)
         except ValueError as exc:
@@ -355,9 +345,9 @@ def decide_kueue(snap: KueueSnapshot) -> KueueActions:
             key = GroupKey(ns, name, index)
             rname = record_name(name, uid, index)
             members = by_index.get(index, [])
-            present = sorted(((p, obj) for p, obj in members if not p.terminating), key=lambda m: m[0].name)
-            live = any(p.live for p, _ in members)
-            staying = not deleting and (index < replicas or any(p.live for p, _ in present))
+            present = sorted((p for p in members if not p.terminating), key=lambda p: p.name)
+            live = any(p.live for p in members)
+            staying = not deleting and (index < replicas or any(p.live for p in present))
             record = records.get((ns, rname))
             if record is not None and not _record_belongs(record, name, uid, index):
                 record = None
@@ -377,8 +367,8 @@ def decide_kueue(snap: KueueSnapshot) -> KueueActions:
                 pool=queue,
                 record=rname,
                 demand=demand,
-                pods=tuple(sorted(p.name for p, _ in present)),
-                gated=tuple(sorted(p.name for p, _ in present if p.gated)),
+                pods=tuple(sorted(p.name for p in present)),
+                gated=tuple(sorted(p.name for p in present if p.gated)),
             )
             if record is None:
                 if staying:
@@ -387,16 +377,16 @@ def decide_kueue(snap: KueueSnapshot) -> KueueActions:
             wanted.add((ns, rname))
             if wl is None and staying and isinstance(demand, GroupDemand) and (ns, rname) not in stale:
                 create_workloads.append((gs, str(_meta(record).get("uid") or "")))
-            ungated = [(p, obj) for p, obj in present if not p.gated and p.live]
+            ungated = [p for p in present if not p.gated and p.live]
             if admitted and staying:
-                for p, _ in present:
+                for p in present:
                     if not p.gated:
                         continue
                     role = "leader" if p.worker == 0 else "worker"
                     labels, tolerations = _flavor_steering(wl or {}, flavors, role)
                     ungate.append(Ungate(ns, p.name, labels, tolerations))
             elif not admitted and ungated:
-                stop.extend((ns, p.name) for p, _ in ungated)
+                stop.extend((ns, p.name) for p in ungated)
             elif not admitted and reserved and _true(conds, "Evicted"):
                 clear.append((ns, rname))
             if isinstance(demand, InvalidDemand) and not admitted:

@@ -46,7 +46,7 @@ from typing import Any
 from gatekeeper.core._messages import amount
 from gatekeeper.core.demand import PodDemand, pod_demand
 from gatekeeper.core.fit import Misfit, NodeTable
-from gatekeeper.core.nodes import Node, node_usage
+from gatekeeper.core.nodes import Node, node_usage_skipping
 from gatekeeper.core.quantity import format_amount, format_resources
 
 __all__ = [
@@ -373,25 +373,6 @@ def _never(pods: _Pods, misfit: Misfit) -> str:
 # ----- the decision ---------------------------------------------------------------------
 
 
-def _usage(pods: Sequence[Mapping[str, Any]], problems: list[str]) -> dict[str, dict[str, int]]:
-    try:
-        return node_usage(pods)
-    except ValueError:
-        pass
-    usage: dict[str, dict[str, int]] = {}
-    for pod in pods:
-        try:
-            one = node_usage([pod])
-        except ValueError as err:
-            problems.append(f"{err}; its requests are not counted")
-            continue
-        for node, used in one.items():
-            into = usage.setdefault(node, {})
-            for resource, value in used.items():
-                into[resource] = into.get(resource, 0) + value
-    return usage
-
-
 def _active(check: Mapping[str, Any]) -> bool:
     cond = _condition(check, "Active")
     return (
@@ -426,7 +407,7 @@ def decide_node_fit(
     bound = list(bound_pods)
     node_list = list(nodes)
     problems: list[str] = []
-    table = NodeTable(node_list, _usage(bound, problems))
+    table = NodeTable(node_list, node_usage_skipping(bound, problems))
     table.add_view(_VIEW, lambda _node: True)
     empty: NodeTable | None = None
     members = _Members(bound)

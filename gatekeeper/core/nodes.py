@@ -8,7 +8,7 @@ per-node usage total. The I/O layer can cache both between planning passes.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -99,4 +99,27 @@ def node_usage(pods: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
         for resource, amount in requests.items():
             used[resource] = used.get(resource, 0) + amount
         used["pods"] = used.get("pods", 0) + 1
+    return usage
+
+
+def node_usage_skipping(pods: Sequence[Mapping[str, Any]], problems: list[str]) -> dict[str, dict[str, int]]:
+    """``node_usage``, skipping (and naming in ``problems``) a pod whose requests cannot be read.
+
+    One unreadable pod must not stop every decision that counts node room.
+    """
+    try:
+        return node_usage(pods)
+    except ValueError:
+        pass
+    usage: dict[str, dict[str, int]] = {}
+    for pod in pods:
+        try:
+            one = node_usage([pod])
+        except ValueError as exc:
+            problems.append(f"{exc}; its node room is not counted")
+            continue
+        for node_name, used in one.items():
+            into = usage.setdefault(node_name, {})
+            for resource, amount in used.items():
+                into[resource] = into.get(resource, 0) + amount
     return usage

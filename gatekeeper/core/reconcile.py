@@ -57,7 +57,7 @@ from typing import Any
 
 from gatekeeper.core.demand import GroupDemand, PodDemand, group_demand
 from gatekeeper.core.names import API_GROUP, API_VERSION, POOL_LABEL, SCHEDULING_GATE
-from gatekeeper.core.nodes import Node, node_usage
+from gatekeeper.core.nodes import Node, node_usage_skipping
 from gatekeeper.core.planner import Plan, PoolStatus, plan
 from gatekeeper.core.pool import Pool, parse_pool
 from gatekeeper.core.quantity import format_resources, parse_units
@@ -358,24 +358,20 @@ def _parse_pools(objs: Iterable[Mapping[str, Any]]) -> tuple[list[Pool], dict[st
     return pools, invalid
 
 
-def _usage(pods: Sequence[Mapping[str, Any]], problems: list[str]) -> dict[str, dict[str, int]]:
-    """``node_usage`` of the bound pods, skipping (and naming) a pod whose requests cannot be read."""
-    try:
-        return node_usage(pods)
-    except ValueError:
-        pass
-    usage: dict[str, dict[str, int]] = {}
+def _pods_by_group(pods: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], dict[int, list[_Pod]]]:
+    """Pods per (namespace, LWS) and group index. Pods without the LWS labels (or a sane
+    index) are not ours to count."""
+    pods_of: dict[tuple[str, str], dict[int, list[_Pod]]] = {}
     for pod in pods:
-        try:
-            one = node_usage([pod])
-        except ValueError as exc:
-            problems.append(f"{exc}; its node room is not counted")
+        meta = _meta(pod)
+        labels = _map(meta.get("labels"))
+        index = _group_index(pod)
+        pod_name = meta.get("name")
+        if LWS_NAME_LABEL not in labels or index is None or not isinstance(pod_name, str) or not pod_name:
             continue
-        for node_name, used in one.items():
-            into = usage.setdefault(node_name, {})
-            for resource, amount in used.items():
-                into[resource] = into.get(resource, 0) + amount
-    return usage
+        owner = (str(meta.get("namespace") or ""), str(labels[LWS_NAME_LABEL]))
+        pods_of.setdefault(owner, {}).setdefault(index, []).append(_Pod.read(pod, pod_name))
+    return pods_of
 
 
 def decide(snap: Snapshot) -> Actions:
@@ -396,17 +392,7 @@ def decide(snap: Snapshot) -> Actions:
         if rkey is not None:
             records[rkey] = rec
 
-    # Pods per LWS and group. Pods without the LWS labels (or a sane index) are not ours to count.
-    pods_of: dict[tuple[str, str], dict[int, list[_Pod]]] = {}
-    for pod in snap.pods:
-        meta = _meta(pod)
-        labels = _map(meta.get("labels"))
-        index = _group_index(pod)
-        pod_name = meta.get("name")
-        if LWS_NAME_LABEL not in labels or index is None or not isinstance(pod_name, str) or not pod_name:
-            continue
-        owner = (str(meta.get("namespace") or ""), str(labels[LWS_NAME_LABEL]))
-        pods_of.setdefault(owner, {}).setdefault(index, []).append(_Pod.read(pod, pod_name))
+    pods_of = _pods_by_group(snap.pods)
 
     groups: list[GroupState] = []
     wanted_records: set[tuple[str, str]] = set()
@@ -496,7 +482,9 @@ def decide(snap: Snapshot) -> Actions:
                     WaitingGroup(key=key, pool=pool, demand=demand, created=created, priority=priority)
                 )
 
-    result = plan(pools, snap.nodes, _usage(snap.bound_pods, problems), admitted_groups, waiting_groups)
+    result = plan(
+        pools, snap.nodes, node_usage_skipping(snap.bound_pods, problems), admitted_groups, waiting_groups
+    )
 
     create = tuple(g for g in groups if (g.key.namespace, g.record) not in wanted_records)
     admit: list[Admit] = []

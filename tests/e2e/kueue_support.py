@@ -12,10 +12,12 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from gatekeeper.core.names import SCHEDULING_GATE
 from gatekeeper.sandbox.cluster import Sandbox, fake_node
 from gatekeeper.sandbox.kueue import MANAGED_NAMESPACE_LABEL
 
@@ -229,3 +231,35 @@ def check_state(workload: dict[str, Any], check: str) -> dict[str, Any]:
             found: dict[str, Any] = state
             return found
     return {}
+
+
+def group_states(sb: Sandbox, ns: str, lws_name: str | None = None) -> dict[str, Counter[str]]:
+    """Per group index: how many pods are running, gated (by the gatekeeper), pending."""
+    out: dict[str, Counter[str]] = {}
+    for pod in pods(sb, ns):
+        if lws_name and pod["metadata"]["labels"].get("leaderworkerset.sigs.k8s.io/name") != lws_name:
+            continue
+        if pod["metadata"].get("deletionTimestamp"):
+            continue
+        gates = {g["name"] for g in pod["spec"].get("schedulingGates", [])}
+        phase = pod.get("status", {}).get("phase")
+        state = "gated" if SCHEDULING_GATE in gates else "running" if phase == "Running" else "pending"
+        out.setdefault(group_of(pod), Counter())[state] += 1
+    return out
+
+
+def settled(
+    sb: Sandbox, ns: str, *, running: int, gated: int, size: int, lws_name: str | None = None
+) -> dict[str, Counter[str]] | None:
+    """``running`` whole groups Running and ``gated`` whole groups gated, nothing in between."""
+    groups = group_states(sb, ns, lws_name)
+    whole = [g for g, c in groups.items() if c["running"] == size and sum(c.values()) == size]
+    held = [g for g, c in groups.items() if c["gated"] == size and sum(c.values()) == size]
+    if len(whole) == running and len(held) == gated and len(groups) == running + gated:
+        return groups
+    return None
+
+
+def records(sb: Sandbox, ns: str) -> list[dict[str, Any]]:
+    """The namespace's GroupAdmission records, by group index."""
+    return sorted(items(sb, "groupadmissions", "-n", ns), key=lambda r: r["spec"]["groupIndex"])

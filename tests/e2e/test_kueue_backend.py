@@ -27,6 +27,7 @@ from tests.e2e.kueue_support import (
     condition,
     get,
     group_of,
+    group_states,
     is_true,
     items,
     lws,
@@ -35,6 +36,8 @@ from tests.e2e.kueue_support import (
     make_queue,
     new_tag,
     pods,
+    records,
+    settled,
     wait,
     workloads,
 )
@@ -46,39 +49,8 @@ def _opted_in(q: Queue) -> dict[str, str]:
     return {POOL_LABEL: q.local_queue}
 
 
-def _groups(sb: Sandbox, ns: str, lws_name: str | None = None) -> dict[str, Counter[str]]:
-    """Per group index: how many pods are running, gated, pending (ungated, unscheduled)."""
-    out: dict[str, Counter[str]] = {}
-    for pod in pods(sb, ns):
-        if lws_name and pod["metadata"]["labels"].get("leaderworkerset.sigs.k8s.io/name") != lws_name:
-            continue
-        if pod["metadata"].get("deletionTimestamp"):
-            continue
-        gates = {g["name"] for g in pod["spec"].get("schedulingGates", [])}
-        phase = pod.get("status", {}).get("phase")
-        state = "gated" if SCHEDULING_GATE in gates else "running" if phase == "Running" else "pending"
-        out.setdefault(group_of(pod), Counter())[state] += 1
-    return out
-
-
-def _settled(
-    sb: Sandbox, ns: str, *, running: int, gated: int, size: int, lws_name: str | None = None
-) -> dict[str, Counter[str]] | None:
-    """``running`` whole groups Running and ``gated`` whole groups gated, nothing in between."""
-    groups = _groups(sb, ns, lws_name)
-    whole = [g for g, c in groups.items() if c["running"] == size and sum(c.values()) == size]
-    held = [g for g, c in groups.items() if c["gated"] == size and sum(c.values()) == size]
-    if len(whole) == running and len(held) == gated and len(groups) == running + gated:
-        return groups
-    return None
-
-
 def _lws_of(obj: dict[str, Any]) -> str:
     return str(obj["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/name"])
-
-
-def _records(sb: Sandbox, ns: str) -> list[dict[str, Any]]:
-    return sorted(items(sb, "groupadmissions", "-n", ns), key=lambda r: r["spec"]["groupIndex"])
 
 
 def _show(sb: Sandbox, ns: str) -> None:
@@ -93,7 +65,7 @@ def test_whole_groups_within_quota_on_the_flavors_nodes_rest_gated(kueue_sandbox
     try:
         wait(
             "2 whole groups Running, 2 whole groups gated",
-            lambda: _settled(sb, q.namespace, running=2, gated=2, size=2),
+            lambda: settled(sb, q.namespace, running=2, gated=2, size=2),
         )
     finally:
         _show(sb, q.namespace)
@@ -108,18 +80,18 @@ def test_whole_groups_within_quota_on_the_flavors_nodes_rest_gated(kueue_sandbox
         for w in wls
         if is_true(w, "Admitted")
     }
-    running = {g for g, c in _groups(sb, q.namespace).items() if c["running"]}
+    running = {g for g, c in group_states(sb, q.namespace).items() if c["running"]}
     assert admitted == running, "exactly the groups whose Workload Kueue admitted run"
     for pod in pods(sb, q.namespace):
         if group_of(pod) in running:
             assert q.labels.items() <= (pod["spec"].get("nodeSelector") or {}).items(), (
                 "steered to the flavor"
             )
-    recs = _records(sb, q.namespace)
+    recs = records(sb, q.namespace)
     assert sorted(r["spec"]["groupIndex"] for r in recs) == [0, 1, 2, 3]
 
     def quota_said() -> list[dict[str, Any]] | None:
-        waiting = [r for r in _records(sb, q.namespace) if not is_true(r, "Admitted")]
+        waiting = [r for r in records(sb, q.namespace) if not is_true(r, "Admitted")]
         said = [
             r for r in waiting if "insufficient unused quota" in condition(r, "Admitted").get("message", "")
         ]
@@ -133,15 +105,15 @@ def test_whole_groups_within_quota_on_the_flavors_nodes_rest_gated(kueue_sandbox
     # Scale down to 1: the Workloads of groups 1..3 go; group 0 stays admitted (Kueue may have
     # admitted any two of the four; if it was not one of them, group 0 is admitted now).
     sb.kubectl("scale", "leaderworkerset", "vllm", "-n", q.namespace, "--replicas=1")
-    wait("1 whole group Running", lambda: _settled(sb, q.namespace, running=1, gated=0, size=2))
+    wait("1 whole group Running", lambda: settled(sb, q.namespace, running=1, gated=0, size=2))
     wait(
         "1 Workload and 1 record left",
-        lambda: len(workloads(sb, q.namespace)) == 1 and len(_records(sb, q.namespace)) == 1,
+        lambda: len(workloads(sb, q.namespace)) == 1 and len(records(sb, q.namespace)) == 1,
     )
     # Scale up to 3: 2 run (4 GPUs), 1 waits gated.
     sb.kubectl("scale", "leaderworkerset", "vllm", "-n", q.namespace, "--replicas=3")
     try:
-        wait("2 Running, 1 gated", lambda: _settled(sb, q.namespace, running=2, gated=1, size=2))
+        wait("2 Running, 1 gated", lambda: settled(sb, q.namespace, running=2, gated=1, size=2))
     finally:
         _show(sb, q.namespace)
     assert len(workloads(sb, q.namespace)) == 3
@@ -178,7 +150,7 @@ def test_leader_ready_workers_are_counted_before_they_exist(kueue_sandbox: Sandb
 
 
 def _leader_ready_settled(sb: Sandbox, ns: str) -> bool:
-    groups = _groups(sb, ns)
+    groups = group_states(sb, ns)
     # LeaderReady: the waiting group's workers are never created, its leader stays gated.
     whole = [g for g, c in groups.items() if c == Counter(running=3)]
     held = [g for g, c in groups.items() if c == Counter(gated=1)]
@@ -201,11 +173,11 @@ def test_two_reserved_pools_as_two_cluster_queues(kueue_sandbox: Sandbox) -> Non
     try:
         wait(
             "pool a: 1 Running, 1 gated",
-            lambda: _settled(sb, ns, running=1, gated=1, size=2, lws_name="in-a"),
+            lambda: settled(sb, ns, running=1, gated=1, size=2, lws_name="in-a"),
         )
         wait(
             "pool b: 2 Running, 1 gated",
-            lambda: _settled(sb, ns, running=2, gated=1, size=2, lws_name="in-b"),
+            lambda: settled(sb, ns, running=2, gated=1, size=2, lws_name="in-b"),
         )
     finally:
         _show(sb, ns)
@@ -248,7 +220,7 @@ def test_priority_preempts_whole_groups_and_the_victim_waits_whole(kueue_sandbox
     )
     wait(
         "both low groups Running",
-        lambda: _settled(sb, q.namespace, running=2, gated=0, size=2, lws_name="batch"),
+        lambda: settled(sb, q.namespace, running=2, gated=0, size=2, lws_name="batch"),
     )
     sb.apply(
         [lws("serve", q.namespace, _opted_in(q), replicas=1, size=2, gpus_per_pod=1, priority_class=high)]
@@ -256,11 +228,11 @@ def test_priority_preempts_whole_groups_and_the_victim_waits_whole(kueue_sandbox
     try:
         wait(
             "the high group Running",
-            lambda: _settled(sb, q.namespace, running=1, gated=0, size=2, lws_name="serve"),
+            lambda: settled(sb, q.namespace, running=1, gated=0, size=2, lws_name="serve"),
         )
         wait(
             "one low group Running, the preempted one gated whole",
-            lambda: _settled(sb, q.namespace, running=1, gated=1, size=2, lws_name="batch"),
+            lambda: settled(sb, q.namespace, running=1, gated=1, size=2, lws_name="batch"),
         )
     finally:
         _show(sb, q.namespace)
@@ -274,7 +246,7 @@ def test_priority_preempts_whole_groups_and_the_victim_waits_whole(kueue_sandbox
     print("victim:", victim["status"].get("conditions"))
     assert not victim["status"].get("admission"), "the victim's quota was given back"
     assert condition(victim, "Requeued").get("status") == "True"
-    rec = next(r for r in _records(sb, q.namespace) if r["metadata"]["name"] == victim["metadata"]["name"])
+    rec = next(r for r in records(sb, q.namespace) if r["metadata"]["name"] == victim["metadata"]["name"])
     assert not is_true(rec, "Admitted")
     # Never more than the quota's GPUs held by pods at once, and no group half-running now.
     used = sum(
@@ -288,7 +260,7 @@ def test_priority_preempts_whole_groups_and_the_victim_waits_whole(kueue_sandbox
     sb.kubectl("delete", "leaderworkerset", "serve", "-n", q.namespace)
     wait(
         "both low groups Running again",
-        lambda: _settled(sb, q.namespace, running=2, gated=0, size=2, lws_name="batch"),
+        lambda: settled(sb, q.namespace, running=2, gated=0, size=2, lws_name="batch"),
     )
 
 
@@ -299,7 +271,7 @@ def test_a_missing_local_queue_is_reported_and_nothing_runs(kueue_sandbox: Sandb
     sb.apply([lws("lost", ns, {POOL_LABEL: "no-such-queue"}, replicas=1, size=2, gpus_per_pod=1)])
 
     def reported() -> dict[str, Any] | None:
-        recs = _records(sb, ns)
+        recs = records(sb, ns)
         if len(recs) == 1 and "no-such-queue" in condition(recs[0], "Admitted").get("message", ""):
             return recs[0]
         return None
@@ -312,14 +284,14 @@ def test_a_missing_local_queue_is_reported_and_nothing_runs(kueue_sandbox: Sandb
     ours = [e for e in events if e.get("source", {}).get("component") == "lws-gatekeeper"]
     assert any("no-such-queue" in e["message"] for e in ours), [e["message"] for e in ours]
     time.sleep(2)
-    assert _groups(sb, ns) == {"0": Counter(gated=2)}
+    assert group_states(sb, ns) == {"0": Counter(gated=2)}
 
 
 def test_gatekeeper_killed_mid_scale_up_admits_nothing_twice(kueue_sandbox: Sandbox) -> None:
     sb = kueue_sandbox
     q = make_queue(sb, gpus=6, nodes=6, gpus_per_node=1, managed=False)
     sb.apply([lws("burst", q.namespace, _opted_in(q), replicas=1, size=2, gpus_per_pod=1)])
-    wait("group 0 Running", lambda: _settled(sb, q.namespace, running=1, gated=0, size=2))
+    wait("group 0 Running", lambda: settled(sb, q.namespace, running=1, gated=0, size=2))
     sb.kubectl("scale", "leaderworkerset", "burst", "-n", q.namespace, "--replicas=8")
     time.sleep(1.0)  # mid-way: some Workloads made, some groups ungated, some not
     sb.stop("gatekeeper", kill=True)
@@ -329,7 +301,7 @@ def test_gatekeeper_killed_mid_scale_up_admits_nothing_twice(kueue_sandbox: Sand
     try:
         wait(
             "3 whole groups Running, 5 gated",
-            lambda: _settled(sb, q.namespace, running=3, gated=5, size=2),
+            lambda: settled(sb, q.namespace, running=3, gated=5, size=2),
             timeout=120,
         )
     finally:
@@ -339,7 +311,7 @@ def test_gatekeeper_killed_mid_scale_up_admits_nothing_twice(kueue_sandbox: Sand
     assert len(wls) == 8, "one Workload per group, none twice"
     assert len({w["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/group-index"] for w in wls}) == 8
     assert sum(is_true(w, "Admitted") for w in wls) == 3
-    assert len(_records(sb, q.namespace)) == 8
+    assert len(records(sb, q.namespace)) == 8
 
 
 @pytest.mark.parametrize("size", [2])
@@ -360,7 +332,7 @@ def test_lws_without_our_label_is_left_to_kueues_own_integration(kueue_sandbox: 
         ]
     )
     wait("1 whole group Running (Kueue's gate holds the other)", lambda: _kueue_settled(sb, q.namespace))
-    assert _records(sb, q.namespace) == []
+    assert records(sb, q.namespace) == []
     wls = workloads(sb, q.namespace)
     assert len(wls) == 2
     assert all(POOL_LABEL not in w["metadata"].get("labels", {}) for w in wls)
@@ -384,7 +356,7 @@ def test_node_fit_check_keeps_a_group_that_fits_no_node_gated(kueue_sandbox: San
     sb.apply([lws("wide", q.namespace, _opted_in(q), replicas=1, size=2, gpus_per_pod=2)])
 
     def explained() -> dict[str, Any] | None:
-        recs = _records(sb, q.namespace)
+        recs = records(sb, q.namespace)
         said = condition(recs[0], "Admitted") if recs else {}
         return (
             said if said.get("reason") == "WaitingForAdmissionChecks" and check in said["message"] else None
@@ -396,4 +368,4 @@ def test_node_fit_check_keeps_a_group_that_fits_no_node_gated(kueue_sandbox: San
     [wl] = workloads(sb, q.namespace)
     assert is_true(wl, "QuotaReserved") and not is_true(wl, "Admitted")
     assert check_state(wl, check)["state"] == "Pending"
-    assert _groups(sb, q.namespace) == {"0": Counter(gated=2)}
+    assert group_states(sb, q.namespace) == {"0": Counter(gated=2)}

@@ -17,61 +17,34 @@ AdmissionCheck are all made here. What they observe is printed (run with ``-s``)
 
 from __future__ import annotations
 
-from collections import Counter
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from click.testing import CliRunner
 
-from gatekeeper.core.names import POOL_LABEL, SCHEDULING_GATE
+from gatekeeper.core.names import POOL_LABEL
 from gatekeeper.render.cli import render_cmd
 from gatekeeper.sandbox.cluster import Sandbox, fake_node
 from tests.e2e.kueue_support import (
     check_state,
     condition,
     get,
-    group_of,
+    group_states,
     is_true,
-    items,
     lws,
     make_namespace,
     make_node_fit_check,
     new_tag,
     pods,
+    records,
+    settled,
     wait,
     workloads,
 )
 
 GPU = "nvidia.com/gpu"
 NODE_LABEL = "render-test-pool"
-
-
-def _groups(sb: Sandbox, ns: str) -> dict[str, Counter[str]]:
-    """Per group index: how many pods are running, gated, pending (ungated, unscheduled)."""
-    out: dict[str, Counter[str]] = {}
-    for pod in pods(sb, ns):
-        if pod["metadata"].get("deletionTimestamp"):
-            continue
-        gates = {g["name"] for g in pod["spec"].get("schedulingGates", [])}
-        phase = pod.get("status", {}).get("phase")
-        state = "gated" if SCHEDULING_GATE in gates else "running" if phase == "Running" else "pending"
-        out.setdefault(group_of(pod), Counter())[state] += 1
-    return out
-
-
-def _settled(sb: Sandbox, ns: str, *, running: int, gated: int, size: int) -> dict[str, Counter[str]] | None:
-    """``running`` whole groups Running and ``gated`` whole groups gated, nothing in between."""
-    groups = _groups(sb, ns)
-    whole = [g for g, c in groups.items() if c["running"] == size and sum(c.values()) == size]
-    held = [g for g, c in groups.items() if c["gated"] == size and sum(c.values()) == size]
-    if len(whole) == running and len(held) == gated and len(groups) == running + gated:
-        return groups
-    return None
-
-
-def _records(sb: Sandbox, ns: str) -> list[dict[str, Any]]:
-    return sorted(items(sb, "groupadmissions", "-n", ns), key=lambda r: r["spec"]["groupIndex"])
 
 
 def _show(sb: Sandbox, *namespaces: str) -> None:
@@ -95,7 +68,7 @@ def _active(sb: Sandbox, *args: str) -> bool:
 
 def _quota_said(sb: Sandbox, ns: str, resource: str) -> dict[str, Any] | None:
     """A waiting record whose reason is Kueue's "insufficient unused quota" for ``resource``."""
-    for r in _records(sb, ns):
+    for r in records(sb, ns):
         message = condition(r, "Admitted").get("message", "")
         if not is_true(r, "Admitted") and "insufficient unused quota" in message and resource in message:
             return r
@@ -167,11 +140,11 @@ pools:
     try:
         wait(
             "pool of GPUs: 2 whole groups Running, 1 gated",
-            lambda: _settled(sb, ns_a, running=2, gated=1, size=2),
+            lambda: settled(sb, ns_a, running=2, gated=1, size=2),
         )
         wait(
             "pool with cpu quota: 1 whole group Running, 1 gated",
-            lambda: _settled(sb, ns_b, running=1, gated=1, size=2),
+            lambda: settled(sb, ns_b, running=1, gated=1, size=2),
         )
     finally:
         _show(sb, ns_a, ns_b)
@@ -183,7 +156,7 @@ pools:
     for wl in admitted:
         assert _flavors(wl) == [{"cpu": gpus_pool, "memory": gpus_pool, GPU: gpus_pool}] * 2
         assert check_state(wl, check)["state"] == "Ready", "the node-fit check passed them"
-    running = {g for g, c in _groups(sb, ns_a).items() if c["running"]}
+    running = {g for g, c in group_states(sb, ns_a).items() if c["running"]}
     assert {w["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/group-index"] for w in admitted} == running
     for pod in pods(sb, ns_a):
         node = pod["spec"].get("nodeName")
