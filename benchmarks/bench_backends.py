@@ -201,7 +201,7 @@ async def one_run(sb: Sandbox, sc: Scenario, mode: str) -> str:
     line = (
         f"| {sc.name:10} | {mode:9} | {seconds:7.1f} | {v.whole_groups:5} / {sc.groups:<5} | "
         f"{v.gpus_held:4} / {sc.gpus:<4} | {v.gpus_stranded:8} | {pending:7} | {served:8.0f} | "
-        f"{made if mode.startswith('gk') else float('nan'):6.0f} |"
+        f"{f'{made:6.0f}' if mode.startswith('gk') else '     -'} |"
     )
     sb.kubectl("delete", "namespace", ns, "--wait=true", "--timeout=300s", check=False)
     sb.kubectl("delete", "nodes", "-l", f"bench={tag}", "--wait=false", check=False)
