@@ -27,6 +27,9 @@ LocalQueue in the LWS's namespace):
   no group is left half-running; once none is left, the Workload's quota reservation is
   cleared as Kueue's job integrations do (``QuotaReserved=False``, ``Requeued=True``),
   and Kueue queues it again.
+* A Workload Kueue has not reserved quota for is made again when the LWS asks for another
+  one (another LocalQueue in its label, other templates, another priority): Kueue's pod
+  sets cannot change. An admitted Workload is kept as it is.
 * A leaving group keeps its Workload (and so its quota) until its last pod is gone, then
   its record and Workload are deleted.
 * The record mirrors the Workload: ``Admitted`` with Kueue's reason and message, so
@@ -35,6 +38,7 @@ LocalQueue in the LWS's namespace):
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,12 +61,14 @@ from gatekeeper.core.reconcile import (
     _record_belongs,
     _replicas,
     _terminating,
+    digest,
     record_name,
 )
 
 __all__ = [
     "KUEUE_API_VERSION",
     "LWS_UID_ANNOTATION",
+    "SPEC_HASH_ANNOTATION",
     "KueueActions",
     "KueueSnapshot",
     "RecordStatus",
@@ -75,6 +81,8 @@ __all__ = [
 
 KUEUE_API_VERSION = "kueue.x-k8s.io/v1beta2"
 LWS_UID_ANNOTATION = f"{API_GROUP}/leaderworkerset-uid"
+SPEC_HASH_ANNOTATION = f"{API_GROUP}/spec-hash"
+"""Digest of the Workload spec the gatekeeper made, to see when the LWS asks for another one."""
 _RECORD_API_VERSION = f"{API_GROUP}/{API_VERSION}"
 
 #: Kueue reasons that waiting alone will not fix (a person must change something).
@@ -219,7 +227,7 @@ def new_workload(
                 GROUP_INDEX_LABEL: str(group.key.index),
                 POOL_LABEL: group.pool,
             },
-            "annotations": {LWS_UID_ANNOTATION: group.lws_uid},
+            "annotations": {LWS_UID_ANNOTATION: group.lws_uid, SPEC_HASH_ANNOTATION: _spec_hash(spec)},
             "ownerReferences": [
                 {
                     "apiVersion": _RECORD_API_VERSION,
@@ -233,6 +241,25 @@ def new_workload(
         },
         "spec": spec,
     }
+
+
+def _workload_spec(
+    group: GroupState, lws: Mapping[str, Any], priorities: Mapping[str, int]
+) -> dict[str, Any]:
+    spec: dict[str, Any] = new_workload(group, lws, "", priorities)["spec"]
+    return spec
+
+
+def _spec_hash(spec: Mapping[str, Any]) -> str:
+    return digest(json.dumps(spec, sort_keys=True, default=str))
+
+
+def _stale_spec(
+    wl: Mapping[str, Any], group: GroupState, lws: Mapping[str, Any], priorities: Mapping[str, int]
+) -> bool:
+    """Does the Workload differ from what the LWS asks now? (Unknown when it carries no hash.)"""
+    made = _map(_meta(wl).get("annotations")).get(SPEC_HASH_ANNOTATION)
+    return made is not None and made != _spec_hash(_workload_spec(group, lws, priorities))
 
 
 def _flavor_steering(
@@ -375,6 +402,18 @@ def decide_kueue(snap: KueueSnapshot) -> KueueActions:
                     create_records.append(gs)
                 continue
             wanted.add((ns, rname))
+            if (
+                wl is not None
+                and not reserved
+                and staying
+                and isinstance(demand, GroupDemand)
+                and _stale_spec(wl, gs, lws, snap.priorities)
+            ):
+                # Not admitted yet and the LWS now asks for something else (another LocalQueue,
+                # other templates, another priority): Kueue's pod sets cannot change, so the
+                # Workload is made again.
+                stale.append((ns, rname))
+                wl, conds, admitted, admission = None, {}, False, {}
             if wl is None and staying and isinstance(demand, GroupDemand) and (ns, rname) not in stale:
                 create_workloads.append((gs, str(_meta(record).get("uid") or "")))
             ungated = [p for p in present if not p.gated and p.live]

@@ -285,6 +285,15 @@ def test_a_missing_local_queue_is_reported_and_nothing_runs(kueue_sandbox: Sandb
     assert any("no-such-queue" in e["message"] for e in ours), [e["message"] for e in ours]
     time.sleep(2)
     assert group_states(sb, ns) == {"0": Counter(gated=2)}
+    # Fixed by pointing the LWS at a LocalQueue that exists: its Workload is made again there.
+    q = make_queue(sb, gpus=2, nodes=2, gpus_per_node=1, namespace=ns)
+    sb.kubectl("label", "leaderworkerset", "lost", "-n", ns, f"{POOL_LABEL}={q.local_queue}", "--overwrite")
+    try:
+        wait("the group Running in its LocalQueue", lambda: settled(sb, ns, running=1, gated=0, size=2))
+    finally:
+        _show(sb, ns)
+    [wl] = workloads(sb, ns)
+    assert wl["spec"]["queueName"] == q.local_queue
 
 
 def test_gatekeeper_killed_mid_scale_up_admits_nothing_twice(kueue_sandbox: Sandbox) -> None:

@@ -13,6 +13,7 @@ from core_builders import lws, lws_pod, record
 from gatekeeper.core.kueue import (
     KUEUE_API_VERSION,
     LWS_UID_ANNOTATION,
+    SPEC_HASH_ANNOTATION,
     KueueActions,
     KueueSnapshot,
     Ungate,
@@ -133,7 +134,8 @@ def test_a_group_with_a_record_gets_its_workload_owned_by_the_record() -> None:
     meta, spec = wl["metadata"], wl["spec"]
     assert meta["name"] == record_name("vllm", UID, 0)
     assert meta["labels"] == {LWS_NAME_LABEL: "vllm", GROUP_INDEX_LABEL: "0", POOL_LABEL: LQ}
-    assert meta["annotations"] == {LWS_UID_ANNOTATION: UID}
+    assert meta["annotations"][LWS_UID_ANNOTATION] == UID
+    assert set(meta["annotations"]) == {LWS_UID_ANNOTATION, SPEC_HASH_ANNOTATION}
     # Owned by the record, never by the LWS: Kueue's own LWS integration would adopt it.
     [owner] = meta["ownerReferences"]
     assert (owner["kind"], owner["uid"], owner["controller"]) == ("GroupAdmission", "rec-uid-0", True)
@@ -368,3 +370,61 @@ def test_clear_admission_gives_the_quota_back_and_requeues() -> None:
     assert (by_type["Admitted"]["status"], by_type["Requeued"]["status"]) == ("False", "True")
     assert by_type["Requeued"]["reason"] == "Preempted"
     assert by_type["Evicted"] == EVICTED[2] and by_type["PodsReady"]["status"] == "True"
+
+
+# ----- the LWS changes under a Workload ---------------------------------------------------
+
+
+def _made(obj: dict[str, Any], index: int, **kwargs: Any) -> dict[str, Any]:
+    """Our Workload of group ``index`` as ``new_workload`` made it for ``obj`` (with its spec hash)."""
+    acts = decide([obj], records=[rec(obj, index)])
+    group = next(g for g, _ in acts.create_workloads if g.key.index == index)
+    wl = workload(obj, index, **kwargs)
+    made = new_workload(group, obj, "rec-uid")
+    wl["metadata"]["annotations"][SPEC_HASH_ANNOTATION] = made["metadata"]["annotations"][
+        SPEC_HASH_ANNOTATION
+    ]
+    wl["spec"] = made["spec"]
+    return wl
+
+
+@pytest.mark.parametrize(
+    ("change", "remade"),
+    [
+        ("nothing", False),
+        ("local queue", True),
+        ("worker template", True),
+        ("size", True),
+    ],
+)
+def test_a_pending_workload_is_made_again_when_the_lws_asks_for_another(change: str, remade: bool) -> None:
+    before = vllm(replicas=1)
+    wl = _made(before, 0, conditions=[cond("QuotaReserved", False, "Pending", "insufficient quota")])
+    after = vllm(replicas=1)
+    if change == "local queue":
+        after["metadata"]["labels"][POOL_LABEL] = "lq-other"
+    elif change == "worker template":
+        after["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]["image"] = "vllm:2"
+    elif change == "size":
+        after["spec"]["leaderWorkerTemplate"]["size"] = 3
+    acts = decide([after], [lws_pod("vllm", 0, pool=LQ)], [rec(after, 0)], [wl])
+    assert acts.delete_workloads == ((("default", wl["metadata"]["name"]),) if remade else ())
+    assert acts.create_workloads == ()  # made again once the old one is gone
+    assert acts.release == ()
+
+
+def test_an_admitted_workload_is_kept_when_the_lws_changes() -> None:
+    before = vllm(replicas=1)
+    wl = _made(before, 0, conditions=ADMITTED, flavors={"leader": "h100", "worker": "h100"})
+    after = vllm(replicas=1)
+    after["metadata"]["labels"][POOL_LABEL] = "lq-other"
+    acts = decide([after], [lws_pod("vllm", 0, pool=LQ)], [rec(after, 0, admitted=True)], [wl])
+    assert acts.delete_workloads == ()
+    assert [u.pod for u in acts.ungate] == ["vllm-0"]
+
+
+def test_a_workload_without_a_spec_hash_is_not_made_again() -> None:
+    obj = vllm(replicas=1)
+    wl = workload(obj, 0, conditions=[cond("QuotaReserved", False, "Pending")])
+    assert SPEC_HASH_ANNOTATION not in wl["metadata"]["annotations"]
+    assert decide([obj], [], [rec(obj, 0)], [wl]).delete_workloads == ()
