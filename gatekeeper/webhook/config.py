@@ -40,12 +40,18 @@ def mutating_webhook_configuration(
     if (url is None) == (service is None):
         raise ValueError("give exactly one of url and service")
     lws_group, lws_version = LWS_API_VERSION.split("/")
+    # The pod hook is called once (Never): the gate depends only on the pool label, which
+    # the pod has from its template, never on what a later webhook (LWS's, adding the group
+    # labels) changes; re-invoking it doubled the webhook calls of every pod at scale-up.
+    # The LWS hook is re-invoked if another webhook changes the LWS after it (IfNeeded), so
+    # that a template added or rewritten later still gets the label.
     hooks = [
-        ("pods", PODS_PATH, _rule("", "v1", "pods", ["CREATE"])),
+        ("pods", PODS_PATH, _rule("", "v1", "pods", ["CREATE"]), "Never"),
         (
             "leaderworkersets",
             LWS_PATH,
             _rule(lws_group, lws_version, "leaderworkersets", ["CREATE", "UPDATE"]),
+            "IfNeeded",
         ),
     ]
     return {
@@ -53,8 +59,8 @@ def mutating_webhook_configuration(
         "kind": "MutatingWebhookConfiguration",
         "metadata": {"name": name},
         "webhooks": [
-            _webhook(f"{resource}.{API_GROUP}", _client_config(url, service, path, ca_bundle), rule)
-            for resource, path, rule in hooks
+            _webhook(f"{resource}.{API_GROUP}", _client_config(url, service, path, ca_bundle), rule, again)
+            for resource, path, rule, again in hooks
         ],
     }
 
@@ -80,7 +86,9 @@ def _client_config(
     return {"service": {"namespace": namespace, "name": name, "port": port, "path": path}, "caBundle": ca}
 
 
-def _webhook(name: str, client_config: dict[str, Any], rule: dict[str, Any]) -> dict[str, Any]:
+def _webhook(
+    name: str, client_config: dict[str, Any], rule: dict[str, Any], reinvocation: str
+) -> dict[str, Any]:
     return {
         "name": name,
         "clientConfig": client_config,
@@ -89,7 +97,7 @@ def _webhook(name: str, client_config: dict[str, Any], rule: dict[str, Any]) -> 
         "failurePolicy": "Fail",
         "matchPolicy": "Equivalent",
         "sideEffects": "None",
-        "reinvocationPolicy": "IfNeeded",
+        "reinvocationPolicy": reinvocation,
         "timeoutSeconds": _TIMEOUT_SECONDS,
         "admissionReviewVersions": ["v1"],
     }
