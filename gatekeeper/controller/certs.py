@@ -36,11 +36,11 @@ from typing import Any
 import anyio
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from gatekeeper.controller import kube as k
+from gatekeeper.controller import x509_build as x509util
 from gatekeeper.controller.informer import Resource
 
 __all__ = [
@@ -93,42 +93,15 @@ def service_dns_names(service: str, namespace: str, cluster_domain: str = "clust
 # ---- pure: certificates and the decision to renew ----------------------------------------
 
 
-def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-
-
 def _make_ca(now: dt.datetime, settings: CertSettings) -> tuple[bytes, bytes]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{_COMMON_NAME}-ca")])
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - _BACKDATE)
-        .not_valid_after(now + settings.ca_validity)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-        .sign(key, hashes.SHA256())
+    key = x509util.new_key()
+    cert = x509util.ca_certificate(
+        key,
+        x509util.name(f"{_COMMON_NAME}-ca"),
+        not_before=now - _BACKDATE,
+        not_after=now + settings.ca_validity,
     )
-    return cert.public_bytes(serialization.Encoding.PEM), _key_pem(key)
+    return cert.public_bytes(serialization.Encoding.PEM), x509util.key_pem(key)
 
 
 def _make_serving(
@@ -138,25 +111,17 @@ def _make_serving(
     ca_key = serialization.load_pem_private_key(ca_key_pem, password=None)
     if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
         raise ValueError("the CA key is not an EC key")
-    key = ec.generate_private_key(ec.SECP256R1())
-    not_after = min(now + settings.cert_validity, ca.not_valid_after_utc)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, dns_names[0])]))
-        .issuer_name(ca.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - _BACKDATE)
-        .not_valid_after(not_after)
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName(n) for n in dns_names]), critical=False)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
-        )
-        .sign(ca_key, hashes.SHA256())
+    key = x509util.new_key()
+    cert = x509util.leaf_certificate(
+        ca,
+        ca_key,
+        key,
+        x509util.name(dns_names[0]),
+        not_before=now - _BACKDATE,
+        not_after=min(now + settings.cert_validity, ca.not_valid_after_utc),
+        server_names=dns_names,
     )
-    return cert.public_bytes(serialization.Encoding.PEM), _key_pem(key)
+    return cert.public_bytes(serialization.Encoding.PEM), x509util.key_pem(key)
 
 
 def _signed_by(cert: x509.Certificate, ca: x509.Certificate) -> bool:
