@@ -60,7 +60,7 @@ class Options:
     """Also run the controller of Kueue AdmissionChecks ``lws-gatekeeper.io/node-fit``."""
 
 
-async def _serve_metrics(opts: Options, reconciler: Reconciler) -> web.AppRunner:
+async def _serve_metrics(opts: Options) -> web.AppRunner:
     async def metrics(_: web.Request) -> web.Response:
         return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
@@ -81,9 +81,7 @@ async def _serve_metrics(opts: Options, reconciler: Reconciler) -> web.AppRunner
     return runner
 
 
-def _admission_loop(
-    api: kr8s.asyncio.Api, opts: Options, reconciler: Reconciler
-) -> Callable[[], Coroutine[Any, Any, None]]:
+def _admission_loop(api: kr8s.asyncio.Api, opts: Options) -> Callable[[], Coroutine[Any, Any, None]]:
     """What the leader runs: the backend's admission loop and, if asked, the node-fit check."""
     loops: list[Callable[[], Coroutine[Any, Any, None]]] = []
     if opts.backend == "kueue":
@@ -91,7 +89,7 @@ def _admission_loop(
 
         loops.append(KueueBackend(api, resync=opts.resync_seconds).run)
     else:
-        loops.append(reconciler.run)
+        loops.append(Reconciler(api, resync=opts.resync_seconds).run)
     if opts.node_fit:
         from gatekeeper.controller.nodefit import NodeFit
 
@@ -108,7 +106,6 @@ def _admission_loop(
 async def run(opts: Options) -> None:
     """Serve and reconcile until SIGTERM or SIGINT."""
     api = await kr8s.asyncio.api(kubeconfig=opts.kubeconfig)
-    reconciler = Reconciler(api, resync=opts.resync_seconds)
     runners: list[web.AppRunner] = []
     certs: SelfSignedCerts | None = None
     if opts.self_signed_certs_secret:
@@ -131,7 +128,7 @@ async def run(opts: Options) -> None:
         )
         log.info("webhook serving on %s:%d", opts.webhook_host, opts.webhook_port)
     if opts.metrics_port:
-        runners.append(await _serve_metrics(opts, reconciler))
+        runners.append(await _serve_metrics(opts))
     identity = opts.identity or f"{socket.gethostname()}-{os.getpid()}"
     elector = LeaderElector(
         Kube(api), namespace=opts.lease_namespace, name=opts.lease_name, identity=identity
@@ -149,7 +146,7 @@ async def run(opts: Options) -> None:
             tg.start_soon(stop_on_signal)
             if certs is not None:
                 tg.start_soon(certs.run)
-            loop = _admission_loop(api, opts, reconciler)
+            loop = _admission_loop(api, opts)
             if opts.leader_elect:
                 tg.start_soon(elector.run, loop)
             else:

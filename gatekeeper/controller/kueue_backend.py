@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Mapping
 from typing import Any
 
 import anyio
@@ -40,12 +40,10 @@ from gatekeeper.core.names import POOL_LABEL
 from gatekeeper.core.quantity import format_amount, format_resources
 from gatekeeper.core.reconcile import ADMITTED, GroupState, new_record
 
-__all__ = ["FLAVORS", "WORKLOADS", "KueueBackend"]
+__all__ = ["KueueBackend"]
 
 log = logging.getLogger("gatekeeper.kueue")
 
-WORKLOADS = k.WORKLOADS
-FLAVORS = k.RESOURCE_FLAVORS
 
 KUEUE_ADMISSIONS = Counter(
     "gatekeeper_kueue_admissions_total",
@@ -82,8 +80,8 @@ class KueueBackend:
         self.lws = Informer(api, k.LWS, label_selector=POOL_LABEL, on_change=poke)
         self.pods = Informer(api, k.PODS, label_selector=POOL_LABEL, on_change=poke)
         self.records = Informer(api, k.RECORDS, on_change=poke)
-        self.workloads = Informer(api, WORKLOADS, label_selector=POOL_LABEL, on_change=poke)
-        self.flavors = Informer(api, FLAVORS, on_change=poke)
+        self.workloads = Informer(api, k.WORKLOADS, label_selector=POOL_LABEL, on_change=poke)
+        self.flavors = Informer(api, k.RESOURCE_FLAVORS, on_change=poke)
         self.priorities = Informer(api, k.PRIORITY_CLASSES, on_change=poke)
         self.informers = [self.lws, self.pods, self.records, self.workloads, self.flavors, self.priorities]
 
@@ -103,31 +101,20 @@ class KueueBackend:
 
     async def reconcile_once(self) -> KueueActions:
         start = time.monotonic()
-        actions = decide_kueue(self.snapshot())
+        snap = self.snapshot()
+        actions = decide_kueue(snap)
         self.passes += 1
-        limiter = anyio.CapacityLimiter(self.concurrency)
-
-        async def limited(fn: Callable[..., Coroutine[Any, Any, None]], *args: Any) -> None:
-            """One write; a failure is logged and left to a later pass, never raised."""
-            async with limiter:
-                try:
-                    await fn(*args)
-                except k.Conflict as exc:
-                    log.info("deferred to the next pass: %s", exc)
-                    self.loop.poke()
-                except k.RETRYABLE as exc:
-                    log.warning("write failed, retrying in the next pass: %s", exc)
-                    self.loop.poke()
+        limited = self.loop.writer(self.concurrency)
 
         async with anyio.create_task_group() as tg:
             for ns, name in actions.release:
                 tg.start_soon(limited, self._release, ns, name)
             for ns, name in actions.delete_workloads:
-                tg.start_soon(limited, self.kube.delete, WORKLOADS, name, ns)
+                tg.start_soon(limited, self.kube.delete, k.WORKLOADS, name, ns)
             for group in actions.create_records:
-                tg.start_soon(limited, self._create_record, group)
+                tg.start_soon(limited, self._create_record, group, snap.priorities)
             for group, record_uid in actions.create_workloads:
-                tg.start_soon(limited, self._create_workload, group, record_uid)
+                tg.start_soon(limited, self._create_workload, group, record_uid, snap.priorities)
         async with anyio.create_task_group() as tg:
             for ungate in actions.ungate:
                 tg.start_soon(limited, self._ungate, ungate)
@@ -147,25 +134,28 @@ class KueueBackend:
 
     async def _release(self, ns: str, name: str) -> None:
         log.info("releasing %s/%s (Workload and record)", ns, name)
-        await self.kube.delete(WORKLOADS, name, ns)
+        await self.kube.delete(k.WORKLOADS, name, ns)
         await self.kube.delete(k.RECORDS, name, ns)
 
-    async def _create_record(self, group: GroupState) -> None:
+    async def _create_record(self, group: GroupState, priorities: Mapping[str, int]) -> None:
         lws = self.lws.get(group.key.namespace, group.key.name)
         if lws is None:
             return
         record = await self.kube.create(k.RECORDS, new_record(group, lws))
         if isinstance(group.demand, GroupDemand):  # its Workload at once, not one pass later
-            await self._create_workload(group, str(record["metadata"]["uid"]), lws)
+            await self._create_workload(group, str(record["metadata"]["uid"]), priorities, lws)
 
     async def _create_workload(
-        self, group: GroupState, record_uid: str, lws: dict[str, Any] | None = None
+        self,
+        group: GroupState,
+        record_uid: str,
+        priorities: Mapping[str, int],
+        lws: dict[str, Any] | None = None,
     ) -> None:
         lws = lws or self.lws.get(group.key.namespace, group.key.name)
         if lws is None or not record_uid:
             return
-        priorities = {o["metadata"]["name"]: int(o.get("value", 0)) for o in self.priorities.values()}
-        await self.kube.create(WORKLOADS, new_workload(group, lws, record_uid, priorities))
+        await self.kube.create(k.WORKLOADS, new_workload(group, lws, record_uid, priorities))
         log.info("created Workload %s/%s in LocalQueue %s", group.key.namespace, group.record, group.pool)
 
     async def _ungate(self, ungate: Ungate) -> None:
@@ -188,7 +178,7 @@ class KueueBackend:
             return
         log.info("giving back the quota of evicted Workload %s/%s", ns, name)
         await self.kube.patch_status(
-            WORKLOADS,
+            k.WORKLOADS,
             name,
             ns,
             clear_admission_status(wl, k.now_rfc3339()),

@@ -10,12 +10,13 @@ after a second; anything else ends the loop (a bug, not a condition to hide).
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
 import anyio
 
 from gatekeeper.controller.informer import RETRYABLE, Informer
+from gatekeeper.controller.kube import Conflict
 
 __all__ = ["PassLoop"]
 
@@ -40,6 +41,28 @@ class PassLoop:
     def poke(self, _kind: str = "", _obj: Any = None) -> None:
         """Ask for a pass soon (the signature of an informer's ``on_change``)."""
         self._dirty.set()
+
+    def writer(self, concurrency: int) -> Callable[..., Coroutine[Any, Any, bool]]:
+        """How one pass runs its writes: at most ``concurrency`` in flight. A write that meets
+        a Conflict or a retryable error is logged and asks for another pass; it is never
+        raised (an exception in one task would cancel the others of the pass). The wrapper
+        returns whether the write went through."""
+        limiter = anyio.CapacityLimiter(concurrency)
+
+        async def write(fn: Callable[..., Awaitable[object]], *args: Any) -> bool:
+            async with limiter:
+                try:
+                    await fn(*args)
+                except Conflict as exc:
+                    self.log.info("deferred to the next pass: %s", exc)
+                except self.retry_on as exc:
+                    self.log.warning("write failed, retrying in the next pass: %s", exc)
+                else:
+                    return True
+            self.poke()
+            return False
+
+        return write
 
     async def run(self, informers: Sequence[Informer], one_pass: Callable[[], Awaitable[object]]) -> None:
         """Run the informers and ``one_pass`` until cancelled."""

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import anyio
@@ -42,14 +42,10 @@ from gatekeeper.core.nodefit import (
 )
 from gatekeeper.core.nodes import Node, parse_node
 
-__all__ = ["ADMISSION_CHECKS", "FIELD_MANAGER", "RESOURCE_FLAVORS", "WORKLOADS", "NodeFit"]
+__all__ = ["FIELD_MANAGER", "NodeFit"]
 
 log = logging.getLogger("gatekeeper.nodefit")
 
-KUEUE_VERSION = k.KUEUE_VERSION
-WORKLOADS = k.WORKLOADS
-ADMISSION_CHECKS = k.ADMISSION_CHECKS
-RESOURCE_FLAVORS = k.RESOURCE_FLAVORS
 FIELD_MANAGER = "lws-gatekeeper-node-fit"
 
 CHECKS = Gauge(
@@ -76,9 +72,9 @@ class NodeFit:
 
         poke = self.loop.poke
 
-        self.workloads = Informer(api, WORKLOADS, on_change=poke)
-        self.checks = Informer(api, ADMISSION_CHECKS, on_change=poke)
-        self.flavors = Informer(api, RESOURCE_FLAVORS, on_change=poke)
+        self.workloads = Informer(api, k.WORKLOADS, on_change=poke)
+        self.checks = Informer(api, k.ADMISSION_CHECKS, on_change=poke)
+        self.flavors = Informer(api, k.RESOURCE_FLAVORS, on_change=poke)
         self.nodes = Informer(api, k.NODES, on_change=poke)
         self.bound = Informer(api, k.PODS, field_selector="spec.nodeName!=", on_change=poke)
         self.informers = [self.workloads, self.checks, self.flavors, self.nodes, self.bound]
@@ -107,20 +103,7 @@ class NodeFit:
             self.bound.values(),
         )
         self.passes += 1
-        limiter = anyio.CapacityLimiter(self.concurrency)
-
-        async def limited(fn: Callable[..., Awaitable[None]], *args: Any) -> None:
-            """Run one write; a failure is logged and retried by a later pass, never raised."""
-            async with limiter:
-                try:
-                    await fn(*args)
-                except k.Conflict as exc:
-                    log.info("node-fit write deferred to the next pass: %s", exc)
-                except k.RETRYABLE as exc:
-                    log.warning("node-fit write failed, retrying in the next pass: %s", exc)
-                else:
-                    return
-            self.loop.poke()
+        limited = self.loop.writer(self.concurrency)
 
         async with anyio.create_task_group() as tg:
             for name in actions.activate:
@@ -156,11 +139,11 @@ class NodeFit:
             condition["observedGeneration"] = generation
         log.info("AdmissionCheck %s: marking it Active", name)
         await self._apply_status(
-            ADMISSION_CHECKS,
+            k.ADMISSION_CHECKS,
             name,
             None,
             {
-                "apiVersion": KUEUE_VERSION,
+                "apiVersion": k.KUEUE_VERSION,
                 "kind": "AdmissionCheck",
                 "metadata": {"name": name},
                 "status": {"conditions": [condition]},
@@ -197,11 +180,11 @@ class NodeFit:
                 update.message,
             )
         await self._apply_status(
-            WORKLOADS,
+            k.WORKLOADS,
             update.workload,
             update.namespace,
             {
-                "apiVersion": KUEUE_VERSION,
+                "apiVersion": k.KUEUE_VERSION,
                 "kind": "Workload",
                 "metadata": {
                     "name": update.workload,

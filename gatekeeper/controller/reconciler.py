@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -145,22 +145,7 @@ class Reconciler:
         start = time.monotonic()
         actions = decide(self.snapshot())
         self.passes += 1
-        limiter = anyio.CapacityLimiter(self.concurrency)
-
-        async def limited(fn: Callable[..., Awaitable[None]], *args: Any) -> bool:
-            """Run one write; a failed write is logged and retried by a later pass, never raised
-            (an exception in one task would cancel the others of the pass)."""
-            async with limiter:
-                try:
-                    await fn(*args)
-                except k.Conflict as exc:
-                    log.info("deferred to the next pass: %s", exc)
-                except k.RETRYABLE as exc:
-                    log.warning("write failed, retrying in the next pass: %s", exc)
-                else:
-                    return True
-            self.loop.poke()
-            return False
+        limited = self.loop.writer(self.concurrency)
 
         async with anyio.create_task_group() as tg:
             for ns, name in actions.release:

@@ -97,15 +97,24 @@ def make_queue(
     cohort: str | None = None,
     preemption: dict[str, Any] | None = None,
     tag: str | None = None,
+    taint: dict[str, str] | None = None,
 ) -> Queue:
     """Fake nodes, a namespace (made unless given), a flavor on those nodes, a ClusterQueue, a LocalQueue.
 
     ``admission_checks`` names AdmissionCheck objects (made by the caller) the
     ClusterQueue requires; ``preemption`` is the ClusterQueue's ``spec.preemption``.
+    ``taint`` (key, value, effect) taints the nodes, and the flavor carries the matching
+    toleration (which Kueue, or the gatekeeper's kueue backend, adds to admitted pods).
     """
     tag = tag or new_tag()
     labels = {"kueue-test-pool": tag}
-    sb.create_nodes([fake_node(f"kq-{tag}-{i}", gpus=gpus_per_node, labels=labels) for i in range(nodes)])
+    taints = [taint] if taint else None
+    sb.create_nodes(
+        [fake_node(f"kq-{tag}-{i}", gpus=gpus_per_node, labels=labels, taints=taints) for i in range(nodes)]
+    )
+    flavor_spec: dict[str, Any] = {"nodeLabels": labels}
+    if taint:
+        flavor_spec["tolerations"] = [{**taint, "operator": "Equal"}]
     ns = namespace or f"kueue-{tag}"
     flavor, cq, lq = f"gpu-{tag}", f"cq-{tag}", f"lq-{tag}"
     if namespace is None:
@@ -140,7 +149,7 @@ def make_queue(
                 "apiVersion": KUEUE_API,
                 "kind": "ResourceFlavor",
                 "metadata": {"name": flavor},
-                "spec": {"nodeLabels": labels},
+                "spec": flavor_spec,
             },
             {"apiVersion": KUEUE_API, "kind": "ClusterQueue", "metadata": {"name": cq}, "spec": spec},
         ]

@@ -378,3 +378,22 @@ def test_node_fit_check_keeps_a_group_that_fits_no_node_gated(kueue_sandbox: San
     assert is_true(wl, "QuotaReserved") and not is_true(wl, "Admitted")
     assert check_state(wl, check)["state"] == "Pending"
     assert group_states(sb, q.namespace) == {"0": Counter(gated=2)}
+
+
+def test_admitted_pods_get_the_flavors_tolerations(kueue_sandbox: Sandbox) -> None:
+    """The flavor's nodes are tainted; its toleration is added to the pods when the gate is lifted."""
+    sb = kueue_sandbox
+    tag = new_tag()
+    taint = {"key": "example.com/reserved", "value": tag, "effect": "NoSchedule"}
+    q = make_queue(sb, gpus=2, nodes=2, gpus_per_node=1, managed=False, taint=taint, tag=tag)
+    sb.apply([lws("tol", q.namespace, _opted_in(q), replicas=1, size=2, gpus_per_pod=1)])
+    try:
+        wait(
+            "the group Running on the tainted nodes",
+            lambda: settled(sb, q.namespace, running=1, gated=0, size=2),
+        )
+    finally:
+        _show(sb, q.namespace)
+    for pod in pods(sb, q.namespace):
+        assert {**taint, "operator": "Equal"} in pod["spec"]["tolerations"]
+        assert get(sb, "node", pod["spec"]["nodeName"])["spec"]["taints"][0]["key"] == taint["key"]
