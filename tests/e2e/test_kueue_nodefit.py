@@ -177,6 +177,10 @@ def test_two_groups_competing_for_room_for_one_the_second_waits_until_the_first_
         states = {check_state(w, check).get("state") for w in (one, two)}
         if states != {"Ready", "Pending"} or not any(is_true(w, "Admitted") for w in (one, two)):
             return None
+        # Kueue writes the check as Pending with an empty message when it reserves quota;
+        # the gatekeeper's verdict and its message follow in a later write.
+        if not all(check_state(w, check).get("message") for w in (one, two)):
+            return None
         return (one, two) if check_state(one, check)["state"] == "Ready" else (two, one)
 
     winner, loser = wait("both quota-reserved, one Ready and Admitted, one Pending", settled)
