@@ -165,6 +165,12 @@ class Reconciler:
             for held in actions.held_invalid:
                 # Its record keeps Admitted=True (the reservation stays); only people are told.
                 tg.start_soon(limited, self._held_invalid, held)
+            for held in actions.held_changed:
+                tg.start_soon(limited, self._held_changed, held)
+            for ns, name, revision in actions.revisions:
+                tg.start_soon(
+                    limited, self.kube.patch_status, k.RECORDS, name, ns, {"templateRevision": revision}
+                )
         problems = set(actions.problems)
         for problem in sorted(problems - self._problems):
             log.warning("ignored: %s", problem)
@@ -185,6 +191,9 @@ class Reconciler:
 
     async def _held_invalid(self, held: WaitStatus) -> None:
         await self._event_once(held.group, str(held.reason), held.message, warning=True)
+
+    async def _held_changed(self, held: WaitStatus) -> None:
+        await self._event_once(held.group, str(held.reason), held.message, warning=False)
 
     def _record(
         self, group: GroupState, created: Mapping[tuple[str, str], dict[str, Any]]
@@ -208,12 +217,14 @@ class Reconciler:
             f"group {group.key.index} admitted into pool {group.pool}: {admit.summary} "
             f"on {', '.join(admit.nodes)}"
         )
+        before = record.get("status") or {}
         status = {
             "pool": group.pool,
             "pods": len(admit.nodes),
-            "demand": {r: format_amount(r, v) for r, v in sorted(demand.items())},
+            "demand": _replacing(before.get("demand"), {r: format_amount(r, v) for r, v in demand.items()}),
             "demandSummary": admit.summary,
-            "placement": {str(i): n for i, n in enumerate(admit.nodes)},
+            "placement": _replacing(before.get("placement"), {str(i): n for i, n in enumerate(admit.nodes)}),
+            "templateRevision": group.revision or None,
             "admittedAt": k.now_rfc3339(),
             "conditions": [
                 {
@@ -291,7 +302,10 @@ class Reconciler:
         status = {
             "pool": group.pool,
             "pods": group.demand.pod_count if isinstance(group.demand, GroupDemand) else 0,
-            "demand": {r: format_amount(r, v) for r, v in sorted(demand.items())},
+            "demand": _replacing(
+                (record.get("status") or {}).get("demand"),
+                {r: format_amount(r, v) for r, v in demand.items()},
+            ),
             "demandSummary": format_resources(demand) if demand else "",
             "conditions": [
                 {
@@ -377,3 +391,11 @@ class Reconciler:
                 await self.kube.patch_status(k.POOLS, name, None, desired)
             except k.Conflict:
                 continue
+
+
+def _replacing(before: object, after: Mapping[str, str]) -> dict[str, str | None]:
+    """A merge patch that makes a map field exactly ``after``: keys it no longer has are
+    set to null (a merge patch otherwise keeps them, and a resource a group stopped asking
+    for would stay in its recorded demand)."""
+    gone = {str(key): None for key in before} if isinstance(before, Mapping) else {}
+    return gone | dict(sorted(after.items()))

@@ -32,6 +32,8 @@ class Reason(StrEnum):
     """Quota fits, but the nodes lack room for every pod at once (1+1+1+1 GPUs free, a pod needs 2)."""
     BLOCKED_BY_STRICT_FIFO = "BlockedByStrictFIFO"
     """A StrictFIFO pool holds the group behind an earlier group that does not fit yet."""
+    TEMPLATE_CHANGED = "TemplateChanged"
+    """An admitted group's LWS now asks another demand: its new pods wait for its old ones to go."""
 
     @property
     def permanent(self) -> bool:
@@ -42,4 +44,11 @@ class Reason(StrEnum):
         return self not in _TRANSIENT
 
 
-_TRANSIENT = frozenset({Reason.WAITING_FOR_QUOTA, Reason.WAITING_FOR_NODES, Reason.BLOCKED_BY_STRICT_FIFO})
+_TRANSIENT = frozenset(
+    {
+        Reason.WAITING_FOR_QUOTA,
+        Reason.WAITING_FOR_NODES,
+        Reason.BLOCKED_BY_STRICT_FIFO,
+        Reason.TEMPLATE_CHANGED,
+    }
+)

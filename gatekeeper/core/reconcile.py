@@ -42,6 +42,22 @@ Decisions:
   made from a template the core cannot read cannot be checked against the reservation.
   An unreadable ``spec.replicas`` is treated the same way: every group is InvalidSpec,
   admitted ones (found by their records) keep their reservation, none is admitted.
+* **A template change is re-admitted, never let through on the old reservation.** The
+  record keeps what the group was admitted with (``status.demand``, ``status.pods``, and
+  ``status.templateRevision``: the LWS revision label of its pods then). When the LWS's
+  templates now ask another demand (a rolling update to bigger or smaller pods), the pods
+  are told apart by their revision label: *old* pods carry the recorded revision or that
+  of a pod of the group already let through; *new* pods carry another. While any old pod
+  is live, or no new pod exists yet (a group not yet updated, or restarting), the group
+  keeps its recorded reservation, its gated old pods go through (a restart) and its new
+  pods stay gated (``Actions.held_changed``, reason ``TemplateChanged``). Once only new
+  pods are left, the group is planned again at its new demand, like a waiting group that
+  holds nothing (its old reservation is free for it): admitted at once if it fits,
+  otherwise its record says ``Admitted=False`` and it waits in its turn. Holding the old
+  reservation while waiting for more would deadlock two growing groups on one pool, the
+  very thing this project prevents. A demand that did not change (a new image) lets every
+  pod through, as before, and the record's revision follows the leader's
+  (``Actions.revisions``).
 * **Bad input is reported, never fatal.** An object the core cannot read (a bound pod
   with unreadable requests, an LWS without a name) is skipped and named in
   ``Actions.problems``; one bad object must not stop admission for everyone else.
@@ -69,6 +85,7 @@ __all__ = [
     "GROUP_INDEX_LABEL",
     "LWS_NAME_LABEL",
     "RECORD_KIND",
+    "REVISION_LABEL",
     "WORKER_INDEX_LABEL",
     "Actions",
     "Admit",
@@ -82,6 +99,8 @@ __all__ = [
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
 WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+REVISION_LABEL = "leaderworkerset.sigs.k8s.io/template-revision-hash"
+"""The LWS template revision a pod was made from (the leader's, copied to its workers)."""
 RECORD_KIND = "GroupAdmission"
 RECORD_API_VERSION = f"{API_GROUP}/{API_VERSION}"
 ADMITTED = "Admitted"
@@ -189,6 +208,8 @@ class GroupState:
     demand: GroupDemand | InvalidDemand
     pods: tuple[str, ...]
     gated: tuple[str, ...]
+    revision: str = ""
+    """The LWS template revision of the group's pods (its leader's when present)."""
 
 
 @dataclass(frozen=True)
@@ -228,6 +249,13 @@ class Actions:
     """Pools that could not be read, with the reason."""
     plan: Plan
     held_invalid: tuple[WaitStatus, ...] = ()
+    held_changed: tuple[WaitStatus, ...] = ()
+    """Admitted groups whose LWS now asks another demand and whose new pods wait for their
+    old ones to go (reason ``TemplateChanged``). They keep their record and recorded
+    demand; report them (an event); do not write their condition."""
+    revisions: tuple[tuple[str, str, str], ...] = ()
+    """(namespace, record, revision): admitted groups whose pods moved to another template
+    revision with the same demand; write it to the record's ``status.templateRevision``."""
     """Admitted groups whose demand can no longer be computed. They keep their record
     (``Admitted=True``, never to be overwritten) and hold their recorded demand; their
     gated pods stay gated. Report them (an event); do not write their condition."""
@@ -287,6 +315,7 @@ class _Pod:
     gated: bool
     bound: bool
     worker: int
+    revision: str
 
     @classmethod
     def read(cls, pod: Mapping[str, Any], name: str) -> _Pod:
@@ -297,6 +326,7 @@ class _Pod:
             gated=_gated(pod),
             bound=bool(_map(pod.get("spec")).get("nodeName")),
             worker=_pod_index(pod),
+            revision=str(_labels(pod).get(REVISION_LABEL) or ""),
         )
 
 
@@ -326,6 +356,38 @@ def _recorded_demand(record: Mapping[str, Any]) -> GroupDemand:
     count = count if isinstance(count, int) and not isinstance(count, bool) and count >= 1 else 1
     pods = (PodDemand("leader", total), *(PodDemand("worker", {}) for _ in range(count - 1)))
     return GroupDemand(pods)
+
+
+def _units(resources: Mapping[str, int]) -> dict[str, int]:
+    """Resources as compared with a record: no pod count, no zeros."""
+    return {r: v for r, v in resources.items() if v > 0 and r != "pods"}
+
+
+def _recorded_shape(record: Mapping[str, Any]) -> tuple[dict[str, int], int] | None:
+    """(total per resource, pods) the record says the group was admitted with; None when it
+    does not say (a record written before demand was recorded) or says it unreadably."""
+    status = _map(record.get("status"))
+    raw = status.get("demand")
+    count = status.get("pods")
+    if not isinstance(raw, Mapping) or not isinstance(count, int) or isinstance(count, bool) or count < 1:
+        return None
+    total: dict[str, int] = {}
+    for resource, value in raw.items():
+        if value is None:
+            continue
+        try:
+            total[str(resource)] = parse_units(str(resource), value)
+        except (ValueError, TypeError):
+            return None
+    return _units(total), count
+
+
+def _revision_of(pods: Sequence[_Pod]) -> str:
+    """The template revision of a group: its leader's, else its first pod's that has one."""
+    for pod in sorted(pods, key=lambda p: p.worker):
+        if pod.revision:
+            return pod.revision
+    return ""
 
 
 def _record_belongs(record: Mapping[str, Any], name: str, uid: str, index: int) -> bool:
@@ -400,6 +462,10 @@ def decide(snap: Snapshot) -> Actions:
     admitted_groups: list[AdmittedGroup] = []
     ungate_keys: list[GroupKey] = []
     held_invalid: list[WaitStatus] = []
+    held_changed: list[WaitStatus] = []
+    partial_ungate: list[tuple[str, str]] = []
+    revisions: list[tuple[str, str, str]] = []
+    readmitted: dict[GroupKey, str] = {}
     state_of: dict[GroupKey, GroupState] = {}
     for (ns, name), lws in sorted(lws_by_key.items()):
         meta = _meta(lws)
@@ -440,12 +506,28 @@ def decide(snap: Snapshot) -> Actions:
                 demand=demand,
                 pods=tuple(sorted(p.name for p in present)),
                 gated=tuple(sorted(p.name for p in present if p.gated)),
+                revision=_revision_of([p for p in present if p.live]),
             )
             groups.append(gs)
             state_of[key] = gs
             if record is not None:
                 wanted_records.add((ns, rname))
-            if record is not None and admitted:
+            changed = (
+                _changed_template(record, demand, pods, gs, priority, created)
+                if record is not None and admitted and isinstance(demand, GroupDemand)
+                else None
+            )
+            if changed is not None:
+                if isinstance(changed, WaitingGroup):
+                    waiting_groups.append(changed)
+                    was = _recorded_shape(record or {})
+                    readmitted[key] = format_resources(was[0]) if was else ""
+                else:
+                    admitted_groups.append(changed[0])
+                    partial_ungate.extend((ns, name) for name in changed[1])
+                    if changed[2] is not None:
+                        held_changed.append(changed[2])
+            elif record is not None and admitted:
                 status = _map(record.get("status"))
                 held_pool = str(status.get("pool") or pool)
                 if isinstance(demand, GroupDemand):
@@ -460,6 +542,9 @@ def decide(snap: Snapshot) -> Actions:
                     )
                     if staying:
                         ungate_keys.append(key)
+                        recorded_revision = str(status.get("templateRevision") or "")
+                        if gs.revision and gs.revision != recorded_revision:
+                            revisions.append((ns, rname, gs.revision))
                 else:
                     held = _recorded_demand(record)
                     admitted_groups.append(
@@ -492,12 +577,20 @@ def decide(snap: Snapshot) -> Actions:
         gs = state_of[a.key]
         summary = format_resources(gs.demand.total) if isinstance(gs.demand, GroupDemand) else ""
         admit.append(Admit(group=gs, nodes=tuple(a.nodes), summary=summary))
-    ungate = tuple((k.namespace, pod) for k in sorted(ungate_keys) for pod in state_of[k].gated)
+    ungate = tuple(
+        sorted({(k.namespace, pod) for k in ungate_keys for pod in state_of[k].gated} | set(partial_ungate))
+    )
     waiting: list[WaitStatus] = []
     for w in result.waiting:
         message = w.message
         if w.reason is Reason.POOL_NOT_FOUND and w.pool in invalid_pools:
             message = f"group {w.key.index} waits: pool {w.pool} is invalid: {invalid_pools[w.pool]}"
+        if w.key in readmitted:
+            before = readmitted[w.key] or "an unrecorded demand"
+            message = (
+                f"{message}; it was admitted with {before} before its LeaderWorkerSet's templates "
+                "changed, and gave that back when its last old pod went"
+            )
         waiting.append(WaitStatus(state_of[w.key], w.reason, message, w.position))
     release = tuple(sorted(k for k in records if k not in wanted_records))
     return Actions(
@@ -510,8 +603,58 @@ def decide(snap: Snapshot) -> Actions:
         invalid_pools=invalid_pools,
         plan=result,
         held_invalid=tuple(held_invalid),
+        held_changed=tuple(held_changed),
+        revisions=tuple(sorted(revisions)),
         problems=tuple(sorted(problems)),
     )
+
+
+def _changed_template(
+    record: Mapping[str, Any],
+    demand: GroupDemand,
+    pods: Sequence[_Pod],
+    gs: GroupState,
+    priority: int,
+    created: datetime,
+) -> WaitingGroup | tuple[AdmittedGroup, list[str], WaitStatus | None] | None:
+    """An admitted group whose LWS now asks another demand than its record holds.
+
+    None: the demand did not change (or the record does not say what it was): as before.
+    A ``WaitingGroup``: only new pods are left; plan it again at its new demand.
+    Otherwise (the group held at its recorded demand, its gated old pods to let through, a
+    status to report when new pods wait).
+    """
+    recorded = _recorded_shape(record)
+    if recorded is None or recorded == (_units(demand.total), demand.pod_count):
+        return None
+    status = _map(record.get("status"))
+    through = {p.revision for p in pods if p.live and not p.gated}
+    old_revisions = through | {str(status.get("templateRevision") or "")}
+
+    def is_old(pod: _Pod) -> bool:
+        return not pod.revision or pod.revision in old_revisions
+
+    live = [p for p in pods if p.live]
+    new = [p for p in live if not p.terminating and not is_old(p)]
+    if new and not any(is_old(p) for p in live):
+        return WaitingGroup(key=gs.key, pool=gs.pool, demand=demand, created=created, priority=priority)
+    held = _recorded_demand(record)
+    pool = str(status.get("pool") or gs.pool)
+    group = AdmittedGroup(key=gs.key, pool=pool, demand=held, bound=frozenset(range(held.pod_count)))
+    let_through = sorted(p.name for p in live if p.gated and not p.terminating and is_old(p))
+    report = None
+    if new:
+        old_count = sum(1 for p in live if is_old(p))
+        old_pods = f"{old_count} old pod remains" if old_count == 1 else f"{old_count} old pods remain"
+        new_pods = f"{len(new)} new pod waits" if len(new) == 1 else f"{len(new)} new pods wait"
+        message = (
+            f"group {gs.key.index}'s LeaderWorkerSet changed: it now needs {format_resources(demand.total)} "
+            f"for {demand.pod_count} pods (admitted with {format_resources(recorded[0])} for "
+            f"{recorded[1]}); it keeps its admission while its {old_pods}, and its {new_pods} "
+            "to be admitted again when they are gone"
+        )
+        report = WaitStatus(gs, Reason.TEMPLATE_CHANGED, message, 0)
+    return group, let_through, report
 
 
 def _admitted_indices(

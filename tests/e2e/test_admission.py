@@ -15,10 +15,11 @@ import kr8s.asyncio
 from kr8s.asyncio.objects import Pod
 
 from gatekeeper.core import POOL_LABEL
+from gatekeeper.core.reconcile import REVISION_LABEL
 from gatekeeper.sandbox.observe import LWS_NAME_LABEL, summarize
 from gatekeeper.sandbox.replay import LeaderWorkerSet, isolate, list_raw, load_scenario, replay, settle
 
-from .conftest import Cluster, MakeNodes, MakePool, NodeSet, admitted, condition, eventually, records
+from .conftest import Cluster, MakeNodes, MakePool, NodeSet, Pool, admitted, condition, eventually, records
 
 
 def lws_body(
@@ -223,6 +224,121 @@ async def test_group_restart_keeps_its_reservation(
     after = await records(api, namespace)
     assert after[0]["metadata"]["uid"] == before[0]["metadata"]["uid"], "same reservation, never released"
     assert not admitted(after[1])
+
+
+async def test_rolling_update_to_bigger_pods_is_admitted_again_within_quota(
+    api: kr8s.asyncio.Api, namespace: str, fake_nodes: MakeNodes, make_pool: MakePool
+) -> None:
+    """Two groups of 2 x 1 GPU run; the LWS is changed to 2 x 2 GPUs with quota for 6.
+
+    The LWS controller replaces one group at a time. The first replaced group is admitted
+    again at 4 GPUs; the second waits whole (6 - 4 < 4) and says why; the admitted GPUs
+    never pass the quota. With more quota the second runs too.
+    """
+    gpu = "nvidia.com/gpu"
+    nodes = await fake_nodes(4, gpus=2)
+    pool = await make_pool(nodes, quota={gpu: 6})
+    lws = await create_lws(api, namespace, lws_body("grow", pool, nodes, replicas=2))
+    await settle(api, namespace, "grow", expected_pods=4, size=2)
+    before = await lws_pods(api, namespace, "grow")
+    old_revisions = {p["metadata"]["labels"].get(REVISION_LABEL) for p in before}
+    assert len(old_revisions) == 1 and None not in old_revisions
+
+    peak = 0
+
+    async def admitted_gpus() -> int:
+        recs = await records(api, namespace)
+        return sum(int(r["status"]["demand"].get(gpu, "0")) for r in recs.values() if admitted(r))
+
+    async def watch_quota() -> None:
+        nonlocal peak
+        while True:
+            peak = max(peak, await admitted_gpus())
+            await anyio.sleep(0.1)
+
+    two = {"limits": {gpu: "2"}, "requests": {"cpu": "1"}}
+    bigger = lws_body("grow", pool, nodes, replicas=2, leader=two, worker=two)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(watch_quota)
+        await lws.patch({"spec": {"leaderWorkerTemplate": bigger["spec"]["leaderWorkerTemplate"]}})
+
+        async def one_readmitted_one_waiting() -> bool:
+            recs = await records(api, namespace)
+            if len(recs) != 2:
+                return False
+            states = sorted((admitted(r), r["status"].get("demand", {}).get(gpu)) for r in recs.values())
+            waiting = [r for r in recs.values() if not admitted(r)]
+            return states == [(False, "4"), (True, "4")] and "templates changed" in condition(waiting[0]).get(
+                "message", ""
+            )
+
+        await eventually(one_readmitted_one_waiting, timeout=90, what="one group admitted again, one waiting")
+        recs = await records(api, namespace)
+        [waiting] = [i for i, r in recs.items() if not admitted(r)]
+        said = condition(recs[waiting])
+        print(f"group {waiting}: {said['reason']}: {said['message']}")
+        assert said["reason"] == "WaitingForQuota"
+        assert said["message"].endswith(
+            "; it was admitted with 2 cpu, 2 nvidia.com/gpu before its LeaderWorkerSet's templates "
+            "changed, and gave that back when its last old pod went"
+        )
+        v = await settle(api, namespace, "grow", expected_pods=4, size=2, timeout=60)
+        by_group = {g.index: g for g in v.groups.values()}
+        assert by_group[1 - waiting].whole(2), "the group admitted again runs whole"
+        assert v.gated_pods == 2 and v.gpus_stranded == 0, "the other waits whole, holding nothing"
+        for pod in await lws_pods(api, namespace, "grow"):
+            assert pod["metadata"]["labels"][REVISION_LABEL] not in old_revisions, "every pod is new"
+
+        await (await Pool.get(pool, api=api)).patch({"spec": {"quota": {gpu: 8}}})
+        v = await settle(api, namespace, "grow", expected_pods=4, size=2, timeout=90)
+        assert v.whole_groups == 2 and v.gated_pods == 0
+        tg.cancel_scope.cancel()
+    assert 0 < peak <= 8
+    recs = await records(api, namespace)
+    assert all(admitted(r) and r["status"]["demand"][gpu] == "4" for r in recs.values())
+    assert all(r["status"].get("templateRevision") not in old_revisions for r in recs.values())
+
+
+async def test_rolling_update_of_the_image_keeps_the_reservation(
+    api: kr8s.asyncio.Api, namespace: str, fake_nodes: MakeNodes, make_pool: MakePool
+) -> None:
+    """A new image, same demand: the group's pods are replaced on its reservation, and a
+    waiting LWS does not slip into the gap while they are."""
+    nodes = await fake_nodes(2, gpus=1)
+    pool = await make_pool(nodes, quota={"nvidia.com/gpu": 2})
+    lws = await create_lws(api, namespace, lws_body("serve", pool, nodes, replicas=1))
+    await settle(api, namespace, "serve", expected_pods=2, size=2)
+    await create_lws(api, namespace, lws_body("late", pool, nodes, replicas=1))
+    await settle(api, namespace, "late", expected_pods=2, size=2)
+    before = (await records(api, namespace))[0]
+    old = {p["metadata"]["labels"][REVISION_LABEL] for p in await lws_pods(api, namespace, "serve")}
+
+    updated = lws_body("serve", pool, nodes, replicas=1)["spec"]["leaderWorkerTemplate"]
+    for role in ("leaderTemplate", "workerTemplate"):
+        updated[role]["spec"]["containers"][0]["image"] = "vllm:next"
+    await lws.patch({"spec": {"leaderWorkerTemplate": updated}})
+
+    async def replaced() -> bool:
+        pods = await lws_pods(api, namespace, "serve")
+        return len(pods) == 2 and all(
+            p["metadata"]["labels"][REVISION_LABEL] not in old and p["status"].get("phase") == "Running"
+            for p in pods
+        )
+
+    await eventually(replaced, timeout=90, what="both pods of serve replaced and Running")
+    v = await settle(api, namespace, "serve", expected_pods=2, size=2)
+    assert v.whole_groups == 1
+    late = await settle(api, namespace, "late", expected_pods=2, size=2)
+    assert late.gated_pods == 2, "the waiting LWS did not take the updating group's room"
+    [new] = {p["metadata"]["labels"][REVISION_LABEL] for p in await lws_pods(api, namespace, "serve")}
+
+    async def revision_recorded() -> bool:
+        return (await records(api, namespace))[0]["status"].get("templateRevision") == new
+
+    await eventually(revision_recorded, what="the record to follow the new revision")
+    after = (await records(api, namespace))[0]
+    assert after["metadata"]["uid"] == before["metadata"]["uid"]
+    assert after["status"]["admittedAt"] == before["status"]["admittedAt"], "never admitted again"
 
 
 async def test_bad_input_is_explained_and_holds_nothing(

@@ -27,6 +27,7 @@ from gatekeeper.core.reconcile import (
     ADMITTED,
     GROUP_INDEX_LABEL,
     LWS_NAME_LABEL,
+    REVISION_LABEL,
     WORKER_INDEX_LABEL,
     record_name,
 )
@@ -309,6 +310,7 @@ def lws_pod(
     phase: str = "Pending",
     deleting: bool = False,
     gpu_limit: Any = 1,
+    revision: str | None = None,
 ) -> dict[str, Any]:
     """A pod of an LWS group as the LWS controller names and labels it (leader: ``vllm-0``,
     worker: ``vllm-0-1``), with the pool label and, unless told otherwise, the gate."""
@@ -325,6 +327,8 @@ def lws_pod(
     }
     if deleting:
         meta["deletionTimestamp"] = "2025-01-02T00:00:00Z"
+    if revision is not None:
+        meta["labels"][REVISION_LABEL] = revision
     spec = pod_spec(ctr(gpu_limit=gpu_limit), node_name=node_name)
     if gated:
         spec["schedulingGates"] = [{"name": SCHEDULING_GATE}]
@@ -342,6 +346,7 @@ def record(
     pods: int | None = None,
     placement: dict[str, str] | None = None,
     uid: str | None = None,
+    revision: str | None = None,
 ) -> dict[str, Any]:
     """The GroupAdmission record of group ``index`` of ``lws_obj`` (as the controller writes it).
 
@@ -379,5 +384,7 @@ def record(
             status["pods"] = pods
         if placement is not None:
             status["placement"] = placement
+        if revision is not None:
+            status["templateRevision"] = revision
         obj["status"] = status
     return obj

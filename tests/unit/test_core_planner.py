@@ -459,7 +459,12 @@ def test_implicit_quota_counts_only_schedulable_nodes_but_never_uses_all() -> No
 
 
 def test_never_reasons_are_permanent_and_waits_are_not() -> None:
-    transient = {Reason.WAITING_FOR_QUOTA, Reason.WAITING_FOR_NODES, Reason.BLOCKED_BY_STRICT_FIFO}
+    transient = {
+        Reason.WAITING_FOR_QUOTA,
+        Reason.WAITING_FOR_NODES,
+        Reason.BLOCKED_BY_STRICT_FIFO,
+        Reason.TEMPLATE_CHANGED,
+    }
     assert {r for r in Reason if not r.permanent} == transient
 
 

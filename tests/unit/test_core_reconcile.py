@@ -780,3 +780,153 @@ def test_many_lwss_in_one_pass() -> None:
     assert status.used[GPU] <= status.quota[GPU] == 1600
     assert total > 0
     assert len(actions.admit) + len(actions.waiting) == 500 * 20 - 20 * 20
+
+
+# ----- a template change (rolling update) of an admitted group ----------------------------
+
+OLD, NEW = "rev-1", "rev-2"
+
+
+def changed_scene(
+    group_0: list[dict[str, Any]],
+    *,
+    new_gpus: int = 2,
+    quota: int = 8,
+    group_1: list[dict[str, Any]] | None = None,
+    recorded_1: bool = True,
+) -> Scene:
+    """vLLM (2 groups of 2 pods) was admitted with 1 GPU per pod at revision rev-1; its
+    templates now ask ``new_gpus`` per pod. Group 1 runs its old pods unless told otherwise."""
+    vllm = gpu_lws(replicas=2, gpus=new_gpus).obj()
+    old = {GPU: "2"}
+    if group_1 is None:
+        group_1 = [
+            lws_pod(
+                "vllm",
+                1,
+                w,
+                pool=ON_DEMAND,
+                gated=False,
+                node_name=f"n{2 + w}",
+                phase="Running",
+                revision=OLD,
+            )
+            for w in (0, 1)
+        ]
+    return Scene(
+        lwss=[vllm],
+        nodes=gpu_nodes(4, gpus=2, pool=ON_DEMAND),
+        pools=[quota_pool(gpus=quota)],
+        records=[
+            record(vllm, 0, admitted=True, demand=old, pods=2, revision=OLD),
+            record(vllm, 1, admitted=True, demand=old if recorded_1 else None, pods=2, revision=OLD),
+        ],
+        pods=group_0 + group_1,
+    )
+
+
+def old_pod(worker: int, **kwargs: Any) -> dict[str, Any]:
+    defaults: dict[str, Any] = {"gated": False, "node_name": f"n{worker}", "phase": "Running"}
+    return lws_pod("vllm", 0, worker, pool=ON_DEMAND, revision=OLD, **(defaults | kwargs))
+
+
+def new_pod(worker: int, **kwargs: Any) -> dict[str, Any]:
+    return lws_pod("vllm", 0, worker, pool=ON_DEMAND, revision=NEW, gpu_limit=2, **kwargs)
+
+
+@dataclass
+class ChangeCase:
+    group_0: list[dict[str, Any]]
+    ungate: tuple[str, ...] = ()
+    admit: tuple[int, ...] = ()
+    held: bool = False
+    """Group 0 reported as TemplateChanged (new pods wait for old ones)."""
+    waits: Reason | None = None
+    used: int = 4
+    """GPUs the pool counts as used after the pass."""
+    quota: int = 8
+
+
+CHANGE_CASES = {
+    "not-updated-yet-keeps-its-old-reservation": ChangeCase([old_pod(0), old_pod(1)]),
+    "an-old-pod-restarting-goes-through": ChangeCase(
+        [old_pod(0), old_pod(1, gated=True, node_name=None, phase="Pending")], ungate=("vllm-0-1",)
+    ),
+    "new-leader-waits-while-old-worker-terminates": ChangeCase(
+        [old_pod(1, deleting=True), new_pod(0)], held=True
+    ),
+    "new-pods-alone-are-admitted-again-when-they-fit": ChangeCase(
+        [new_pod(0), new_pod(1)], admit=(0,), used=2 + 4
+    ),
+    "new-pods-alone-wait-when-they-do-not-fit": ChangeCase(
+        [new_pod(0), new_pod(1)], waits=Reason.WAITING_FOR_QUOTA, used=2, quota=4
+    ),
+    "no-pods-at-all-keeps-the-reservation": ChangeCase([]),
+    "pods-without-revision-label-count-as-old": ChangeCase(
+        [lws_pod("vllm", 0, 0, pool=ON_DEMAND, gpu_limit=2)], ungate=("vllm-0",)
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(CHANGE_CASES.values()), ids=list(CHANGE_CASES))
+def test_a_template_change_is_admitted_again_never_let_through_on_the_old_reservation(
+    case: ChangeCase,
+) -> None:
+    actions = changed_scene(case.group_0, quota=case.quota).decide()
+    assert actions.ungate == tuple((NS, p) for p in case.ungate)
+    assert [k for k in keys(actions.admit)] == [("vllm", i) for i in case.admit]
+    assert actions.release == ()
+    assert actions.pools[ON_DEMAND].used.get(GPU, 0) == case.used
+    held = [h for h in actions.held_changed if h.group.key.index == 0]
+    assert bool(held) == case.held
+    if held:
+        assert held[0].reason is Reason.TEMPLATE_CHANGED
+        assert held[0].message == (
+            "group 0's LeaderWorkerSet changed: it now needs 4 nvidia.com/gpu for 2 pods "
+            "(admitted with 2 nvidia.com/gpu for 2); it keeps its admission while its 1 old pod "
+            "remains, and its 1 new pod waits to be admitted again when they are gone"
+        )
+    waits = [w for w in actions.waiting if w.group.key.index == 0]
+    assert [w.reason for w in waits] == ([case.waits] if case.waits else [])
+    if waits:
+        assert waits[0].message.endswith(
+            "; it was admitted with 2 nvidia.com/gpu before its LeaderWorkerSet's templates "
+            "changed, and gave that back when its last old pod went"
+        ), waits[0].message
+    # Group 1, not yet updated, keeps holding its old reservation and is never reported.
+    assert ("vllm", 1) not in keys(actions.waiting) + keys(actions.admit) + keys(actions.held_changed)
+    assert actions.revisions == ()
+
+
+def test_two_growing_groups_on_one_pool_do_not_deadlock() -> None:
+    """Each held 2 of 4 GPUs and now needs 4: holding the old while waiting for more would
+    leave both stuck forever. Released as they re-plan, one is admitted and the other waits."""
+    group_1 = [lws_pod("vllm", 1, w, pool=ON_DEMAND, revision=NEW, gpu_limit=2) for w in (0, 1)]
+    scene = changed_scene([new_pod(0), new_pod(1)], quota=4, group_1=group_1)
+    actions = scene.decide()
+    assert keys(actions.admit) == [("vllm", 0)]
+    assert [(w.group.key.index, w.reason) for w in actions.waiting] == [(1, Reason.WAITING_FOR_QUOTA)]
+    assert actions.pools[ON_DEMAND].used[GPU] == 4
+    # The next pass, with the records as the reconciler writes them: nothing twice, no leak.
+    scene.records = written(actions, scene.records)
+    again = scene.decide()
+    assert again.admit == ()
+    assert again.pools[ON_DEMAND].used[GPU] == 4
+    assert set(again.ungate) == {(NS, "vllm-0"), (NS, "vllm-0-1")}
+
+
+def test_a_new_revision_with_the_same_demand_goes_through_and_is_recorded() -> None:
+    """A new image: same demand, other revision. Its pods go through; the record follows."""
+    group_0 = [lws_pod("vllm", 0, w, pool=ON_DEMAND, revision=NEW) for w in (0, 1)]
+    scene = changed_scene(group_0, new_gpus=1)
+    actions = scene.decide()
+    assert actions.ungate == ((NS, "vllm-0"), (NS, "vllm-0-1"))
+    assert actions.held_changed == ()
+    assert actions.revisions == ((NS, rec_name(scene.lwss[0], 0)[1], NEW),)
+
+
+def test_a_record_that_does_not_say_its_demand_lets_pods_through_as_before() -> None:
+    group_1 = [lws_pod("vllm", 1, w, pool=ON_DEMAND, revision=NEW, gpu_limit=2) for w in (0, 1)]
+    actions = changed_scene([old_pod(0), old_pod(1)], group_1=group_1, recorded_1=False).decide()
+    assert (NS, "vllm-1") in actions.ungate and (NS, "vllm-1-1") in actions.ungate
+    assert actions.held_changed == ()
