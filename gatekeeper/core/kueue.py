@@ -29,7 +29,13 @@ LocalQueue in the LWS's namespace):
   and Kueue queues it again.
 * A Workload Kueue has not reserved quota for is made again when the LWS asks for another
   one (another LocalQueue in its label, other templates, another priority): Kueue's pod
-  sets cannot change. An admitted Workload is kept as it is.
+  sets cannot change. An admitted Workload is kept as long as the group's demand is the
+  same (a new image goes through on it). When the LWS's templates ask another demand (a
+  rolling update to other pod sizes), pods are told apart by the LWS revision label as
+  in ``reconcile``: old pods (the Workload's revision, or that of a pod already let
+  through) still go through on it, new pods stay gated; once only new pods are left, the
+  Workload is deleted (its quota goes back to Kueue) and a new one is made for the new
+  demand, queued like any other.
 * A leaving group keeps its Workload (and so its quota) until its last pod is gone, then
   its record and Workload are deleted.
 * The record mirrors the Workload: ``Admitted`` with Kueue's reason and message, so
@@ -56,18 +62,22 @@ from gatekeeper.core.reconcile import (
     _map,
     _meta,
     _object_key,
+    _Pod,
     _pods_by_group,
     _pool_of,
     _record_belongs,
     _replicas,
+    _revision_of,
     _terminating,
     digest,
     record_name,
 )
 
 __all__ = [
+    "DEMAND_HASH_ANNOTATION",
     "KUEUE_API_VERSION",
     "LWS_UID_ANNOTATION",
+    "REVISION_ANNOTATION",
     "SPEC_HASH_ANNOTATION",
     "KueueActions",
     "KueueSnapshot",
@@ -83,6 +93,10 @@ KUEUE_API_VERSION = "kueue.x-k8s.io/v1beta2"
 LWS_UID_ANNOTATION = f"{API_GROUP}/leaderworkerset-uid"
 SPEC_HASH_ANNOTATION = f"{API_GROUP}/spec-hash"
 """Digest of the Workload spec the gatekeeper made, to see when the LWS asks for another one."""
+DEMAND_HASH_ANNOTATION = f"{API_GROUP}/demand-hash"
+"""Digest of the group's demand (requests per pod) the Workload was made for."""
+REVISION_ANNOTATION = f"{API_GROUP}/template-revision"
+"""The LWS template revision of the group's pods when the Workload was made, if they existed."""
 _RECORD_API_VERSION = f"{API_GROUP}/{API_VERSION}"
 
 #: Kueue reasons that waiting alone will not fix (a person must change something).
@@ -227,7 +241,7 @@ def new_workload(
                 GROUP_INDEX_LABEL: str(group.key.index),
                 POOL_LABEL: group.pool,
             },
-            "annotations": {LWS_UID_ANNOTATION: group.lws_uid, SPEC_HASH_ANNOTATION: _spec_hash(spec)},
+            "annotations": _workload_annotations(group, spec),
             "ownerReferences": [
                 {
                     "apiVersion": _RECORD_API_VERSION,
@@ -241,6 +255,40 @@ def new_workload(
         },
         "spec": spec,
     }
+
+
+def _workload_annotations(group: GroupState, spec: Mapping[str, Any]) -> dict[str, str]:
+    notes = {LWS_UID_ANNOTATION: group.lws_uid, SPEC_HASH_ANNOTATION: _spec_hash(spec)}
+    if isinstance(group.demand, GroupDemand):
+        notes[DEMAND_HASH_ANNOTATION] = _demand_hash(group.demand)
+    if group.revision:
+        notes[REVISION_ANNOTATION] = group.revision
+    return notes
+
+
+def _demand_hash(demand: GroupDemand) -> str:
+    return digest(json.dumps([[p.role, sorted(p.requests.items())] for p in demand.pods]))
+
+
+def _demand_changed(wl: Mapping[str, Any], demand: GroupDemand) -> bool:
+    """Was the Workload made for another demand than the LWS asks now? (No when it does not say.)"""
+    made = _map(_meta(wl).get("annotations")).get(DEMAND_HASH_ANNOTATION)
+    return made is not None and made != _demand_hash(demand)
+
+
+def _new_pods(wl: Mapping[str, Any], demand: GroupDemand, members: Sequence[_Pod]) -> list[str]:
+    """Pods made from templates that ask another demand than the admitted Workload's.
+
+    Empty when the demand did not change. Old pods carry the Workload's revision or that of
+    a pod of the group already let through; pods without a revision label count as old.
+    """
+    if not _demand_changed(wl, demand):
+        return []
+    made_at = str(_map(_meta(wl).get("annotations")).get(REVISION_ANNOTATION) or "")
+    old = {p.revision for p in members if p.live and not p.gated} | {made_at}
+    return sorted(
+        p.name for p in members if p.live and not p.terminating and p.revision and p.revision not in old
+    )
 
 
 def _workload_spec(
@@ -396,6 +444,7 @@ def decide_kueue(snap: KueueSnapshot) -> KueueActions:
                 demand=demand,
                 pods=tuple(sorted(p.name for p in present)),
                 gated=tuple(sorted(p.name for p in present if p.gated)),
+                revision=_revision_of([p for p in present if p.live]),
             )
             if record is None:
                 if staying:
@@ -414,12 +463,26 @@ def decide_kueue(snap: KueueSnapshot) -> KueueActions:
                 # Workload is made again.
                 stale.append((ns, rname))
                 wl, conds, admitted, admission = None, {}, False, {}
+            waits_new: list[str] = []
+            if admitted and staying and wl is not None and isinstance(demand, GroupDemand):
+                waits_new = _new_pods(wl, demand, members)
+                if waits_new and all(p.name in waits_new for p in members if p.live):
+                    # Only new pods are left: the old Workload goes (its quota back to Kueue)
+                    # and a new one, for the new demand, is made on the next pass.
+                    stale.append((ns, rname))
+                    said = (
+                        f"group {index} waits: its LeaderWorkerSet's templates changed its "
+                        f"demand to {format_resources(demand.total)}; its old Workload is "
+                        "deleted and a new one is made for Kueue to admit"
+                    )
+                    statuses.append(RecordStatus(gs, rname, False, "TemplateChanged", said))
+                    continue
             if wl is None and staying and isinstance(demand, GroupDemand) and (ns, rname) not in stale:
                 create_workloads.append((gs, str(_meta(record).get("uid") or "")))
             ungated = [p for p in present if not p.gated and p.live]
             if admitted and staying:
                 for p in present:
-                    if not p.gated:
+                    if not p.gated or p.name in waits_new:
                         continue
                     role = "leader" if p.worker == 0 else "worker"
                     labels, tolerations = _flavor_steering(wl or {}, flavors, role)
@@ -441,16 +504,20 @@ def decide_kueue(snap: KueueSnapshot) -> KueueActions:
                 )
                 cq = admission.get("clusterQueue", "")
                 summary = format_resources(demand.total) if isinstance(demand, GroupDemand) else ""
-                statuses.append(
-                    RecordStatus(
-                        gs,
-                        rname,
-                        True,
-                        "Admitted",
-                        f"group {index} admitted by Kueue: ClusterQueue {cq}, flavor "
-                        f"{', '.join(flavors_used) or '-'}" + (f", {summary}" if summary else ""),
-                    )
+                said = f"group {index} admitted by Kueue: ClusterQueue {cq}, flavor " + (
+                    f"{', '.join(flavors_used) or '-'}" + (f", {summary}" if summary else "")
                 )
+                if waits_new:
+                    count = (
+                        f"{len(waits_new)} new pod waits"
+                        if len(waits_new) == 1
+                        else f"{len(waits_new)} new pods wait"
+                    )
+                    said += (
+                        f"; its LeaderWorkerSet's templates changed its demand: its {count} "
+                        "for its old ones to go, then it is queued again"
+                    )
+                statuses.append(RecordStatus(gs, rname, True, "Admitted", said))
             else:
                 reason, message = _waiting_reason(wl, index, queue)
                 statuses.append(RecordStatus(gs, rname, False, reason, message))

@@ -397,3 +397,57 @@ def test_admitted_pods_get_the_flavors_tolerations(kueue_sandbox: Sandbox) -> No
     for pod in pods(sb, q.namespace):
         assert {**taint, "operator": "Equal"} in pod["spec"]["tolerations"]
         assert get(sb, "node", pod["spec"]["nodeName"])["spec"]["taints"][0]["key"] == taint["key"]
+
+
+def test_rolling_update_to_bigger_pods_gets_a_new_workload_within_quota(kueue_sandbox: Sandbox) -> None:
+    """Two groups of 2 x 1 GPU run on a ClusterQueue of 6 GPUs; the LWS is changed to 2 x 2 GPUs.
+
+    Each replaced group's old Workload goes and a new one, for 4 GPUs, is made: Kueue admits
+    one (4 of 6) and the other waits whole. At no moment do running pods hold more GPUs than
+    the quota, and no new pod runs on an old Workload.
+    """
+    sb = kueue_sandbox
+    q = make_queue(sb, gpus=6, nodes=4, gpus_per_node=2, managed=False)
+    sb.apply([lws("grow", q.namespace, _opted_in(q), replicas=2, size=2, gpus_per_pod=1)])
+    wait("2 whole groups Running", lambda: settled(sb, q.namespace, running=2, gated=0, size=2))
+    old = {w["metadata"]["uid"] for w in workloads(sb, q.namespace)}
+    peak = 0
+
+    def running_gpus() -> int:
+        total = 0
+        for pod in pods(sb, q.namespace):
+            if pod.get("status", {}).get("phase") == "Running" and pod["spec"].get("nodeName"):
+                total += sum(int(c["resources"]["limits"].get(GPU, "0")) for c in pod["spec"]["containers"])
+        return total
+
+    def one_running_one_waiting() -> dict[str, Counter[str]] | None:
+        nonlocal peak
+        peak = max(peak, running_gpus())
+        return settled(sb, q.namespace, running=1, gated=1, size=2)
+
+    sb.apply([lws("grow", q.namespace, _opted_in(q), replicas=2, size=2, gpus_per_pod=2)])
+    try:
+        wait("1 group Running at 2 GPUs per pod, 1 gated whole", one_running_one_waiting, timeout=120)
+
+        def new_workloads() -> list[dict[str, Any]] | None:
+            wls = workloads(sb, q.namespace)
+            fresh = [w for w in wls if w["metadata"]["uid"] not in old]
+            return wls if len(wls) == 2 and len(fresh) == 2 else None
+
+        wls = wait("both groups on new Workloads", new_workloads)
+    finally:
+        _show(sb, q.namespace)
+    assert peak <= 6, f"running pods held {peak} GPUs on a quota of 6"
+    assert running_gpus() == 4
+    for wl in wls:
+        for ps in wl["spec"]["podSets"]:
+            [ctr] = ps["template"]["spec"]["containers"]
+            assert ctr["resources"]["requests"][GPU] == "2"
+    assert sorted(is_true(w, "Admitted") for w in wls) == [False, True]
+    waiting = next(r for r in records(sb, q.namespace) if not is_true(r, "Admitted"))
+    print(condition(waiting, "Admitted"))
+
+    # One group fewer: the waiting one (if it was not the one kept) runs on the quota freed.
+    sb.kubectl("scale", "leaderworkerset", "grow", "-n", q.namespace, "--replicas=1")
+    wait("1 whole group Running", lambda: settled(sb, q.namespace, running=1, gated=0, size=2))
+    assert running_gpus() == 4

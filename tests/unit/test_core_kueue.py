@@ -11,8 +11,10 @@ import pytest
 from core_builders import lws, lws_pod, record
 
 from gatekeeper.core.kueue import (
+    DEMAND_HASH_ANNOTATION,
     KUEUE_API_VERSION,
     LWS_UID_ANNOTATION,
+    REVISION_ANNOTATION,
     SPEC_HASH_ANNOTATION,
     KueueActions,
     KueueSnapshot,
@@ -135,7 +137,8 @@ def test_a_group_with_a_record_gets_its_workload_owned_by_the_record() -> None:
     assert meta["name"] == record_name("vllm", UID, 0)
     assert meta["labels"] == {LWS_NAME_LABEL: "vllm", GROUP_INDEX_LABEL: "0", POOL_LABEL: LQ}
     assert meta["annotations"][LWS_UID_ANNOTATION] == UID
-    assert set(meta["annotations"]) == {LWS_UID_ANNOTATION, SPEC_HASH_ANNOTATION}
+    # No pods yet, so no template revision to note.
+    assert set(meta["annotations"]) == {LWS_UID_ANNOTATION, SPEC_HASH_ANNOTATION, DEMAND_HASH_ANNOTATION}
     # Owned by the record, never by the LWS: Kueue's own LWS integration would adopt it.
     [owner] = meta["ownerReferences"]
     assert (owner["kind"], owner["uid"], owner["controller"]) == ("GroupAdmission", "rec-uid-0", True)
@@ -375,15 +378,18 @@ def test_clear_admission_gives_the_quota_back_and_requeues() -> None:
 # ----- the LWS changes under a Workload ---------------------------------------------------
 
 
-def _made(obj: dict[str, Any], index: int, **kwargs: Any) -> dict[str, Any]:
-    """Our Workload of group ``index`` as ``new_workload`` made it for ``obj`` (with its spec hash)."""
-    acts = decide([obj], records=[rec(obj, index)])
+def _made(
+    obj: dict[str, Any],
+    index: int,
+    pods: list[dict[str, Any]] = (),
+    **kwargs: Any,  # type: ignore[assignment]
+) -> dict[str, Any]:
+    """Our Workload of group ``index`` as ``new_workload`` made it for ``obj`` (with its hashes)."""
+    acts = decide([obj], pods=list(pods), records=[rec(obj, index)])
     group = next(g for g, _ in acts.create_workloads if g.key.index == index)
     wl = workload(obj, index, **kwargs)
     made = new_workload(group, obj, "rec-uid")
-    wl["metadata"]["annotations"][SPEC_HASH_ANNOTATION] = made["metadata"]["annotations"][
-        SPEC_HASH_ANNOTATION
-    ]
+    wl["metadata"]["annotations"] = made["metadata"]["annotations"]
     wl["spec"] = made["spec"]
     return wl
 
@@ -428,3 +434,74 @@ def test_a_workload_without_a_spec_hash_is_not_made_again() -> None:
     wl = workload(obj, 0, conditions=[cond("QuotaReserved", False, "Pending")])
     assert SPEC_HASH_ANNOTATION not in wl["metadata"]["annotations"]
     assert decide([obj], [], [rec(obj, 0)], [wl]).delete_workloads == ()
+
+
+OLD, NEW = "rev-1", "rev-2"
+
+
+def _grown_scene(pods: list[dict[str, Any]], *, gpus: int = 2) -> KueueActions:
+    """Group 0 was admitted by Kueue for 1 GPU per pod at revision rev-1; its LWS now asks ``gpus``."""
+    before = vllm(replicas=1)
+    at_admission = [lws_pod("vllm", 0, w, pool=LQ, revision=OLD) for w in (0, 1)]
+    wl = _made(before, 0, at_admission, conditions=ADMITTED, flavors={"leader": "h100", "worker": "h100"})
+    assert wl["metadata"]["annotations"][REVISION_ANNOTATION] == OLD
+    after = (
+        lws("vllm").uid(UID).pool(LQ).replicas(1).size(2).leader(gpu_limit=gpus).worker(gpu_limit=gpus).obj()
+    )
+    return decide([after], pods, [rec(after, 0, admitted=True)], [wl])
+
+
+def _old(worker: int, **kwargs: Any) -> dict[str, Any]:
+    kw: dict[str, Any] = {"gated": False, "node_name": f"n{worker}", "phase": "Running"} | kwargs
+    return lws_pod("vllm", 0, worker, pool=LQ, revision=OLD, **kw)
+
+
+def _new(worker: int, **kwargs: Any) -> dict[str, Any]:
+    kw: dict[str, Any] = {"gpu_limit": 2} | kwargs
+    return lws_pod("vllm", 0, worker, pool=LQ, revision=NEW, **kw)
+
+
+WAITS = (
+    "its LeaderWorkerSet's templates changed its demand: its 1 new pod waits for its old ones to go, "
+    "then it is queued again"
+)
+REMADE = (
+    "group 0 waits: its LeaderWorkerSet's templates changed its demand to 4 nvidia.com/gpu; "
+    "its old Workload is deleted and a new one is made for Kueue to admit"
+)
+RESTARTING = [_old(0), _old(1, gated=True, node_name=None, phase="Pending")]
+
+
+@pytest.mark.parametrize(
+    ("pods", "ungated", "deleted", "says"),
+    [
+        pytest.param([_old(0), _old(1)], [], False, None, id="not-updated-yet"),
+        pytest.param(RESTARTING, ["vllm-0-1"], False, None, id="an-old-pod-restarting-goes-through"),
+        pytest.param(
+            [_old(1, deleting=True), _new(0)], [], False, WAITS, id="new-leader-waits-for-old-worker"
+        ),
+        pytest.param([_new(0), _new(1)], [], True, REMADE, id="only-new-pods-the-workload-is-made-again"),
+        pytest.param([], [], False, None, id="no-pods-keeps-the-workload"),
+    ],
+)
+def test_an_admitted_workload_is_made_again_when_the_demand_changes(
+    pods: list[dict[str, Any]], ungated: list[str], deleted: bool, says: str | None
+) -> None:
+    acts = _grown_scene(pods)
+    assert sorted(u.pod for u in acts.ungate) == ungated
+    assert acts.delete_workloads == ((("default", record_name("vllm", UID, 0)),) if deleted else ())
+    assert acts.create_workloads == (), "a new Workload only once the old one is gone"
+    assert acts.stop == () and acts.release == ()
+    [st] = acts.statuses
+    assert (st.admitted, st.reason) == ((False, "TemplateChanged") if deleted else (True, "Admitted"))
+    if says is None:
+        assert "templates changed" not in st.message
+    else:
+        assert st.message.endswith(says), st.message
+
+
+def test_an_admitted_workload_keeps_a_new_image_going() -> None:
+    """Same demand, new revision: the new pods go through on the admitted Workload."""
+    acts = _grown_scene([_new(0, gpu_limit=1), _new(1, gpu_limit=1)], gpus=1)
+    assert sorted(u.pod for u in acts.ungate) == ["vllm-0", "vllm-0-1"]
+    assert acts.delete_workloads == ()
