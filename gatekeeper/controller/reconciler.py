@@ -213,17 +213,22 @@ class Reconciler:
         if record is None:
             return
         demand = group.demand.total if isinstance(group.demand, GroupDemand) else {}
-        message = (
-            f"group {group.key.index} admitted into pool {group.pool}: {admit.summary} "
-            f"on {', '.join(admit.nodes)}"
-        )
+        placed = [n for n in admit.nodes if n]
+        where = f" on {', '.join(placed)}" if placed else ""
+        unplaced = len(admit.nodes) - len(placed)
+        if unplaced:
+            pods = "1 pod waits" if unplaced == 1 else f"{unplaced} pods wait"
+            where += f"; {pods} Pending for new nodes (nodeFit QuotaOnly)"
+        message = f"group {group.key.index} admitted into pool {group.pool}: {admit.summary}{where}"
         before = record.get("status") or {}
         status = {
             "pool": group.pool,
             "pods": len(admit.nodes),
             "demand": _replacing(before.get("demand"), {r: format_amount(r, v) for r, v in demand.items()}),
             "demandSummary": admit.summary,
-            "placement": _replacing(before.get("placement"), {str(i): n for i, n in enumerate(admit.nodes)}),
+            "placement": _replacing(
+                before.get("placement"), {str(i): n for i, n in enumerate(admit.nodes) if n}
+            ),
             "templateRevision": group.revision or None,
             "admittedAt": k.now_rfc3339(),
             "conditions": [

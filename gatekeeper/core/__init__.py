@@ -27,6 +27,7 @@ from gatekeeper.core.planner import Admission, Plan, PoolStatus, Waiting, plan
 from gatekeeper.core.pool import (
     POOL_API_VERSION,
     POOL_KIND,
+    NodeFit,
     Pool,
     QueueingStrategy,
     parse_pool,
@@ -62,6 +63,7 @@ __all__ = [
     "Misfit",
     "Node",
     "NodeConstraints",
+    "NodeFit",
     "NodeSelectorTerm",
     "NodeTable",
     "Placement",

@@ -21,6 +21,11 @@ reported until its LWS or the pool changes).
 
 Admitted groups hold their whole demand in the quota, and node room for their pods
 not yet bound, so a group between "ungated" and "bound" cannot be double-booked.
+
+A pool with ``nodeFit: QuotaOnly`` (autoscaled nodes) skips the node checks of 2 and 5:
+a group that fits the quota is admitted, placed tentatively where the existing nodes
+have room, and its other pods (placement ``""``) wait Pending for the nodes an
+autoscaler brings. Its admitted groups with unplaced pods are not called stranded.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from gatekeeper.core import _messages as text
 from gatekeeper.core.demand import GroupDemand, Resources
 from gatekeeper.core.fit import Misfit, NodeTable, Placement
 from gatekeeper.core.nodes import Node
-from gatekeeper.core.pool import Pool, QueueingStrategy, sum_allocatable
+from gatekeeper.core.pool import NodeFit, Pool, QueueingStrategy, sum_allocatable
 from gatekeeper.core.quantity import format_amount
 from gatekeeper.core.queue import AdmittedGroup, GroupKey, InvalidDemand, WaitingGroup, queue_order
 from gatekeeper.core.quota import by_importance, check_quota
@@ -175,9 +180,9 @@ class _Pass:
             return
         state.hold(group.demand)
         for i, pod in enumerate(group.demand.pods):
-            if i in group.bound or self.now.reserve(group.pool, pod, group.nodes.get(i)) is not None:
+            if i in group.bound or self.now.reserve(group.pool, pod, group.nodes.get(i) or None) is not None:
                 continue
-            if group.key not in state.stranded:
+            if group.key not in state.stranded and state.pool.node_fit is NodeFit.REQUIRED:
                 state.stranded.append(group.key)
 
     def consider(self, group: WaitingGroup) -> Admission | Waiting:
@@ -205,11 +210,19 @@ class _Pass:
             return self._wait(state, group, Reason.WAITING_FOR_QUOTA, detail)
         outcome = self._place(state, demand)
         if isinstance(outcome, Misfit):
+            if state.pool.node_fit is NodeFit.QUOTA_ONLY:
+                state.hold(demand)
+                return Admission(group.key, group.pool, self._place_some(state, demand))
             return self._wait(
                 state, group, Reason.WAITING_FOR_NODES, text.waits_for_nodes(group.pool, outcome)
             )
         state.hold(demand)
         return Admission(group.key, group.pool, outcome)
+
+    def _place_some(self, state: _PoolState, demand: GroupDemand) -> Placement:
+        """A QuotaOnly pool's group that does not fit whole: room held for the pods that fit
+        now, ``""`` for the others (they wait for new nodes)."""
+        return tuple(self.now.reserve(state.pool.name, pod) or "" for pod in demand.pods)
 
     def _wait(self, state: _PoolState, group: WaitingGroup, reason: Reason, detail: str) -> Waiting:
         if reason.permanent:
@@ -255,6 +268,8 @@ def _never(state: _PoolState, hypothetical: NodeTable, demand: GroupDemand) -> t
         return Reason.EXCEEDS_QUOTA, text.exceeds_quota(
             pool.name, demand, resource, state.ceiling[resource], explicit
         )
+    if pool.node_fit is NodeFit.QUOTA_ONLY:
+        return None  # the nodes that will hold it may not exist yet
     placed = hypothetical.place(pool.name, demand.pods, keep=False)
     if isinstance(placed, Misfit):
         reason = Reason.NO_MATCHING_NODE if placed.eligible == 0 else Reason.NODES_TOO_SMALL

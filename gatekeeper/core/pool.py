@@ -8,6 +8,12 @@ matches nodes to pools and computes the pool's capacity.
 
 An empty or absent ``spec.nodeSelector`` selects every node, as an empty label
 selector does in Kubernetes.
+
+``spec.nodeFit`` says whether a group must also fit the free room of the pool's nodes
+(``Required``, the default) or only its quota (``QuotaOnly``). The second is for pools
+whose nodes an autoscaler adds when pods are Pending (Cluster Autoscaler, Karpenter):
+autoscalers ignore gated pods, so a pool that waits for free nodes before it ungates
+would never grow. Such a pool needs an explicit quota (its nodes come and go).
 """
 
 from __future__ import annotations
@@ -37,6 +43,15 @@ class QueueingStrategy(StrEnum):
     """The first group that does not fit holds every later group of the pool."""
 
 
+class NodeFit(StrEnum):
+    """Whether admission into a pool also needs room on its nodes."""
+
+    REQUIRED = "Required"
+    """Every pod of the group must fit the free room of the pool's nodes now."""
+    QUOTA_ONLY = "QuotaOnly"
+    """The quota alone decides; the pods go Pending until nodes come (an autoscaled pool)."""
+
+
 @dataclass(frozen=True)
 class Pool:
     """A parsed Pool. ``quota`` None means "the pool nodes' allocatable"."""
@@ -45,6 +60,7 @@ class Pool:
     node_selector: Mapping[str, str] = field(default_factory=dict)
     quota: Resources | None = None
     queueing_strategy: QueueingStrategy = QueueingStrategy.BEST_EFFORT_FIFO
+    node_fit: NodeFit = NodeFit.REQUIRED
 
     def selects(self, node: Node) -> bool:
         """Does ``spec.nodeSelector`` select this node?"""
@@ -84,9 +100,20 @@ def parse_pool(obj: Mapping[str, Any]) -> Pool:
                 if amount < 0:
                     raise ValueError(f"spec.quota[{resource}]: {raw!r} is negative")
                 quota[resource] = to_units(resource, amount)
+        fit_name = string(spec.get("nodeFit"), "spec.nodeFit", NodeFit.REQUIRED.value)
+        try:
+            node_fit = NodeFit(fit_name)
+        except ValueError:
+            allowed = ", ".join(f.value for f in NodeFit)
+            raise ValueError(f"spec.nodeFit: {fit_name!r} is not one of {allowed}") from None
+        if node_fit is NodeFit.QUOTA_ONLY and quota is None:
+            raise ValueError(
+                "spec.quota: required when spec.nodeFit is QuotaOnly (the pool's nodes come and go, "
+                "so they cannot be its quota)"
+            )
     except ValueError as err:
         raise ValueError(f"{label}: {err}") from None
-    return Pool(name=name, node_selector=selector, quota=quota, queueing_strategy=strategy)
+    return Pool(name=name, node_selector=selector, quota=quota, queueing_strategy=strategy, node_fit=node_fit)
 
 
 def sum_allocatable(nodes: Iterable[Node]) -> dict[str, int]:

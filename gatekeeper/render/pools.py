@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from gatekeeper.core.pool import QueueingStrategy
+from gatekeeper.core.pool import NodeFit, QueueingStrategy
 from gatekeeper.core.quantity import parse_quantity
 
 __all__ = [
@@ -62,6 +62,7 @@ _FIELDS = (
     "memory",
     "namespaces",
     "queueingStrategy",
+    "nodeFit",
     "admissionChecks",
 )
 _REQUIRED = ("name", "nodeLabels", "gpus", "namespaces")
@@ -83,6 +84,8 @@ class PoolSpec:
     """Quota of memory as a Kubernetes quantity as written ("512Gi"); None: not limited."""
     admission_checks: tuple[str, ...] = ()
     """Kueue AdmissionCheck names the ClusterQueue requires (the kueue backend only)."""
+    node_fit: NodeFit = NodeFit.REQUIRED
+    """Whether a group must fit the pool's nodes now (the pools backend only)."""
 
 
 @dataclass(frozen=True)
@@ -265,6 +268,7 @@ def _read_pool(reader: _Reader, node: yaml.Node, where: str) -> PoolSpec | None:
     cpu = get("cpu", lambda n, w: _read_quantity(reader, n, w))
     memory = get("memory", lambda n, w: _read_quantity(reader, n, w))
     checks = get("admissionChecks", lambda n, w: _read_admission_checks(reader, n, w))
+    node_fit = get("nodeFit", lambda n, w: reader.string(n, w, _node_fit_problem))
     if len(reader.problems) > before:
         return None
     assert name is not None and labels is not None and gpus is not None and namespaces is not None
@@ -278,6 +282,7 @@ def _read_pool(reader: _Reader, node: yaml.Node, where: str) -> PoolSpec | None:
         cpu=cpu,
         memory=memory,
         admission_checks=checks or (),
+        node_fit=NodeFit(node_fit) if node_fit else NodeFit.REQUIRED,
     )
 
 
@@ -455,6 +460,13 @@ def _resource_problem(name: str) -> str | None:
 
 def _strategy_problem(name: str) -> str | None:
     allowed = [s.value for s in QueueingStrategy]
+    if name not in allowed:
+        return f"must be one of {', '.join(allowed)}"
+    return None
+
+
+def _node_fit_problem(name: str) -> str | None:
+    allowed = [f.value for f in NodeFit]
     if name not in allowed:
         return f"must be one of {', '.join(allowed)}"
     return None

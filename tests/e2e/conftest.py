@@ -163,7 +163,10 @@ MakeNodes = Callable[..., Awaitable[NodeSet]]
 
 @pytest.fixture
 async def fake_nodes(api: kr8s.asyncio.Api, cluster: Cluster) -> AsyncIterator[MakeNodes]:
-    """Factory: ``await fake_nodes(4, gpus=1)`` makes this test's own Ready fake GPU nodes."""
+    """Factory: ``await fake_nodes(4, gpus=1)`` makes this test's own Ready fake GPU nodes.
+
+    ``join=`` adds nodes to a set made before (as an autoscaler would grow a pool).
+    """
     made: list[NodeSet] = []
 
     async def make(
@@ -173,11 +176,13 @@ async def fake_nodes(api: kr8s.asyncio.Api, cluster: Cluster) -> AsyncIterator[M
         cpu: str = "8",
         memory: str = "32Gi",
         labels: dict[str, str] | None = None,
+        join: NodeSet | None = None,
     ) -> NodeSet:
         # A letter first: an id such as "3e814597" would read as a number in YAML.
-        ns = NodeSet(id="n" + uuid.uuid4().hex[:7])
+        ns = join or NodeSet(id="n" + uuid.uuid4().hex[:7])
         objs: list[dict[str, Any]] = []
-        for i in range(count):
+        first = len(ns.names)
+        for i in range(first, first + count):
             name = f"t{ns.id}-{i}"
             objs.append(
                 fake_node(
@@ -190,8 +195,10 @@ async def fake_nodes(api: kr8s.asyncio.Api, cluster: Cluster) -> AsyncIterator[M
                 )
             )
             ns.names.append(name)
-        cluster.kubectl("create", "-f", "-", input=as_json_list(objs))
-        made.append(ns)
+        if objs:
+            cluster.kubectl("create", "-f", "-", input=as_json_list(objs))
+        if join is None:
+            made.append(ns)
         with anyio.fail_after(60):
             while True:
                 nodes = await list_raw(api, "nodes", label_selector=ns.selector)
@@ -203,7 +210,7 @@ async def fake_nodes(api: kr8s.asyncio.Api, cluster: Cluster) -> AsyncIterator[M
                         for c in n.get("status", {}).get("conditions", [])
                     )
                 ]
-                if len(ready) == count:
+                if len(ready) == len(ns.names):
                     return ns
                 await anyio.sleep(0.2)
 
@@ -225,10 +232,16 @@ async def make_pool(api: kr8s.asyncio.Api) -> AsyncIterator[MakePool]:
     made: list[Any] = []
 
     async def make(
-        nodes: NodeSet, *, quota: dict[str, Any] | None = None, strategy: str = "BestEffortFIFO"
+        nodes: NodeSet,
+        *,
+        quota: dict[str, Any] | None = None,
+        strategy: str = "BestEffortFIFO",
+        node_fit: str | None = None,
     ) -> str:
         name = f"pool-{nodes.id}-{len(made)}"
         spec: dict[str, Any] = {"nodeSelector": nodes.selector, "queueingStrategy": strategy}
+        if node_fit is not None:
+            spec["nodeFit"] = node_fit
         if quota is not None:
             spec["quota"] = quota
         pool = await Pool({"metadata": {"name": name}, "spec": spec}, api=api)

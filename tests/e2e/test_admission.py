@@ -341,6 +341,38 @@ async def test_rolling_update_of_the_image_keeps_the_reservation(
     assert after["status"]["admittedAt"] == before["status"]["admittedAt"], "never admitted again"
 
 
+async def test_autoscaled_pool_admits_on_quota_and_its_pods_wait_for_nodes(
+    api: kr8s.asyncio.Api, namespace: str, fake_nodes: MakeNodes, make_pool: MakePool
+) -> None:
+    """nodeFit QuotaOnly, no node yet: an autoscaler only sees Pending pods, never gated ones.
+
+    Two whole groups (the quota) are let through and wait Pending; the third stays gated.
+    When nodes join the pool, the two run; the third still waits for quota.
+    """
+    nodes = await fake_nodes(0)
+    pool = await make_pool(nodes, quota={"nvidia.com/gpu": 4}, node_fit="QuotaOnly")
+    await create_lws(api, namespace, lws_body("scale", pool, nodes, replicas=3))
+
+    async def two_let_through() -> bool:
+        pods = await lws_pods(api, namespace, "scale")
+        v = summarize(pods, 2)
+        pending = [p for p in pods if not p["spec"].get("schedulingGates") and not p["spec"].get("nodeName")]
+        return len(pods) == 6 and v.gated_pods == 2 and len(pending) == 4
+
+    await eventually(two_let_through, what="4 pods Pending for nodes, 2 gated")
+    recs = await records(api, namespace)
+    assert [i for i, r in sorted(recs.items()) if admitted(r)] == [0, 1]
+    said = condition(recs[0])["message"]
+    print(said)
+    assert said.endswith("2 nvidia.com/gpu; 2 pods wait Pending for new nodes (nodeFit QuotaOnly)"), said
+    assert condition(recs[2])["reason"] == "WaitingForQuota"
+
+    await fake_nodes(4, gpus=1, join=nodes)  # the autoscaler's nodes
+    v = await settle(api, namespace, "scale", expected_pods=6, size=2, timeout=60)
+    assert sorted(g.index for g in v.groups.values() if g.whole(2)) == [0, 1]
+    assert v.gated_pods == 2 and v.gpus_stranded == 0
+
+
 async def test_bad_input_is_explained_and_holds_nothing(
     api: kr8s.asyncio.Api, namespace: str, fake_nodes: MakeNodes, make_pool: MakePool
 ) -> None:
@@ -393,6 +425,15 @@ async def test_malformed_pool_is_refused_by_the_api_server(api: kr8s.asyncio.Api
     assert "spec.quota.nvidia.com/gpu" in message
     assert "spec.queueingStrategy" in message
     assert "spec.nodeSelector" in message
+
+    autoscaled = {**bad, "spec": {"nodeSelector": {"pool": "auto"}, "nodeFit": "QuotaOnly"}}
+    async with api.call_api(
+        "POST", version="lws-gatekeeper.io/v1alpha1", url="pools", json=autoscaled, raise_for_status=False
+    ) as resp:
+        assert resp.status_code == 422, resp.text
+        message = resp.json()["message"]
+    print(message)
+    assert "spec.quota is required when spec.nodeFit is QuotaOnly" in message
 
 
 async def test_controller_restart_mid_burst_admits_nothing_twice(

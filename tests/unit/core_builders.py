@@ -249,6 +249,11 @@ class PoolBuilder:
         self._obj["spec"]["queueingStrategy"] = "StrictFIFO"
         return self
 
+    def quota_only(self) -> PoolBuilder:
+        """``spec.nodeFit: QuotaOnly``: an autoscaled pool, admitted on quota alone."""
+        self._obj["spec"]["nodeFit"] = "QuotaOnly"
+        return self
+
     def obj(self) -> dict[str, Any]:
         return self._obj
 

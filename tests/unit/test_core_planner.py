@@ -522,3 +522,44 @@ def test_ten_thousand_groups_on_five_thousand_nodes() -> None:
         "pool a has 0 free (5000 of 5000 held by 2500 admitted groups)"
     )
     assert result.pools["a"].free[GPU] == 0
+
+
+# ----- an autoscaled pool (nodeFit: QuotaOnly) ---------------------------------------------
+
+
+def test_quota_only_pool_without_nodes_admits_up_to_its_quota() -> None:
+    """No node yet (the autoscaler adds them when pods are Pending): the quota alone decides."""
+    pools = [pool("auto").quota(gpu=4).quota_only().parsed()]
+    result = run(pools, [], groups("vllm", 3, size2(), pool="auto"))
+    assert [k.index for k in admitted_keys(result)] == [0, 1]
+    assert all(a.nodes == ("", "") for a in result.admit), "no node to plan on: Pending for new nodes"
+    [third] = result.waiting
+    assert third.reason is Reason.WAITING_FOR_QUOTA
+    assert result.pools["auto"].stranded == ()
+
+
+def test_quota_only_pool_places_what_fits_and_leaves_the_rest_to_new_nodes() -> None:
+    nodes = gpu_pool_nodes(1, pool_name="auto")
+    pools = [pool("auto").quota(gpu=8).quota_only().parsed()]
+    result = run(pools, nodes, groups("vllm", 2, size2(), pool="auto"))
+    assert [a.nodes for a in result.admit] == [("n0", ""), ("", "")]
+
+
+def test_quota_only_pool_admits_pods_larger_than_any_node_it_has_now() -> None:
+    nodes = gpu_pool_nodes(1, 1, pool_name="auto")
+    required = run(
+        [pool("auto").quota(gpu=8).parsed()], nodes, [waiting("big", 0, size2(gpus=4), pool="auto")]
+    )
+    assert required.waiting[0].reason is Reason.NODES_TOO_SMALL
+    auto = run(
+        [pool("auto").quota(gpu=8).quota_only().parsed()],
+        nodes,
+        [waiting("big", 0, size2(gpus=4), pool="auto")],
+    )
+    assert admitted_keys(auto) == [GroupKey("default", "big", 0)]
+
+
+def test_quota_only_pool_still_refuses_what_its_quota_never_holds() -> None:
+    pools = [pool("auto").quota(gpu=4).quota_only().parsed()]
+    result = run(pools, [], [waiting("huge", 0, size2(gpus=3), pool="auto")])
+    assert result.waiting[0].reason is Reason.EXCEEDS_QUOTA

@@ -9,6 +9,7 @@ from core_builders import GPU, bound_pod, lws, node, pool
 
 from gatekeeper.core import (
     GroupDemand,
+    NodeFit,
     PodDemand,
     Pool,
     QueueingStrategy,
@@ -36,6 +37,11 @@ def test_parse_pool_full() -> None:
     assert parsed.quota == {GPU: 4, "cpu": 64000, "memory": 512 * GiB}
     assert parsed.queueing_strategy is QueueingStrategy.STRICT_FIFO
     assert parsed.node_selector == {"pool": "on-demand"}
+
+
+def test_parse_pool_node_fit() -> None:
+    assert pool("p").parsed().node_fit is NodeFit.REQUIRED
+    assert pool("p").quota(gpu=8).quota_only().parsed().node_fit is NodeFit.QUOTA_ONLY
 
 
 def test_pool_without_selector_selects_every_node() -> None:
@@ -74,6 +80,14 @@ def _pool(**spec: Any) -> dict[str, Any]:
         ),
         ({**_pool(), "kind": "Queue"}, r"Pool p: kind: expected Pool"),
         ({**_pool(), "spec": "x"}, r"Pool p: spec: expected an object"),
+        (
+            _pool(nodeFit="Autoscaled"),
+            r"Pool p: spec\.nodeFit: 'Autoscaled' is not one of Required, QuotaOnly",
+        ),
+        (
+            _pool(nodeFit="QuotaOnly"),
+            r"Pool p: spec\.quota: required when spec\.nodeFit is QuotaOnly \(the pool's nodes come and go",
+        ),
     ],
 )
 def test_parse_pool_errors(obj: dict[str, Any], match: str) -> None:

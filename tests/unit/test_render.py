@@ -21,6 +21,7 @@ import yaml
 from click.testing import CliRunner
 
 from gatekeeper.core.names import POOL_LABEL
+from gatekeeper.core.pool import NodeFit, parse_pool
 from gatekeeper.core.quantity import parse_quantity
 from gatekeeper.render import Backend, PoolsError, parse_pools, render, render_stream
 from gatekeeper.render.cli import render_cmd
@@ -89,6 +90,12 @@ def test_pools_backend_one_pool_object_per_pool() -> None:
     assert reserved["spec"]["queueingStrategy"] == "StrictFIFO"
     # cpu and memory join the quota only when given; as quoted quantities, what the CRD stores.
     assert reserved["spec"]["quota"] == {"nvidia.com/gpu": 16, "cpu": "384", "memory": "4Ti"}
+
+
+def test_an_autoscaled_pool_renders_node_fit_quota_only() -> None:
+    [doc] = _docs(render_stream(parse_pools(ONE_POOL + "    nodeFit: QuotaOnly\n"), Backend.POOLS))
+    assert doc["spec"]["nodeFit"] == "QuotaOnly"
+    assert parse_pool(doc).node_fit is NodeFit.QUOTA_ONLY
 
 
 def test_kueue_backend_flavor_cluster_queue_and_a_local_queue_per_namespace() -> None:
@@ -288,8 +295,8 @@ def test_the_example_is_what_the_docs_say() -> None:
         ),
         pytest.param(
             ONE_POOL.replace("gpus: 4", "gpus: 4\n    gpu: 4"),
-            "pools.yaml line 5: pools[0].gpu: unknown field (did you mean gpus? known: name, "
-            "nodeLabels, gpus, gpuResource, cpu, memory, namespaces, queueingStrategy, admissionChecks)",
+            "pools.yaml line 5: pools[0].gpu: unknown field (did you mean gpus? known: name, nodeLabels, "
+            "gpus, gpuResource, cpu, memory, namespaces, queueingStrategy, nodeFit, admissionChecks)",
             id="unknown-field",
         ),
         pytest.param(
@@ -370,6 +377,11 @@ def test_the_example_is_what_the_docs_say() -> None:
             "pools.yaml line 6: pools[0].queueingStrategy: must be one of BestEffortFIFO, StrictFIFO, "
             'got "FIFO"',
             id="strategy",
+        ),
+        pytest.param(
+            ONE_POOL + "    nodeFit: Autoscaled\n",
+            'pools.yaml line 6: pools[0].nodeFit: must be one of Required, QuotaOnly, got "Autoscaled"',
+            id="node-fit",
         ),
         pytest.param(
             ONE_POOL + "    memory: 512Gi\n    cpu: lots\n",
@@ -513,7 +525,7 @@ def test_every_problem_is_reported_in_line_order() -> None:
     assert err.value.problems == [
         "p.yaml line 4: pools[0].gpus: must be a positive integer, got 0 (a number)",
         "p.yaml line 6: pools[0].color: unknown field (known: name, nodeLabels, gpus, gpuResource, "
-        "cpu, memory, namespaces, queueingStrategy, admissionChecks)",
+        "cpu, memory, namespaces, queueingStrategy, nodeFit, admissionChecks)",
         "p.yaml line 7: pools[1]: missing required field `nodeLabels`",
         'p.yaml line 8: pools[1].gpus: must be a positive integer, got "two"',
     ]
