@@ -13,7 +13,8 @@ as the API returns them) with no I/O, so every outcome is reproducible in a unit
 check states of which Workloads to change. The rules:
 
 * Only Workloads with quota reserved (``QuotaReserved=True`` and ``status.admission``)
-  are checked: only then are their flavors known. Finished Workloads are ignored.
+  are checked: only then are their flavors known. Finished and evicted Workloads are
+  ignored.
 * A pod set's pods go to the nodes of the flavors Kueue assigned to it (the flavors'
   ``nodeLabels`` join the pod's node selector, their ``tolerations`` its tolerations,
   as Kueue does when it admits). The count is ``status.admission.podSetAssignments[].count``
@@ -170,6 +171,11 @@ def _workload(obj: Mapping[str, Any], ours: frozenset[str]) -> _Workload | None:
         return None
     admission = _map(status.get("admission"))
     if not admission or not _is_true(obj, "QuotaReserved") or _is_true(obj, "Finished"):
+        return None
+    if _is_true(obj, "Evicted"):
+        # Being evicted (preempted, say): Kueue resets the checks to Pending and the quota
+        # goes back; a verdict now would only be undone. Kueue clears Evicted when it
+        # reserves quota again, and then the Workload is checked afresh.
         return None
     meta, spec = _map(obj.get("metadata")), _map(obj.get("spec"))
     assignments = {str(_map(a).get("name")): _map(a) for a in _list(admission.get("podSetAssignments"))}

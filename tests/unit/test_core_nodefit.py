@@ -286,12 +286,13 @@ def test_the_message_says_how_many_pods_were_placed_before_the_one_that_does_not
     assert "with the workload's other 2 pods placed on the empty nodes of flavor gpu-a" in text
 
 
-def test_workloads_without_quota_reserved_finished_or_in_retry_are_left_alone() -> None:
+def test_workloads_without_quota_reserved_finished_evicted_or_in_retry_are_left_alone() -> None:
     scene = Scene(
         workloads=[
             workload("queued").pod_set("main", 1).check().obj(),
             workload("finished").pod_set("main", 1).reserved().condition("Finished", "True").check().obj(),
             workload("retry").pod_set("main", 1).reserved().check("Retry").obj(),
+            workload("evicted").pod_set("main", 1).reserved().condition("Evicted", "True").check().obj(),
             workload("no-check").pod_set("main", 1).reserved().obj(),
             workload("theirs").pod_set("main", 1).reserved().check(name="provisioning").obj(),
         ],

@@ -86,6 +86,7 @@ def test_pools_backend_one_pool_object_per_pool() -> None:
         "nodeSelector": {"pool": "on-demand"},
         "quota": {"nvidia.com/gpu": 4},
         "queueingStrategy": "BestEffortFIFO",
+        "nodeFit": "Required",
     }
     assert reserved["spec"]["queueingStrategy"] == "StrictFIFO"
     # cpu and memory join the quota only when given; as quoted quantities, what the CRD stores.
