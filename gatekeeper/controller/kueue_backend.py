@@ -195,14 +195,18 @@ class KueueBackend:
         )
         want = "True" if st.admitted else "False"
         same = current.get("status") == want and current.get("reason") == st.reason
-        if same and current.get("message") == st.message:
+        noted = st.revision is None or (record.get("status") or {}).get("templateRevision") == st.revision
+        if same and current.get("message") == st.message and noted:
             return
         demand = group.demand.total if isinstance(group.demand, GroupDemand) else {}
         status: dict[str, Any] = {
             "pool": group.pool,
             "workload": st.workload,
             "pods": group.demand.pod_count if isinstance(group.demand, GroupDemand) else 0,
-            "demand": {r: format_amount(r, v) for r, v in sorted(demand.items())},
+            "demand": k.replacing_map(
+                (record.get("status") or {}).get("demand"),
+                {r: format_amount(r, v) for r, v in demand.items()},
+            ),
             "demandSummary": format_resources(demand) if demand else "",
             "conditions": [
                 {
@@ -216,6 +220,8 @@ class KueueBackend:
         }
         if st.admitted and current.get("status") != "True":
             status["admittedAt"] = k.now_rfc3339()
+        if st.revision is not None:
+            status["templateRevision"] = st.revision
         await self.kube.patch_status(k.RECORDS, group.record, group.key.namespace, status)
         if same:
             return

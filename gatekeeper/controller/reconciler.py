@@ -224,9 +224,11 @@ class Reconciler:
         status = {
             "pool": group.pool,
             "pods": len(admit.nodes),
-            "demand": _replacing(before.get("demand"), {r: format_amount(r, v) for r, v in demand.items()}),
+            "demand": k.replacing_map(
+                before.get("demand"), {r: format_amount(r, v) for r, v in demand.items()}
+            ),
             "demandSummary": admit.summary,
-            "placement": _replacing(
+            "placement": k.replacing_map(
                 before.get("placement"), {str(i): n for i, n in enumerate(admit.nodes) if n}
             ),
             "templateRevision": group.revision or None,
@@ -307,7 +309,7 @@ class Reconciler:
         status = {
             "pool": group.pool,
             "pods": group.demand.pod_count if isinstance(group.demand, GroupDemand) else 0,
-            "demand": _replacing(
+            "demand": k.replacing_map(
                 (record.get("status") or {}).get("demand"),
                 {r: format_amount(r, v) for r, v in demand.items()},
             ),
@@ -396,11 +398,3 @@ class Reconciler:
                 await self.kube.patch_status(k.POOLS, name, None, desired)
             except k.Conflict:
                 continue
-
-
-def _replacing(before: object, after: Mapping[str, str]) -> dict[str, str | None]:
-    """A merge patch that makes a map field exactly ``after``: keys it no longer has are
-    set to null (a merge patch otherwise keeps them, and a resource a group stopped asking
-    for would stay in its recorded demand)."""
-    gone = {str(key): None for key in before} if isinstance(before, Mapping) else {}
-    return gone | dict(sorted(after.items()))

@@ -77,7 +77,6 @@ __all__ = [
     "DEMAND_HASH_ANNOTATION",
     "KUEUE_API_VERSION",
     "LWS_UID_ANNOTATION",
-    "REVISION_ANNOTATION",
     "SPEC_HASH_ANNOTATION",
     "KueueActions",
     "KueueSnapshot",
@@ -95,8 +94,6 @@ SPEC_HASH_ANNOTATION = f"{API_GROUP}/spec-hash"
 """Digest of the Workload spec the gatekeeper made, to see when the LWS asks for another one."""
 DEMAND_HASH_ANNOTATION = f"{API_GROUP}/demand-hash"
 """Digest of the group's demand (requests per pod) the Workload was made for."""
-REVISION_ANNOTATION = f"{API_GROUP}/template-revision"
-"""The LWS template revision of the group's pods when the Workload was made, if they existed."""
 _RECORD_API_VERSION = f"{API_GROUP}/{API_VERSION}"
 
 #: Kueue reasons that waiting alone will not fix (a person must change something).
@@ -142,6 +139,8 @@ class RecordStatus:
     admitted: bool
     reason: str
     message: str
+    revision: str | None = None
+    """The LWS template revision the admitted group's pods run (``status.templateRevision``)."""
 
     @property
     def warning(self) -> bool:
@@ -261,8 +260,6 @@ def _workload_annotations(group: GroupState, spec: Mapping[str, Any]) -> dict[st
     notes = {LWS_UID_ANNOTATION: group.lws_uid, SPEC_HASH_ANNOTATION: _spec_hash(spec)}
     if isinstance(group.demand, GroupDemand):
         notes[DEMAND_HASH_ANNOTATION] = _demand_hash(group.demand)
-    if group.revision:
-        notes[REVISION_ANNOTATION] = group.revision
     return notes
 
 
@@ -276,15 +273,18 @@ def _demand_changed(wl: Mapping[str, Any], demand: GroupDemand) -> bool:
     return made is not None and made != _demand_hash(demand)
 
 
-def _new_pods(wl: Mapping[str, Any], demand: GroupDemand, members: Sequence[_Pod]) -> list[str]:
+def _new_pods(
+    wl: Mapping[str, Any], record: Mapping[str, Any], demand: GroupDemand, members: Sequence[_Pod]
+) -> list[str]:
     """Pods made from templates that ask another demand than the admitted Workload's.
 
-    Empty when the demand did not change. Old pods carry the Workload's revision or that of
-    a pod of the group already let through; pods without a revision label count as old.
+    Empty when the demand did not change. Old pods carry the revision the record noted
+    while the Workload was admitted (``status.templateRevision``) or that of a pod of the
+    group already let through; pods without a revision label count as old.
     """
     if not _demand_changed(wl, demand):
         return []
-    made_at = str(_map(_meta(wl).get("annotations")).get(REVISION_ANNOTATION) or "")
+    made_at = str(_map(record.get("status")).get("templateRevision") or "")
     old = {p.revision for p in members if p.live and not p.gated} | {made_at}
     return sorted(
         p.name for p in members if p.live and not p.terminating and p.revision and p.revision not in old
@@ -465,7 +465,7 @@ def decide_kueue(snap: KueueSnapshot) -> KueueActions:
                 wl, conds, admitted, admission = None, {}, False, {}
             waits_new: list[str] = []
             if admitted and staying and wl is not None and isinstance(demand, GroupDemand):
-                waits_new = _new_pods(wl, demand, members)
+                waits_new = _new_pods(wl, record, demand, members)
                 if waits_new and all(p.name in waits_new for p in members if p.live):
                     # Only new pods are left: the old Workload goes (its quota back to Kueue)
                     # and a new one, for the new demand, is made on the next pass.
@@ -517,7 +517,9 @@ def decide_kueue(snap: KueueSnapshot) -> KueueActions:
                         f"; its LeaderWorkerSet's templates changed its demand: its {count} "
                         "for its old ones to go, then it is queued again"
                     )
-                statuses.append(RecordStatus(gs, rname, True, "Admitted", said))
+                # The revision its pods run under this Workload, unless new pods wait.
+                revision = None if waits_new else gs.revision or None
+                statuses.append(RecordStatus(gs, rname, True, "Admitted", said, revision))
             else:
                 reason, message = _waiting_reason(wl, index, queue)
                 statuses.append(RecordStatus(gs, rname, False, reason, message))

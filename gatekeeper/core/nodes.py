@@ -76,6 +76,27 @@ def parse_node(obj: Mapping[str, Any]) -> Node:
         raise ValueError(f"Node {name}: {err}") from None
 
 
+#: Requests of pods already read, by (uid, resourceVersion): a pod's spec cannot change
+#: without a new resourceVersion, and most bound pods are the same from one pass to the
+#: next. Reading requests (quantities as fractions) was 40% of a pass at 8,000 pods.
+_REQUESTS_SEEN: dict[tuple[str, str], dict[str, int]] = {}
+_REQUESTS_SEEN_MAX = 200_000
+
+
+def _requests_of(meta: Mapping[str, Any], spec: Mapping[str, Any]) -> dict[str, int]:
+    uid, version = meta.get("uid"), meta.get("resourceVersion")
+    if not (isinstance(uid, str) and uid and isinstance(version, str) and version):
+        return pod_requests(spec)
+    key = (uid, version)
+    seen = _REQUESTS_SEEN.get(key)
+    if seen is None:
+        seen = pod_requests(spec)
+        if len(_REQUESTS_SEEN) >= _REQUESTS_SEEN_MAX:
+            _REQUESTS_SEEN.clear()  # old versions pile up; starting afresh is cheap
+        _REQUESTS_SEEN[key] = seen
+    return seen
+
+
 def node_usage(pods: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
     """Requests of all bound, non-terminal pods, summed per node name, plus a ``pods`` count.
 
@@ -92,7 +113,7 @@ def node_usage(pods: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
             continue
         meta = mapping(pod.get("metadata"), "metadata")
         try:
-            requests = pod_requests(spec)
+            requests = _requests_of(meta, spec)
         except ValueError as err:
             raise ValueError(f"Pod {meta.get('namespace')}/{meta.get('name')}: {err}") from None
         used = usage.setdefault(str(node_name), {})

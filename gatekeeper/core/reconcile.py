@@ -330,11 +330,27 @@ class _Pod:
         )
 
 
+#: Demands already computed, by LWS (uid, generation): the spec cannot change without a
+#: new generation, and a pass reads every opted-in LWS.
+_DEMANDS_SEEN: dict[tuple[str, int], GroupDemand | InvalidDemand] = {}
+_DEMANDS_SEEN_MAX = 20_000
+
+
 def _demand(lws: Mapping[str, Any]) -> GroupDemand | InvalidDemand:
+    meta = _meta(lws)
+    uid, generation = meta.get("uid"), meta.get("generation")
+    key = (uid, generation) if isinstance(uid, str) and uid and type(generation) is int else None
+    if key is not None and key in _DEMANDS_SEEN:
+        return _DEMANDS_SEEN[key]
     try:
-        return group_demand(lws)
+        demand: GroupDemand | InvalidDemand = group_demand(lws)
     except ValueError as exc:
-        return InvalidDemand(str(exc))
+        demand = InvalidDemand(str(exc))
+    if key is not None:
+        if len(_DEMANDS_SEEN) >= _DEMANDS_SEEN_MAX:
+            _DEMANDS_SEEN.clear()
+        _DEMANDS_SEEN[key] = demand
+    return demand
 
 
 def _recorded_demand(record: Mapping[str, Any]) -> GroupDemand:

@@ -14,7 +14,6 @@ from gatekeeper.core.kueue import (
     DEMAND_HASH_ANNOTATION,
     KUEUE_API_VERSION,
     LWS_UID_ANNOTATION,
-    REVISION_ANNOTATION,
     SPEC_HASH_ANNOTATION,
     KueueActions,
     KueueSnapshot,
@@ -378,14 +377,9 @@ def test_clear_admission_gives_the_quota_back_and_requeues() -> None:
 # ----- the LWS changes under a Workload ---------------------------------------------------
 
 
-def _made(
-    obj: dict[str, Any],
-    index: int,
-    pods: list[dict[str, Any]] = (),
-    **kwargs: Any,  # type: ignore[assignment]
-) -> dict[str, Any]:
+def _made(obj: dict[str, Any], index: int, **kwargs: Any) -> dict[str, Any]:
     """Our Workload of group ``index`` as ``new_workload`` made it for ``obj`` (with its hashes)."""
-    acts = decide([obj], pods=list(pods), records=[rec(obj, index)])
+    acts = decide([obj], records=[rec(obj, index)])
     group = next(g for g, _ in acts.create_workloads if g.key.index == index)
     wl = workload(obj, index, **kwargs)
     made = new_workload(group, obj, "rec-uid")
@@ -440,15 +434,14 @@ OLD, NEW = "rev-1", "rev-2"
 
 
 def _grown_scene(pods: list[dict[str, Any]], *, gpus: int = 2) -> KueueActions:
-    """Group 0 was admitted by Kueue for 1 GPU per pod at revision rev-1; its LWS now asks ``gpus``."""
+    """Group 0 was admitted by Kueue for 1 GPU per pod, its pods at revision rev-1 (noted on
+    its record); its LWS now asks ``gpus`` per pod."""
     before = vllm(replicas=1)
-    at_admission = [lws_pod("vllm", 0, w, pool=LQ, revision=OLD) for w in (0, 1)]
-    wl = _made(before, 0, at_admission, conditions=ADMITTED, flavors={"leader": "h100", "worker": "h100"})
-    assert wl["metadata"]["annotations"][REVISION_ANNOTATION] == OLD
+    wl = _made(before, 0, conditions=ADMITTED, flavors={"leader": "h100", "worker": "h100"})
     after = (
         lws("vllm").uid(UID).pool(LQ).replicas(1).size(2).leader(gpu_limit=gpus).worker(gpu_limit=gpus).obj()
     )
-    return decide([after], pods, [rec(after, 0, admitted=True)], [wl])
+    return decide([after], pods, [rec(after, 0, admitted=True, revision=OLD)], [wl])
 
 
 def _old(worker: int, **kwargs: Any) -> dict[str, Any]:
@@ -503,5 +496,24 @@ def test_an_admitted_workload_is_made_again_when_the_demand_changes(
 def test_an_admitted_workload_keeps_a_new_image_going() -> None:
     """Same demand, new revision: the new pods go through on the admitted Workload."""
     acts = _grown_scene([_new(0, gpu_limit=1), _new(1, gpu_limit=1)], gpus=1)
+    assert sorted(u.pod for u in acts.ungate) == ["vllm-0", "vllm-0-1"]
+    assert acts.delete_workloads == ()
+
+
+def test_an_admitted_group_notes_the_revision_its_pods_run() -> None:
+    """What tells a restarting old pod from a new one later, when the demand changes."""
+    obj = vllm(replicas=1)
+    wl = _made(obj, 0, conditions=ADMITTED, flavors={"leader": "h100", "worker": "h100"})
+    pods = [lws_pod("vllm", 0, w, pool=LQ, revision=NEW, gated=False, node_name="n1") for w in (0, 1)]
+    [st] = decide([obj], pods, [rec(obj, 0, admitted=True, revision=OLD)], [wl]).statuses
+    assert (st.admitted, st.revision) == (True, NEW)
+    waiting = decide([obj], [lws_pod("vllm", 0, pool=LQ, revision=NEW)], [rec(obj, 0)], [workload(obj, 0)])
+    assert [(st.admitted, st.revision) for st in waiting.statuses] == [(False, None)]
+
+
+def test_a_restarted_group_not_yet_updated_runs_on_its_workload() -> None:
+    """Recreated whole (RecreateGroupOnPodRestart) from the old template while the LWS asks
+    bigger pods: its pods carry the noted revision, so they go through on the Workload."""
+    acts = _grown_scene([_old(w, gated=True, node_name=None, phase="Pending") for w in (0, 1)])
     assert sorted(u.pod for u in acts.ungate) == ["vllm-0", "vllm-0-1"]
     assert acts.delete_workloads == ()

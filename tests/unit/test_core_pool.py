@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
@@ -161,6 +162,22 @@ def test_node_usage_counts_every_bound_live_pod() -> None:
         "n1": {GPU: 1, "cpu": 1500, "pods": 2},
         "n2": {GPU: 2, "pods": 1},
     }
+
+
+def test_node_usage_reads_a_pod_version_once_and_a_new_version_afresh() -> None:
+    """Requests are remembered by (uid, resourceVersion): an in-place resize is a new version."""
+    pod = bound_pod("a", "n1", gpu=1)
+    pod["metadata"] |= {"uid": "u-resize", "resourceVersion": "10"}
+    assert node_usage([pod])["n1"][GPU] == 1
+    same_version = copy.deepcopy(pod)
+    same_version["spec"]["containers"][0]["resources"]["requests"][GPU] = "3"
+    assert node_usage([same_version])["n1"][GPU] == 1, "same version: read once"
+    same_version["metadata"]["resourceVersion"] = "11"
+    assert node_usage([same_version])["n1"][GPU] == 3
+    unversioned = bound_pod("b", "n1", gpu=1)
+    assert node_usage([unversioned])["n1"][GPU] == 1
+    unversioned["spec"]["containers"][0]["resources"]["requests"][GPU] = "2"
+    assert node_usage([unversioned])["n1"][GPU] == 2, "no version: never remembered"
 
 
 def test_node_usage_names_a_broken_pod() -> None:

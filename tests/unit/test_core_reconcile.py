@@ -930,3 +930,17 @@ def test_a_record_that_does_not_say_its_demand_lets_pods_through_as_before() -> 
     actions = changed_scene([old_pod(0), old_pod(1)], group_1=group_1, recorded_1=False).decide()
     assert (NS, "vllm-1") in actions.ungate and (NS, "vllm-1-1") in actions.ungate
     assert actions.held_changed == ()
+
+
+def test_a_demand_is_computed_once_per_lws_generation() -> None:
+    """The demand is remembered by (uid, generation); an edit of the spec is a new generation."""
+    vllm = gpu_lws(replicas=1, gpus=1).obj()
+    vllm["metadata"]["generation"] = 1
+    scene = Scene(lwss=[vllm], nodes=gpu_nodes(4, gpus=2, pool=ON_DEMAND), pools=[quota_pool(gpus=8)])
+    assert scene.decide().pools[ON_DEMAND].used[GPU] == 2
+    vllm["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]["resources"]["limits"][
+        GPU
+    ] = 2
+    assert scene.decide().pools[ON_DEMAND].used[GPU] == 2, "same generation: the demand read before"
+    vllm["metadata"]["generation"] = 2
+    assert scene.decide().pools[ON_DEMAND].used[GPU] == 4

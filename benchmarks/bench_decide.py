@@ -1,0 +1,186 @@
+"""How long one whole pass of the ``pools`` controller's decision takes, snapshot in, actions out.
+
+``bench_core`` times the planner alone; this times ``reconcile.decide``, what the
+controller runs on every debounced event: reading every LWS, pod and record, telling
+admitted groups from waiting ones (and, since rolling updates are admitted again,
+comparing each admitted group's recorded demand and revision with its LWS's), then
+planning. Scenarios, on 2,000 nodes of 8 GPUs in one pool:
+
+* steady: 500 LWSs of 4 groups x 4 pods x 2 GPUs, 1,000 groups admitted and Running,
+  1,000 waiting gated;
+* rolling: the same, with every LWS's templates changed to 4 GPUs per pod and every
+  admitted group half-way through its update (old pods Running, new pods gated).
+
+Objects carry a UID, resourceVersion and generation as the API server's do: a pass reads
+a pod's requests and an LWS's demand once per version, so the first pass is slower than
+the next (both are printed). Run: ``.venv/bin/python benchmarks/bench_decide.py``
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+import uuid
+from typing import Any
+
+from gatekeeper.core import POOL_LABEL, SCHEDULING_GATE, parse_node
+from gatekeeper.core.reconcile import (
+    GROUP_INDEX_LABEL,
+    LWS_NAME_LABEL,
+    REVISION_LABEL,
+    WORKER_INDEX_LABEL,
+    Snapshot,
+    decide,
+    record_name,
+)
+
+NODES = 2_000
+LWSS = 500
+REPLICAS = 4
+SIZE = 4
+ADMITTED_PER_LWS = 2
+RUNS = 5
+GPU = "nvidia.com/gpu"
+POOL = "shared"
+
+
+def lws(i: int, gpus: int) -> dict[str, Any]:
+    container = {
+        "name": "vllm",
+        "resources": {"requests": {"cpu": "4", "memory": "32Gi"}, "limits": {GPU: gpus}},
+    }
+    return {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+        "kind": "LeaderWorkerSet",
+        "metadata": {
+            "name": f"vllm-{i:03d}",
+            "namespace": "bench",
+            "uid": str(uuid.uuid5(uuid.NAMESPACE_DNS, f"vllm-{i}")),
+            "labels": {POOL_LABEL: POOL},
+            "generation": 2 if gpus == 4 else 1,
+            "creationTimestamp": f"2026-01-01T00:{i // 60:02d}:{i % 60:02d}Z",
+        },
+        "spec": {
+            "replicas": REPLICAS,
+            "leaderWorkerTemplate": {"size": SIZE, "workerTemplate": {"spec": {"containers": [container]}}},
+        },
+    }
+
+
+def pod(
+    obj: dict[str, Any], group: int, worker: int, *, revision: str, gpus: int, node: str | None
+) -> dict[str, Any]:
+    name = obj["metadata"]["name"]
+    spec: dict[str, Any] = {
+        "containers": [
+            {"name": "vllm", "resources": {"requests": {"cpu": "4", "memory": "32Gi"}, "limits": {GPU: gpus}}}
+        ]
+    }
+    if node:
+        spec["nodeName"] = node
+    else:
+        spec["schedulingGates"] = [{"name": SCHEDULING_GATE}]
+    return {
+        "metadata": {
+            "name": f"{name}-{group}" if worker == 0 else f"{name}-{group}-{worker}",
+            "namespace": "bench",
+            "uid": f"{name}-{group}-{worker}-{revision}",
+            "resourceVersion": "1",
+            "labels": {
+                LWS_NAME_LABEL: name,
+                GROUP_INDEX_LABEL: str(group),
+                WORKER_INDEX_LABEL: str(worker),
+                POOL_LABEL: POOL,
+                REVISION_LABEL: revision,
+            },
+        },
+        "spec": spec,
+        "status": {"phase": "Running" if node else "Pending"},
+    }
+
+
+def record(obj: dict[str, Any], group: int, admitted: bool) -> dict[str, Any]:
+    meta = obj["metadata"]
+    status: dict[str, Any] = {
+        "pool": POOL,
+        "conditions": [
+            {
+                "type": "Admitted",
+                "status": "True" if admitted else "False",
+                "reason": "Admitted" if admitted else "WaitingForQuota",
+            }
+        ],
+    }
+    if admitted:
+        status |= {
+            "pods": SIZE,
+            "demand": {"cpu": "16", "memory": "128Gi", GPU: str(2 * SIZE)},
+            "templateRevision": "r1",
+        }
+    return {
+        "metadata": {"name": record_name(meta["name"], meta["uid"], group), "namespace": "bench"},
+        "spec": {"leaderWorkerSet": meta["name"], "leaderWorkerSetUID": meta["uid"], "groupIndex": group},
+        "status": status,
+    }
+
+
+def snapshot(rolling: bool) -> Snapshot:
+    nodes = [
+        parse_node(
+            {
+                "metadata": {"name": f"gpu-{i:05d}", "labels": {"pool": POOL}},
+                "status": {
+                    "allocatable": {"cpu": "96", "memory": "1Ti", "pods": "110", GPU: "8"},
+                    "conditions": [{"type": "Ready", "status": "True"}],
+                },
+            }
+        )
+        for i in range(NODES)
+    ]
+    lwss, pods, records = [], [], []
+    slot = 0
+    for i in range(LWSS):
+        obj = lws(i, 4 if rolling else 2)
+        lwss.append(obj)
+        for group in range(REPLICAS):
+            admitted = group < ADMITTED_PER_LWS
+            records.append(record(obj, group, admitted))
+            for worker in range(SIZE):
+                if admitted and rolling and worker == 0:
+                    pods.append(pod(obj, group, worker, revision="r2", gpus=4, node=None))
+                elif admitted:
+                    pods.append(pod(obj, group, worker, revision="r1", gpus=2, node=f"gpu-{slot // 4:05d}"))
+                    slot += 1
+                else:
+                    pods.append(
+                        pod(obj, group, worker, revision="r2" if rolling else "r1", gpus=2, node=None)
+                    )
+    # Quota for exactly the admitted groups: a pass in steady state admits nothing.
+    quota = {GPU: str(LWSS * ADMITTED_PER_LWS * SIZE * 2)}
+    pool = {"metadata": {"name": POOL}, "spec": {"nodeSelector": {"pool": POOL}, "quota": quota}}
+    bound = [p for p in pods if p["spec"].get("nodeName")]
+    return Snapshot(lwss=lwss, pods=pods, bound_pods=bound, nodes=nodes, pools=[pool], records=records)
+
+
+def main() -> None:
+    for name, rolling in (("steady", False), ("rolling", True)):
+        snap = snapshot(rolling)
+        began = time.perf_counter()
+        decide(snap)
+        first = time.perf_counter() - began
+        times = []
+        for _ in range(RUNS):
+            began = time.perf_counter()
+            actions = decide(snap)
+            times.append(time.perf_counter() - began)
+        print(
+            f"decide, {name}: {len(snap.lwss)} LWSs, {len(snap.pods)} pods, {len(snap.records)} records, "
+            f"{NODES} nodes: first pass {first * 1000:.0f} ms, "
+            f"then median {statistics.median(times) * 1000:.0f} ms "
+            f"(admit {len(actions.admit)}, waiting {len(actions.waiting)}, held for a template change "
+            f"{len(actions.held_changed)}, ungate {len(actions.ungate)})"
+        )
+
+
+if __name__ == "__main__":
+    main()
