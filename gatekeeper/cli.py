@@ -82,6 +82,16 @@ def main() -> None:
     help="Run the Kueue AdmissionCheck controller lws-gatekeeper.io/node-fit "
     "(default: on with --backend=kueue, off otherwise; it needs Kueue's CRDs).",
 )
+@click.option(
+    "--never-fit-retry-seconds",
+    type=click.IntRange(min=1),
+    default=60,
+    show_default=True,
+    envvar="LWS_GATEKEEPER_NEVER_FIT_RETRY_SECONDS",
+    help="kueue backend: a group whose Workload the node-fit check finds can never fit is given "
+    "its quota back (the Workload deleted) and tried again after this many seconds, doubled "
+    "each time up to 30 minutes.",
+)
 @click.option("--log-level", default="INFO", show_default=True)
 @click.option(
     "--log-format",
@@ -107,6 +117,7 @@ def run_cmd(
     webhook_service_name: str,
     backend: str,
     node_fit: bool | None,
+    never_fit_retry_seconds: int,
     log_level: str,
     log_format: str,
 ) -> None:
@@ -136,6 +147,7 @@ def run_cmd(
         webhook_service_name=webhook_service_name,
         backend=backend,
         node_fit=backend == "kueue" if node_fit is None else node_fit,
+        never_fit_retry_seconds=never_fit_retry_seconds,
     )
     anyio.run(run, opts)
 

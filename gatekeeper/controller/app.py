@@ -58,6 +58,8 @@ class Options:
     """``pools`` (our Pool objects decide) or ``kueue`` (a Kueue Workload per group)."""
     node_fit: bool = False
     """Also run the controller of Kueue AdmissionChecks ``lws-gatekeeper.io/node-fit``."""
+    never_fit_retry_seconds: int = 60
+    """kueue backend: first delay before a Workload that could never fit is made again."""
 
 
 async def _serve_metrics(opts: Options) -> web.AppRunner:
@@ -87,7 +89,9 @@ def _admission_loop(api: kr8s.asyncio.Api, opts: Options) -> Callable[[], Corout
     if opts.backend == "kueue":
         from gatekeeper.controller.kueue_backend import KueueBackend
 
-        loops.append(KueueBackend(api, resync=opts.resync_seconds).run)
+        loops.append(
+            KueueBackend(api, resync=opts.resync_seconds, retry_seconds=opts.never_fit_retry_seconds).run
+        )
     else:
         loops.append(Reconciler(api, resync=opts.resync_seconds).run)
     if opts.node_fit:

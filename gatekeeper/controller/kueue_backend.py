@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 import anyio
@@ -27,6 +28,7 @@ from gatekeeper.controller.informer import Informer
 from gatekeeper.controller.loop import PassLoop
 from gatekeeper.core.demand import GroupDemand
 from gatekeeper.core.kueue import (
+    NEVER_FIT_RETRY_SECONDS,
     KueueActions,
     KueueSnapshot,
     RecordStatus,
@@ -66,8 +68,10 @@ class KueueBackend:
         resync: float = 10.0,
         debounce: float = 0.05,
         concurrency: int = 16,
+        retry_seconds: int = NEVER_FIT_RETRY_SECONDS,
     ) -> None:
         self.kube = k.Kube(api)
+        self.retry_seconds = retry_seconds
         self.concurrency = concurrency
         self.loop = PassLoop(log, resync=resync, debounce=debounce)
         self._last_event: dict[tuple[str, str, str], str] = {}
@@ -97,6 +101,8 @@ class KueueBackend:
             workloads=self.workloads.values(),
             flavors=self.flavors.values(),
             priorities={o["metadata"]["name"]: int(o.get("value", 0)) for o in self.priorities.values()},
+            now=datetime.now(UTC),
+            retry_seconds=self.retry_seconds,
         )
 
     async def reconcile_once(self) -> KueueActions:
@@ -195,8 +201,12 @@ class KueueBackend:
         )
         want = "True" if st.admitted else "False"
         same = current.get("status") == want and current.get("reason") == st.reason
-        noted = st.revision is None or (record.get("status") or {}).get("templateRevision") == st.revision
-        if same and current.get("message") == st.message and noted:
+        before = record.get("status") or {}
+        noted = st.revision is None or before.get("templateRevision") == st.revision
+        retry = {"retryAt": st.retry_at, "retries": st.retries} if st.retries is not None else {}
+        if st.admitted and before.get("retries") is not None:
+            retry = {"retryAt": None, "retries": None}  # admitted at last: the count starts afresh
+        if same and current.get("message") == st.message and noted and not retry:
             return
         demand = group.demand.total if isinstance(group.demand, GroupDemand) else {}
         status: dict[str, Any] = {
@@ -222,6 +232,7 @@ class KueueBackend:
             status["admittedAt"] = k.now_rfc3339()
         if st.revision is not None:
             status["templateRevision"] = st.revision
+        status.update(retry)
         await self.kube.patch_status(k.RECORDS, group.record, group.key.namespace, status)
         if same:
             return

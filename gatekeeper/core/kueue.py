@@ -36,6 +36,13 @@ LocalQueue in the LWS's namespace):
   through) still go through on it, new pods stay gated; once only new pods are left, the
   Workload is deleted (its quota goes back to Kueue) and a new one is made for the new
   demand, queued like any other.
+* A Workload of ours whose node-fit check says its pods can never fit the nodes of its
+  flavor (``core.nodefit``: a pod larger than any node, or no node its pods accept) is
+  deleted, so that it holds no quota, and made again after a delay (60 s by default,
+  doubled each time up to 30 minutes; ``status.retryAt`` and ``status.retries`` on the
+  record), in case nodes joined. Kueue's own ``Retry`` state cannot do this in v0.19.2:
+  with a delay it keeps the quota until the delay is over, without one it loops at once.
+  The record says why (reason ``NodesTooSmall`` or ``NoMatchingNode``, as with pools).
 * A leaving group keeps its Workload (and so its quota) until its last pod is gone, then
   its record and Workload are deleted.
 * The record mirrors the Workload: ``Admitted`` with Kueue's reason and message, so
@@ -47,10 +54,12 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from gatekeeper.core.demand import GroupDemand
 from gatekeeper.core.names import API_GROUP, API_VERSION, POOL_LABEL, SCHEDULING_GATE
+from gatekeeper.core.nodefit import NEVER_FITS, NO_NODE_FITS
 from gatekeeper.core.quantity import format_resources
 from gatekeeper.core.queue import GroupKey, InvalidDemand
 from gatekeeper.core.reconcile import (
@@ -77,6 +86,8 @@ __all__ = [
     "DEMAND_HASH_ANNOTATION",
     "KUEUE_API_VERSION",
     "LWS_UID_ANNOTATION",
+    "NEVER_FIT_RETRY_MAX_SECONDS",
+    "NEVER_FIT_RETRY_SECONDS",
     "SPEC_HASH_ANNOTATION",
     "KueueActions",
     "KueueSnapshot",
@@ -95,10 +106,20 @@ SPEC_HASH_ANNOTATION = f"{API_GROUP}/spec-hash"
 DEMAND_HASH_ANNOTATION = f"{API_GROUP}/demand-hash"
 """Digest of the group's demand (requests per pod) the Workload was made for."""
 _RECORD_API_VERSION = f"{API_GROUP}/{API_VERSION}"
+NEVER_FIT_RETRY_SECONDS = 60
+NEVER_FIT_RETRY_MAX_SECONDS = 1800
 
 #: Kueue reasons that waiting alone will not fix (a person must change something).
 _PERMANENT = frozenset(
-    {"Misconfigured", "NoMatchingFlavor", "ExceedsMaxQuota", "InvalidSpec", "Inadmissible"}
+    {
+        "Misconfigured",
+        "NoMatchingFlavor",
+        "ExceedsMaxQuota",
+        "InvalidSpec",
+        "Inadmissible",
+        "NodesTooSmall",
+        "NoMatchingNode",
+    }
 )
 
 
@@ -118,6 +139,10 @@ class KueueSnapshot:
     """Kueue ResourceFlavors."""
     priorities: Mapping[str, int] = field(default_factory=dict)
     """PriorityClass name -> value."""
+    now: datetime | None = None
+    """The time of the pass, for retry delays (None: every delay is over)."""
+    retry_seconds: int = NEVER_FIT_RETRY_SECONDS
+    """First delay before a Workload that can never fit is made again (doubled per retry)."""
 
 
 @dataclass(frozen=True)
@@ -141,6 +166,10 @@ class RecordStatus:
     message: str
     revision: str | None = None
     """The LWS template revision the admitted group's pods run (``status.templateRevision``)."""
+    retry_at: str | None = None
+    """When the Workload of a group that could never fit is made again (RFC 3339)."""
+    retries: int | None = None
+    """How many times the group's Workload was deleted because it could never fit."""
 
     @property
     def warning(self) -> bool:
@@ -289,6 +318,39 @@ def _new_pods(
     return sorted(
         p.name for p in members if p.live and not p.terminating and p.revision and p.revision not in old
     )
+
+
+def _never_fits(wl: Mapping[str, Any]) -> str | None:
+    """The message of a check of ours saying the Workload can never fit its flavor's nodes."""
+    for state in _list(_map(wl.get("status")), "admissionChecks"):
+        message = str(state.get("message") or "")
+        if state.get("state") == "Pending" and message.startswith(NEVER_FITS):
+            return message
+    return None
+
+
+def _retries(record: Mapping[str, Any]) -> int:
+    count = _map(record.get("status")).get("retries")
+    return count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else 0
+
+
+def _record_condition(record: Mapping[str, Any]) -> Mapping[str, Any]:
+    for cond in _list(_map(record.get("status")), "conditions"):
+        if cond.get("type") == "Admitted":
+            return cond
+    return {}
+
+
+def _backing_off(record: Mapping[str, Any], now: datetime | None) -> bool:
+    """Is the group waiting out the delay after its Workload could never fit?"""
+    raw = _map(record.get("status")).get("retryAt")
+    if now is None or not isinstance(raw, str) or not raw:
+        return False
+    try:
+        when = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        return False
+    return now < (when if when.tzinfo else when.replace(tzinfo=UTC))
 
 
 def _workload_spec(
@@ -477,6 +539,33 @@ def decide_kueue(snap: KueueSnapshot) -> KueueActions:
                     )
                     statuses.append(RecordStatus(gs, rname, False, "TemplateChanged", said))
                     continue
+            never = _never_fits(wl) if wl is not None and reserved and not admitted else None
+            backing_off = _backing_off(record, snap.now)
+            if backing_off and (wl is None or never is not None):
+                # Waiting out the delay (its Workload deleted, or still going): as it was.
+                if wl is not None:
+                    stale.append((ns, rname))
+                said_before = _record_condition(record)
+                reason_before = str(said_before.get("reason") or "")
+                statuses.append(
+                    RecordStatus(gs, rname, False, reason_before, str(said_before.get("message") or ""))
+                )
+                continue
+            if never is not None and staying and isinstance(demand, GroupDemand):
+                retries = _retries(record) + 1
+                delay = min(NEVER_FIT_RETRY_MAX_SECONDS, snap.retry_seconds << min(retries - 1, 20))
+                when = (snap.now or datetime.fromtimestamp(0, UTC)) + timedelta(seconds=delay)
+                stale.append((ns, rname))
+                said = (
+                    f"group {index} {never}; its Workload is deleted so that it holds no quota, "
+                    f"and made again in {delay} s"
+                )
+                reason = "NoMatchingNode" if never.startswith(NO_NODE_FITS) else "NodesTooSmall"
+                retry_at = when.strftime("%Y-%m-%dT%H:%M:%SZ")
+                statuses.append(
+                    RecordStatus(gs, rname, False, reason, said, retry_at=retry_at, retries=retries)
+                )
+                continue
             if wl is None and staying and isinstance(demand, GroupDemand) and (ns, rname) not in stale:
                 create_workloads.append((gs, str(_meta(record).get("uid") or "")))
             ungated = [p for p in present if not p.gated and p.live]

@@ -53,7 +53,9 @@ from gatekeeper.core.quantity import format_amount, format_resources
 __all__ = [
     "ACTIVE_MESSAGE",
     "ACTIVE_REASON",
+    "NEVER_FITS",
     "NODE_FIT_CONTROLLER",
+    "NO_NODE_FITS",
     "CheckUpdate",
     "NodeFitActions",
     "decide_node_fit",
@@ -68,6 +70,11 @@ ACTIVE_MESSAGE = (
 )
 READY = "Ready"
 PENDING = "Pending"
+#: How the message of a check that can never pass begins (the kueue backend reads it on
+#: its own Workloads, to give their quota back): "can never fit, even on empty nodes: ..."
+#: or, when no node of the flavor accepts the pods at all, "can never fit: no node ...".
+NEVER_FITS = "can never fit"
+NO_NODE_FITS = "can never fit: no node"
 #: States only Kueue moves on from (after a retry delay, or never): left alone.
 _KUEUE_OWNED = frozenset({"Retry", "Rejected"})
 
@@ -358,10 +365,10 @@ def _waits(pods: _Pods, misfit: Misfit) -> str:
 
 def _never(pods: _Pods, misfit: Misfit) -> str:
     where = pods.where[misfit.pod]
-    head = f"can never fit, even on empty nodes: a pod of pod set {misfit.role}"
+    head = f"{NEVER_FITS}, even on empty nodes: a pod of pod set {misfit.role}"
     if misfit.eligible == 0:
         return (
-            f"can never fit: no node of {where} accepts the pods of pod set {misfit.role} "
+            f"{NO_NODE_FITS} of {where} accepts the pods of pod set {misfit.role} "
             "(check the flavor's node labels and the pods' node selector, affinity and tolerations)"
         )
     if misfit.resource is None:

@@ -23,7 +23,6 @@ from gatekeeper.core.names import POOL_LABEL, SCHEDULING_GATE
 from gatekeeper.sandbox.cluster import Sandbox
 from tests.e2e.kueue_support import (
     Queue,
-    check_state,
     condition,
     get,
     group_of,
@@ -356,8 +355,12 @@ def _kueue_settled(sb: Sandbox, ns: str) -> bool:
     return len(ps) == 4 and len(running) == 2 and len(held) == 2
 
 
-def test_node_fit_check_keeps_a_group_that_fits_no_node_gated(kueue_sandbox: Sandbox) -> None:
-    """Quota for 4 GPUs over 4 one-GPU nodes, pods of 2 GPUs: Kueue alone would admit; node fit says no."""
+def test_a_group_that_can_never_fit_gives_its_quota_back_and_stays_gated(kueue_sandbox: Sandbox) -> None:
+    """Quota for 4 GPUs over 4 one-GPU nodes, pods of 2 GPUs: Kueue alone would admit; node fit says no.
+
+    Its Workload is deleted so that it holds no quota (Pending it would hold it for ever),
+    the record says why, and a group that fits, queued after it, runs.
+    """
     sb = kueue_sandbox
     check = f"node-fit-{new_tag()}"
     make_node_fit_check(sb, check)
@@ -366,18 +369,28 @@ def test_node_fit_check_keeps_a_group_that_fits_no_node_gated(kueue_sandbox: San
 
     def explained() -> dict[str, Any] | None:
         recs = records(sb, q.namespace)
-        said = condition(recs[0], "Admitted") if recs else {}
-        return (
-            said if said.get("reason") == "WaitingForAdmissionChecks" and check in said["message"] else None
-        )
+        return recs[0] if recs and condition(recs[0], "Admitted").get("reason") == "NodesTooSmall" else None
 
-    said = wait("the record to say the node-fit check waits", explained)
+    record = wait("the record to say the group can never fit", explained)
+    said = condition(record, "Admitted")
     print(said["message"])
-    assert "can never fit" in said["message"]
-    [wl] = workloads(sb, q.namespace)
-    assert is_true(wl, "QuotaReserved") and not is_true(wl, "Admitted")
-    assert check_state(wl, check)["state"] == "Pending"
+    assert "can never fit, even on empty nodes" in said["message"], said
+    assert "its Workload is deleted so that it holds no quota, and made again in 60 s" in said["message"]
+    assert record["status"]["retries"] == 1 and record["status"]["retryAt"]
+    assert workloads(sb, q.namespace) == [], "no Workload while it waits: no quota held"
     assert group_states(sb, q.namespace) == {"0": Counter(gated=2)}
+
+    sb.apply([lws("narrow", q.namespace, _opted_in(q), replicas=1, size=2, gpus_per_pod=1)])
+    try:
+        wait(
+            "the narrow group Running whole, the wide one still gated",
+            lambda: (
+                settled(sb, q.namespace, running=1, gated=0, size=2, lws_name="narrow")
+                and group_states(sb, q.namespace, "wide") == {"0": Counter(gated=2)}
+            ),
+        )
+    finally:
+        _show(sb, q.namespace)
 
 
 def test_admitted_pods_get_the_flavors_tolerations(kueue_sandbox: Sandbox) -> None:

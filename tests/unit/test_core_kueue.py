@@ -5,6 +5,7 @@ Table tests on plain dicts; the real Kueue is in ``tests/e2e/test_kueue_backend.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -517,3 +518,80 @@ def test_a_restarted_group_not_yet_updated_runs_on_its_workload() -> None:
     acts = _grown_scene([_old(w, gated=True, node_name=None, phase="Pending") for w in (0, 1)])
     assert sorted(u.pod for u in acts.ungate) == ["vllm-0", "vllm-0-1"]
     assert acts.delete_workloads == ()
+
+
+# ----- a Workload that can never fit gives its quota back ---------------------------------
+
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+NEVER = (
+    "can never fit, even on empty nodes: a pod of pod set leader needs 2 nvidia.com/gpu; "
+    "the largest node of flavor h100 has 1 nvidia.com/gpu"
+)
+
+
+def _never_scene(
+    *, message: str = NEVER, record_status: dict[str, Any] | None = None, workload_there: bool = True
+) -> KueueActions:
+    obj = vllm(replicas=1)
+    reserved = [cond("QuotaReserved", True), cond("Admitted", False, "NoReservation")]
+    checks = [{"name": "node-fit", "state": "Pending", "message": message}]
+    wls = [workload(obj, 0, conditions=reserved, flavors={"leader": "h100", "worker": "h100"}, checks=checks)]
+    record_obj = rec(obj, 0, admitted=False)
+    record_obj["status"] |= record_status or {}
+    pods = [lws_pod("vllm", 0, w, pool=LQ) for w in (0, 1)]
+    snap = KueueSnapshot([obj], pods, [record_obj], wls if workload_there else [], [FLAVOR], now=NOW)
+    return decide_kueue(snap)
+
+
+@pytest.mark.parametrize(
+    ("retries", "delay"),
+    [(None, 60), (1, 120), (2, 240), (6, 1800)],
+    ids=["first", "second", "third", "capped"],
+)
+def test_a_workload_that_can_never_fit_is_deleted_and_made_again_later(
+    retries: int | None, delay: int
+) -> None:
+    """Pending, it would hold its quota for ever; deleted, the quota goes back at once."""
+    acts = _never_scene(record_status={"retries": retries} if retries else None)
+    assert acts.delete_workloads == (("default", record_name("vllm", UID, 0)),)
+    assert acts.create_workloads == () and acts.ungate == ()
+    [st] = acts.statuses
+    assert (st.admitted, st.reason, st.warning) == (False, "NodesTooSmall", True)
+    assert (
+        st.message
+        == f"group 0 {NEVER}; its Workload is deleted so that it holds no quota, and made again in {delay} s"
+    )
+    assert st.retries == (retries or 0) + 1
+    assert st.retry_at == (NOW + timedelta(seconds=delay)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def test_no_node_for_its_pods_is_no_matching_node() -> None:
+    [st] = _never_scene(
+        message="can never fit: no node of flavor h100 accepts the pods of pod set leader"
+    ).statuses
+    assert st.reason == "NoMatchingNode"
+
+
+def test_while_the_delay_runs_no_workload_is_made_and_the_record_keeps_its_words() -> None:
+    said = {
+        "conditions": [{"type": "Admitted", "status": "False", "reason": "NodesTooSmall", "message": "why"}]
+    }
+    later = (NOW + timedelta(seconds=30)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    waiting = _never_scene(workload_there=False, record_status={"retryAt": later, "retries": 1, **said})
+    assert waiting.create_workloads == ()
+    assert [(s.reason, s.message, s.retries) for s in waiting.statuses] == [("NodesTooSmall", "why", None)]
+    # A Workload still there (its deletion not seen yet) is deleted again, not counted again.
+    again = _never_scene(record_status={"retryAt": later, "retries": 1, **said})
+    assert again.delete_workloads and [s.retries for s in again.statuses] == [None]
+    # Once the delay is over, a new Workload is made.
+    earlier = (NOW - timedelta(seconds=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    over = _never_scene(workload_there=False, record_status={"retryAt": earlier, "retries": 1, **said})
+    assert [g.record for g, _ in over.create_workloads] == [record_name("vllm", UID, 0)]
+
+
+def test_a_workload_that_waits_for_room_keeps_its_quota() -> None:
+    """Room that frees as pods leave is worth waiting for, quota held (Kueue's model)."""
+    acts = _never_scene(message="waits for node room: a pod of pod set leader needs 2 nvidia.com/gpu; ...")
+    assert acts.delete_workloads == ()
+    [st] = acts.statuses
+    assert st.reason == "WaitingForAdmissionChecks"
