@@ -409,6 +409,17 @@ async def test_bad_input_is_explained_and_holds_nothing(
     assert "google.com/tpu" in msgs["tpu"]
 
 
+async def _refused_pool(api: kr8s.asyncio.Api, pool: dict[str, Any]) -> str:
+    """Create ``pool``; the API server must refuse it (422). Its message."""
+    async with api.call_api(
+        "POST", version="lws-gatekeeper.io/v1alpha1", url="pools", json=pool, raise_for_status=False
+    ) as resp:
+        assert resp.status_code == 422, resp.text
+        message = str(resp.json()["message"])
+    print(message)
+    return message
+
+
 async def test_malformed_pool_is_refused_by_the_api_server(api: kr8s.asyncio.Api, cluster: Cluster) -> None:
     bad = {
         "apiVersion": "lws-gatekeeper.io/v1alpha1",
@@ -416,23 +427,13 @@ async def test_malformed_pool_is_refused_by_the_api_server(api: kr8s.asyncio.Api
         "metadata": {"name": "malformed"},
         "spec": {"nodeSelector": {}, "quota": {"nvidia.com/gpu": "lots"}, "queueingStrategy": "Random"},
     }
-    async with api.call_api(
-        "POST", version="lws-gatekeeper.io/v1alpha1", url="pools", json=bad, raise_for_status=False
-    ) as resp:
-        assert resp.status_code == 422, resp.text
-        message = resp.json()["message"]
-    print(message)
+    message = await _refused_pool(api, bad)
     assert "spec.quota.nvidia.com/gpu" in message
     assert "spec.queueingStrategy" in message
     assert "spec.nodeSelector" in message
 
     autoscaled = {**bad, "spec": {"nodeSelector": {"pool": "auto"}, "nodeFit": "QuotaOnly"}}
-    async with api.call_api(
-        "POST", version="lws-gatekeeper.io/v1alpha1", url="pools", json=autoscaled, raise_for_status=False
-    ) as resp:
-        assert resp.status_code == 422, resp.text
-        message = resp.json()["message"]
-    print(message)
+    message = await _refused_pool(api, autoscaled)
     assert "spec.quota is required when spec.nodeFit is QuotaOnly" in message
 
 
