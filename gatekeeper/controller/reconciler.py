@@ -167,6 +167,8 @@ class Reconciler:
                 tg.start_soon(limited, self._held_invalid, held)
             for held in actions.held_changed:
                 tg.start_soon(limited, self._held_changed, held)
+            for ns, name, message in actions.restore_admitted:
+                tg.start_soon(limited, self._say_admitted, ns, name, "Admitted", message)
             for ns, name, revision in actions.revisions:
                 tg.start_soon(
                     limited, self.kube.patch_status, k.RECORDS, name, ns, {"templateRevision": revision}
@@ -193,7 +195,34 @@ class Reconciler:
         await self._event_once(held.group, str(held.reason), held.message, warning=True)
 
     async def _held_changed(self, held: WaitStatus) -> None:
-        await self._event_once(held.group, str(held.reason), held.message, warning=False)
+        group = held.group
+        await self._say_admitted(group.key.namespace, group.record, str(held.reason), held.message)
+        await self._event_once(group, str(held.reason), held.message, warning=False)
+
+    async def _say_admitted(self, namespace: str, name: str, reason: str, message: str) -> None:
+        """Rewrite an admitted record's reason and message; its status stays True."""
+        record = self.records.get(namespace, name)
+        if record is None:
+            return
+        current = _cond(record.get("status"))
+        if current.get("status") != "True":
+            return  # not admitted (any more): nothing to say here
+        if current.get("reason") == reason and current.get("message") == message:
+            return
+        cond = {
+            "type": ADMITTED,
+            "status": "True",
+            "reason": reason,
+            "message": message,
+            "lastTransitionTime": current.get("lastTransitionTime") or k.now_rfc3339(),
+        }
+        await self.kube.patch_status(
+            k.RECORDS,
+            name,
+            namespace,
+            {"conditions": [cond]},
+            resource_version=str(record["metadata"].get("resourceVersion", "")) or None,
+        )
 
     def _record(
         self, group: GroupState, created: Mapping[tuple[str, str], dict[str, Any]]

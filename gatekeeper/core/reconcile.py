@@ -252,10 +252,15 @@ class Actions:
     held_changed: tuple[WaitStatus, ...] = ()
     """Admitted groups whose LWS now asks another demand and whose new pods wait for their
     old ones to go (reason ``TemplateChanged``). They keep their record and recorded
-    demand; report them (an event); do not write their condition."""
+    demand: report them (an event) and write the record's ``Admitted`` condition with this
+    reason and message, its status staying True (the reservation holds)."""
     revisions: tuple[tuple[str, str, str], ...] = ()
     """(namespace, record, revision): admitted groups whose pods moved to another template
     revision with the same demand; write it to the record's ``status.templateRevision``."""
+    restore_admitted: tuple[tuple[str, str, str], ...] = ()
+    """(namespace, record, message): admitted groups whose record still says
+    ``TemplateChanged`` though no new pod waits any more (the LWS was rolled back, say):
+    its ``Admitted`` condition goes back to reason ``Admitted`` with this message."""
     """Admitted groups whose demand can no longer be computed. They keep their record
     (``Admitted=True``, never to be overwritten) and hold their recorded demand; their
     gated pods stay gated. Report them (an event); do not write their condition."""
@@ -479,6 +484,7 @@ def decide(snap: Snapshot) -> Actions:
     ungate_keys: list[GroupKey] = []
     held_invalid: list[WaitStatus] = []
     held_changed: list[WaitStatus] = []
+    restore: list[tuple[str, str, str]] = []
     partial_ungate: list[tuple[str, str]] = []
     revisions: list[tuple[str, str, str]] = []
     readmitted: dict[GroupKey, str] = {}
@@ -543,7 +549,11 @@ def decide(snap: Snapshot) -> Actions:
                     partial_ungate.extend((ns, name) for name in changed[1])
                     if changed[2] is not None:
                         held_changed.append(changed[2])
+                    elif record is not None and _said_changed(record):
+                        restore.append(_restored(gs, record))
             elif record is not None and admitted:
+                if _said_changed(record):
+                    restore.append(_restored(gs, record))
                 status = _map(record.get("status"))
                 held_pool = str(status.get("pool") or pool)
                 if isinstance(demand, GroupDemand):
@@ -620,9 +630,23 @@ def decide(snap: Snapshot) -> Actions:
         plan=result,
         held_invalid=tuple(held_invalid),
         held_changed=tuple(held_changed),
+        restore_admitted=tuple(sorted(restore)),
         revisions=tuple(sorted(revisions)),
         problems=tuple(sorted(problems)),
     )
+
+
+def _said_changed(record: Mapping[str, Any]) -> bool:
+    cond = _condition(record, ADMITTED)
+    return cond is not None and cond.get("reason") == str(Reason.TEMPLATE_CHANGED)
+
+
+def _restored(group: GroupState, record: Mapping[str, Any]) -> tuple[str, str, str]:
+    status = _map(record.get("status"))
+    held = str(status.get("demandSummary") or "") or format_resources(_recorded_demand(record).total)
+    pool = str(status.get("pool") or group.pool)
+    message = f"group {group.key.index} holds its admission into pool {pool}: {held}"
+    return group.key.namespace, group.record, message
 
 
 def _changed_template(

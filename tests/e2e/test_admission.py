@@ -299,6 +299,57 @@ async def test_rolling_update_to_bigger_pods_is_admitted_again_within_quota(
     assert all(r["status"].get("templateRevision") not in old_revisions for r in recs.values())
 
 
+async def test_new_pods_wait_while_an_old_pod_of_their_group_remains(
+    api: kr8s.asyncio.Api, namespace: str, fake_nodes: MakeNodes, make_pool: MakePool
+) -> None:
+    """A finalizer keeps an old worker terminating through a demand-changing update: the
+    group keeps its old reservation, its new leader stays gated, the record says why; once
+    the old pod is gone the group is admitted again at its new demand."""
+    gpu = "nvidia.com/gpu"
+    hold = "test.lws-gatekeeper.io/hold"
+    nodes = await fake_nodes(2, gpus=2)
+    pool = await make_pool(nodes, quota={gpu: 4})
+    lws = await create_lws(api, namespace, lws_body("grow", pool, nodes, replicas=1))
+    await settle(api, namespace, "grow", expected_pods=2, size=2)
+    worker = await Pod.get("grow-0-1", namespace=namespace, api=api)
+    await worker.patch({"metadata": {"finalizers": [hold]}})
+
+    two = {"limits": {gpu: "2"}, "requests": {"cpu": "1"}}
+    bigger = lws_body("grow", pool, nodes, replicas=1, leader=two, worker=two)
+    await lws.patch({"spec": {"leaderWorkerTemplate": bigger["spec"]["leaderWorkerTemplate"]}})
+    try:
+
+        async def held() -> bool:
+            rec = (await records(api, namespace)).get(0)
+            pods = {p["metadata"]["name"]: p for p in await lws_pods(api, namespace, "grow")}
+            leader = pods.get("grow-0", {})
+            new_leader_gated = bool(leader.get("spec", {}).get("schedulingGates")) and not leader.get(
+                "metadata", {}
+            ).get("deletionTimestamp")
+            return rec is not None and condition(rec).get("reason") == "TemplateChanged" and new_leader_gated
+
+        await eventually(held, timeout=60, what="the record to say TemplateChanged and the new leader gated")
+        rec = (await records(api, namespace))[0]
+        said = condition(rec)
+        print(said["message"])
+        assert admitted(rec), "the reservation holds while the old pod remains"
+        assert said["message"] == (
+            "group 0's LeaderWorkerSet changed: it now needs 2 cpu, 4 nvidia.com/gpu for 2 pods (admitted "
+            "with 2 cpu, 2 nvidia.com/gpu for 2); it keeps its admission while its 1 old pod remains, and "
+            "its 1 new pod waits to be admitted again when they are gone"
+        )
+        reasons = {e["reason"] for e in await events_for(api, namespace, "grow")}
+        assert "TemplateChanged" in reasons, reasons
+    finally:
+        await worker.patch({"metadata": {"finalizers": None}})
+
+    v = await settle(api, namespace, "grow", expected_pods=2, size=2, timeout=90)
+    assert v.whole_groups == 1
+    rec = (await records(api, namespace))[0]
+    assert admitted(rec) and condition(rec)["reason"] == "Admitted"
+    assert rec["status"]["demand"][gpu] == "4"
+
+
 async def test_rolling_update_of_the_image_keeps_the_reservation(
     api: kr8s.asyncio.Api, namespace: str, fake_nodes: MakeNodes, make_pool: MakePool
 ) -> None:

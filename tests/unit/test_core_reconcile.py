@@ -944,3 +944,23 @@ def test_a_demand_is_computed_once_per_lws_generation() -> None:
     assert scene.decide().pools[ON_DEMAND].used[GPU] == 2, "same generation: the demand read before"
     vllm["metadata"]["generation"] = 2
     assert scene.decide().pools[ON_DEMAND].used[GPU] == 4
+
+
+def test_a_record_that_said_template_changed_says_admitted_again_once_nothing_waits() -> None:
+    """The LWS was rolled back while new pods waited: the group simply holds its admission."""
+    scene = changed_scene([old_pod(0), old_pod(1)], new_gpus=1)
+    scene.records[0]["status"]["conditions"][0]["reason"] = "TemplateChanged"
+    scene.records[0]["status"]["demandSummary"] = "2 nvidia.com/gpu"
+    actions = scene.decide()
+    assert actions.restore_admitted == (
+        (
+            NS,
+            rec_name(scene.lwss[0], 0)[1],
+            "group 0 holds its admission into pool on-demand: 2 nvidia.com/gpu",
+        ),
+    )
+    assert actions.held_changed == ()
+    # While new pods wait, it keeps saying TemplateChanged: nothing to restore.
+    held = changed_scene([old_pod(1, deleting=True), new_pod(0)])
+    held.records[0]["status"]["conditions"][0]["reason"] = "TemplateChanged"
+    assert held.decide().restore_admitted == ()
