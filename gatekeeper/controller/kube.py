@@ -21,7 +21,7 @@ from prometheus_client import Counter
 
 from gatekeeper.controller.informer import RETRYABLE, ApiError, Resource, check
 
-__all__ = ["API_REQUESTS", "RETRYABLE", "Conflict", "Kube", "now_rfc3339", "replacing_map"]
+__all__ = ["API_REQUESTS", "RETRYABLE", "Conflict", "Kube", "now_rfc3339"]
 
 API_REQUESTS = Counter(
     "gatekeeper_api_requests_total", "API requests the gatekeeper made", ["verb", "resource"]
@@ -196,11 +196,3 @@ class Kube:
         }
         with contextlib.suppress(Conflict, *RETRYABLE):  # best effort: an event lost is no error
             await self._call("POST", EVENTS, "events", namespace=meta.get("namespace", "default"), body=body)
-
-
-def replacing_map(before: object, after: Mapping[str, str]) -> dict[str, str | None]:
-    """A merge patch that makes a map field exactly ``after``: keys it no longer has are
-    set to null (a merge patch otherwise keeps them, and a resource a group stopped asking
-    for would stay in its recorded demand)."""
-    gone = {str(key): None for key in before} if isinstance(before, Mapping) else {}
-    return gone | dict(sorted(after.items()))

@@ -39,8 +39,7 @@ from gatekeeper.core.kueue import (
     ungate_patch,
 )
 from gatekeeper.core.names import POOL_LABEL
-from gatekeeper.core.quantity import format_amount, format_resources
-from gatekeeper.core.reconcile import ADMITTED, GroupState, new_record
+from gatekeeper.core.reconcile import ADMITTED, GroupState, admitted_condition, demand_status, new_record
 
 __all__ = ["KueueBackend"]
 
@@ -196,37 +195,22 @@ class KueueBackend:
         record = self.records.get(group.key.namespace, group.record)
         if record is None:
             return
+        before = record.get("status") or {}
         current: dict[str, Any] = next(
-            (c for c in (record.get("status") or {}).get("conditions", []) if c.get("type") == ADMITTED), {}
+            (c for c in before.get("conditions", []) if c.get("type") == ADMITTED), {}
         )
         want = "True" if st.admitted else "False"
         same = current.get("status") == want and current.get("reason") == st.reason
-        before = record.get("status") or {}
         noted = st.revision is None or before.get("templateRevision") == st.revision
         retry = {"retryAt": st.retry_at, "retries": st.retries} if st.retries is not None else {}
         if st.admitted and before.get("retries") is not None:
             retry = {"retryAt": None, "retries": None}  # admitted at last: the count starts afresh
         if same and current.get("message") == st.message and noted and not retry:
             return
-        demand = group.demand.total if isinstance(group.demand, GroupDemand) else {}
         status: dict[str, Any] = {
-            "pool": group.pool,
+            **demand_status(group, before),
             "workload": st.workload,
-            "pods": group.demand.pod_count if isinstance(group.demand, GroupDemand) else 0,
-            "demand": k.replacing_map(
-                (record.get("status") or {}).get("demand"),
-                {r: format_amount(r, v) for r, v in demand.items()},
-            ),
-            "demandSummary": format_resources(demand) if demand else "",
-            "conditions": [
-                {
-                    "type": ADMITTED,
-                    "status": want,
-                    "reason": st.reason,
-                    "message": st.message[:32000],
-                    "lastTransitionTime": current.get("lastTransitionTime") if same else k.now_rfc3339(),
-                }
-            ],
+            "conditions": [admitted_condition(st.admitted, st.reason, st.message, current, k.now_rfc3339())],
         }
         if st.admitted and current.get("status") != "True":
             status["admittedAt"] = k.now_rfc3339()

@@ -25,7 +25,6 @@ from prometheus_client import Counter, Gauge, Histogram
 from gatekeeper.controller import kube as k
 from gatekeeper.controller.informer import Informer
 from gatekeeper.controller.loop import PassLoop
-from gatekeeper.core.demand import GroupDemand
 from gatekeeper.core.names import POOL_LABEL, SCHEDULING_GATE
 from gatekeeper.core.nodes import parse_node
 from gatekeeper.core.planner import PoolStatus
@@ -37,8 +36,11 @@ from gatekeeper.core.reconcile import (
     GroupState,
     Snapshot,
     WaitStatus,
+    admitted_condition,
     decide,
+    demand_status,
     new_record,
+    replacing_map,
 )
 
 __all__ = ["Reconciler"]
@@ -209,13 +211,7 @@ class Reconciler:
             return  # not admitted (any more): nothing to say here
         if current.get("reason") == reason and current.get("message") == message:
             return
-        cond = {
-            "type": ADMITTED,
-            "status": "True",
-            "reason": reason,
-            "message": message,
-            "lastTransitionTime": current.get("lastTransitionTime") or k.now_rfc3339(),
-        }
+        cond = admitted_condition(True, reason, message, current, k.now_rfc3339())
         await self.kube.patch_status(
             k.RECORDS,
             name,
@@ -241,7 +237,6 @@ class Reconciler:
         record = self._record(group, created)
         if record is None:
             return
-        demand = group.demand.total if isinstance(group.demand, GroupDemand) else {}
         placed = [n for n in admit.nodes if n]
         where = f" on {', '.join(placed)}" if placed else ""
         unplaced = len(admit.nodes) - len(placed)
@@ -250,27 +245,15 @@ class Reconciler:
             where += f"; {pods} Pending for new nodes (nodeFit QuotaOnly)"
         message = f"group {group.key.index} admitted into pool {group.pool}: {admit.summary}{where}"
         before = record.get("status") or {}
+        now = k.now_rfc3339()
         status = {
-            "pool": group.pool,
-            "pods": len(admit.nodes),
-            "demand": k.replacing_map(
-                before.get("demand"), {r: format_amount(r, v) for r, v in demand.items()}
-            ),
-            "demandSummary": admit.summary,
-            "placement": k.replacing_map(
+            **demand_status(group, before),
+            "placement": replacing_map(
                 before.get("placement"), {str(i): n for i, n in enumerate(admit.nodes) if n}
             ),
             "templateRevision": group.revision or None,
-            "admittedAt": k.now_rfc3339(),
-            "conditions": [
-                {
-                    "type": ADMITTED,
-                    "status": "True",
-                    "reason": "Admitted",
-                    "message": message,
-                    "lastTransitionTime": k.now_rfc3339(),
-                }
-            ],
+            "admittedAt": now,
+            "conditions": [admitted_condition(True, "Admitted", message, _cond(before), now)],
         }
         # The record first, guarded by its resourceVersion: never admitted twice.
         if not await limited(self._patch_record_status, group, status, record):
@@ -334,26 +317,9 @@ class Reconciler:
         now = time.monotonic()
         if same_reason and now - self._last_message_write.get(key, 0.0) < MESSAGE_REFRESH_SECONDS:
             return  # only the numbers changed: a later pass (at most ``resync`` away) writes them
-        demand = group.demand.total if isinstance(group.demand, GroupDemand) else {}
         status = {
-            "pool": group.pool,
-            "pods": group.demand.pod_count if isinstance(group.demand, GroupDemand) else 0,
-            "demand": k.replacing_map(
-                (record.get("status") or {}).get("demand"),
-                {r: format_amount(r, v) for r, v in demand.items()},
-            ),
-            "demandSummary": format_resources(demand) if demand else "",
-            "conditions": [
-                {
-                    "type": ADMITTED,
-                    "status": "False",
-                    "reason": reason,
-                    "message": wait.message,
-                    "lastTransitionTime": current.get("lastTransitionTime")
-                    if same_reason
-                    else k.now_rfc3339(),
-                }
-            ],
+            **demand_status(group, record.get("status")),
+            "conditions": [admitted_condition(False, reason, wait.message, current, k.now_rfc3339())],
         }
         try:
             await self.kube.patch_status(k.RECORDS, group.record, group.key.namespace, status)

@@ -61,25 +61,21 @@ from gatekeeper.core.demand import GroupDemand
 from gatekeeper.core.names import API_GROUP, API_VERSION, POOL_LABEL, SCHEDULING_GATE
 from gatekeeper.core.nodefit import NEVER_FITS, NO_NODE_FITS
 from gatekeeper.core.quantity import format_resources
-from gatekeeper.core.queue import GroupKey, InvalidDemand
+from gatekeeper.core.queue import InvalidDemand
 from gatekeeper.core.reconcile import (
+    ADMITTED,
     GROUP_INDEX_LABEL,
     LWS_NAME_LABEL,
     RECORD_KIND,
     GroupState,
-    _demand,
+    _lws_groups,
     _map,
     _meta,
     _object_key,
+    _parse_time,
     _Pod,
     _pods_by_group,
-    _pool_of,
-    _record_belongs,
-    _replicas,
-    _revision_of,
-    _terminating,
     digest,
-    record_name,
 )
 
 __all__ = [
@@ -334,23 +330,9 @@ def _retries(record: Mapping[str, Any]) -> int:
     return count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else 0
 
 
-def _record_condition(record: Mapping[str, Any]) -> Mapping[str, Any]:
-    for cond in _list(_map(record.get("status")), "conditions"):
-        if cond.get("type") == "Admitted":
-            return cond
-    return {}
-
-
 def _backing_off(record: Mapping[str, Any], now: datetime | None) -> bool:
     """Is the group waiting out the delay after its Workload could never fit?"""
-    raw = _map(record.get("status")).get("retryAt")
-    if now is None or not isinstance(raw, str) or not raw:
-        return False
-    try:
-        when = datetime.fromisoformat(raw.replace("Z", "+00:00"))
-    except ValueError:
-        return False
-    return now < (when if when.tzinfo else when.replace(tzinfo=UTC))
+    return now is not None and now < _parse_time(_map(record.get("status")).get("retryAt"))
 
 
 def _workload_spec(
@@ -460,36 +442,20 @@ def decide_kueue(snap: KueueSnapshot) -> KueueActions:
             problems.append("a LeaderWorkerSet without metadata.name was ignored")
             continue
         ns, name = lkey
-        uid = str(_meta(lws).get("uid") or "")
-        deleting = _terminating(lws)
-        demand = _demand(lws)
-        queue = _pool_of(lws)
-        by_index = pods_of.get(lkey, {})
-        indices = {i for i, ps in by_index.items() if any(p.live for p in ps)}
-        try:
-            replicas = _replicas(lws)
-        except ValueError as exc:
-            replicas = 0
-            demand = InvalidDemand(f"LeaderWorkerSet {ns}/{name}: {exc}")
-            indices |= {
-                int(str(_map(_meta(w).get("labels")).get(GROUP_INDEX_LABEL)))
-                for (wns, _), w in workloads.items()
-                if wns == ns and _workload_belongs(w, name, uid, _wl_index(w))
-            }
-        if not deleting:
-            indices |= set(range(replicas))
-        for index in sorted(indices):
-            key = GroupKey(ns, name, index)
-            rname = record_name(name, uid, index)
-            members = by_index.get(index, [])
-            present = sorted((p for p in members if not p.terminating), key=lambda p: p.name)
+        for group in _lws_groups(
+            ns, name, lws, pods_of, records, lambda n, lw, u: _workload_indices(workloads, n, lw, u)
+        ):
+            gs, record, members, present, staying = (
+                group.state,
+                group.record,
+                group.members,
+                group.present,
+                group.staying,
+            )
+            rname, index, queue, demand = gs.record, gs.key.index, gs.pool, gs.demand
             live = any(p.live for p in members)
-            staying = not deleting and (index < replicas or any(p.live for p in present))
-            record = records.get((ns, rname))
-            if record is not None and not _record_belongs(record, name, uid, index):
-                record = None
             wl = workloads.get((ns, rname))
-            if wl is not None and not _workload_belongs(wl, name, uid, index):
+            if wl is not None and not _workload_belongs(wl, name, gs.lws_uid, index):
                 stale.append((ns, rname))
                 wl = None
             conds = _conditions(wl) if wl is not None else {}
@@ -498,16 +464,6 @@ def decide_kueue(snap: KueueSnapshot) -> KueueActions:
             reserved = _true(conds, "QuotaReserved") or bool(admission)
             if not staying and not live:
                 continue  # gone: record and Workload are released below
-            gs = GroupState(
-                key=key,
-                lws_uid=uid,
-                pool=queue,
-                record=rname,
-                demand=demand,
-                pods=tuple(sorted(p.name for p in present)),
-                gated=tuple(sorted(p.name for p in present if p.gated)),
-                revision=_revision_of([p for p in present if p.live]),
-            )
             if record is None:
                 if staying:
                     create_records.append(gs)
@@ -545,7 +501,7 @@ def decide_kueue(snap: KueueSnapshot) -> KueueActions:
                 # Waiting out the delay (its Workload deleted, or still going): as it was.
                 if wl is not None:
                     stale.append((ns, rname))
-                said_before = _record_condition(record)
+                said_before = _conditions(record).get(ADMITTED, {})
                 reason_before = str(said_before.get("reason") or "")
                 statuses.append(
                     RecordStatus(gs, rname, False, reason_before, str(said_before.get("message") or ""))
@@ -626,6 +582,17 @@ def decide_kueue(snap: KueueSnapshot) -> KueueActions:
         statuses=tuple(statuses),
         problems=tuple(sorted(problems)),
     )
+
+
+def _workload_indices(
+    workloads: Mapping[tuple[str, str], Mapping[str, Any]], ns: str, name: str, uid: str
+) -> set[int]:
+    """Indices of this LWS incarnation's groups that have a Workload of ours."""
+    return {
+        _wl_index(w)
+        for (wns, _), w in workloads.items()
+        if wns == ns and _wl_index(w) >= 0 and _workload_belongs(w, name, uid, _wl_index(w))
+    }
 
 
 def _wl_index(wl: Mapping[str, Any]) -> int:

@@ -66,7 +66,7 @@ Decisions:
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -76,7 +76,7 @@ from gatekeeper.core.names import API_GROUP, API_VERSION, POOL_LABEL, SCHEDULING
 from gatekeeper.core.nodes import Node, node_usage_skipping
 from gatekeeper.core.planner import Plan, PoolStatus, plan
 from gatekeeper.core.pool import Pool, parse_pool
-from gatekeeper.core.quantity import format_resources, parse_units
+from gatekeeper.core.quantity import format_amount, format_resources, parse_units
 from gatekeeper.core.queue import AdmittedGroup, GroupKey, InvalidDemand, WaitingGroup
 from gatekeeper.core.reasons import Reason
 
@@ -92,8 +92,11 @@ __all__ = [
     "GroupState",
     "Snapshot",
     "WaitStatus",
+    "admitted_condition",
     "decide",
+    "demand_status",
     "record_name",
+    "replacing_map",
 ]
 
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
@@ -457,6 +460,73 @@ def _pods_by_group(pods: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], d
     return pods_of
 
 
+@dataclass(frozen=True)
+class _Group:
+    """One group of an LWS as both backends see it, before they decide anything."""
+
+    state: GroupState
+    members: Sequence[_Pod]
+    """Every pod with the group's index, terminating ones included."""
+    present: Sequence[_Pod]
+    """Those not terminating, by name."""
+    staying: bool
+    """Wanted (index below ``replicas``, or a surge group with a live pod) and its LWS not
+    being deleted; a group that is not staying is on its way out."""
+    record: Mapping[str, Any] | None
+    """Its record, unless there is none or it belongs to an earlier LWS of that name."""
+
+
+def _lws_groups(
+    ns: str,
+    name: str,
+    lws: Mapping[str, Any],
+    pods_of: Mapping[tuple[str, str], Mapping[int, list[_Pod]]],
+    records: Mapping[tuple[str, str], Mapping[str, Any]],
+    held_when_unreadable: Callable[[str, str, str], set[int]],
+) -> list[_Group]:
+    """The groups of one LWS: ``0..replicas-1`` plus any index that still has a live pod.
+
+    When ``spec.replicas`` cannot be read, which groups are wanted is unknown: every group
+    gets an ``InvalidSpec`` demand and ``held_when_unreadable(ns, name, uid)`` names the
+    indices that hold something (admitted records, or Workloads), so they are kept.
+    """
+    uid = str(_meta(lws).get("uid") or "")
+    deleting = _terminating(lws)
+    demand = _demand(lws)
+    pool = _pool_of(lws)
+    by_index = pods_of.get((ns, name), {})
+    indices = {i for i, ps in by_index.items() if any(p.live for p in ps)}
+    try:
+        replicas = _replicas(lws)
+    except ValueError as exc:
+        replicas = 0
+        demand = InvalidDemand(f"LeaderWorkerSet {ns}/{name}: {exc}")
+        indices |= held_when_unreadable(ns, name, uid)
+    if not deleting:
+        indices |= set(range(replicas))
+    groups: list[_Group] = []
+    for index in sorted(indices):
+        rname = record_name(name, uid, index)
+        members = by_index.get(index, [])
+        present = sorted((p for p in members if not p.terminating), key=lambda p: p.name)
+        record = records.get((ns, rname))
+        if record is not None and not _record_belongs(record, name, uid, index):
+            record = None  # an earlier incarnation's record: released, then created afresh
+        state = GroupState(
+            key=GroupKey(ns, name, index),
+            lws_uid=uid,
+            pool=pool,
+            record=rname,
+            demand=demand,
+            pods=tuple(p.name for p in present),
+            gated=tuple(p.name for p in present if p.gated),
+            revision=_revision_of([p for p in present if p.live]),
+        )
+        staying = not deleting and (index < replicas or any(p.live for p in present))
+        groups.append(_Group(state, members, present, staying, record))
+    return groups
+
+
 def decide(snap: Snapshot) -> Actions:
     """The whole decision of one pass. Pure: the same snapshot gives the same actions."""
     problems: list[str] = []
@@ -491,45 +561,16 @@ def decide(snap: Snapshot) -> Actions:
     state_of: dict[GroupKey, GroupState] = {}
     for (ns, name), lws in sorted(lws_by_key.items()):
         meta = _meta(lws)
-        uid = str(meta.get("uid") or "")
-        deleting = _terminating(lws)
-        demand = _demand(lws)
-        pool = _pool_of(lws)
         created = _parse_time(meta.get("creationTimestamp"))
         priority = _priority(lws, snap.priorities)
-        by_index = pods_of.get((ns, name), {})
-        indices = {i for i, ps in by_index.items() if any(p.live for p in ps)}
-        try:
-            replicas = _replicas(lws)
-        except ValueError as exc:
-            # Which groups are wanted is unknown: keep every admitted one, admit none.
-            replicas = 0
-            demand = InvalidDemand(f"LeaderWorkerSet {ns}/{name}: {exc}")
-            indices |= _admitted_indices(records, ns, name, uid)
-        if not deleting:
-            indices |= set(range(replicas))
-        for index in sorted(indices):
-            key = GroupKey(ns, name, index)
-            rname = record_name(name, uid, index)
-            pods = by_index.get(index, [])
-            present = [p for p in pods if not p.terminating]
-            staying = not deleting and (index < replicas or any(p.live for p in present))
-            record = records.get((ns, rname))
-            if record is not None and not _record_belongs(record, name, uid, index):
-                record = None  # an earlier incarnation's record: released below, then created afresh
+        for group in _lws_groups(
+            ns, name, lws, pods_of, records, lambda n, lw, u: _admitted_indices(records, n, lw, u)
+        ):
+            gs, record, pods, staying = group.state, group.record, group.members, group.staying
+            key, rname, index, pool, demand = gs.key, gs.record, gs.key.index, gs.pool, gs.demand
             admitted = _is_admitted(record)
             if not (staying or admitted):
                 continue  # leaving and holding nothing: its record (if any) goes now
-            gs = GroupState(
-                key=key,
-                lws_uid=uid,
-                pool=pool,
-                record=rname,
-                demand=demand,
-                pods=tuple(sorted(p.name for p in present)),
-                gated=tuple(sorted(p.name for p in present if p.gated)),
-                revision=_revision_of([p for p in present if p.live]),
-            )
             groups.append(gs)
             state_of[key] = gs
             if record is not None:
@@ -546,7 +587,7 @@ def decide(snap: Snapshot) -> Actions:
                     readmitted[key] = format_resources(was[0]) if was else ""
                 else:
                     admitted_groups.append(changed[0])
-                    partial_ungate.extend((ns, name) for name in changed[1])
+                    partial_ungate.extend((ns, pod) for pod in changed[1])
                     if changed[2] is not None:
                         held_changed.append(changed[2])
                     elif record is not None and _said_changed(record):
@@ -755,6 +796,44 @@ def new_record(group: GroupState, lws: Mapping[str, Any]) -> dict[str, Any]:
             "leaderWorkerSetUID": group.lws_uid,
             "groupIndex": group.key.index,
         },
+    }
+
+
+def replacing_map(before: object, after: Mapping[str, str]) -> dict[str, str | None]:
+    """A merge patch that makes a map field exactly ``after``: keys it no longer has are
+    set to null (a merge patch otherwise keeps them, and a resource a group stopped asking
+    for would stay in its recorded demand)."""
+    gone = {str(key): None for key in before} if isinstance(before, Mapping) else {}
+    return gone | dict(sorted(after.items()))
+
+
+def demand_status(group: GroupState, before: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The part of a record's status that says what the group asks for, as a merge patch
+    over ``before`` (the record's status now): pool, pods, demand and its summary."""
+    demand = group.demand if isinstance(group.demand, GroupDemand) else None
+    total = demand.total if demand is not None else {}
+    return {
+        "pool": group.pool,
+        "pods": demand.pod_count if demand is not None else 0,
+        "demand": replacing_map(
+            _map(before).get("demand"), {r: format_amount(r, v) for r, v in total.items()}
+        ),
+        "demandSummary": format_resources(total) if total else "",
+    }
+
+
+def admitted_condition(
+    admitted: bool, reason: str, message: str, current: Mapping[str, Any], now: str
+) -> dict[str, Any]:
+    """A record's ``Admitted`` condition; its transition time moves only when its status does."""
+    status = "True" if admitted else "False"
+    kept = current.get("lastTransitionTime") if current.get("status") == status else None
+    return {
+        "type": ADMITTED,
+        "status": status,
+        "reason": reason,
+        "message": message[:32000],
+        "lastTransitionTime": kept or now,
     }
 
 

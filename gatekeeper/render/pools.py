@@ -334,18 +334,7 @@ def _read_admission_checks(reader: _Reader, node: yaml.Node, where: str) -> tupl
             node, where, f"at most {MAX_ADMISSION_CHECKS} AdmissionChecks (Kueue's limit), got {len(items)}"
         )
         return None
-    names: list[str] = []
-    ok = True
-    for i, item in enumerate(items):
-        name = reader.string(item, f"{where}[{i}]", _admission_check_problem)
-        if name is None:
-            ok = False
-        elif name in names:
-            reader.problem(item, f"{where}[{i}]", f'"{name}" is listed twice')
-            ok = False
-        else:
-            names.append(name)
-    return tuple(names) if ok else None
+    return _distinct_names(reader, items, where, _admission_check_problem)
 
 
 def _read_node_labels(reader: _Reader, node: yaml.Node, where: str) -> dict[str, str] | None:
@@ -395,10 +384,17 @@ def _read_namespaces(reader: _Reader, node: yaml.Node, where: str) -> tuple[str,
     if not items:
         reader.problem(node, where, "must list at least one namespace that may use the pool")
         return None
+    return _distinct_names(reader, items, where, _namespace_problem)
+
+
+def _distinct_names(
+    reader: _Reader, items: Sequence[yaml.Node], where: str, problem: Callable[[str], str | None]
+) -> tuple[str, ...] | None:
+    """The names of a list, each checked by ``problem`` and none twice; None after any problem."""
     names: list[str] = []
     ok = True
     for i, item in enumerate(items):
-        name = reader.string(item, f"{where}[{i}]", _namespace_problem)
+        name = reader.string(item, f"{where}[{i}]", problem)
         if name is None:
             ok = False
         elif name in names:

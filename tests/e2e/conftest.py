@@ -111,6 +111,10 @@ def kueue_sandbox(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
     where = request.config.getoption("--sandbox-dir")
     folder = Path(f"{where}-kueue") if where else default_dir("pytest-kueue")
     sb = Sandbox(folder, say=lambda m: print(m, flush=True))
+    # A Workload that can never fit is made again after 2 s (doubling), not 60: a test
+    # sees the retry. Every gatekeeper this sandbox starts inherits it (NEVER_FIT_RETRY in
+    # test_kueue_backend.py).
+    os.environ["LWS_GATEKEEPER_NEVER_FIT_RETRY_SECONDS"] = "2"
     try:
         sb.up(nodes=0, with_kueue=True)
     except Exception as exc:  # the reason goes into every test's failure, never a skip

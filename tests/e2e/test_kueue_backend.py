@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from gatekeeper.core.names import POOL_LABEL, SCHEDULING_GATE
-from gatekeeper.sandbox.cluster import Sandbox
+from gatekeeper.sandbox.cluster import Sandbox, fake_node
 from tests.e2e.kueue_support import (
     Queue,
     condition,
@@ -42,6 +42,8 @@ from tests.e2e.kueue_support import (
 )
 
 GPU = "nvidia.com/gpu"
+NEVER_FIT_RETRY = 2
+"""Seconds before a Workload that can never fit is made again, in the Kueue sandbox (conftest)."""
 
 
 def _opted_in(q: Queue) -> dict[str, str]:
@@ -359,7 +361,9 @@ def test_a_group_that_can_never_fit_gives_its_quota_back_and_stays_gated(kueue_s
     """Quota for 4 GPUs over 4 one-GPU nodes, pods of 2 GPUs: Kueue alone would admit; node fit says no.
 
     Its Workload is deleted so that it holds no quota (Pending it would hold it for ever),
-    the record says why, and a group that fits, queued after it, runs.
+    the record says why, and a group that fits, queued after it, runs. Its Workload is made
+    again after the delay (2 s here, doubling) and queues; once nodes that fit it join and
+    the quota is free, it runs and its retry count is gone.
     """
     sb = kueue_sandbox
     check = f"node-fit-{new_tag()}"
@@ -374,10 +378,14 @@ def test_a_group_that_can_never_fit_gives_its_quota_back_and_stays_gated(kueue_s
     record = wait("the record to say the group can never fit", explained)
     said = condition(record, "Admitted")
     print(said["message"])
+    retries = record["status"]["retries"]
+    assert retries >= 1 and record["status"]["retryAt"]
     assert "can never fit, even on empty nodes" in said["message"], said
-    assert "its Workload is deleted so that it holds no quota, and made again in 60 s" in said["message"]
-    assert record["status"]["retries"] == 1 and record["status"]["retryAt"]
-    assert workloads(sb, q.namespace) == [], "no Workload while it waits: no quota held"
+    delay = NEVER_FIT_RETRY << (retries - 1)
+    assert said["message"].endswith(
+        f"its Workload is deleted so that it holds no quota, and made again in {delay} s"
+    ), said
+    wait("no Workload while it waits: no quota held", lambda: workloads(sb, q.namespace) == [])
     assert group_states(sb, q.namespace) == {"0": Counter(gated=2)}
 
     sb.apply([lws("narrow", q.namespace, _opted_in(q), replicas=1, size=2, gpus_per_pod=1)])
@@ -391,6 +399,28 @@ def test_a_group_that_can_never_fit_gives_its_quota_back_and_stays_gated(kueue_s
         )
     finally:
         _show(sb, q.namespace)
+    # After its delay its Workload is made again; now it waits for the quota narrow holds.
+    remade = wait(
+        "the wide group's Workload made again, queued",
+        lambda: [w for w in workloads(sb, q.namespace) if _lws_of(w) == "wide"],
+    )
+    assert not is_true(remade[0], "QuotaReserved")
+
+    # Nodes that fit it join the flavor, and the narrow group leaves: at its next retry the
+    # wide group is admitted and runs whole; its record forgets the retries.
+    sb.kubectl("delete", "leaderworkerset", "narrow", "-n", q.namespace, "--wait=false")
+    sb.create_nodes([fake_node(f"kq-{q.flavor}-big-{i}", gpus=2, labels=q.labels) for i in range(2)])
+    try:
+        wait(
+            "the wide group Running whole on the new nodes",
+            lambda: settled(sb, q.namespace, running=1, gated=0, size=2, lws_name="wide"),
+            timeout=150,
+        )
+    finally:
+        _show(sb, q.namespace)
+    wide = next(r for r in records(sb, q.namespace) if r["spec"]["leaderWorkerSet"] == "wide")
+    assert is_true(wide, "Admitted")
+    assert "retries" not in wide["status"] and "retryAt" not in wide["status"], wide["status"]
 
 
 def test_admitted_pods_get_the_flavors_tolerations(kueue_sandbox: Sandbox) -> None:
