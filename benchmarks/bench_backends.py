@@ -36,7 +36,7 @@ from typing import Any
 import anyio
 import kr8s.asyncio
 
-from gatekeeper.core.names import POOL_LABEL
+from gatekeeper.core.keys import POOL_LABEL
 from gatekeeper.sandbox.cluster import Sandbox, default_dir, fake_node
 from gatekeeper.sandbox.kueue import MANAGED_NAMESPACE_LABEL
 from gatekeeper.sandbox.observe import Verdict

@@ -24,15 +24,9 @@ import uuid
 from typing import Any
 
 from gatekeeper.core import POOL_LABEL, SCHEDULING_GATE, parse_node
-from gatekeeper.core.reconcile import (
-    GROUP_INDEX_LABEL,
-    LWS_NAME_LABEL,
-    REVISION_LABEL,
-    WORKER_INDEX_LABEL,
-    Snapshot,
-    decide,
-    record_name,
-)
+from gatekeeper.core.backends.pools import Snapshot, decide
+from gatekeeper.core.keys import GROUP_INDEX_LABEL, LWS_NAME_LABEL, REVISION_LABEL, WORKER_INDEX_LABEL
+from gatekeeper.core.record import record_name
 
 NODES = 2_000
 LWSS = 500

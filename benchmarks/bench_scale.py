@@ -23,7 +23,7 @@ from typing import Any
 import anyio
 import kr8s.asyncio
 
-from gatekeeper.core.names import POOL_LABEL
+from gatekeeper.core.keys import POOL_LABEL
 from gatekeeper.sandbox.cluster import Sandbox, default_dir, fake_node
 from gatekeeper.sandbox.observe import Verdict
 from gatekeeper.sandbox.replay import LeaderWorkerSet, settle

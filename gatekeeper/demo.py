@@ -18,7 +18,7 @@ import kr8s
 import kr8s.asyncio
 from kr8s.asyncio.objects import Namespace
 
-from gatekeeper.core.names import POOL_LABEL
+from gatekeeper.core.keys import POOL_LABEL
 from gatekeeper.sandbox.cluster import Sandbox
 from gatekeeper.sandbox.replay import StepResult, list_raw, load_scenario, replay
 

@@ -25,7 +25,6 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from gatekeeper.controller.certs import SelfSignedCerts
 from gatekeeper.controller.kube import Kube
 from gatekeeper.controller.leader import LeaderElector
-from gatekeeper.controller.reconciler import Reconciler
 from gatekeeper.webhook import start_webhook_server
 
 __all__ = ["Options", "run"]
@@ -87,17 +86,19 @@ def _admission_loop(api: kr8s.asyncio.Api, opts: Options) -> Callable[[], Corout
     """What the leader runs: the backend's admission loop and, if asked, the node-fit check."""
     loops: list[Callable[[], Coroutine[Any, Any, None]]] = []
     if opts.backend == "kueue":
-        from gatekeeper.controller.kueue_backend import KueueBackend
+        from gatekeeper.controller.backends.kueue import KueueBackend
 
         loops.append(
             KueueBackend(api, resync=opts.resync_seconds, retry_seconds=opts.never_fit_retry_seconds).run
         )
     else:
-        loops.append(Reconciler(api, resync=opts.resync_seconds).run)
-    if opts.node_fit:
-        from gatekeeper.controller.nodefit import NodeFit
+        from gatekeeper.controller.backends.pools import PoolsBackend
 
-        loops.append(NodeFit(api, resync=opts.resync_seconds).run)
+        loops.append(PoolsBackend(api, resync=opts.resync_seconds).run)
+    if opts.node_fit:
+        from gatekeeper.controller.checks.node_fit import NodeFitCheck
+
+        loops.append(NodeFitCheck(api, resync=opts.resync_seconds).run)
 
     async def lead() -> None:
         async with anyio.create_task_group() as tg:

@@ -15,7 +15,6 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-import kr8s
 import kr8s.asyncio
 from prometheus_client import Counter
 

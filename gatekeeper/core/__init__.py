@@ -1,17 +1,21 @@
-"""The gatekeeper's pure decision core: demand, quota, node fit and queue order.
+"""The gatekeeper's pure decision core, one module per concept.
 
 Everything here is a function of plain data (Kubernetes objects as dicts, or the small
 frozen values defined here) and does no I/O: no API calls, no sockets, no clock, no
 asyncio. That keeps every admission decision reproducible in a unit test and lets the
-I/O layer (watches, webhook, records, backends) stay thin.
+I/O layer (watches, webhook, records, loops) stay thin: plan here, act in ``controller``.
 
-Typical pass: ``parse_pool`` / ``parse_node`` / ``node_usage`` / ``group_demand`` turn
-cluster objects into inputs; ``plan`` returns which groups to admit and why the others
-wait. ``pod_gate_patch`` and ``lws_label_patch`` are what the admission webhook changes.
+Shared concepts: ``keys`` (every label, annotation, API version, condition and reason),
+``objects`` and ``fields`` (lenient and strict readers), ``lws`` (what is read of an LWS
+and its pods), ``groups`` (the groups of an LWS), ``record`` (the ``GroupAdmission``),
+``quantity``, ``demand``, ``selectors``, ``nodes``, ``fit`` (node fit), ``quota``,
+``queue`` (queue order), ``pool`` (the ``Pool`` object), ``planner`` (admission against
+quota and nodes), ``reasons`` and ``messages`` (why a group waits), ``gating`` (the gate).
+Decisions built on them: ``backends.pools``, ``backends.kueue`` (independent of each
+other) and the Kueue AdmissionCheck ``checks.node_fit``.
 """
 
 from gatekeeper.core.demand import (
-    LWS_API_VERSION,
     GroupDemand,
     PodDemand,
     Resources,
@@ -21,12 +25,18 @@ from gatekeeper.core.demand import (
 )
 from gatekeeper.core.fit import Misfit, NodeTable, Placement, fit_group
 from gatekeeper.core.gating import is_opted_in, lws_label_patch, pod_gate_patch
-from gatekeeper.core.names import API_GROUP, API_VERSION, POOL_LABEL, SCHEDULING_GATE
+from gatekeeper.core.keys import (
+    API_GROUP,
+    API_VERSION,
+    GATEKEEPER_API_VERSION,
+    LWS_API_VERSION,
+    POOL_KIND,
+    POOL_LABEL,
+    SCHEDULING_GATE,
+)
 from gatekeeper.core.nodes import Node, node_usage, parse_node
 from gatekeeper.core.planner import Admission, Plan, PoolStatus, Waiting, plan
 from gatekeeper.core.pool import (
-    POOL_API_VERSION,
-    POOL_KIND,
     NodeFit,
     Pool,
     QueueingStrategy,
@@ -50,8 +60,8 @@ from gatekeeper.core.selectors import NodeConstraints, NodeSelectorTerm, Require
 __all__ = [
     "API_GROUP",
     "API_VERSION",
+    "GATEKEEPER_API_VERSION",
     "LWS_API_VERSION",
-    "POOL_API_VERSION",
     "POOL_KIND",
     "POOL_LABEL",
     "SCHEDULING_GATE",

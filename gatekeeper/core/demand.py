@@ -29,14 +29,14 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from gatekeeper.core._parse import integer, mapping, sequence, string
+from gatekeeper.core.fields import integer, mapping, sequence, string
+from gatekeeper.core.keys import LWS_API_VERSION
 from gatekeeper.core.quantity import QuantityLike, parse_quantity, to_units
 from gatekeeper.core.selectors import NodeConstraints, parse_node_constraints
 
 #: Resource amounts in scheduler units (cpu: millicores; everything else: base units).
 Resources = Mapping[str, int]
 
-LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
 _POD_LEVEL_RESOURCES = frozenset({"cpu", "memory"})
 
 

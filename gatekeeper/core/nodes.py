@@ -12,8 +12,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gatekeeper.core._parse import mapping, string
 from gatekeeper.core.demand import Resources, pod_requests
+from gatekeeper.core.fields import mapping, string
 from gatekeeper.core.quantity import parse_units
 from gatekeeper.core.selectors import Taint, parse_label_map, parse_taints
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from gatekeeper.core import _messages as text
+from gatekeeper.core import messages as text
 from gatekeeper.core.demand import GroupDemand, Resources
 from gatekeeper.core.fit import Misfit, NodeTable, Placement
 from gatekeeper.core.nodes import Node

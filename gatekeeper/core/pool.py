@@ -23,15 +23,12 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from gatekeeper.core._parse import mapping, string
 from gatekeeper.core.demand import Resources
-from gatekeeper.core.names import API_GROUP, API_VERSION
+from gatekeeper.core.fields import mapping, string
+from gatekeeper.core.keys import GATEKEEPER_API_VERSION, POOL_KIND
 from gatekeeper.core.nodes import Node
 from gatekeeper.core.quantity import parse_quantity, to_units
 from gatekeeper.core.selectors import parse_label_map
-
-POOL_API_VERSION = f"{API_GROUP}/{API_VERSION}"
-POOL_KIND = "Pool"
 
 
 class QueueingStrategy(StrEnum):
@@ -77,8 +74,8 @@ def parse_pool(obj: Mapping[str, Any]) -> Pool:
         if not isinstance(name, str) or not name:
             raise ValueError("metadata.name: missing")
         api_version, kind = obj.get("apiVersion"), obj.get("kind")
-        if api_version is not None and api_version != POOL_API_VERSION:
-            raise ValueError(f"apiVersion: expected {POOL_API_VERSION}, got {api_version!r}")
+        if api_version is not None and api_version != GATEKEEPER_API_VERSION:
+            raise ValueError(f"apiVersion: expected {GATEKEEPER_API_VERSION}, got {api_version!r}")
         if kind is not None and kind != POOL_KIND:
             raise ValueError(f"kind: expected {POOL_KIND}, got {kind!r}")
         spec = mapping(obj.get("spec"), "spec")

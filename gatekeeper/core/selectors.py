@@ -20,9 +20,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gatekeeper.core._parse import mapping as _mapping
-from gatekeeper.core._parse import sequence as _list
-from gatekeeper.core._parse import string as _str
+from gatekeeper.core.fields import mapping as _mapping
+from gatekeeper.core.fields import sequence as _list
+from gatekeeper.core.fields import string as _str
 
 #: Taints added by the node lifecycle controller for transient node conditions.
 CONDITION_TAINT_PREFIX = "node.kubernetes.io/"

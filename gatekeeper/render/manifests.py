@@ -26,7 +26,7 @@ from importlib.resources.abc import Traversable
 import jinja2
 import yaml
 
-from gatekeeper.core.pool import POOL_API_VERSION, POOL_KIND
+from gatekeeper.core.keys import GATEKEEPER_API_VERSION, KUEUE_API_VERSION, POOL_KIND, VOLCANO_API_VERSION
 from gatekeeper.render.pools import PoolsFile, PoolSpec
 
 __all__ = [
@@ -41,9 +41,6 @@ __all__ = [
     "templates_dir",
 ]
 
-KUEUE_API_VERSION = "kueue.x-k8s.io/v1beta2"
-"""Served by Kueue v0.19 (storage version there; v1beta1 deprecated) and the only one from v0.20 on."""
-VOLCANO_API_VERSION = "scheduling.volcano.sh/v1beta1"
 MANAGED_BY = "lws-gatekeeper-render"
 """Value of app.kubernetes.io/managed-by on every rendered object (select them with -l)."""
 
@@ -127,7 +124,7 @@ def _environment() -> jinja2.Environment:
 def _context(pool: PoolSpec) -> dict[str, object]:
     return {
         "pool": pool,
-        "api_version": POOL_API_VERSION,
+        "api_version": GATEKEEPER_API_VERSION,
         "kind": POOL_KIND,
         "kueue_api_version": KUEUE_API_VERSION,
         "volcano_api_version": VOLCANO_API_VERSION,

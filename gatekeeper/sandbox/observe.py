@@ -13,12 +13,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gatekeeper.core.names import SCHEDULING_GATE
+from gatekeeper.core.keys import GROUP_INDEX_LABEL, LWS_NAME_LABEL, SCHEDULING_GATE
 
 __all__ = ["GATE", "GROUP_INDEX_LABEL", "LWS_NAME_LABEL", "GroupView", "Verdict", "summarize"]
 
-GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
-LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 GATE = SCHEDULING_GATE
 GPU = "nvidia.com/gpu"
 

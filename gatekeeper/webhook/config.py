@@ -12,8 +12,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from gatekeeper.core.demand import LWS_API_VERSION
-from gatekeeper.core.names import API_GROUP, POOL_LABEL
+from gatekeeper.core.keys import API_GROUP, LWS_API_VERSION, POOL_LABEL
 
 __all__ = ["LWS_PATH", "PODS_PATH", "mutating_webhook_configuration"]
 

@@ -30,7 +30,7 @@ from aiohttp import web
 from prometheus_client import Counter
 
 from gatekeeper.core.gating import is_opted_in, lws_label_patch, pod_gate_patch
-from gatekeeper.core.names import POOL_LABEL, SCHEDULING_GATE
+from gatekeeper.core.keys import POOL_LABEL, SCHEDULING_GATE
 from gatekeeper.webhook.config import LWS_PATH, PODS_PATH
 
 __all__ = ["CERT_CHECK_SECONDS", "make_app", "start_webhook_server"]

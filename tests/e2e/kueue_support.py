@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from gatekeeper.core.names import SCHEDULING_GATE
+from gatekeeper.core.keys import SCHEDULING_GATE
 from gatekeeper.sandbox.cluster import Sandbox, fake_node
 from gatekeeper.sandbox.kueue import MANAGED_NAMESPACE_LABEL
 

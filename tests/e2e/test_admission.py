@@ -15,7 +15,7 @@ import kr8s.asyncio
 from kr8s.asyncio.objects import Pod
 
 from gatekeeper.core import POOL_LABEL
-from gatekeeper.core.reconcile import REVISION_LABEL
+from gatekeeper.core.keys import REVISION_LABEL
 from gatekeeper.sandbox.observe import LWS_NAME_LABEL, summarize
 from gatekeeper.sandbox.replay import LeaderWorkerSet, isolate, list_raw, load_scenario, replay, settle
 

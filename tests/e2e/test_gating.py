@@ -14,7 +14,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import anyio
-import kr8s
 import kr8s.asyncio
 import pytest
 from kr8s.asyncio.objects import Pod

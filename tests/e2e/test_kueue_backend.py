@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from gatekeeper.core.names import POOL_LABEL, SCHEDULING_GATE
+from gatekeeper.core.keys import POOL_LABEL, SCHEDULING_GATE
 from gatekeeper.sandbox.cluster import Sandbox, fake_node
 from tests.e2e.kueue_support import (
     Queue,

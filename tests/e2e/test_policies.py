@@ -31,7 +31,7 @@ import anyio
 import pytest
 import yaml
 
-from gatekeeper.core.names import POOL_LABEL, SCHEDULING_GATE
+from gatekeeper.core.keys import POOL_LABEL, SCHEDULING_GATE
 from gatekeeper.render.admission import load_policies, service_account_username
 
 from .conftest import Cluster

@@ -23,14 +23,14 @@ from gatekeeper.core import (
     parse_node,
     parse_pool,
 )
-from gatekeeper.core.reconcile import (
+from gatekeeper.core.keys import (
     ADMITTED,
     GROUP_INDEX_LABEL,
     LWS_NAME_LABEL,
     REVISION_LABEL,
     WORKER_INDEX_LABEL,
-    record_name,
 )
+from gatekeeper.core.record import record_name
 
 GPU = "nvidia.com/gpu"
 T0 = datetime(2025, 1, 1, tzinfo=UTC)

@@ -24,8 +24,7 @@ import click
 import pytest
 import yaml
 
-from gatekeeper.core.names import POOL_LABEL
-from gatekeeper.core.nodefit import NODE_FIT_CONTROLLER
+from gatekeeper.core.keys import NODE_FIT_CONTROLLER, POOL_LABEL
 from gatekeeper.render.admission import load_policies, service_account_username
 from gatekeeper.sandbox import build
 from gatekeeper.webhook import mutating_webhook_configuration
@@ -132,7 +131,7 @@ LEASE_RULES: list[Rule] = [
     ("coordination.k8s.io", "leases", ("get", "update"), ("lws-gatekeeper",)),
 ]
 SECRET_RULE: Rule = ("", "secrets", ("get", "update"), ("lws-gatekeeper-webhook-cert",))
-# The kueue backend (gatekeeper/controller/kueue_backend.py) instead of Pools and nodes: its
+# The kueue backend (gatekeeper/controller/backends/kueue.py) instead of Pools and nodes: its
 # informers, its Workloads (created, deleted when a group goes), the quota reservation of an
 # evicted Workload cleared (status patch) and that group's pods stopped (delete).
 KUEUE_CLUSTER_RULES: list[Rule] = [
@@ -146,7 +145,7 @@ KUEUE_CLUSTER_RULES: list[Rule] = [
     ("lws-gatekeeper.io", "groupadmissions/status", ("patch",), ()),
     ("scheduling.k8s.io", "priorityclasses", ("list", "watch"), ()),
 ]
-# The node-fit AdmissionCheck controller (gatekeeper/controller/nodefit.py): informers on
+# The node-fit AdmissionCheck controller (gatekeeper/controller/checks/node_fit.py): informers on
 # Workloads, AdmissionChecks, flavors, nodes and bound pods; server-side apply of its check's
 # entry in a Workload's status and of its AdmissionChecks' Active condition.
 NODE_FIT_CLUSTER_RULES: list[Rule] = [

@@ -60,6 +60,6 @@ def test_user_facing_names_match_the_design() -> None:
     assert core.SCHEDULING_GATE == "lws-gatekeeper.io/admission"
     assert core.POOL_LABEL == "lws-gatekeeper.io/pool"
     assert (core.API_GROUP, core.API_VERSION) == ("lws-gatekeeper.io", "v1alpha1")
-    assert core.POOL_API_VERSION == "lws-gatekeeper.io/v1alpha1"
+    assert core.GATEKEEPER_API_VERSION == "lws-gatekeeper.io/v1alpha1"
     assert core.POOL_KIND == "Pool"
     assert core.LWS_API_VERSION == "leaderworkerset.x-k8s.io/v1"

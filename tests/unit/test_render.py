@@ -20,7 +20,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from gatekeeper.core.names import POOL_LABEL
+from gatekeeper.core.keys import POOL_LABEL
 from gatekeeper.core.pool import NodeFit, parse_pool
 from gatekeeper.core.quantity import parse_quantity
 from gatekeeper.render import Backend, PoolsError, parse_pools, render, render_stream

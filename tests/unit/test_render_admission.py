@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gatekeeper.core.names import POOL_LABEL, SCHEDULING_GATE
+from gatekeeper.core.keys import POOL_LABEL, SCHEDULING_GATE
 from gatekeeper.render.admission import (
     ALLOWED_USERNAMES_VARIABLE,
     POLICY_FILES,

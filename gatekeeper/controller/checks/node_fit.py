@@ -26,27 +26,20 @@ from collections.abc import Mapping
 from typing import Any
 
 import anyio
-import kr8s
 import kr8s.asyncio
 from prometheus_client import Counter, Gauge, Histogram
 
 from gatekeeper.controller import kube as k
 from gatekeeper.controller.informer import Informer, Resource
 from gatekeeper.controller.loop import PassLoop
-from gatekeeper.core.nodefit import (
-    ACTIVE_MESSAGE,
-    ACTIVE_REASON,
-    CheckUpdate,
-    NodeFitActions,
-    decide_node_fit,
-)
+from gatekeeper.core.checks.node_fit import CheckUpdate, NodeFitActions, decide_node_fit
+from gatekeeper.core.keys import NODE_FIT_ACTIVE_MESSAGE, NODE_FIT_ACTIVE_REASON, NODE_FIT_FIELD_MANAGER
 from gatekeeper.core.nodes import Node, parse_node
 
-__all__ = ["FIELD_MANAGER", "NodeFit"]
+__all__ = ["NodeFitCheck"]
 
 log = logging.getLogger("gatekeeper.nodefit")
 
-FIELD_MANAGER = "lws-gatekeeper-node-fit"
 
 CHECKS = Gauge(
     "gatekeeper_node_fit_workloads",
@@ -57,7 +50,7 @@ WRITES = Counter("gatekeeper_node_fit_check_writes_total", "Node-fit check state
 PASS_SECONDS = Histogram("gatekeeper_node_fit_pass_seconds", "Duration of one node-fit pass")
 
 
-class NodeFit:
+class NodeFitCheck:
     """Owns its informers and runs a pass whenever something changed (and every ``resync`` s)."""
 
     def __init__(
@@ -123,7 +116,7 @@ class NodeFit:
         self, res: Resource, name: str, namespace: str | None, body: Mapping[str, Any]
     ) -> None:
         """Server-side apply ``body`` to the object's ``status`` subresource, as our field manager."""
-        await self.kube.apply_status(res, name, namespace, body, field_manager=FIELD_MANAGER)
+        await self.kube.apply_status(res, name, namespace, body, field_manager=NODE_FIT_FIELD_MANAGER)
 
     async def _activate(self, name: str) -> None:
         obj = self.checks.get("", name)
@@ -131,8 +124,8 @@ class NodeFit:
         condition: dict[str, Any] = {
             "type": "Active",
             "status": "True",
-            "reason": ACTIVE_REASON,
-            "message": ACTIVE_MESSAGE,
+            "reason": NODE_FIT_ACTIVE_REASON,
+            "message": NODE_FIT_ACTIVE_MESSAGE,
             "lastTransitionTime": k.now_rfc3339(),
         }
         if isinstance(generation, int):

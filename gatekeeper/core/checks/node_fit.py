@@ -44,47 +44,38 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gatekeeper.core._messages import amount
 from gatekeeper.core.demand import PodDemand, pod_demand
 from gatekeeper.core.fit import Misfit, NodeTable
+from gatekeeper.core.keys import (
+    ACTIVE,
+    CHECK_PENDING,
+    CHECK_READY,
+    CHECK_REJECTED,
+    CHECK_RETRY,
+    EVICTED,
+    FINISHED,
+    GROUP_INDEX_LABEL,
+    KUEUE_POD_GROUP_KEY,
+    KUEUE_PODSET_LABEL,
+    KUEUE_ROLE_ANNOTATION,
+    LWS_NAME_LABEL,
+    NEVER_FITS,
+    NO_NODE_FITS,
+    NODE_FIT_ACTIVE_MESSAGE,
+    NODE_FIT_ACTIVE_REASON,
+    NODE_FIT_CONTROLLER,
+    QUOTA_RESERVED,
+    WORKER_INDEX_LABEL,
+)
+from gatekeeper.core.messages import amount, plural
 from gatekeeper.core.nodes import Node, node_usage_skipping
+from gatekeeper.core.objects import as_list, as_map, condition, is_true
 from gatekeeper.core.quantity import format_amount, format_resources
 
-__all__ = [
-    "ACTIVE_MESSAGE",
-    "ACTIVE_REASON",
-    "NEVER_FITS",
-    "NODE_FIT_CONTROLLER",
-    "NO_NODE_FITS",
-    "CheckUpdate",
-    "NodeFitActions",
-    "decide_node_fit",
-]
+__all__ = ["CheckUpdate", "NodeFitActions", "decide_node_fit"]
 
-#: ``spec.controllerName`` of the AdmissionChecks this controller serves.
-NODE_FIT_CONTROLLER = "lws-gatekeeper.io/node-fit"
-ACTIVE_REASON = "NodeFitActive"
-ACTIVE_MESSAGE = (
-    "lws-gatekeeper checks that every pod of a workload fits the free room of its flavor's nodes "
-    "before the workload is admitted"
-)
-READY = "Ready"
-PENDING = "Pending"
-#: How the message of a check that can never pass begins (the kueue backend reads it on
-#: its own Workloads, to give their quota back): "can never fit, even on empty nodes: ..."
-#: or, when no node of the flavor accepts the pods at all, "can never fit: no node ...".
-NEVER_FITS = "can never fit"
-NO_NODE_FITS = "can never fit: no node"
 #: States only Kueue moves on from (after a retry delay, or never): left alone.
-_KUEUE_OWNED = frozenset({"Retry", "Rejected"})
-
-POD_GROUP_KEY = "kueue.x-k8s.io/pod-group-name"
-PODSET_LABEL = "kueue.x-k8s.io/podset"
-ROLE_ANNOTATION = "kueue.x-k8s.io/role-hash"
-LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
-GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
-WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
-
+_KUEUE_OWNED = frozenset({CHECK_RETRY, CHECK_REJECTED})
 _VIEW = "*"
 
 
@@ -119,25 +110,6 @@ class NodeFitActions:
 # ----- reading objects ------------------------------------------------------------------
 
 
-def _map(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _list(value: object) -> list[Any]:
-    return list(value) if isinstance(value, list | tuple) else []
-
-
-def _condition(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
-    for cond in _list(_map(obj.get("status")).get("conditions")):
-        if isinstance(cond, Mapping) and cond.get("type") == kind:
-            return cond
-    return {}
-
-
-def _is_true(obj: Mapping[str, Any], kind: str) -> bool:
-    return _condition(obj, kind).get("status") == "True"
-
-
 @dataclass(frozen=True)
 class _PodSet:
     name: str
@@ -167,41 +139,41 @@ class _Workload:
 
 def _workload(obj: Mapping[str, Any], ours: frozenset[str]) -> _Workload | None:
     """The parts of a Workload node fit needs, or None if it is not ours to check now."""
-    status = _map(obj.get("status"))
+    status = as_map(obj.get("status"))
     checks: dict[str, tuple[str, str]] = {}
-    for entry in _list(status.get("admissionChecks")):
-        entry = _map(entry)
+    for entry in as_list(status.get("admissionChecks")):
+        entry = as_map(entry)
         name = entry.get("name")
         if isinstance(name, str) and name in ours:
             checks[name] = (str(entry.get("state") or ""), str(entry.get("message") or ""))
     if not checks:
         return None
-    admission = _map(status.get("admission"))
-    if not admission or not _is_true(obj, "QuotaReserved") or _is_true(obj, "Finished"):
+    admission = as_map(status.get("admission"))
+    if not admission or not is_true(obj, QUOTA_RESERVED) or is_true(obj, FINISHED):
         return None
-    if _is_true(obj, "Evicted"):
+    if is_true(obj, EVICTED):
         # Being evicted (preempted, say): Kueue resets the checks to Pending and the quota
         # goes back; a verdict now would only be undone. Kueue clears Evicted when it
         # reserves quota again, and then the Workload is checked afresh.
         return None
-    meta, spec = _map(obj.get("metadata")), _map(obj.get("spec"))
-    assignments = {str(_map(a).get("name")): _map(a) for a in _list(admission.get("podSetAssignments"))}
+    meta, spec = as_map(obj.get("metadata")), as_map(obj.get("spec"))
+    assignments = {str(as_map(a).get("name")): as_map(a) for a in as_list(admission.get("podSetAssignments"))}
     pod_sets: list[_PodSet] = []
-    for raw in _list(spec.get("podSets")):
-        ps = _map(raw)
+    for raw in as_list(spec.get("podSets")):
+        ps = as_map(raw)
         name = str(ps.get("name") or "")
         assigned = assignments.get(name, {})
         count = assigned.get("count")
         if not isinstance(count, int) or isinstance(count, bool):
             count = ps.get("count", 1)
         count = count if isinstance(count, int) and not isinstance(count, bool) else 1
-        flavors = tuple(sorted({str(f) for f in _map(assigned.get("flavors")).values()}))
-        pod_sets.append(_PodSet(name, max(count, 0), _map(_map(ps.get("template")).get("spec")), flavors))
+        flavors = tuple(sorted({str(f) for f in as_map(assigned.get("flavors")).values()}))
+        pod_sets.append(_PodSet(name, max(count, 0), as_map(as_map(ps.get("template")).get("spec")), flavors))
     priority = spec.get("priority")
     owners = frozenset(
-        str(_map(o).get("uid")) for o in _list(meta.get("ownerReferences")) if _map(o).get("uid")
+        str(as_map(o).get("uid")) for o in as_list(meta.get("ownerReferences")) if as_map(o).get("uid")
     )
-    labels = {str(k): str(v) for k, v in _map(meta.get("labels")).items()}
+    labels = {str(k): str(v) for k, v in as_map(meta.get("labels")).items()}
     return _Workload(
         namespace=str(meta.get("namespace") or ""),
         name=str(meta.get("name") or ""),
@@ -222,14 +194,14 @@ class _Members:
         self.by_owner: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
         self.by_lws: dict[tuple[str, str, str], list[Mapping[str, Any]]] = {}
         for pod in pods:
-            meta = _map(pod.get("metadata"))
+            meta = as_map(pod.get("metadata"))
             ns = str(meta.get("namespace") or "")
-            labels, annotations = _map(meta.get("labels")), _map(meta.get("annotations"))
-            group = labels.get(POD_GROUP_KEY) or annotations.get(POD_GROUP_KEY)
+            labels, annotations = as_map(meta.get("labels")), as_map(meta.get("annotations"))
+            group = labels.get(KUEUE_POD_GROUP_KEY) or annotations.get(KUEUE_POD_GROUP_KEY)
             if group:
                 self.by_group.setdefault((ns, str(group)), []).append(pod)
             uids = {str(meta.get("uid") or "")} | {
-                str(_map(o).get("uid") or "") for o in _list(meta.get("ownerReferences"))
+                str(as_map(o).get("uid") or "") for o in as_list(meta.get("ownerReferences"))
             }
             for uid in uids - {""}:
                 self.by_owner.setdefault((ns, uid), []).append(pod)
@@ -246,16 +218,16 @@ class _Members:
             key = (wl.namespace, wl.labels[LWS_NAME_LABEL], wl.labels[GROUP_INDEX_LABEL])
             candidates.extend(self.by_lws.get(key, ()))
         for pod in candidates:
-            meta = _map(pod.get("metadata"))
+            meta = as_map(pod.get("metadata"))
             found[(str(meta.get("name")), str(meta.get("uid")))] = pod
         return list(found.values())
 
 
 def _pod_set_of(pod: Mapping[str, Any], names: Sequence[str], left: Mapping[str, int]) -> str | None:
     """Which pod set a bound pod of a Workload fills."""
-    meta = _map(pod.get("metadata"))
-    labels, annotations = _map(meta.get("labels")), _map(meta.get("annotations"))
-    for hint in (labels.get(PODSET_LABEL), annotations.get(ROLE_ANNOTATION)):
+    meta = as_map(pod.get("metadata"))
+    labels, annotations = as_map(meta.get("labels")), as_map(meta.get("annotations"))
+    for hint in (labels.get(KUEUE_PODSET_LABEL), annotations.get(KUEUE_ROLE_ANNOTATION)):
         if isinstance(hint, str) and hint in names:
             return hint
     worker_index = labels.get(WORKER_INDEX_LABEL)
@@ -299,13 +271,13 @@ def _unbound_pods(
             flavor = flavors.get(flavor_name)
             if flavor is None:
                 return f"its pod set {ps.name} is assigned flavor {flavor_name}, which does not exist"
-            fspec = _map(flavor.get("spec"))
-            labels.update({str(k): str(v) for k, v in _map(fspec.get("nodeLabels")).items()})
-            tolerations.extend(t for t in _list(fspec.get("tolerations")) if t not in tolerations)
+            fspec = as_map(flavor.get("spec"))
+            labels.update({str(k): str(v) for k, v in as_map(fspec.get("nodeLabels")).items()})
+            tolerations.extend(t for t in as_list(fspec.get("tolerations")) if t not in tolerations)
         spec = dict(ps.spec)
-        spec["nodeSelector"] = {**_map(spec.get("nodeSelector")), **labels}
+        spec["nodeSelector"] = {**as_map(spec.get("nodeSelector")), **labels}
         if tolerations:
-            spec["tolerations"] = [*_list(spec.get("tolerations")), *tolerations]
+            spec["tolerations"] = [*as_list(spec.get("tolerations")), *tolerations]
         try:
             demand = pod_demand(ps.name, spec, where=f"spec.podSets[{ps.name}].template.spec")
         except ValueError as err:
@@ -319,10 +291,6 @@ def _unbound_pods(
 # ----- messages -------------------------------------------------------------------------
 
 
-def _plural(count: int, word: str) -> str:
-    return f"{count} {word}" if count == 1 else f"{count} {word}s"
-
-
 def _needs(misfit: Misfit) -> str:
     return format_resources({r: a for r, a in misfit.requests.items() if r != "pods"}) or "a pod slot"
 
@@ -330,9 +298,9 @@ def _needs(misfit: Misfit) -> str:
 def _fits(pods: _Pods) -> str:
     places = sorted(set(pods.where))
     return (
-        f"all {_plural(pods.total, 'pod')} fit the free room of the nodes of {' and '.join(places)}"
+        f"all {plural(pods.total, 'pod')} fit the free room of the nodes of {' and '.join(places)}"
         if pods.demands
-        else f"all {_plural(pods.total, 'pod')} are already bound to nodes"
+        else f"all {plural(pods.total, 'pod')} are already bound to nodes"
     )
 
 
@@ -349,17 +317,17 @@ def _waits(pods: _Pods, misfit: Misfit) -> str:
     elif misfit.total == 0:
         text = (
             f"{head} needs {amount(misfit.resource, misfit.needed)}; none of the "
-            f"{_plural(misfit.eligible, 'node')} of {where} has any {misfit.resource} free"
+            f"{plural(misfit.eligible, 'node')} of {where} has any {misfit.resource} free"
         )
     else:
         res = misfit.resource
         text = (
             f"{head} needs {amount(res, misfit.needed)}; the most free on any node of {where} is "
             f"{amount(res, misfit.largest)} ({format_amount(res, misfit.total)} free in all, "
-            f"on {_plural(misfit.spread, 'node')})"
+            f"on {plural(misfit.spread, 'node')})"
         )
     if misfit.placed:
-        text += f", after placing {_plural(misfit.placed, 'other pod')} of this workload"
+        text += f", after placing {plural(misfit.placed, 'other pod')} of this workload"
     return text
 
 
@@ -378,7 +346,7 @@ def _never(pods: _Pods, misfit: Misfit) -> str:
     if misfit.placed == 0:
         return f"{head} needs {need}; the largest node of {where} has {largest}"
     return (
-        f"{head} needs {need}, and with the workload's other {_plural(misfit.placed, 'pod')} placed "
+        f"{head} needs {need}, and with the workload's other {plural(misfit.placed, 'pod')} placed "
         f"on the empty nodes of {where}, no node has more than {largest} left"
     )
 
@@ -387,11 +355,11 @@ def _never(pods: _Pods, misfit: Misfit) -> str:
 
 
 def _active(check: Mapping[str, Any]) -> bool:
-    cond = _condition(check, "Active")
+    cond = condition(check, ACTIVE)
     return (
         cond.get("status") == "True"
-        and cond.get("reason") == ACTIVE_REASON
-        and cond.get("message") == ACTIVE_MESSAGE
+        and cond.get("reason") == NODE_FIT_ACTIVE_REASON
+        and cond.get("message") == NODE_FIT_ACTIVE_MESSAGE
     )
 
 
@@ -410,13 +378,13 @@ def decide_node_fit(
     ours: set[str] = set()
     activate: list[str] = []
     for check in admission_checks:
-        if _map(check.get("spec")).get("controllerName") != NODE_FIT_CONTROLLER:
+        if as_map(check.get("spec")).get("controllerName") != NODE_FIT_CONTROLLER:
             continue
-        name = str(_map(check.get("metadata")).get("name") or "")
+        name = str(as_map(check.get("metadata")).get("name") or "")
         ours.add(name)
         if not _active(check):
             activate.append(name)
-    flavor_map = {str(_map(f.get("metadata")).get("name")): f for f in flavors}
+    flavor_map = {str(as_map(f.get("metadata")).get("name")): f for f in flavors}
     bound = list(bound_pods)
     node_list = list(nodes)
     problems: list[str] = []
@@ -426,11 +394,11 @@ def decide_node_fit(
     members = _Members(bound)
     parsed = [w for w in (_workload(obj, frozenset(ours)) for obj in workloads) if w is not None]
     parsed.sort(key=_Workload.order)
-    holders = [w for w in parsed if all(state == READY for state, _ in w.checks.values())]
+    holders = [w for w in parsed if all(state == CHECK_READY for state, _ in w.checks.values())]
     waiting = [
         w
         for w in parsed
-        if any(state != READY for state, _ in w.checks.values())
+        if any(state != CHECK_READY for state, _ in w.checks.values())
         and not any(state in _KUEUE_OWNED for state, _ in w.checks.values())
     ]
 
@@ -449,20 +417,20 @@ def decide_node_fit(
     for wl in waiting:
         pods = _unbound_pods(wl, members.of(wl), flavor_map)
         if isinstance(pods, str):
-            state, message = PENDING, f"cannot be checked: {pods}"
+            state, message = CHECK_PENDING, f"cannot be checked: {pods}"
             problems.append(f"{wl.label}: {pods}")
         else:
             result = table.place(_VIEW, pods.demands) if pods.demands else ()
             if not isinstance(result, Misfit):
-                state, message = READY, _fits(pods)
+                state, message = CHECK_READY, _fits(pods)
             else:
                 if empty is None:
                     empty = NodeTable(node_list, hypothetical=True)
                     empty.add_view(_VIEW, lambda _node: True)
                 never = empty.place(_VIEW, pods.demands, keep=False)
-                state = PENDING
+                state = CHECK_PENDING
                 message = _never(pods, never) if isinstance(never, Misfit) else _waits(pods, result)
-        if state == READY:
+        if state == CHECK_READY:
             ready += 1
         for check_name, (old_state, old_message) in sorted(wl.checks.items()):
             if (old_state, old_message) != (state, message):

@@ -26,20 +26,20 @@ from prometheus_client import Counter, Gauge, Histogram
 from gatekeeper.controller import kube as k
 from gatekeeper.controller.informer import Informer
 from gatekeeper.controller.loop import PassLoop
-from gatekeeper.core.demand import GroupDemand
-from gatekeeper.core.kueue import (
+from gatekeeper.core.backends.kueue import (
     NEVER_FIT_RETRY_SECONDS,
     KueueActions,
     KueueSnapshot,
     RecordStatus,
-    Ungate,
     clear_admission_status,
     decide_kueue,
     new_workload,
-    ungate_patch,
 )
-from gatekeeper.core.names import POOL_LABEL
-from gatekeeper.core.reconcile import ADMITTED, GroupState, admitted_condition, demand_status, new_record
+from gatekeeper.core.demand import GroupDemand
+from gatekeeper.core.gating import Ungate, ungate_patch
+from gatekeeper.core.groups import DemandMemo, GroupState
+from gatekeeper.core.keys import ADMITTED, POOL_LABEL
+from gatekeeper.core.record import admitted_condition, demand_status, new_record
 
 __all__ = ["KueueBackend"]
 
@@ -77,6 +77,7 @@ class KueueBackend:
         self._admitted: set[tuple[str, str]] = set()
         self._problems: set[str] = set()
         self.passes = 0
+        self.demands = DemandMemo()
 
         poke = self.loop.poke
 
@@ -107,7 +108,7 @@ class KueueBackend:
     async def reconcile_once(self) -> KueueActions:
         start = time.monotonic()
         snap = self.snapshot()
-        actions = decide_kueue(snap)
+        actions = decide_kueue(snap, self.demands)
         self.passes += 1
         limited = self.loop.writer(self.concurrency)
 
@@ -146,7 +147,7 @@ class KueueBackend:
         lws = self.lws.get(group.key.namespace, group.key.name)
         if lws is None:
             return
-        record = await self.kube.create(k.RECORDS, new_record(group, lws))
+        record = await self.kube.create(k.RECORDS, new_record(lws, group.key.index))
         if isinstance(group.demand, GroupDemand):  # its Workload at once, not one pass later
             await self._create_workload(group, str(record["metadata"]["uid"]), priorities, lws)
 
@@ -208,7 +209,7 @@ class KueueBackend:
         if same and current.get("message") == st.message and noted and not retry:
             return
         status: dict[str, Any] = {
-            **demand_status(group, before),
+            **demand_status(group.pool, group.demand, before),
             "workload": st.workload,
             "conditions": [admitted_condition(st.admitted, st.reason, st.message, current, k.now_rfc3339())],
         }

@@ -11,21 +11,25 @@ from typing import Any
 import pytest
 from core_builders import lws, lws_pod, record
 
-from gatekeeper.core.kueue import (
-    DEMAND_HASH_ANNOTATION,
-    KUEUE_API_VERSION,
-    LWS_UID_ANNOTATION,
-    SPEC_HASH_ANNOTATION,
+from gatekeeper.core.backends.kueue import (
     KueueActions,
     KueueSnapshot,
-    Ungate,
     clear_admission_status,
     decide_kueue,
     new_workload,
-    ungate_patch,
 )
-from gatekeeper.core.names import POOL_LABEL, SCHEDULING_GATE
-from gatekeeper.core.reconcile import GROUP_INDEX_LABEL, LWS_NAME_LABEL, record_name
+from gatekeeper.core.gating import Ungate, ungate_patch
+from gatekeeper.core.keys import (
+    DEMAND_HASH_ANNOTATION,
+    GROUP_INDEX_LABEL,
+    KUEUE_API_VERSION,
+    LWS_NAME_LABEL,
+    LWS_UID_ANNOTATION,
+    POOL_LABEL,
+    SCHEDULING_GATE,
+    SPEC_HASH_ANNOTATION,
+)
+from gatekeeper.core.record import record_name
 
 UID = "1f0c2a77-0000-4000-8000-000000000001"
 LQ = "lq-gpu"

@@ -18,32 +18,22 @@ from datetime import datetime
 from typing import Any
 
 import anyio
-import kr8s
 import kr8s.asyncio
 from prometheus_client import Counter, Gauge, Histogram
 
 from gatekeeper.controller import kube as k
 from gatekeeper.controller.informer import Informer
 from gatekeeper.controller.loop import PassLoop
-from gatekeeper.core.names import POOL_LABEL, SCHEDULING_GATE
+from gatekeeper.core.backends.pools import Actions, Admit, Snapshot, WaitStatus, decide
+from gatekeeper.core.groups import DemandMemo, GroupState
+from gatekeeper.core.keys import ADMITTED, POOL_LABEL, SCHEDULING_GATE
 from gatekeeper.core.nodes import parse_node
+from gatekeeper.core.objects import replacing_map
 from gatekeeper.core.planner import PoolStatus
 from gatekeeper.core.quantity import format_amount, format_resources
-from gatekeeper.core.reconcile import (
-    ADMITTED,
-    Actions,
-    Admit,
-    GroupState,
-    Snapshot,
-    WaitStatus,
-    admitted_condition,
-    decide,
-    demand_status,
-    new_record,
-    replacing_map,
-)
+from gatekeeper.core.record import admitted_condition, demand_status, new_record
 
-__all__ = ["Reconciler"]
+__all__ = ["PoolsBackend"]
 
 log = logging.getLogger("gatekeeper.reconciler")
 
@@ -86,7 +76,7 @@ def _describe(st: PoolStatus) -> str:
     return text
 
 
-class Reconciler:
+class PoolsBackend:
     """Owns the informers and runs passes whenever something changed (and every ``resync`` s)."""
 
     def __init__(
@@ -100,6 +90,7 @@ class Reconciler:
         self._last_event: dict[tuple[str, str, str], str] = {}
         self._problems: set[str] = set()
         self.passes = 0
+        self.demands = DemandMemo()
 
         poke = self.loop.poke
 
@@ -145,7 +136,7 @@ class Reconciler:
         """One pass. Writes of different groups run concurrently (at most ``concurrency`` in
         flight); within a group the order holds: its record is admitted before its gates go."""
         start = time.monotonic()
-        actions = decide(self.snapshot())
+        actions = decide(self.snapshot(), self.demands)
         self.passes += 1
         limited = self.loop.writer(self.concurrency)
 
@@ -188,7 +179,7 @@ class Reconciler:
         if lws is None:
             return
         try:
-            obj = await self.kube.create(k.RECORDS, new_record(group, lws))
+            obj = await self.kube.create(k.RECORDS, new_record(lws, group.key.index))
         except k.Conflict:
             return  # already there: the next pass sees it
         created[(group.key.namespace, group.record)] = obj
@@ -247,7 +238,7 @@ class Reconciler:
         before = record.get("status") or {}
         now = k.now_rfc3339()
         status = {
-            **demand_status(group, before),
+            **demand_status(group.pool, group.demand, before),
             "placement": replacing_map(
                 before.get("placement"), {str(i): n for i, n in enumerate(admit.nodes) if n}
             ),
@@ -318,7 +309,7 @@ class Reconciler:
         if same_reason and now - self._last_message_write.get(key, 0.0) < MESSAGE_REFRESH_SECONDS:
             return  # only the numbers changed: a later pass (at most ``resync`` away) writes them
         status = {
-            **demand_status(group, record.get("status")),
+            **demand_status(group.pool, group.demand, record.get("status")),
             "conditions": [admitted_condition(False, reason, wait.message, current, k.now_rfc3339())],
         }
         try:

@@ -1,4 +1,4 @@
-"""The sentences people read in Conditions and Events, one builder per reason.
+"""The sentences people read in Conditions and Events of the pools backend, one builder per reason.
 
 Kept apart from the planner so that wording can be reviewed (and changed) in one
 place. Each builder returns the text after "group N " so that results for one
@@ -15,22 +15,22 @@ from gatekeeper.core.quantity import format_amount, format_resources
 from gatekeeper.core.quota import by_importance
 
 
-def _plural(count: int, word: str) -> str:
+def plural(count: int, word: str) -> str:
     return f"{count} {word}" if count == 1 else f"{count} {word}s"
 
 
 def amount(resource: str, units: int) -> str:
     """``2 nvidia.com/gpu``, ``500m cpu``, ``8Gi memory``, ``3 pod slots``."""
     if resource == "pods":
-        return _plural(units, "pod slot")
+        return plural(units, "pod slot")
     return f"{format_amount(resource, units)} {resource}"
 
 
 def _group_need(demand: GroupDemand, resource: str) -> str:
     if resource == "pods":
-        return f"needs {_plural(demand.pod_count, 'pod slot')}"
+        return f"needs {plural(demand.pod_count, 'pod slot')}"
     nodes = demand.pods_needing(resource)
-    return f"needs {amount(resource, demand.total[resource])} on {_plural(nodes, 'node')}"
+    return f"needs {amount(resource, demand.total[resource])} on {plural(nodes, 'node')}"
 
 
 def pool_not_found(pool: str) -> str:
@@ -69,7 +69,7 @@ def waits_for_quota(
     text = (
         f"{_group_need(demand, resource)}; pool {pool} has {free} free "
         f"({format_amount(resource, held)} of {format_amount(resource, total)} held by "
-        f"{_plural(holders.get(resource, 0), 'admitted group')})"
+        f"{plural(holders.get(resource, 0), 'admitted group')})"
     )
     others = [r for r in by_importance(short) if r != resource]
     if others:
@@ -88,7 +88,7 @@ def cannot_place(pool: str, misfit: Misfit) -> str:
     if misfit.eligible == 0:
         return (
             f"can never be placed: pod {misfit.role} matches none of pool {pool}'s "
-            f"{_plural(misfit.nodes, 'node')} (check its nodeSelector, node affinity and tolerations)"
+            f"{plural(misfit.nodes, 'node')} (check its nodeSelector, node affinity and tolerations)"
         )
     if misfit.resource is None:
         return (
@@ -104,7 +104,7 @@ def cannot_place(pool: str, misfit: Misfit) -> str:
         )
     return (
         f"can never be placed: pod {misfit.role} needs {need}, and with the group's other "
-        f"{_plural(misfit.placed, 'pod')} on pool {pool}'s empty nodes, no node has more than {largest} left"
+        f"{plural(misfit.placed, 'pod')} on pool {pool}'s empty nodes, no node has more than {largest} left"
     )
 
 
@@ -114,7 +114,7 @@ def waits_for_nodes(pool: str, misfit: Misfit) -> str:
     if misfit.nodes == 0:
         return f"{head} the pool has no schedulable node right now"
     if misfit.eligible == 0:
-        nodes = _plural(misfit.nodes, "schedulable node")
+        nodes = plural(misfit.nodes, "schedulable node")
         return f"{head} pod {misfit.role} matches none of its {nodes} right now"
     if misfit.resource is None:
         text = (
@@ -128,10 +128,10 @@ def waits_for_nodes(pool: str, misfit: Misfit) -> str:
         text = (
             f"{head} pod {misfit.role} needs {amount(resource, misfit.needed)}; "
             f"the largest free on any pool node is {largest} "
-            f"({total} free in all, on {_plural(misfit.spread, 'node')})"
+            f"({total} free in all, on {plural(misfit.spread, 'node')})"
         )
     if misfit.placed:
-        text += f", after placing the group's other {_plural(misfit.placed, 'pod')}"
+        text += f", after placing the group's other {plural(misfit.placed, 'pod')}"
     return text
 
 

@@ -22,16 +22,10 @@ from core_builders import (
 )
 
 from gatekeeper.core import GroupDemand, GroupKey, Node, Reason, format_amount
-from gatekeeper.core.reconcile import (
-    ADMITTED,
-    GROUP_INDEX_LABEL,
-    LWS_NAME_LABEL,
-    Actions,
-    Snapshot,
-    decide,
-    new_record,
-    record_name,
-)
+from gatekeeper.core.backends.pools import Actions, Snapshot, decide
+from gatekeeper.core.groups import DemandMemo
+from gatekeeper.core.keys import ADMITTED, GROUP_INDEX_LABEL, LWS_NAME_LABEL
+from gatekeeper.core.record import new_record, record_name
 
 ON_DEMAND = "on-demand"
 NS = "default"
@@ -78,6 +72,8 @@ class Scene:
     pools: list[dict[str, Any]] = field(default_factory=list)
     records: list[dict[str, Any]] = field(default_factory=list)
     priorities: dict[str, int] = field(default_factory=dict)
+    memo: DemandMemo = field(default_factory=DemandMemo)
+    """Demands remembered from one pass to the next, as the loop that owns it does."""
 
     def snap(self) -> Snapshot:
         bound = self.bound + [p for p in self.pods if p["spec"].get("nodeName") and p not in self.bound]
@@ -92,7 +88,7 @@ class Scene:
         )
 
     def decide(self) -> Actions:
-        return decide(self.snap())
+        return decide(self.snap(), self.memo)
 
 
 def seed_scene(replicas: int = 10) -> Scene:
@@ -110,8 +106,8 @@ def written(actions: Actions, before: Sequence[dict[str, Any]]) -> list[dict[str
     for key in actions.release:
         del records[key]
     for group in actions.create_records:
-        owner = {"metadata": {"name": group.key.name, "uid": group.lws_uid}}
-        records[(group.key.namespace, group.record)] = new_record(group, owner)
+        owner = {"metadata": {"name": group.key.name, "namespace": group.key.namespace, "uid": group.lws_uid}}
+        records[(group.key.namespace, group.record)] = new_record(owner, group.key.index)
     for admit in actions.admit:
         g = admit.group
         total = g.demand.total if isinstance(g.demand, GroupDemand) else {}

@@ -9,14 +9,10 @@ import pytest
 from core_builders import GPU, bound_pod, ctr, node, pod_spec
 
 from gatekeeper.core import Node
-from gatekeeper.core.nodefit import (
-    ACTIVE_MESSAGE,
-    ACTIVE_REASON,
-    NODE_FIT_CONTROLLER,
-    CheckUpdate,
-    NodeFitActions,
-    decide_node_fit,
-)
+from gatekeeper.core.checks.node_fit import CheckUpdate, NodeFitActions, decide_node_fit
+from gatekeeper.core.keys import NODE_FIT_ACTIVE_MESSAGE as ACTIVE_MESSAGE
+from gatekeeper.core.keys import NODE_FIT_ACTIVE_REASON as ACTIVE_REASON
+from gatekeeper.core.keys import NODE_FIT_CONTROLLER
 
 NS = "team"
 CHECK = "node-fit"

@@ -1,0 +1,1 @@
+"""The loops of the Kueue AdmissionCheck controllers the gatekeeper serves."""

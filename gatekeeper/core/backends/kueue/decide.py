@@ -1,0 +1,364 @@
+"""The ``kueue`` backend's whole decision: one Kueue Workload per LWS group, gates follow it.
+
+Why this exists: with the ``kueue`` backend, Kueue's ClusterQueues (cohorts, fair
+sharing, preemption) decide which group runs, and the gatekeeper keeps only its own
+gate. This module turns a snapshot (opted-in LWSs, their pods, our records, our
+Workloads, ResourceFlavors) into ``KueueActions`` without any I/O, the same way
+the ``pools`` backend does: plan, then act. What a Workload of ours is, and how it
+is read back, is in ``workload``.
+
+The model, per group of an opted-in LWS (label ``lws-gatekeeper.io/pool`` naming a
+LocalQueue in the LWS's namespace):
+
+* Groups are enumerated by ``core.groups``: ``0..replicas-1`` plus any index that still
+  has a live pod; a group of a deleted LWS, or beyond ``replicas`` with only terminating
+  pods, is leaving.
+* Each group has a ``GroupAdmission`` record (owned by the LWS) and one Workload of the
+  same name, owned by the record. Not by the LWS: Kueue's own LWS integration reconciles
+  every LWS that owns a Workload and deletes Workloads it did not make. So the Workload
+  goes when its record goes, and the record when the LWS goes.
+* The Workload has pod sets ``leader`` (1) and ``worker`` (``size - 1``) from the LWS
+  templates, counted before the workers exist, and the LWS's priority.
+* Kueue admits it (``Admitted=True``): every gated pod of the group loses its gate in
+  one write that also adds the assigned flavors' node labels to its node selector (and
+  their tolerations), so the pods land on the flavor's nodes. Pods that come later
+  (LeaderReady workers, restarts) go through the same way.
+* Kueue evicts or preempts it, or it is no longer admitted for any other reason: every
+  ungated pod of the group is deleted (the LWS recreates them, gated by the webhook), so
+  no group is left half-running; once none is left, the Workload's quota reservation is
+  cleared as Kueue's job integrations do (``QuotaReserved=False``, ``Requeued=True``),
+  and Kueue queues it again.
+* A Workload Kueue has not reserved quota for is made again when the LWS asks for another
+  one (another LocalQueue in its label, other templates, another priority): Kueue's pod
+  sets cannot change. An admitted Workload is kept as long as the group's demand is the
+  same (a new image goes through on it). When the LWS's templates ask another demand (a
+  rolling update to other pod sizes), pods are told apart by the LWS revision label as
+  in the ``pools`` backend: old pods (the Workload's revision, or that of a pod already let
+  through) still go through on it, new pods stay gated; once only new pods are left, the
+  Workload is deleted (its quota goes back to Kueue) and a new one is made for the new
+  demand, queued like any other.
+* A Workload of ours whose node-fit check says its pods can never fit the nodes of its
+  flavor (``core.checks.node_fit``: a pod larger than any node, or no node its pods accept) is
+  deleted, so that it holds no quota, and made again after a delay (60 s by default,
+  doubled each time up to 30 minutes; ``status.retryAt`` and ``status.retries`` on the
+  record), in case nodes joined. Kueue's own ``Retry`` state cannot do this in v0.19.2:
+  with a delay it keeps the quota until the delay is over, without one it loops at once.
+  The record says why (reason ``NodesTooSmall`` or ``NoMatchingNode``, as with pools).
+* A leaving group keeps its Workload (and so its quota) until its last pod is gone, then
+  its record and Workload are deleted.
+* The record mirrors the Workload: ``Admitted`` with Kueue's reason and message, so
+  ``kubectl get groupadmissions`` reads the same with either backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from gatekeeper.core.backends.kueue.workload import (
+    PERMANENT_REASONS,
+    demand_changed,
+    flavor_steering,
+    never_fits,
+    stale_spec,
+    waiting_reason,
+    workload_belongs,
+    workload_indices,
+)
+from gatekeeper.core.demand import GroupDemand
+from gatekeeper.core.gating import Ungate
+from gatekeeper.core.groups import DemandMemo, GroupState, lws_groups, pods_by_group
+from gatekeeper.core.keys import ADMITTED, EVICTED, KUEUE_ADMITTED, NO_NODE_FITS, QUOTA_RESERVED
+from gatekeeper.core.lws import GroupPod
+from gatekeeper.core.objects import (
+    as_list,
+    as_map,
+    condition,
+    conditions,
+    index_by_key,
+    meta,
+    object_key,
+    parse_time,
+)
+from gatekeeper.core.quantity import format_resources
+from gatekeeper.core.queue import InvalidDemand
+
+__all__ = [
+    "NEVER_FIT_RETRY_MAX_SECONDS",
+    "NEVER_FIT_RETRY_SECONDS",
+    "KueueActions",
+    "KueueSnapshot",
+    "RecordStatus",
+    "decide_kueue",
+]
+
+NEVER_FIT_RETRY_SECONDS = 60
+NEVER_FIT_RETRY_MAX_SECONDS = 1800
+
+
+@dataclass(frozen=True)
+class KueueSnapshot:
+    """What one pass of the ``kueue`` backend sees (API-shaped dicts, as informers hold them)."""
+
+    lwss: Sequence[Mapping[str, Any]]
+    """Opted-in LeaderWorkerSets."""
+    pods: Sequence[Mapping[str, Any]]
+    """Pods of opted-in LWSs."""
+    records: Sequence[Mapping[str, Any]]
+    """GroupAdmission records."""
+    workloads: Sequence[Mapping[str, Any]]
+    """Kueue Workloads made by the gatekeeper (they carry ``lws-gatekeeper.io/pool``)."""
+    flavors: Sequence[Mapping[str, Any]] = ()
+    """Kueue ResourceFlavors."""
+    priorities: Mapping[str, int] = field(default_factory=dict)
+    """PriorityClass name -> value."""
+    now: datetime | None = None
+    """The time of the pass, for retry delays (None: every delay is over)."""
+    retry_seconds: int = NEVER_FIT_RETRY_SECONDS
+    """First delay before a Workload that can never fit is made again (doubled per retry)."""
+
+
+@dataclass(frozen=True)
+class RecordStatus:
+    """What a group's record should say: ``Admitted`` True/False, Kueue's reason and message."""
+
+    group: GroupState
+    workload: str
+    admitted: bool
+    reason: str
+    message: str
+    revision: str | None = None
+    """The LWS template revision the admitted group's pods run (``status.templateRevision``)."""
+    retry_at: str | None = None
+    """When the Workload of a group that could never fit is made again (RFC 3339)."""
+    retries: int | None = None
+    """How many times the group's Workload was deleted because it could never fit."""
+
+    @property
+    def warning(self) -> bool:
+        """Waiting will not fix it: the LWS, the queue or the ClusterQueue must change."""
+        return not self.admitted and self.reason in PERMANENT_REASONS
+
+
+@dataclass(frozen=True)
+class KueueActions:
+    """Everything one pass decided, in the order the I/O layer carries it out."""
+
+    create_records: tuple[GroupState, ...] = ()
+    create_workloads: tuple[tuple[GroupState, str], ...] = ()
+    """(group, record UID): Workloads to create, owned by the record."""
+    release: tuple[tuple[str, str], ...] = ()
+    """(namespace, name) of records and their Workloads to delete: groups gone."""
+    delete_workloads: tuple[tuple[str, str], ...] = ()
+    """(namespace, name) of Workloads of an earlier LWS that hold a current group's name."""
+    ungate: tuple[Ungate, ...] = ()
+    stop: tuple[tuple[str, str], ...] = ()
+    """(namespace, pod): ungated pods of groups that are not admitted; delete them."""
+    clear_admission: tuple[tuple[str, str], ...] = ()
+    """(namespace, workload): evicted Workloads whose pods are all stopped."""
+    statuses: tuple[RecordStatus, ...] = ()
+    problems: tuple[str, ...] = ()
+
+
+def _new_pods(
+    wl: Mapping[str, Any], record: Mapping[str, Any], demand: GroupDemand, members: Sequence[GroupPod]
+) -> list[str]:
+    """Pods made from templates that ask another demand than the admitted Workload's.
+
+    Empty when the demand did not change. Old pods carry the revision the record noted
+    while the Workload was admitted (``status.templateRevision``) or that of a pod of the
+    group already let through; pods without a revision label count as old.
+    """
+    if not demand_changed(wl, demand):
+        return []
+    made_at = str(as_map(record.get("status")).get("templateRevision") or "")
+    old = {p.revision for p in members if p.live and not p.gated} | {made_at}
+    return sorted(
+        p.name for p in members if p.live and not p.terminating and p.revision and p.revision not in old
+    )
+
+
+def _true(conds: Mapping[str, Mapping[str, Any]], kind: str) -> bool:
+    return conds.get(kind, {}).get("status") == "True"
+
+
+def _retries(record: Mapping[str, Any]) -> int:
+    count = as_map(record.get("status")).get("retries")
+    return count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else 0
+
+
+def _backing_off(record: Mapping[str, Any], now: datetime | None) -> bool:
+    """Is the group waiting out the delay after its Workload could never fit?"""
+    return now is not None and now < parse_time(as_map(record.get("status")).get("retryAt"))
+
+
+def decide_kueue(snap: KueueSnapshot, memo: DemandMemo | None = None) -> KueueActions:
+    """The whole decision of one ``kueue`` backend pass. Pure: same snapshot, same actions.
+
+    ``memo`` remembers demands from one pass to the next (the loop owns it).
+    """
+    memo = memo if memo is not None else DemandMemo()
+    problems: list[str] = []
+    records = index_by_key(snap.records)
+    workloads = index_by_key(snap.workloads)
+    flavors = {str(meta(f).get("name")): f for f in snap.flavors}
+
+    pods_of = pods_by_group(snap.pods)
+
+    create_records: list[GroupState] = []
+    create_workloads: list[tuple[GroupState, str]] = []
+    wanted: set[tuple[str, str]] = set()
+    ungate: list[Ungate] = []
+    stop: list[tuple[str, str]] = []
+    clear: list[tuple[str, str]] = []
+    statuses: list[RecordStatus] = []
+    stale: list[tuple[str, str]] = []
+
+    for lws in sorted(snap.lwss, key=lambda o: object_key(o) or ("", "")):
+        lkey = object_key(lws)
+        if lkey is None:
+            problems.append("a LeaderWorkerSet without metadata.name was ignored")
+            continue
+        ns, name = lkey
+        for group in lws_groups(
+            ns, name, lws, pods_of, records, lambda n, lw, u: workload_indices(workloads, n, lw, u), memo
+        ):
+            gs, record, members, present, staying = (
+                group.state,
+                group.record,
+                group.members,
+                group.present,
+                group.staying,
+            )
+            rname, index, queue, demand = gs.record, gs.key.index, gs.pool, gs.demand
+            live = any(p.live for p in members)
+            wl = workloads.get((ns, rname))
+            if wl is not None and not workload_belongs(wl, name, gs.lws_uid, index):
+                stale.append((ns, rname))
+                wl = None
+            conds = conditions(wl) if wl is not None else {}
+            admitted = _true(conds, KUEUE_ADMITTED) and not _true(conds, EVICTED)
+            admission = as_map(as_map(wl.get("status")).get("admission")) if wl is not None else {}
+            reserved = _true(conds, QUOTA_RESERVED) or bool(admission)
+            if not staying and not live:
+                continue  # gone: record and Workload are released below
+            if record is None:
+                if staying:
+                    create_records.append(gs)
+                continue
+            wanted.add((ns, rname))
+            if (
+                wl is not None
+                and not reserved
+                and staying
+                and isinstance(demand, GroupDemand)
+                and stale_spec(wl, gs, lws, snap.priorities)
+            ):
+                # Not admitted yet and the LWS now asks for something else (another LocalQueue,
+                # other templates, another priority): Kueue's pod sets cannot change, so the
+                # Workload is made again.
+                stale.append((ns, rname))
+                wl, conds, admitted, admission = None, {}, False, {}
+            waits_new: list[str] = []
+            if admitted and staying and wl is not None and isinstance(demand, GroupDemand):
+                waits_new = _new_pods(wl, record, demand, members)
+                if waits_new and all(p.name in waits_new for p in members if p.live):
+                    # Only new pods are left: the old Workload goes (its quota back to Kueue)
+                    # and a new one, for the new demand, is made on the next pass.
+                    stale.append((ns, rname))
+                    said = (
+                        f"group {index} waits: its LeaderWorkerSet's templates changed its "
+                        f"demand to {format_resources(demand.total)}; its old Workload is "
+                        "deleted and a new one is made for Kueue to admit"
+                    )
+                    statuses.append(RecordStatus(gs, rname, False, "TemplateChanged", said))
+                    continue
+            never = never_fits(wl) if wl is not None and reserved and not admitted else None
+            backing_off = _backing_off(record, snap.now)
+            if backing_off and (wl is None or never is not None):
+                # Waiting out the delay (its Workload deleted, or still going): as it was.
+                if wl is not None:
+                    stale.append((ns, rname))
+                said_before = condition(record, ADMITTED)
+                reason_before = str(said_before.get("reason") or "")
+                statuses.append(
+                    RecordStatus(gs, rname, False, reason_before, str(said_before.get("message") or ""))
+                )
+                continue
+            if never is not None and staying and isinstance(demand, GroupDemand):
+                retries = _retries(record) + 1
+                delay = min(NEVER_FIT_RETRY_MAX_SECONDS, snap.retry_seconds << min(retries - 1, 20))
+                when = (snap.now or datetime.fromtimestamp(0, UTC)) + timedelta(seconds=delay)
+                stale.append((ns, rname))
+                said = (
+                    f"group {index} {never}; its Workload is deleted so that it holds no quota, "
+                    f"and made again in {delay} s"
+                )
+                reason = "NoMatchingNode" if never.startswith(NO_NODE_FITS) else "NodesTooSmall"
+                retry_at = when.strftime("%Y-%m-%dT%H:%M:%SZ")
+                statuses.append(
+                    RecordStatus(gs, rname, False, reason, said, retry_at=retry_at, retries=retries)
+                )
+                continue
+            if wl is None and staying and isinstance(demand, GroupDemand) and (ns, rname) not in stale:
+                create_workloads.append((gs, str(meta(record).get("uid") or "")))
+            ungated = [p for p in present if not p.gated and p.live]
+            if admitted and staying:
+                for p in present:
+                    if not p.gated or p.name in waits_new:
+                        continue
+                    role = "leader" if p.worker == 0 else "worker"
+                    labels, tolerations = flavor_steering(wl or {}, flavors, role)
+                    ungate.append(Ungate(ns, p.name, labels, tolerations))
+            elif not admitted and ungated:
+                stop.extend((ns, p.name) for p in ungated)
+            elif not admitted and reserved and _true(conds, EVICTED):
+                clear.append((ns, rname))
+            if isinstance(demand, InvalidDemand) and not admitted:
+                said = f"group {index} waits: {demand.message}"
+                statuses.append(RecordStatus(gs, rname, False, "InvalidSpec", said))
+            elif admitted:
+                flavors_used = sorted(
+                    {
+                        str(f)
+                        for psa in as_list(admission.get("podSetAssignments"))
+                        for f in as_map(as_map(psa).get("flavors")).values()
+                    }
+                )
+                cq = admission.get("clusterQueue", "")
+                summary = format_resources(demand.total) if isinstance(demand, GroupDemand) else ""
+                said = f"group {index} admitted by Kueue: ClusterQueue {cq}, flavor " + (
+                    f"{', '.join(flavors_used) or '-'}" + (f", {summary}" if summary else "")
+                )
+                if waits_new:
+                    count = (
+                        f"{len(waits_new)} new pod waits"
+                        if len(waits_new) == 1
+                        else f"{len(waits_new)} new pods wait"
+                    )
+                    said += (
+                        f"; its LeaderWorkerSet's templates changed its demand: its {count} "
+                        "for its old ones to go, then it is queued again"
+                    )
+                # The revision its pods run under this Workload, unless new pods wait.
+                revision = None if waits_new else gs.revision or None
+                statuses.append(RecordStatus(gs, rname, True, "Admitted", said, revision))
+            else:
+                reason, message = waiting_reason(wl, index, queue)
+                statuses.append(RecordStatus(gs, rname, False, reason, message))
+    release = tuple(sorted(k for k in records if k not in wanted))
+    # Workloads of ours without a wanted record (their record was deleted by hand): delete them too.
+    orphans = tuple(sorted(k for k in workloads if k not in wanted and k not in records))
+    return KueueActions(
+        create_records=tuple(create_records),
+        create_workloads=tuple(create_workloads),
+        release=tuple(sorted({*release, *orphans})),
+        delete_workloads=tuple(sorted(stale)),
+        ungate=tuple(ungate),
+        stop=tuple(stop),
+        clear_admission=tuple(clear),
+        statuses=tuple(statuses),
+        problems=tuple(sorted(problems)),
+    )

@@ -1,0 +1,288 @@
+"""The Kueue Workload of one LWS group: how the ``kueue`` backend makes it and reads it back.
+
+Why this exists: the ``kueue`` backend's decision (``decide``) is about *when* to make,
+keep, delete or follow a Workload; this module is *what* a Workload of ours is. It has pod
+sets ``leader`` (1) and ``worker`` (``size - 1``) from the LWS templates (counted before
+the workers exist) and the LWS's priority, is owned by the group's record (not the LWS:
+Kueue's own LWS integration deletes Workloads an LWS owns that it did not make), and
+carries annotations that say which LWS incarnation, spec and demand it was made for. Read
+back, it tells whether it belongs to a group, whether the LWS now asks for another one,
+which flavors' node labels and tolerations its pods must get, and why it waits, in
+Kueue's words.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from gatekeeper.core.demand import GroupDemand
+from gatekeeper.core.groups import GroupState
+from gatekeeper.core.keys import (
+    CHECK_PENDING,
+    CHECK_READY,
+    DEMAND_HASH_ANNOTATION,
+    EVICTED,
+    EVICTED_REASON,
+    GATEKEEPER_API_VERSION,
+    GROUP_INDEX_LABEL,
+    KUEUE_ADMITTED,
+    KUEUE_API_VERSION,
+    LWS_NAME_LABEL,
+    LWS_UID_ANNOTATION,
+    NEVER_FITS,
+    POOL_LABEL,
+    PRIORITY_CLASS_GROUP,
+    QUOTA_RESERVED,
+    RECORD_KIND,
+    REQUEUED,
+    SPEC_HASH_ANNOTATION,
+    WAITING_FOR_CHECKS,
+    WAITING_FOR_KUEUE,
+)
+from gatekeeper.core.lws import priority, size, templates
+from gatekeeper.core.objects import as_list, as_map, conditions, digest, labels, meta
+
+__all__ = [
+    "PERMANENT_REASONS",
+    "clear_admission_status",
+    "demand_changed",
+    "flavor_steering",
+    "never_fits",
+    "new_workload",
+    "stale_spec",
+    "waiting_reason",
+    "workload_belongs",
+    "workload_index",
+    "workload_indices",
+]
+
+
+#: Kueue reasons that waiting alone will not fix (a person must change something).
+PERMANENT_REASONS = frozenset(
+    {
+        "Misconfigured",
+        "NoMatchingFlavor",
+        "ExceedsMaxQuota",
+        "InvalidSpec",
+        "Inadmissible",
+        "NodesTooSmall",
+        "NoMatchingNode",
+    }
+)
+
+
+def workload_belongs(wl: Mapping[str, Any], name: str, uid: str, index: int) -> bool:
+    """Is ``wl`` the Workload of group ``index`` of this LWS incarnation?"""
+    wl_labels = labels(wl)
+    annotations = as_map(meta(wl).get("annotations"))
+    return (
+        wl_labels.get(LWS_NAME_LABEL) == name
+        and wl_labels.get(GROUP_INDEX_LABEL) == str(index)
+        and annotations.get(LWS_UID_ANNOTATION, uid) == uid
+    )
+
+
+def new_workload(
+    group: GroupState,
+    lws: Mapping[str, Any],
+    record_uid: str,
+    priorities: Mapping[str, int] | None = None,
+) -> dict[str, Any]:
+    """The Kueue Workload of one group: pod sets from the LWS templates, owned by its record."""
+    leader, worker = templates(lws)
+    count = size(lws)
+    pod_sets: list[dict[str, Any]] = [
+        {"name": "leader", "count": 1, "template": {"spec": leader.get("spec")}}
+    ]
+    if count > 1:
+        pod_sets.append({"name": "worker", "count": count - 1, "template": {"spec": worker.get("spec")}})
+    spec: dict[str, Any] = {"queueName": group.pool, "podSets": pod_sets}
+    prio = priority(lws, priorities or {})
+    if prio.class_name is not None and prio.value is not None:
+        spec["priorityClassRef"] = {
+            "group": PRIORITY_CLASS_GROUP,
+            "kind": "PriorityClass",
+            "name": prio.class_name,
+        }
+    if prio.value is not None:
+        spec["priority"] = prio.value
+    return {
+        "apiVersion": KUEUE_API_VERSION,
+        "kind": "Workload",
+        "metadata": {
+            "name": group.record,
+            "namespace": group.key.namespace,
+            "labels": {
+                LWS_NAME_LABEL: group.key.name,
+                GROUP_INDEX_LABEL: str(group.key.index),
+                POOL_LABEL: group.pool,
+            },
+            "annotations": _workload_annotations(group, spec),
+            "ownerReferences": [
+                {
+                    "apiVersion": GATEKEEPER_API_VERSION,
+                    "kind": RECORD_KIND,
+                    "name": group.record,
+                    "uid": record_uid,
+                    "controller": True,
+                    "blockOwnerDeletion": False,
+                }
+            ],
+        },
+        "spec": spec,
+    }
+
+
+def _workload_annotations(group: GroupState, spec: Mapping[str, Any]) -> dict[str, str]:
+    notes = {LWS_UID_ANNOTATION: group.lws_uid, SPEC_HASH_ANNOTATION: _spec_hash(spec)}
+    if isinstance(group.demand, GroupDemand):
+        notes[DEMAND_HASH_ANNOTATION] = _demand_hash(group.demand)
+    return notes
+
+
+def _demand_hash(demand: GroupDemand) -> str:
+    return digest(json.dumps([[p.role, sorted(p.requests.items())] for p in demand.pods]))
+
+
+def demand_changed(wl: Mapping[str, Any], demand: GroupDemand) -> bool:
+    """Was the Workload made for another demand than the LWS asks now? (No when it does not say.)"""
+    made = as_map(meta(wl).get("annotations")).get(DEMAND_HASH_ANNOTATION)
+    return made is not None and made != _demand_hash(demand)
+
+
+def never_fits(wl: Mapping[str, Any]) -> str | None:
+    """The message of a check of ours saying the Workload can never fit its flavor's nodes."""
+    for state in as_list(as_map(wl.get("status")).get("admissionChecks")):
+        state = as_map(state)
+        message = str(state.get("message") or "")
+        if state.get("state") == CHECK_PENDING and message.startswith(NEVER_FITS):
+            return message
+    return None
+
+
+def _workload_spec(
+    group: GroupState, lws: Mapping[str, Any], priorities: Mapping[str, int]
+) -> dict[str, Any]:
+    spec: dict[str, Any] = new_workload(group, lws, "", priorities)["spec"]
+    return spec
+
+
+def _spec_hash(spec: Mapping[str, Any]) -> str:
+    return digest(json.dumps(spec, sort_keys=True, default=str))
+
+
+def stale_spec(
+    wl: Mapping[str, Any], group: GroupState, lws: Mapping[str, Any], priorities: Mapping[str, int]
+) -> bool:
+    """Does the Workload differ from what the LWS asks now? (Unknown when it carries no hash.)"""
+    made = as_map(meta(wl).get("annotations")).get(SPEC_HASH_ANNOTATION)
+    return made is not None and made != _spec_hash(_workload_spec(group, lws, priorities))
+
+
+def flavor_steering(
+    wl: Mapping[str, Any], flavors: Mapping[str, Mapping[str, Any]], pod_set: str
+) -> tuple[dict[str, str], tuple[Mapping[str, Any], ...]]:
+    """Node labels and tolerations of the flavors Kueue assigned to ``pod_set``."""
+    node_labels: dict[str, str] = {}
+    tolerations: list[Mapping[str, Any]] = []
+    admission = as_map(as_map(wl.get("status")).get("admission"))
+    assignments = admission.get("podSetAssignments")
+    for psa in assignments if isinstance(assignments, list) else []:
+        if not isinstance(psa, Mapping) or psa.get("name") != pod_set:
+            continue
+        for flavor_name in sorted(set(as_map(psa.get("flavors")).values()), key=str):
+            flavor = as_map(flavors.get(str(flavor_name)))
+            fspec = as_map(flavor.get("spec"))
+            node_labels.update({str(k): str(v) for k, v in as_map(fspec.get("nodeLabels")).items()})
+            tols = fspec.get("tolerations")
+            for tol in tols if isinstance(tols, list) else []:
+                if isinstance(tol, Mapping) and tol not in tolerations:
+                    tolerations.append(tol)
+    return node_labels, tuple(tolerations)
+
+
+def waiting_reason(wl: Mapping[str, Any] | None, index: int, queue: str) -> tuple[str, str]:
+    """Why a group's Workload is not admitted, in Kueue's words."""
+    if wl is None:
+        return WAITING_FOR_KUEUE, f"group {index} waits: its Workload is being created in LocalQueue {queue}"
+    name = str(meta(wl).get("name"))
+    conds = conditions(wl)
+    evicted = conds.get(EVICTED, {})
+    if evicted.get("status") == "True":
+        return EVICTED_REASON, (
+            f"group {index} was evicted by Kueue ({evicted.get('reason')}): {evicted.get('message', '')}; "
+            "its pods are stopped and it waits again"
+        )
+    reserved = conds.get(QUOTA_RESERVED, {})
+    if reserved.get("status") == "True":
+        checks = as_map(wl.get("status")).get("admissionChecks")
+        pending = [
+            f"{c.get('name')} is {c.get('state')}: {c.get('message') or 'no message'}"
+            for c in (checks if isinstance(checks, list) else [])
+            if isinstance(c, Mapping) and c.get("state") != CHECK_READY
+        ]
+        detail = "; ".join(pending) or "Kueue has not admitted it yet"
+        return WAITING_FOR_CHECKS, f"group {index} has quota in Kueue but waits: {detail}"
+    if reserved:
+        reason = str(reserved.get("reason") or "Pending")
+        return (
+            reason,
+            f"group {index} waits in LocalQueue {queue} (Workload {name}): {reserved.get('message', '')}",
+        )
+    return WAITING_FOR_KUEUE, (
+        f"group {index} waits in LocalQueue {queue}: Kueue has not evaluated Workload {name} yet "
+        "(it may be queued behind others)"
+    )
+
+
+def workload_indices(
+    workloads: Mapping[tuple[str, str], Mapping[str, Any]], ns: str, name: str, uid: str
+) -> set[int]:
+    """Indices of this LWS incarnation's groups that have a Workload of ours."""
+    return {
+        workload_index(w)
+        for (wns, _), w in workloads.items()
+        if wns == ns and workload_index(w) >= 0 and workload_belongs(w, name, uid, workload_index(w))
+    }
+
+
+def workload_index(wl: Mapping[str, Any]) -> int:
+    """The group index a Workload of ours is labelled with; -1 when unreadable."""
+    try:
+        return int(str(labels(wl).get(GROUP_INDEX_LABEL)))
+    except ValueError:
+        return -1
+
+
+def clear_admission_status(wl: Mapping[str, Any], now: str) -> dict[str, Any]:
+    """The status that gives an evicted Workload's quota back, as Kueue's job integrations write it.
+
+    ``admission`` goes, ``QuotaReserved`` and ``Admitted`` turn False and ``Requeued``
+    True (so Kueue queues it again at once); other conditions stay as they are.
+    """
+    conds = conditions(wl)
+    evicted = conds.get(EVICTED, {})
+    message = str(evicted.get("message") or "evicted")
+    reason = str(evicted.get("reason") or EVICTED_REASON)
+
+    def cond(kind: str, status: str, why: str) -> dict[str, Any]:
+        old = conds.get(kind, {})
+        same = old.get("status") == status
+        return {
+            "type": kind,
+            "status": status,
+            "reason": why,
+            "message": message,
+            "lastTransitionTime": old.get("lastTransitionTime", now) if same else now,
+        }
+
+    replaced = {
+        QUOTA_RESERVED: cond(QUOTA_RESERVED, "False", "Pending"),
+        KUEUE_ADMITTED: cond(KUEUE_ADMITTED, "False", "NoReservation"),
+        REQUEUED: cond(REQUEUED, "True", reason),
+    }
+    out = [dict(c) for kind, c in conds.items() if kind not in replaced]
+    out.extend(replaced.values())
+    return {"admission": None, "conditions": out}

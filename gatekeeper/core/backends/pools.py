@@ -1,0 +1,393 @@
+"""The ``pools`` backend's whole decision: the gatekeeper's own ``Pool`` objects decide.
+
+Why this exists: with the ``pools`` backend (the default) the gatekeeper itself is the
+quota authority. Every pass starts from what the cluster shows (LWSs, their pods, the
+admission records, pools, nodes) and nothing else; this module turns such a snapshot into
+``Actions`` without any I/O, in the order they must happen: records first, then gates.
+The controller's ``PoolsBackend`` only carries them out (Kueue's "plan, then act").
+Groups are enumerated by ``core.groups``; quota, node fit and queue order are decided by
+``core.planner``; what this module adds is the ``pools`` rules below.
+
+The model:
+
+* Groups of an opted-in LWS as ``core.groups`` enumerates them.
+* Each group has one ``GroupAdmission`` record, named after the LWS, its UID and the
+  index. The record's status condition ``Admitted`` says whether the group holds its
+  reservation; a record that says so is what counts against the pool's quota. A record
+  whose ``spec.leaderWorkerSetUID`` names another UID belongs to an earlier LWS of the
+  same name and is never taken for the current one's (even if the short UID prefix in
+  the name collides).
+* A group is released (its record deleted) when its index is no longer wanted and
+  none of its pods is left, or when its LWS is gone or was replaced (other UID).
+* Pods of admitted groups lose their gate; pods of waiting groups keep it.
+
+Decisions:
+
+* **Leaving groups are never admitted.** A group beyond ``replicas`` whose remaining
+  pods are all terminating, and every group of an LWS that is being deleted, is on its
+  way out: it gets no record and no admission. If it was admitted it keeps its record
+  (and its quota) until its last pod is gone; if it was not, its record is released at
+  once, since it holds nothing. A group beyond ``replicas`` with a pod that is not
+  terminating is taken for a surge group and queued like any other (so, for the moment
+  between a scale-down and the LWS controller deleting the pods, is a scaled-away group:
+  the snapshot cannot tell the two apart; if admitted, it is released with its pods).
+* **An admitted group whose demand can no longer be computed keeps its reservation.**
+  (Its LWS was edited into something the core cannot read.) Its record stays
+  ``Admitted=True`` and it keeps holding, in its recorded pool, the demand written in its
+  record (``status.demand`` and ``status.pods``; no node room is held for it, since the
+  shape of its pods is unknown, but its running pods are in the bound-pod usage). It is
+  *not* put in ``waiting`` (that would overwrite the record with ``Admitted=False`` and
+  silently free quota its running pods still use); it is reported in
+  ``Actions.held_invalid`` with reason ``InvalidSpec``. Its gated pods stay gated: pods
+  made from a template the core cannot read cannot be checked against the reservation.
+  An unreadable ``spec.replicas`` is treated the same way: every group is InvalidSpec,
+  admitted ones (found by their records) keep their reservation, none is admitted.
+* **A template change is re-admitted, never let through on the old reservation.** The
+  record keeps what the group was admitted with (``status.demand``, ``status.pods``, and
+  ``status.templateRevision``: the LWS revision label of its pods then). When the LWS's
+  templates now ask another demand (a rolling update to bigger or smaller pods), the pods
+  are told apart by their revision label: *old* pods carry the recorded revision or that
+  of a pod of the group already let through; *new* pods carry another. While any old pod
+  is live, or no new pod exists yet (a group not yet updated, or restarting), the group
+  keeps its recorded reservation, its gated old pods go through (a restart) and its new
+  pods stay gated (``Actions.held_changed``, reason ``TemplateChanged``). Once only new
+  pods are left, the group is planned again at its new demand, like a waiting group that
+  holds nothing (its old reservation is free for it): admitted at once if it fits,
+  otherwise its record says ``Admitted=False`` and it waits in its turn. Holding the old
+  reservation while waiting for more would deadlock two growing groups on one pool, the
+  very thing this project prevents. A demand that did not change (a new image) lets every
+  pod through, as before, and the record's revision follows the leader's
+  (``Actions.revisions``).
+* **Bad input is reported, never fatal.** An object the core cannot read (a bound pod
+  with unreadable requests, an LWS without a name) is skipped and named in
+  ``Actions.problems``; one bad object must not stop admission for everyone else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from gatekeeper.core.demand import GroupDemand
+from gatekeeper.core.groups import DemandMemo, GroupState, lws_groups, pods_by_group
+from gatekeeper.core.keys import ADMITTED
+from gatekeeper.core.lws import GroupPod
+from gatekeeper.core.lws import priority as lws_priority
+from gatekeeper.core.nodes import Node, node_usage_skipping
+from gatekeeper.core.objects import as_map, condition, index_by_key, meta, object_key, parse_time
+from gatekeeper.core.planner import Plan, PoolStatus, plan
+from gatekeeper.core.pool import Pool, parse_pool
+from gatekeeper.core.quantity import format_resources
+from gatekeeper.core.queue import AdmittedGroup, GroupKey, WaitingGroup
+from gatekeeper.core.reasons import Reason
+from gatekeeper.core.record import (
+    admitted_indices,
+    is_admitted,
+    placement,
+    recorded_demand,
+    recorded_shape,
+    without_pod_count,
+)
+
+__all__ = ["Actions", "Admit", "Snapshot", "WaitStatus", "decide"]
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What one pass sees. Objects are API-shaped dicts, as the informers hold them."""
+
+    lwss: Sequence[Mapping[str, Any]]
+    """Opted-in LeaderWorkerSets."""
+    pods: Sequence[Mapping[str, Any]]
+    """Pods of opted-in LWSs (label ``lws-gatekeeper.io/pool``), gated or not."""
+    bound_pods: Sequence[Mapping[str, Any]]
+    """Every pod bound to a node, anyone's: node room is physical."""
+    nodes: Sequence[Node]
+    pools: Sequence[Mapping[str, Any]]
+    records: Sequence[Mapping[str, Any]]
+    priorities: Mapping[str, int] = field(default_factory=dict)
+    """PriorityClass name -> value."""
+
+
+@dataclass(frozen=True)
+class Admit:
+    """Admit a group now: write its record's ``Admitted=True`` first, then lift its pods' gates."""
+
+    group: GroupState
+    nodes: tuple[str, ...]
+    """Tentative node of each pod, leader first."""
+    summary: str
+
+
+@dataclass(frozen=True)
+class WaitStatus:
+    """A group that waits: its record's ``Admitted=False`` condition."""
+
+    group: GroupState
+    reason: Reason
+    message: str
+    position: int
+
+
+@dataclass(frozen=True)
+class Actions:
+    """Everything one pass decided, in the order the I/O layer must carry it out."""
+
+    create_records: tuple[GroupState, ...]
+    """Groups seen for the first time: create their records (not yet admitted)."""
+    admit: tuple[Admit, ...]
+    ungate: tuple[tuple[str, str], ...]
+    """(namespace, pod) of already admitted groups whose pods still carry the gate."""
+    waiting: tuple[WaitStatus, ...]
+    release: tuple[tuple[str, str], ...]
+    """(namespace, record) to delete: groups scaled away, LWSs gone or replaced."""
+    pools: Mapping[str, PoolStatus]
+    invalid_pools: Mapping[str, str]
+    """Pools that could not be read, with the reason."""
+    plan: Plan
+    held_invalid: tuple[WaitStatus, ...] = ()
+    held_changed: tuple[WaitStatus, ...] = ()
+    """Admitted groups whose LWS now asks another demand and whose new pods wait for their
+    old ones to go (reason ``TemplateChanged``). They keep their record and recorded
+    demand: report them (an event) and write the record's ``Admitted`` condition with this
+    reason and message, its status staying True (the reservation holds)."""
+    revisions: tuple[tuple[str, str, str], ...] = ()
+    """(namespace, record, revision): admitted groups whose pods moved to another template
+    revision with the same demand; write it to the record's ``status.templateRevision``."""
+    restore_admitted: tuple[tuple[str, str, str], ...] = ()
+    """(namespace, record, message): admitted groups whose record still says
+    ``TemplateChanged`` though no new pod waits any more (the LWS was rolled back, say):
+    its ``Admitted`` condition goes back to reason ``Admitted`` with this message."""
+    """Admitted groups whose demand can no longer be computed. They keep their record
+    (``Admitted=True``, never to be overwritten) and hold their recorded demand; their
+    gated pods stay gated. Report them (an event); do not write their condition."""
+    problems: tuple[str, ...] = ()
+    """Objects this pass could not read and skipped, in words (for logs)."""
+
+
+def _parse_pools(objs: Iterable[Mapping[str, Any]]) -> tuple[list[Pool], dict[str, str]]:
+    pools: list[Pool] = []
+    invalid: dict[str, str] = {}
+    seen: set[str] = set()
+    for obj in objs:
+        try:
+            parsed = parse_pool(obj)
+        except ValueError as exc:
+            invalid[str(meta(obj).get("name", ""))] = str(exc)
+            continue
+        if parsed.name not in seen:  # cluster-scoped names are unique; never let the planner raise
+            seen.add(parsed.name)
+            pools.append(parsed)
+    return pools, invalid
+
+
+def decide(snap: Snapshot, memo: DemandMemo | None = None) -> Actions:
+    """The whole decision of one pass. Pure: the same snapshot gives the same actions.
+
+    ``memo`` remembers demands from one pass to the next (the loop owns it).
+    """
+    memo = memo if memo is not None else DemandMemo()
+    problems: list[str] = []
+    pools, invalid_pools = _parse_pools(snap.pools)
+
+    lws_by_key: dict[tuple[str, str], Mapping[str, Any]] = {}
+    for obj in snap.lwss:
+        lkey = object_key(obj)
+        if lkey is None:
+            problems.append("a LeaderWorkerSet without metadata.name was ignored")
+            continue
+        lws_by_key[lkey] = obj
+    records = index_by_key(snap.records)
+
+    pods_of = pods_by_group(snap.pods)
+
+    groups: list[GroupState] = []
+    wanted_records: set[tuple[str, str]] = set()
+    waiting_groups: list[WaitingGroup] = []
+    admitted_groups: list[AdmittedGroup] = []
+    ungate_keys: list[GroupKey] = []
+    held_invalid: list[WaitStatus] = []
+    held_changed: list[WaitStatus] = []
+    restore: list[tuple[str, str, str]] = []
+    partial_ungate: list[tuple[str, str]] = []
+    revisions: list[tuple[str, str, str]] = []
+    readmitted: dict[GroupKey, str] = {}
+    state_of: dict[GroupKey, GroupState] = {}
+    for (ns, name), lws in sorted(lws_by_key.items()):
+        lws_meta = meta(lws)
+        created = parse_time(lws_meta.get("creationTimestamp"))
+        order = lws_priority(lws, snap.priorities).order
+        for group in lws_groups(
+            ns, name, lws, pods_of, records, lambda n, lw, u: admitted_indices(records, n, lw, u), memo
+        ):
+            gs, record, pods, staying = group.state, group.record, group.members, group.staying
+            key, rname, index, pool, demand = gs.key, gs.record, gs.key.index, gs.pool, gs.demand
+            admitted = is_admitted(record)
+            if not (staying or admitted):
+                continue  # leaving and holding nothing: its record (if any) goes now
+            groups.append(gs)
+            state_of[key] = gs
+            if record is not None:
+                wanted_records.add((ns, rname))
+            changed = (
+                _changed_template(record, demand, pods, gs, order, created)
+                if record is not None and admitted and isinstance(demand, GroupDemand)
+                else None
+            )
+            if changed is not None:
+                if isinstance(changed, WaitingGroup):
+                    waiting_groups.append(changed)
+                    was = recorded_shape(record or {})
+                    readmitted[key] = format_resources(was[0]) if was else ""
+                else:
+                    admitted_groups.append(changed[0])
+                    partial_ungate.extend((ns, pod) for pod in changed[1])
+                    if changed[2] is not None:
+                        held_changed.append(changed[2])
+                    elif record is not None and _said_changed(record):
+                        restore.append(_restored(gs, record))
+            elif record is not None and admitted:
+                if _said_changed(record):
+                    restore.append(_restored(gs, record))
+                status = as_map(record.get("status"))
+                held_pool = str(status.get("pool") or pool)
+                if isinstance(demand, GroupDemand):
+                    admitted_groups.append(
+                        AdmittedGroup(
+                            key=key,
+                            pool=held_pool,
+                            demand=demand,
+                            nodes=placement(status.get("placement")),
+                            bound=frozenset(p.worker for p in pods if p.bound and p.live),
+                        )
+                    )
+                    if staying:
+                        ungate_keys.append(key)
+                        recorded_revision = str(status.get("templateRevision") or "")
+                        if gs.revision and gs.revision != recorded_revision:
+                            revisions.append((ns, rname, gs.revision))
+                else:
+                    held = recorded_demand(record)
+                    admitted_groups.append(
+                        AdmittedGroup(
+                            key=key,
+                            pool=held_pool,
+                            demand=held,
+                            bound=frozenset(range(held.pod_count)),
+                        )
+                    )
+                    summary = format_resources(held.total) or "nothing recorded"
+                    message = (
+                        f"group {index} keeps its admission into pool {held_pool} ({summary}), "
+                        f"but its demand cannot be computed any more: {demand.message}; "
+                        "its new pods stay gated until the LeaderWorkerSet is fixed"
+                    )
+                    held_invalid.append(WaitStatus(gs, Reason.INVALID_SPEC, message, 0))
+            else:
+                waiting_groups.append(
+                    WaitingGroup(key=key, pool=pool, demand=demand, created=created, priority=order)
+                )
+
+    result = plan(
+        pools, snap.nodes, node_usage_skipping(snap.bound_pods, problems), admitted_groups, waiting_groups
+    )
+
+    create = tuple(g for g in groups if (g.key.namespace, g.record) not in wanted_records)
+    admit: list[Admit] = []
+    for a in result.admit:
+        gs = state_of[a.key]
+        summary = format_resources(gs.demand.total) if isinstance(gs.demand, GroupDemand) else ""
+        admit.append(Admit(group=gs, nodes=tuple(a.nodes), summary=summary))
+    ungate = tuple(
+        sorted({(k.namespace, pod) for k in ungate_keys for pod in state_of[k].gated} | set(partial_ungate))
+    )
+    waiting: list[WaitStatus] = []
+    for w in result.waiting:
+        message = w.message
+        if w.reason is Reason.POOL_NOT_FOUND and w.pool in invalid_pools:
+            message = f"group {w.key.index} waits: pool {w.pool} is invalid: {invalid_pools[w.pool]}"
+        if w.key in readmitted:
+            before = readmitted[w.key] or "an unrecorded demand"
+            message = (
+                f"{message}; it was admitted with {before} before its LeaderWorkerSet's templates "
+                "changed, and gave that back when its last old pod went"
+            )
+        waiting.append(WaitStatus(state_of[w.key], w.reason, message, w.position))
+    release = tuple(sorted(k for k in records if k not in wanted_records))
+    return Actions(
+        create_records=create,
+        admit=tuple(admit),
+        ungate=ungate,
+        waiting=tuple(waiting),
+        release=release,
+        pools=result.pools,
+        invalid_pools=invalid_pools,
+        plan=result,
+        held_invalid=tuple(held_invalid),
+        held_changed=tuple(held_changed),
+        restore_admitted=tuple(sorted(restore)),
+        revisions=tuple(sorted(revisions)),
+        problems=tuple(sorted(problems)),
+    )
+
+
+def _said_changed(record: Mapping[str, Any]) -> bool:
+    return condition(record, ADMITTED).get("reason") == str(Reason.TEMPLATE_CHANGED)
+
+
+def _restored(group: GroupState, record: Mapping[str, Any]) -> tuple[str, str, str]:
+    status = as_map(record.get("status"))
+    held = str(status.get("demandSummary") or "") or format_resources(recorded_demand(record).total)
+    pool = str(status.get("pool") or group.pool)
+    message = f"group {group.key.index} holds its admission into pool {pool}: {held}"
+    return group.key.namespace, group.record, message
+
+
+def _changed_template(
+    record: Mapping[str, Any],
+    demand: GroupDemand,
+    pods: Sequence[GroupPod],
+    gs: GroupState,
+    priority: int,
+    created: datetime,
+) -> WaitingGroup | tuple[AdmittedGroup, list[str], WaitStatus | None] | None:
+    """An admitted group whose LWS now asks another demand than its record holds.
+
+    None: the demand did not change (or the record does not say what it was): as before.
+    A ``WaitingGroup``: only new pods are left; plan it again at its new demand.
+    Otherwise (the group held at its recorded demand, its gated old pods to let through, a
+    status to report when new pods wait).
+    """
+    recorded = recorded_shape(record)
+    if recorded is None or recorded == (without_pod_count(demand.total), demand.pod_count):
+        return None
+    status = as_map(record.get("status"))
+    through = {p.revision for p in pods if p.live and not p.gated}
+    old_revisions = through | {str(status.get("templateRevision") or "")}
+
+    def is_old(pod: GroupPod) -> bool:
+        return not pod.revision or pod.revision in old_revisions
+
+    live = [p for p in pods if p.live]
+    new = [p for p in live if not p.terminating and not is_old(p)]
+    if new and not any(is_old(p) for p in live):
+        return WaitingGroup(key=gs.key, pool=gs.pool, demand=demand, created=created, priority=priority)
+    held = recorded_demand(record)
+    pool = str(status.get("pool") or gs.pool)
+    group = AdmittedGroup(key=gs.key, pool=pool, demand=held, bound=frozenset(range(held.pod_count)))
+    let_through = sorted(p.name for p in live if p.gated and not p.terminating and is_old(p))
+    report = None
+    if new:
+        old_count = sum(1 for p in live if is_old(p))
+        old_pods = f"{old_count} old pod remains" if old_count == 1 else f"{old_count} old pods remain"
+        new_pods = f"{len(new)} new pod waits" if len(new) == 1 else f"{len(new)} new pods wait"
+        message = (
+            f"group {gs.key.index}'s LeaderWorkerSet changed: it now needs {format_resources(demand.total)} "
+            f"for {demand.pod_count} pods (admitted with {format_resources(recorded[0])} for "
+            f"{recorded[1]}); it keeps its admission while its {old_pods}, and its {new_pods} "
+            "to be admitted again when they are gone"
+        )
+        report = WaitStatus(gs, Reason.TEMPLATE_CHANGED, message, 0)
+    return group, let_through, report
