@@ -22,9 +22,14 @@ import kr8s.asyncio
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from gatekeeper.controller.backends.kueue import KueueBackend
+from gatekeeper.controller.backends.pools import PoolsBackend
+from gatekeeper.controller.caches import Caches
 from gatekeeper.controller.certs import SelfSignedCerts
+from gatekeeper.controller.checks.node_fit import NodeFitCheck
 from gatekeeper.controller.kube import Kube
 from gatekeeper.controller.leader import LeaderElector
+from gatekeeper.controller.loop import Controller, PassLoop
 from gatekeeper.webhook import start_webhook_server
 
 __all__ = ["Options", "run"]
@@ -82,28 +87,30 @@ async def _serve_metrics(opts: Options) -> web.AppRunner:
     return runner
 
 
-def _admission_loop(api: kr8s.asyncio.Api, opts: Options) -> Callable[[], Coroutine[Any, Any, None]]:
-    """What the leader runs: the backend's admission loop and, if asked, the node-fit check."""
-    loops: list[Callable[[], Coroutine[Any, Any, None]]] = []
+def controllers(kube: Kube, caches: Caches, opts: Options) -> list[Controller]:
+    """The controllers of one term: the backend's and, if asked, the node-fit check's."""
+    found: list[Controller] = []
     if opts.backend == "kueue":
-        from gatekeeper.controller.backends.kueue import KueueBackend
-
-        loops.append(
-            KueueBackend(api, resync=opts.resync_seconds, retry_seconds=opts.never_fit_retry_seconds).run
-        )
+        found.append(KueueBackend(kube, caches, retry_seconds=opts.never_fit_retry_seconds))
     else:
-        from gatekeeper.controller.backends.pools import PoolsBackend
-
-        loops.append(PoolsBackend(api, resync=opts.resync_seconds).run)
+        found.append(PoolsBackend(kube, caches))
     if opts.node_fit:
-        from gatekeeper.controller.checks.node_fit import NodeFitCheck
+        found.append(NodeFitCheck(kube, caches))
+    return found
 
-        loops.append(NodeFitCheck(api, resync=opts.resync_seconds).run)
+
+def _admission_loop(api: kr8s.asyncio.Api, opts: Options) -> Callable[[], Coroutine[Any, Any, None]]:
+    """What the leader runs, made afresh for each term: new caches (never the last term's,
+    which may be days old), one shared by the term's controllers, and one loop each."""
+    kube = Kube(api)
 
     async def lead() -> None:
+        caches = Caches(api)
+        loops = [PassLoop(c, resync=opts.resync_seconds) for c in controllers(kube, caches, opts)]
         async with anyio.create_task_group() as tg:
-            for one in loops:
-                tg.start_soon(one)
+            tg.start_soon(caches.run)
+            for loop in loops:
+                tg.start_soon(loop.run)
 
     return lead
 

@@ -41,7 +41,6 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from gatekeeper.controller import kube as k
 from gatekeeper.controller import x509_build as x509util
-from gatekeeper.controller.informer import Resource
 
 __all__ = [
     "CA_CRT",
@@ -59,10 +58,6 @@ log = logging.getLogger("gatekeeper.certs")
 
 CA_CRT, CA_KEY, TLS_CRT, TLS_KEY = "ca.crt", "ca.key", "tls.crt", "tls.key"
 
-SECRETS = Resource("secrets")
-WEBHOOK_CONFIGS = Resource(
-    "mutatingwebhookconfigurations", "admissionregistration.k8s.io/v1", namespaced=False
-)
 
 _BACKDATE = dt.timedelta(hours=1)  # tolerate clocks a little behind ours
 _COMMON_NAME = "lws-gatekeeper"
@@ -284,7 +279,7 @@ class SelfSignedCerts:
 
     async def _read(self) -> tuple[dict[str, Any] | None, dict[str, bytes]]:
         try:
-            secret = await self.kube.get(SECRETS, self.secret, self.namespace)
+            secret = await self.kube.get(k.SECRETS, self.secret, self.namespace)
         except k.Conflict:  # 404: not made by the chart; we make it
             return None, {}
         return secret, _decode(secret)
@@ -299,11 +294,11 @@ class SelfSignedCerts:
                 "type": "Opaque",
                 "data": _encode(data),
             }
-            await self.kube.create(SECRETS, body)
+            await self.kube.create(k.SECRETS, body)
         else:
             body = dict(secret)
             body["data"] = _encode(data)
-            await self.kube.replace(SECRETS, body)
+            await self.kube.replace(k.SECRETS, body)
 
     async def ensure(self, now: dt.datetime | None = None) -> bool:
         """One round: the Secret current, the files written, the CA bundle patched.
@@ -339,7 +334,7 @@ class SelfSignedCerts:
 
     async def _patch_ca_bundle(self, bundle: bytes) -> bool:
         try:
-            config = await self.kube.get(WEBHOOK_CONFIGS, self.webhook_config)
+            config = await self.kube.get(k.WEBHOOK_CONFIGURATIONS, self.webhook_config)
         except k.Conflict:
             log.warning(
                 "mutatingwebhookconfiguration %s not found; its CA bundle is set once it exists",
@@ -353,7 +348,7 @@ class SelfSignedCerts:
                 ops.append({"op": "test", "path": f"/webhooks/{i}/name", "value": hook["name"]})
                 ops.append({"op": "add", "path": f"/webhooks/{i}/clientConfig/caBundle", "value": wanted})
         if ops:
-            await self.kube.json_patch(WEBHOOK_CONFIGS, self.webhook_config, None, ops)
+            await self.kube.json_patch(k.WEBHOOK_CONFIGURATIONS, self.webhook_config, None, ops)
             log.info("patched the CA bundle of mutatingwebhookconfiguration %s", self.webhook_config)
         return True
 
@@ -364,7 +359,7 @@ class SelfSignedCerts:
             try:
                 await self.ensure()
                 return
-            except (k.Conflict, *k.RETRYABLE) as exc:
+            except k.TemporaryError as exc:
                 log.warning("webhook certificates not ready, retrying in %.1fs: %s", backoff, exc)
             await anyio.sleep(backoff)
             backoff = min(backoff * 2, 30.0)
@@ -375,5 +370,5 @@ class SelfSignedCerts:
             await anyio.sleep(self.check_seconds)
             try:
                 await self.ensure()
-            except (k.Conflict, *k.RETRYABLE) as exc:
+            except k.TemporaryError as exc:
                 log.warning("webhook certificates check failed, next in %.0fs: %s", self.check_seconds, exc)

@@ -5,8 +5,8 @@ admission records on every pass, and asking the API server for all of it on ever
 pass would not scale. An informer lists a kind once, then follows its watch from the
 list's resourceVersion, with bookmarks; on ``410 Gone`` or a broken stream it lists
 again. kr8s' own ``watch`` restarts from a stale version after a 410, so the
-informer speaks to the API through ``call_api`` directly. Each change calls
-``on_change`` so the reconciler knows a new pass is due.
+informer speaks to the API through ``call_api`` directly. Each change calls its
+listeners (every loop that reads the kind adds its ``poke``), so a new pass is due.
 """
 
 from __future__ import annotations
@@ -14,61 +14,28 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import anyio
 import httpx
-import kr8s
 import kr8s.asyncio
 
-__all__ = ["RETRYABLE", "ApiError", "Informer", "Resource", "check"]
+from gatekeeper.controller.errors import TRANSPORT_ERRORS, PermanentError, TemporaryError, raise_for_status
+from gatekeeper.controller.resources import Resource
+
+__all__ = ["Informer", "Resource"]
 
 log = logging.getLogger("gatekeeper.informer")
 
 Key = tuple[str, str]
 
-
-class ApiError(Exception):
-    """The API server answered with an error status; a later attempt may succeed."""
-
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code
-
-
-#: Errors after which a later attempt may succeed: the API server is away, slow or overloaded.
-RETRYABLE = (ApiError, kr8s.ServerError, kr8s.APITimeoutError, httpx.HTTPError, OSError)
-
-
-def check(resp: httpx.Response) -> None:
-    """Raise ``ApiError`` for an error status.
-
-    Every call passes ``raise_for_status=False`` to kr8s: on a 401/403 kr8s would
-    re-authenticate and rebuild its HTTP session, which breaks the other requests in
-    flight (a 403 also answers a create in a namespace being deleted, not only a
-    credentials problem). We read the status ourselves instead.
-    """
-    if resp.status_code < 400:
-        return
-    try:
-        message = str(resp.json().get("message", ""))
-    except ValueError:
-        message = resp.text[:300]
-    raise ApiError(resp.status_code, message)
-
-
-@dataclass(frozen=True)
-class Resource:
-    """Where a kind lives in the API: ``version`` as kr8s takes it ("v1", "apps/v1")."""
-
-    plural: str
-    version: str = "v1"
-    namespaced: bool = True
-
-    @property
-    def base(self) -> str:
-        return "/api" if self.version == "v1" else "/apis"
+#: What makes an informer list again after a pause, rather than end.
+_RELIST_ON: tuple[type[Exception], ...] = (
+    TemporaryError,
+    PermanentError,
+    *TRANSPORT_ERRORS,
+    json.JSONDecodeError,
+)
 
 
 def key_of(obj: Mapping[str, Any]) -> Key:
@@ -93,14 +60,20 @@ class Informer:
         self.resource = resource
         self.label_selector = label_selector
         self.field_selector = field_selector
-        self.on_change = on_change
         self.watch_seconds = watch_seconds
         self.objects: dict[Key, dict[str, Any]] = {}
         self.synced = anyio.Event()
         self.relists = 0
+        self.changes = 0
+        """Counts every change seen (a list counts as one): a parsed view is fresh while it is the same."""
+        self.listeners: list[Callable[[str, dict[str, Any]], None]] = [on_change] if on_change else []
 
     def __repr__(self) -> str:
         return f"Informer({self.resource.plural}, {len(self.objects)} objects)"
+
+    def _notify(self, kind: str, obj: dict[str, Any]) -> None:
+        for listener in self.listeners:
+            listener(kind, obj)
 
     def get(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.objects.get((namespace, name))
@@ -129,7 +102,7 @@ class Informer:
                 params=params,
                 raise_for_status=False,
             ) as resp:
-                check(resp)
+                raise_for_status(resp)
                 body = resp.json()
             for item in body.get("items", []):
                 items[key_of(item)] = item
@@ -139,14 +112,14 @@ class Informer:
             params = self._params(limit=500, **{"continue": cont})
         old, self.objects = self.objects, items
         self.relists += 1
-        if self.on_change is not None:
-            for k, obj in items.items():
-                if old.get(k, {}).get("metadata", {}).get("resourceVersion") != obj["metadata"].get(
-                    "resourceVersion"
-                ):
-                    self.on_change("SYNC", obj)
-            for k in old.keys() - items.keys():
-                self.on_change("DELETED", old[k])
+        self.changes += 1
+        for k, obj in items.items():
+            if old.get(k, {}).get("metadata", {}).get("resourceVersion") != obj["metadata"].get(
+                "resourceVersion"
+            ):
+                self._notify("SYNC", obj)
+        for k in old.keys() - items.keys():
+            self._notify("DELETED", old[k])
         return str(body.get("metadata", {}).get("resourceVersion", ""))
 
     async def _watch(self, since: str) -> str | None:
@@ -170,7 +143,7 @@ class Informer:
         ) as resp:
             if resp.status_code >= 400:
                 await resp.aread()
-                check(resp)
+                raise_for_status(resp)
             async for line in resp.aiter_lines():
                 if not line:
                     continue
@@ -190,8 +163,8 @@ class Informer:
                 else:
                     self.objects[k] = obj
                 since = rv or since
-                if self.on_change is not None:
-                    self.on_change(str(kind), obj)
+                self.changes += 1
+                self._notify(str(kind), obj)
         return since
 
     async def run(self) -> None:
@@ -205,10 +178,11 @@ class Informer:
                     self.synced.set()
                 since = await self._watch(since)
                 backoff = 0.5
-            except (*RETRYABLE, json.JSONDecodeError) as exc:
-                # An error status is retryable too: a 429 "storage is (re)initializing"
-                # answers every watch while the API server's watch cache warms up, and a
-                # 5xx while it restarts. Only cancellation ends an informer.
+            except _RELIST_ON as exc:
+                # Every error status is retried with backoff, even a permanent one: a 429
+                # "storage is (re)initializing" answers every watch while the API server's
+                # watch cache warms up, a 5xx while it restarts, a 403 until RBAC is
+                # applied. A cache must come back; only cancellation ends an informer.
                 log.warning("%s watch failed, relisting in %.1fs: %s", self.resource.plural, backoff, exc)
                 since = None
                 await anyio.sleep(backoff)

@@ -4,7 +4,10 @@ Why this exists: the reconciler's actions come down to a handful of writes (crea
 record, write its status, lift a pod's gate, delete a record, write a Pool's status,
 post an Event). Keeping them here, over kr8s' ``call_api``, gives one place that
 counts requests (the benchmark reports API requests per admitted group) and one
-place that turns HTTP answers into "done", "already so" or "try again next pass".
+place that turns HTTP answers into "done" or one of ``errors``' three answers: already
+so or changed (``Conflict``), try again later (``TemporaryError``), or never
+(``PermanentError``). The API resources it writes are ``resources``', built from
+``core.keys``; they are re-exported here, so a loop needs only ``kube``.
 """
 
 from __future__ import annotations
@@ -18,30 +21,57 @@ from typing import Any
 import kr8s.asyncio
 from prometheus_client import Counter
 
-from gatekeeper.controller.informer import RETRYABLE, ApiError, Resource, check
+from gatekeeper.controller.errors import (
+    TRANSPORT_ERRORS,
+    Conflict,
+    PermanentError,
+    TemporaryError,
+    raise_for_status,
+)
+from gatekeeper.controller.resources import (
+    ADMISSION_CHECKS,
+    EVENTS,
+    LEASES,
+    LWS,
+    NODES,
+    PODS,
+    POOLS,
+    PRIORITY_CLASSES,
+    RECORDS,
+    RESOURCE_FLAVORS,
+    SECRETS,
+    WEBHOOK_CONFIGURATIONS,
+    WORKLOADS,
+    Resource,
+)
+from gatekeeper.core.keys import EVENT_REPORTER, EVENT_SOURCE
 
-__all__ = ["API_REQUESTS", "RETRYABLE", "Conflict", "Kube", "now_rfc3339"]
+__all__ = [
+    "ADMISSION_CHECKS",
+    "API_REQUESTS",
+    "EVENTS",
+    "LEASES",
+    "LWS",
+    "NODES",
+    "PODS",
+    "POOLS",
+    "PRIORITY_CLASSES",
+    "RECORDS",
+    "RESOURCE_FLAVORS",
+    "SECRETS",
+    "WEBHOOK_CONFIGURATIONS",
+    "WORKLOADS",
+    "Conflict",
+    "Kube",
+    "PermanentError",
+    "Resource",
+    "TemporaryError",
+    "now_rfc3339",
+]
 
 API_REQUESTS = Counter(
     "gatekeeper_api_requests_total", "API requests the gatekeeper made", ["verb", "resource"]
 )
-
-LWS = Resource("leaderworkersets", "leaderworkerset.x-k8s.io/v1")
-PODS = Resource("pods")
-NODES = Resource("nodes", namespaced=False)
-POOLS = Resource("pools", "lws-gatekeeper.io/v1alpha1", namespaced=False)
-RECORDS = Resource("groupadmissions", "lws-gatekeeper.io/v1alpha1")
-PRIORITY_CLASSES = Resource("priorityclasses", "scheduling.k8s.io/v1", namespaced=False)
-EVENTS = Resource("events")
-LEASES = Resource("leases", "coordination.k8s.io/v1")
-KUEUE_VERSION = "kueue.x-k8s.io/v1beta2"
-WORKLOADS = Resource("workloads", KUEUE_VERSION)
-RESOURCE_FLAVORS = Resource("resourceflavors", KUEUE_VERSION, namespaced=False)
-ADMISSION_CHECKS = Resource("admissionchecks", KUEUE_VERSION, namespaced=False)
-
-
-class Conflict(Exception):
-    """The object changed or is gone since we read it: not an error, the next pass retries."""
 
 
 def now_rfc3339(micro: bool = False) -> str:
@@ -76,24 +106,20 @@ class Kube:
         if body is not None:
             kwargs["content"] = json.dumps(body)
             kwargs["headers"] = {"Content-Type": content_type}
-        async with self.api.call_api(
-            verb,
-            version=res.version,
-            base=res.base,
-            namespace=namespace,
-            url=url,
-            raise_for_status=False,
-            **kwargs,
-        ) as resp:
-            try:
-                check(resp)
-            except ApiError as exc:
-                # Gone, already there, changed since read, or refused for now (a namespace
-                # being deleted answers 403): the next pass decides again from fresh state.
-                if exc.code in (403, 404, 409, 422):
-                    raise Conflict(str(exc)) from exc
-                raise
-            return dict(resp.json()) if resp.content else {}
+        try:
+            async with self.api.call_api(
+                verb,
+                version=res.version,
+                base=res.base,
+                namespace=namespace,
+                url=url,
+                raise_for_status=False,
+                **kwargs,
+            ) as resp:
+                raise_for_status(resp)
+                return dict(resp.json()) if resp.content else {}
+        except TRANSPORT_ERRORS as exc:
+            raise TemporaryError(f"{verb} {res.plural}: {exc}") from exc
 
     async def create(self, res: Resource, obj: Mapping[str, Any]) -> dict[str, Any]:
         ns = obj["metadata"].get("namespace") if res.namespaced else None
@@ -186,12 +212,12 @@ class Kube:
             "reason": reason,
             "message": message[:1024],
             "type": "Warning" if warning else "Normal",
-            "source": {"component": "lws-gatekeeper"},
-            "reportingComponent": "lws-gatekeeper.io/gatekeeper",
-            "reportingInstance": "lws-gatekeeper",
+            "source": {"component": EVENT_SOURCE},
+            "reportingComponent": EVENT_REPORTER,
+            "reportingInstance": EVENT_SOURCE,
             "firstTimestamp": now,
             "lastTimestamp": now,
             "count": 1,
         }
-        with contextlib.suppress(Conflict, *RETRYABLE):  # best effort: an event lost is no error
+        with contextlib.suppress(TemporaryError, PermanentError):  # best effort: an event lost is no error
             await self._call("POST", EVENTS, "events", namespace=meta.get("namespace", "default"), body=body)

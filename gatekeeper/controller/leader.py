@@ -19,6 +19,7 @@ from typing import Any
 import anyio
 
 from gatekeeper.controller import kube as k
+from gatekeeper.core.keys import LEASE_API_VERSION
 
 __all__ = ["LeaderElector"]
 
@@ -70,7 +71,7 @@ class LeaderElector:
             lease = await self.kube.get(k.LEASES, self.name, self.namespace)
         except k.Conflict:
             body = {
-                "apiVersion": "coordination.k8s.io/v1",
+                "apiVersion": LEASE_API_VERSION,
                 "kind": "Lease",
                 "metadata": {"name": self.name, "namespace": self.namespace},
                 "spec": self._spec(None, 0),
@@ -120,7 +121,7 @@ class LeaderElector:
     async def _attempt(self) -> bool:
         try:
             return await self.try_acquire_or_renew()
-        except k.RETRYABLE as exc:
+        except k.TemporaryError as exc:
             log.warning("lease %s/%s: %s", self.namespace, self.name, exc)
             return False
 
@@ -134,5 +135,5 @@ class LeaderElector:
                 lease["spec"]["holderIdentity"] = None
                 lease["spec"]["leaseDurationSeconds"] = 1
                 await self.kube.replace(k.LEASES, lease)
-        except (k.Conflict, *k.RETRYABLE) as exc:  # best effort
+        except (k.TemporaryError, k.PermanentError) as exc:  # best effort
             log.info("could not release the lease: %s", exc)

@@ -1,53 +1,84 @@
-"""Informers plus a debounced pass: the shape shared by every loop of the gatekeeper.
+"""The one loop every controller of the gatekeeper runs: snapshot, decide, act; again.
 
-Why this exists: the ``pools`` admission loop, the ``kueue`` backend and the node-fit
-check all work the same way: start their informers, wait for the first lists, then run
-one pass whenever a watched object changed (a burst of changes makes one pass) and at
-least every ``resync`` seconds. A pass that fails on a retryable error is tried again
-after a second; anything else ends the loop (a bug, not a condition to hide).
+Why this exists: the ``pools`` and ``kueue`` backends and the node-fit check all work the
+same way: wait for their informers' first lists, then run one pass whenever a watched
+object changed (a burst of changes makes one pass) and at least every ``resync`` seconds.
+A pass takes a snapshot of the caches, hands it to a pure decision of ``core`` and carries
+out what it decided. The loop is given those three parts (a ``Controller``); it owns the
+timing, the limit on writes in flight and the rule for errors:
+
+* a write that meets a ``TemporaryError`` (``Conflict`` included) is logged and asks for
+  another pass; one that meets a ``PermanentError`` is logged as an error and not retried;
+  neither stops the other writes of the pass;
+* a pass that meets a ``TemporaryError`` is tried again after its delay;
+* anything else is a bug and ends the loop (and with it the term: the elector stops).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 
-from gatekeeper.controller.informer import RETRYABLE, Informer
-from gatekeeper.controller.kube import Conflict
+from gatekeeper.controller.errors import Conflict, PermanentError, TemporaryError
+from gatekeeper.controller.informer import Informer
 
-__all__ = ["PassLoop"]
+__all__ = ["Controller", "PassLoop", "Write"]
+
+Write = Callable[..., Coroutine[Any, Any, bool]]
+"""How a pass runs one write: ``await write(fn, *args)``; True when it went through."""
+
+
+class Controller(Protocol):
+    """The parts a ``PassLoop`` is given."""
+
+    log: logging.Logger
+
+    @property
+    def informers(self) -> Sequence[Informer]:
+        """The caches a pass reads; the loop waits for their first lists."""
+        ...
+
+    def wake_on_change(self, poke: Callable[[str, Any], None]) -> None:
+        """Call ``poke`` whenever one of its informers sees a change."""
+        ...
+
+    async def reconcile_once(self, write: Write) -> object:
+        """One pass: snapshot, decide (pure), act through ``write``; returns what it decided."""
+        ...
 
 
 class PassLoop:
-    """Wakes a pass when ``poke`` is called (from informers or from a write that must be retried)."""
+    """Runs a ``Controller``'s passes: when poked (an informer saw a change, a write must be
+    retried) and at least every ``resync`` seconds."""
 
     def __init__(
         self,
-        log: logging.Logger,
+        controller: Controller,
         *,
-        resync: float,
-        debounce: float,
-        retry_on: tuple[type[BaseException], ...] = (),
+        resync: float = 10.0,
+        debounce: float = 0.05,
+        concurrency: int = 16,
     ) -> None:
-        self.log = log
+        self.controller = controller
+        self.log = controller.log
         self.resync = resync
         self.debounce = debounce
-        self.retry_on: tuple[type[BaseException], ...] = (*RETRYABLE, *retry_on)
+        self.concurrency = concurrency
+        self.passes = 0
         self._dirty = anyio.Event()
+        controller.wake_on_change(self.poke)
 
     def poke(self, _kind: str = "", _obj: Any = None) -> None:
-        """Ask for a pass soon (the signature of an informer's ``on_change``)."""
+        """Ask for a pass soon (the signature of an informer's listener)."""
         self._dirty.set()
 
-    def writer(self, concurrency: int) -> Callable[..., Coroutine[Any, Any, bool]]:
-        """How one pass runs its writes: at most ``concurrency`` in flight. A write that meets
-        a Conflict or a retryable error is logged and asks for another pass; it is never
-        raised (an exception in one task would cancel the others of the pass). The wrapper
-        returns whether the write went through."""
-        limiter = anyio.CapacityLimiter(concurrency)
+    def writer(self) -> Write:
+        """How one pass runs its writes: at most ``concurrency`` in flight. A write that fails
+        is never raised (an exception in one task would cancel the others of the pass)."""
+        limiter = anyio.CapacityLimiter(self.concurrency)
 
         async def write(fn: Callable[..., Awaitable[object]], *args: Any) -> bool:
             async with limiter:
@@ -55,8 +86,11 @@ class PassLoop:
                     await fn(*args)
                 except Conflict as exc:
                     self.log.info("deferred to the next pass: %s", exc)
-                except self.retry_on as exc:
+                except TemporaryError as exc:
                     self.log.warning("write failed, retrying in the next pass: %s", exc)
+                except PermanentError as exc:
+                    self.log.error("write refused, not retried: %s", exc)
+                    return False
                 else:
                     return True
             self.poke()
@@ -64,22 +98,24 @@ class PassLoop:
 
         return write
 
-    async def run(self, informers: Sequence[Informer], one_pass: Callable[[], Awaitable[object]]) -> None:
-        """Run the informers and ``one_pass`` until cancelled."""
-        async with anyio.create_task_group() as tg:
-            for inf in informers:
-                tg.start_soon(inf.run)
-            for inf in informers:
-                await inf.synced.wait()
-            self.log.info("caches synced")
-            while True:
-                with anyio.move_on_after(self.resync):
-                    await self._dirty.wait()
-                await anyio.sleep(self.debounce)
-                self._dirty = anyio.Event()
-                try:
-                    await one_pass()
-                except self.retry_on as exc:
-                    self.log.warning("pass failed, retrying: %s", exc)
-                    self._dirty.set()
-                    await anyio.sleep(1.0)
+    async def pass_once(self) -> object:
+        """One pass of the controller, with this loop's writer."""
+        self.passes += 1
+        return await self.controller.reconcile_once(self.writer())
+
+    async def run(self) -> None:
+        """Wait for the first lists, then run passes until cancelled (the informers run elsewhere)."""
+        for inf in self.controller.informers:
+            await inf.synced.wait()
+        self.log.info("caches synced")
+        while True:
+            with anyio.move_on_after(self.resync):
+                await self._dirty.wait()
+            await anyio.sleep(self.debounce)
+            self._dirty = anyio.Event()
+            try:
+                await self.pass_once()
+            except TemporaryError as exc:
+                self.log.warning("pass failed, retrying: %s", exc)
+                self._dirty.set()
+                await anyio.sleep(max(exc.delay, 1.0))

@@ -217,12 +217,12 @@ class FakeKube(k.Kube):
 def install(kube: FakeKube, *, secret: bool = True, config: bool = True) -> None:
     if secret:  # as the chart makes it: no data
         kube.put(
-            certs.SECRETS,
+            k.SECRETS,
             {"metadata": {"name": "gk-cert", "namespace": "gk-system"}, "type": "Opaque"},
         )
     if config:
         kube.put(
-            certs.WEBHOOK_CONFIGS,
+            k.WEBHOOK_CONFIGURATIONS,
             mutating_webhook_configuration(
                 name="gk", service=("gk-system", "lws-gatekeeper-webhook", 443), ca_bundle=b""
             ),
@@ -303,7 +303,7 @@ async def test_a_replace_that_loses_the_race_rereads(tmp_path: Path) -> None:
         secret = kube.objects[("secrets", "gk-system", "gk-cert")]
         secret = copy.deepcopy(secret)
         secret["data"] = {key: base64.b64encode(v).decode() for key, v in rival.items()}
-        kube.put(certs.SECRETS, secret)
+        kube.put(k.SECRETS, secret)
 
     kube.before_replace.append(rival_writes)
     await manager(kube, tmp_path).ensure(NOW)

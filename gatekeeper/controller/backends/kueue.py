@@ -15,17 +15,17 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 import anyio
-import kr8s.asyncio
 from prometheus_client import Counter, Gauge, Histogram
 
 from gatekeeper.controller import kube as k
+from gatekeeper.controller.caches import Caches
 from gatekeeper.controller.informer import Informer
-from gatekeeper.controller.loop import PassLoop
+from gatekeeper.controller.loop import Write
 from gatekeeper.core.backends.kueue import (
     NEVER_FIT_RETRY_SECONDS,
     KueueActions,
@@ -58,40 +58,33 @@ KUEUE_PASS_SECONDS = Histogram("gatekeeper_kueue_reconcile_seconds", "Duration o
 
 
 class KueueBackend:
-    """Watch LWSs, their pods, records, our Workloads and flavors; decide; act."""
+    """The ``kueue`` backend's parts for a ``PassLoop``: LWSs, their pods, records, our
+    Workloads and flavors; decide; act."""
 
-    def __init__(
-        self,
-        api: kr8s.asyncio.Api,
-        *,
-        resync: float = 10.0,
-        debounce: float = 0.05,
-        concurrency: int = 16,
-        retry_seconds: int = NEVER_FIT_RETRY_SECONDS,
-    ) -> None:
-        self.kube = k.Kube(api)
+    log = log
+
+    def __init__(self, kube: k.Kube, caches: Caches, *, retry_seconds: int = NEVER_FIT_RETRY_SECONDS) -> None:
+        self.kube = kube
+        self.caches = caches
         self.retry_seconds = retry_seconds
-        self.concurrency = concurrency
-        self.loop = PassLoop(log, resync=resync, debounce=debounce)
         self._last_event: dict[tuple[str, str, str], str] = {}
-        self._admitted: set[tuple[str, str]] = set()
         self._problems: set[str] = set()
-        self.passes = 0
         self.demands = DemandMemo()
 
-        poke = self.loop.poke
+        self.lws = caches.informer(k.LWS, label_selector=POOL_LABEL)
+        self.pods = caches.informer(k.PODS, label_selector=POOL_LABEL)
+        self.records = caches.informer(k.RECORDS)
+        self.workloads = caches.informer(k.WORKLOADS, label_selector=POOL_LABEL)
+        self.flavors = caches.informer(k.RESOURCE_FLAVORS)
+        self.priorities = caches.informer(k.PRIORITY_CLASSES)
 
-        self.lws = Informer(api, k.LWS, label_selector=POOL_LABEL, on_change=poke)
-        self.pods = Informer(api, k.PODS, label_selector=POOL_LABEL, on_change=poke)
-        self.records = Informer(api, k.RECORDS, on_change=poke)
-        self.workloads = Informer(api, k.WORKLOADS, label_selector=POOL_LABEL, on_change=poke)
-        self.flavors = Informer(api, k.RESOURCE_FLAVORS, on_change=poke)
-        self.priorities = Informer(api, k.PRIORITY_CLASSES, on_change=poke)
-        self.informers = [self.lws, self.pods, self.records, self.workloads, self.flavors, self.priorities]
+    @property
+    def informers(self) -> list[Informer]:
+        return [self.lws, self.pods, self.records, self.workloads, self.flavors, self.priorities]
 
-    async def run(self) -> None:
-        """Start the informers, wait for their first lists, then run passes until cancelled."""
-        await self.loop.run(self.informers, self.reconcile_once)
+    def wake_on_change(self, poke: Callable[[str, Any], None]) -> None:
+        for inf in self.informers:
+            inf.listeners.append(poke)
 
     def snapshot(self) -> KueueSnapshot:
         return KueueSnapshot(
@@ -100,17 +93,15 @@ class KueueBackend:
             records=self.records.values(),
             workloads=self.workloads.values(),
             flavors=self.flavors.values(),
-            priorities={o["metadata"]["name"]: int(o.get("value", 0)) for o in self.priorities.values()},
+            priorities=self.caches.priorities(),
             now=datetime.now(UTC),
             retry_seconds=self.retry_seconds,
         )
 
-    async def reconcile_once(self) -> KueueActions:
+    async def reconcile_once(self, limited: Write) -> KueueActions:
         start = time.monotonic()
         snap = self.snapshot()
         actions = decide_kueue(snap, self.demands)
-        self.passes += 1
-        limited = self.loop.writer(self.concurrency)
 
         async with anyio.create_task_group() as tg:
             for ns, name in actions.release:

@@ -1,7 +1,8 @@
-"""The admission loop: watch, snapshot, decide (pure), act. Over and over.
+"""The ``pools`` backend's controller: snapshot, decide (pure), act. Over and over.
 
-Why this exists: it is the only place where the gatekeeper changes the cluster. Each
-pass takes a snapshot of the informers' caches, hands it to ``core.reconcile.decide``
+Why this exists: with the ``pools`` backend it is the only place where the gatekeeper
+changes the cluster. Each pass (run by ``loop.PassLoop``) takes a snapshot of the shared
+caches, hands it to ``core.backends.pools.decide``
 and carries out the actions in their required order: release records of groups that
 are gone, create records of new groups, write ``Admitted=True`` on a group's record
 and only then lift the gates of its pods, then write why every other group waits.
@@ -13,21 +14,21 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
 import anyio
-import kr8s.asyncio
 from prometheus_client import Counter, Gauge, Histogram
 
 from gatekeeper.controller import kube as k
+from gatekeeper.controller.caches import BOUND_PODS, Caches
 from gatekeeper.controller.informer import Informer
-from gatekeeper.controller.loop import PassLoop
+from gatekeeper.controller.loop import Write
 from gatekeeper.core.backends.pools import Actions, Admit, Snapshot, WaitStatus, decide
+from gatekeeper.core.gating import ungate_patch
 from gatekeeper.core.groups import DemandMemo, GroupState
-from gatekeeper.core.keys import ADMITTED, POOL_LABEL, SCHEDULING_GATE
-from gatekeeper.core.nodes import parse_node
+from gatekeeper.core.keys import ADMITTED, POOL_LABEL
 from gatekeeper.core.objects import replacing_map
 from gatekeeper.core.planner import PoolStatus
 from gatekeeper.core.quantity import format_amount, format_resources
@@ -77,68 +78,50 @@ def _describe(st: PoolStatus) -> str:
 
 
 class PoolsBackend:
-    """Owns the informers and runs passes whenever something changed (and every ``resync`` s)."""
+    """The ``pools`` backend's parts for a ``PassLoop``: its caches, its snapshot, its writes."""
 
-    def __init__(
-        self, api: kr8s.asyncio.Api, *, resync: float = 10.0, debounce: float = 0.05, concurrency: int = 16
-    ) -> None:
-        self.api = api
-        self.concurrency = concurrency
-        self.kube = k.Kube(api)
-        self.loop = PassLoop(log, resync=resync, debounce=debounce)
+    log = log
+
+    def __init__(self, kube: k.Kube, caches: Caches) -> None:
+        self.kube = kube
+        self.caches = caches
         self._last_message_write: dict[str, float] = {}
         self._last_event: dict[tuple[str, str, str], str] = {}
         self._problems: set[str] = set()
-        self.passes = 0
         self.demands = DemandMemo()
 
-        poke = self.loop.poke
+        self.lws = caches.informer(k.LWS, label_selector=POOL_LABEL)
+        self.pods = caches.informer(k.PODS, label_selector=POOL_LABEL)
+        self.bound = caches.informer(k.PODS, field_selector=BOUND_PODS)
+        self.nodes = caches.informer(k.NODES)
+        self.pools = caches.informer(k.POOLS)
+        self.records = caches.informer(k.RECORDS)
+        self.priorities = caches.informer(k.PRIORITY_CLASSES)
 
-        self.lws = Informer(api, k.LWS, label_selector=POOL_LABEL, on_change=poke)
-        self.pods = Informer(api, k.PODS, label_selector=POOL_LABEL, on_change=poke)
-        self.bound = Informer(api, k.PODS, field_selector="spec.nodeName!=", on_change=poke)
-        self.nodes = Informer(api, k.NODES, on_change=poke)
-        self.pools = Informer(api, k.POOLS, on_change=poke)
-        self.records = Informer(api, k.RECORDS, on_change=poke)
-        self.priorities = Informer(api, k.PRIORITY_CLASSES, on_change=poke)
-        self.informers = [
-            self.lws,
-            self.pods,
-            self.bound,
-            self.nodes,
-            self.pools,
-            self.records,
-            self.priorities,
-        ]
+    @property
+    def informers(self) -> list[Informer]:
+        return [self.lws, self.pods, self.bound, self.nodes, self.pools, self.records, self.priorities]
 
-    async def run(self) -> None:
-        """Start the informers, wait for their first lists, then run passes until cancelled."""
-        await self.loop.run(self.informers, self.reconcile_once)
+    def wake_on_change(self, poke: Callable[[str, Any], None]) -> None:
+        for inf in self.informers:
+            inf.listeners.append(poke)
 
     def snapshot(self) -> Snapshot:
-        nodes = []
-        for obj in self.nodes.values():
-            try:
-                nodes.append(parse_node(obj))
-            except ValueError as exc:
-                log.warning("node %s ignored: %s", obj["metadata"]["name"], exc)
         return Snapshot(
             lwss=self.lws.values(),
             pods=self.pods.values(),
             bound_pods=self.bound.values(),
-            nodes=nodes,
+            nodes=self.caches.nodes(),
             pools=self.pools.values(),
             records=self.records.values(),
-            priorities={o["metadata"]["name"]: int(o.get("value", 0)) for o in self.priorities.values()},
+            priorities=self.caches.priorities(),
         )
 
-    async def reconcile_once(self) -> Actions:
-        """One pass. Writes of different groups run concurrently (at most ``concurrency`` in
+    async def reconcile_once(self, limited: Write) -> Actions:
+        """One pass. Writes of different groups run concurrently (at most the loop's limit in
         flight); within a group the order holds: its record is admitted before its gates go."""
         start = time.monotonic()
         actions = decide(self.snapshot(), self.demands)
-        self.passes += 1
-        limited = self.loop.writer(self.concurrency)
 
         async with anyio.create_task_group() as tg:
             for ns, name in actions.release:
@@ -222,7 +205,7 @@ class PoolsBackend:
         self,
         admit: Admit,
         created: Mapping[tuple[str, str], dict[str, Any]],
-        limited: Callable[..., Coroutine[Any, Any, bool]],
+        limited: Write,
     ) -> None:
         group = admit.group
         record = self._record(group, created)
@@ -280,19 +263,10 @@ class PoolsBackend:
 
     async def _ungate(self, namespace: str, name: str) -> None:
         pod = self.pods.get(namespace, name)
-        gates = (pod or {}).get("spec", {}).get("schedulingGates") or []
-        index = next((i for i, g in enumerate(gates) if g.get("name") == SCHEDULING_GATE), None)
-        if index is None:
+        ops = ungate_patch(pod) if pod is not None else None
+        if ops is None:
             return
-        ops = [
-            {"op": "test", "path": f"/spec/schedulingGates/{index}/name", "value": SCHEDULING_GATE},
-            {"op": "remove", "path": f"/spec/schedulingGates/{index}"},
-        ]
-        try:
-            await self.kube.json_patch(k.PODS, name, namespace, ops)
-        except k.Conflict as exc:
-            log.info("ungating %s/%s deferred: %s", namespace, name, exc)
-            self.loop.poke()
+        await self.kube.json_patch(k.PODS, name, namespace, ops)  # a Conflict asks for another pass
 
     async def _wait(self, wait: WaitStatus, created: Mapping[tuple[str, str], dict[str, Any]]) -> None:
         group = wait.group

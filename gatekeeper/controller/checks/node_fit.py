@@ -22,19 +22,24 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import anyio
-import kr8s.asyncio
 from prometheus_client import Counter, Gauge, Histogram
 
 from gatekeeper.controller import kube as k
-from gatekeeper.controller.informer import Informer, Resource
-from gatekeeper.controller.loop import PassLoop
+from gatekeeper.controller.caches import BOUND_PODS, Caches
+from gatekeeper.controller.informer import Informer
+from gatekeeper.controller.loop import Write
+from gatekeeper.controller.resources import Resource
 from gatekeeper.core.checks.node_fit import CheckUpdate, NodeFitActions, decide_node_fit
-from gatekeeper.core.keys import NODE_FIT_ACTIVE_MESSAGE, NODE_FIT_ACTIVE_REASON, NODE_FIT_FIELD_MANAGER
-from gatekeeper.core.nodes import Node, parse_node
+from gatekeeper.core.keys import (
+    KUEUE_API_VERSION,
+    NODE_FIT_ACTIVE_MESSAGE,
+    NODE_FIT_ACTIVE_REASON,
+    NODE_FIT_FIELD_MANAGER,
+)
 
 __all__ = ["NodeFitCheck"]
 
@@ -51,52 +56,40 @@ PASS_SECONDS = Histogram("gatekeeper_node_fit_pass_seconds", "Duration of one no
 
 
 class NodeFitCheck:
-    """Owns its informers and runs a pass whenever something changed (and every ``resync`` s)."""
+    """The node-fit check's parts for a ``PassLoop``: Workloads, AdmissionChecks, flavors, nodes
+    and bound pods; decide; write check states."""
 
-    def __init__(
-        self, api: kr8s.asyncio.Api, *, resync: float = 10.0, debounce: float = 0.05, concurrency: int = 16
-    ) -> None:
-        self.api = api
-        self.kube = k.Kube(api)
-        self.concurrency = concurrency
-        self.loop = PassLoop(log, resync=resync, debounce=debounce, retry_on=(ValueError,))
+    log = log
+
+    def __init__(self, kube: k.Kube, caches: Caches) -> None:
+        self.kube = kube
+        self.caches = caches
         self._problems: set[str] = set()
-        self.passes = 0
 
-        poke = self.loop.poke
+        self.workloads = caches.informer(k.WORKLOADS)
+        self.checks = caches.informer(k.ADMISSION_CHECKS)
+        self.flavors = caches.informer(k.RESOURCE_FLAVORS)
+        self.nodes = caches.informer(k.NODES)
+        self.bound = caches.informer(k.PODS, field_selector=BOUND_PODS)
 
-        self.workloads = Informer(api, k.WORKLOADS, on_change=poke)
-        self.checks = Informer(api, k.ADMISSION_CHECKS, on_change=poke)
-        self.flavors = Informer(api, k.RESOURCE_FLAVORS, on_change=poke)
-        self.nodes = Informer(api, k.NODES, on_change=poke)
-        self.bound = Informer(api, k.PODS, field_selector="spec.nodeName!=", on_change=poke)
-        self.informers = [self.workloads, self.checks, self.flavors, self.nodes, self.bound]
+    @property
+    def informers(self) -> list[Informer]:
+        return [self.workloads, self.checks, self.flavors, self.nodes, self.bound]
 
-    async def run(self) -> None:
-        """Start the informers, wait for their first lists, then run passes until cancelled."""
-        await self.loop.run(self.informers, self.reconcile_once)
+    def wake_on_change(self, poke: Callable[[str, Any], None]) -> None:
+        for inf in self.informers:
+            inf.listeners.append(poke)
 
-    def _nodes(self) -> list[Node]:
-        nodes = []
-        for obj in self.nodes.values():
-            try:
-                nodes.append(parse_node(obj))
-            except ValueError as exc:
-                log.warning("node %s ignored: %s", obj["metadata"]["name"], exc)
-        return nodes
-
-    async def reconcile_once(self) -> NodeFitActions:
-        """One pass: decide from the caches, then write (at most ``concurrency`` writes in flight)."""
+    async def reconcile_once(self, limited: Write) -> NodeFitActions:
+        """One pass: decide from the caches, then write (at most the loop's limit in flight)."""
         start = time.monotonic()
         actions = decide_node_fit(
             self.workloads.values(),
             self.checks.values(),
             self.flavors.values(),
-            self._nodes(),
+            self.caches.nodes(),
             self.bound.values(),
         )
-        self.passes += 1
-        limited = self.loop.writer(self.concurrency)
 
         async with anyio.create_task_group() as tg:
             for name in actions.activate:
@@ -136,7 +129,7 @@ class NodeFitCheck:
             name,
             None,
             {
-                "apiVersion": k.KUEUE_VERSION,
+                "apiVersion": KUEUE_API_VERSION,
                 "kind": "AdmissionCheck",
                 "metadata": {"name": name},
                 "status": {"conditions": [condition]},
@@ -177,7 +170,7 @@ class NodeFitCheck:
             update.workload,
             update.namespace,
             {
-                "apiVersion": k.KUEUE_VERSION,
+                "apiVersion": KUEUE_API_VERSION,
                 "kind": "Workload",
                 "metadata": {
                     "name": update.workload,

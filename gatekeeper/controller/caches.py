@@ -1,0 +1,98 @@
+"""The informers of one leadership term, one per kind and selector, shared by every loop.
+
+Why this exists: the ``pools`` backend and the node-fit check both watch Nodes and bound
+Pods; the ``kueue`` backend and the node-fit check both watch Workloads and flavors. One
+informer per (kind, selectors) serves them all, and what is parsed from a kind (nodes,
+PriorityClass values) is parsed once per change of that kind, not once per loop and
+pass. A ``Caches`` is made afresh for each term: a replica that wins the Lease back
+starts from new lists, never from the caches of its last term.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import kr8s.asyncio
+
+from gatekeeper.controller import resources as r
+from gatekeeper.controller.informer import Informer
+from gatekeeper.controller.resources import Resource
+from gatekeeper.core.nodes import Node, parse_node
+
+__all__ = ["BOUND_PODS", "Caches"]
+
+log = logging.getLogger("gatekeeper.caches")
+
+BOUND_PODS = "spec.nodeName!="
+"""Field selector of every pod bound to a node, anyone's: node room is physical."""
+
+
+class Caches:
+    """Informers by (resource, label selector, field selector), made on first use."""
+
+    def __init__(self, api: kr8s.asyncio.Api | None) -> None:
+        self.api = api
+        self._informers: dict[tuple[str, str, str, str], Informer] = {}
+        self._nodes: tuple[int, list[Node]] = (-1, [])
+        self._priorities: tuple[int, dict[str, int]] = (-1, {})
+
+    def informer(
+        self,
+        resource: Resource,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        on_change: Callable[[str, dict[str, Any]], None] | None = None,
+    ) -> Informer:
+        """The informer of ``resource`` with these selectors; ``on_change`` joins its listeners."""
+        key = (resource.plural, resource.version, label_selector or "", field_selector or "")
+        inf = self._informers.get(key)
+        if inf is None:
+            inf = Informer(
+                self.api,  # type: ignore[arg-type]  # None only in unit tests, which never run it
+                resource,
+                label_selector=label_selector,
+                field_selector=field_selector,
+            )
+            self._informers[key] = inf
+        if on_change is not None:
+            inf.listeners.append(on_change)
+        return inf
+
+    @property
+    def informers(self) -> list[Informer]:
+        return list(self._informers.values())
+
+    async def run(self) -> None:
+        """Run every informer made so far until cancelled."""
+        async with anyio.create_task_group() as tg:
+            for inf in self._informers.values():
+                tg.start_soon(inf.run)
+
+    def nodes(self) -> list[Node]:
+        """The Nodes, parsed once per change of the Node informer; unreadable ones are skipped."""
+        inf = self.informer(r.NODES)
+        if self._nodes[0] != inf.changes:
+            nodes = []
+            for obj in inf.values():
+                try:
+                    nodes.append(parse_node(obj))
+                except ValueError as exc:
+                    log.warning("node %s ignored: %s", obj.get("metadata", {}).get("name"), exc)
+            self._nodes = (inf.changes, nodes)
+        return self._nodes[1]
+
+    def priorities(self) -> dict[str, int]:
+        """PriorityClass name -> value, read once per change of their informer."""
+        inf = self.informer(r.PRIORITY_CLASSES)
+        if self._priorities[0] != inf.changes:
+            values: dict[str, int] = {}
+            for obj in inf.values():
+                value = obj.get("value", 0)
+                if isinstance(value, int) and not isinstance(value, bool):
+                    values[str(obj["metadata"]["name"])] = value
+            self._priorities = (inf.changes, values)
+        return self._priorities[1]

@@ -1,0 +1,110 @@
+"""Errors that say whether to try again, and the one place HTTP answers are mapped to them.
+
+Why this exists: every API call of the controller ends in one of three ways besides
+success, and each caller must treat them alike (kopf's ``TemporaryError(delay=)`` and
+``PermanentError`` are the model):
+
+* ``Conflict`` (a ``TemporaryError`` with no delay): the object changed or is gone since it
+  was read, or it is already there (404, 409, 422; 403 too, which also answers a create
+  in a namespace being deleted). Nothing is wrong: the next pass decides again on fresh
+  state.
+* ``TemporaryError``: the API server is away, slow or overloaded (429, 5xx, a broken or
+  timed-out connection). A later attempt may succeed; ``delay`` says when to try (the
+  ``Retry-After`` of a 429, else a second).
+* ``PermanentError``: the request itself was refused (400, 401, 405, 413, ...). Sending it
+  again unchanged fails again; it is logged and not retried.
+
+``Kube`` (every write) and ``Informer`` (every list and watch) raise only these; the pass
+loop retries temporary errors and nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import httpx
+import kr8s
+
+__all__ = [
+    "TRANSPORT_ERRORS",
+    "Conflict",
+    "PermanentError",
+    "TemporaryError",
+    "error_for_status",
+    "raise_for_status",
+]
+
+
+class TemporaryError(Exception):
+    """A later attempt may succeed; try again after ``delay`` seconds."""
+
+    def __init__(self, message: str, *, delay: float = 1.0, code: int | None = None) -> None:
+        super().__init__(message)
+        self.delay = delay
+        self.code = code
+
+
+class Conflict(TemporaryError):
+    """The object changed, is gone or is already there: the next pass decides again."""
+
+    def __init__(self, message: str, *, code: int | None = None) -> None:
+        super().__init__(message, delay=0.0, code=code)
+
+
+class PermanentError(Exception):
+    """The API server refused the request as such; sent again unchanged it fails again."""
+
+    def __init__(self, message: str, *, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+#: Failures below HTTP (connection refused or reset, timeouts, TLS): the server may be back soon.
+TRANSPORT_ERRORS: tuple[type[Exception], ...] = (
+    httpx.HTTPError,
+    OSError,
+    kr8s.ServerError,
+    kr8s.APITimeoutError,
+)
+
+_CONFLICTS = frozenset({403, 404, 409, 422})
+
+
+def _retry_after(headers: Mapping[str, str]) -> float:
+    try:
+        return min(max(float(headers.get("retry-after", "1")), 0.0), 60.0)
+    except ValueError:
+        return 1.0
+
+
+def error_for_status(
+    code: int, message: str, headers: Mapping[str, str] | None = None
+) -> TemporaryError | PermanentError | None:
+    """The error an HTTP answer stands for; None for a success."""
+    if code < 400:
+        return None
+    text = f"{code}: {message}"
+    if code in _CONFLICTS:
+        return Conflict(text, code=code)
+    if code == 429 or code >= 500:
+        return TemporaryError(text, delay=_retry_after(headers or {}), code=code)
+    return PermanentError(text, code=code)
+
+
+def raise_for_status(resp: httpx.Response) -> None:
+    """Raise the error an answer stands for (its Status message, else the start of its body).
+
+    Every call passes ``raise_for_status=False`` to kr8s and comes here instead: on a
+    401/403 kr8s would re-authenticate and rebuild its HTTP session, which breaks the other
+    requests in flight (a 403 also answers a create in a namespace being deleted, not only
+    a credentials problem).
+    """
+    if resp.status_code < 400:
+        return
+    try:
+        message = str(resp.json().get("message", ""))
+    except ValueError:
+        message = resp.text[:300]
+    error = error_for_status(resp.status_code, message, resp.headers)
+    if error is not None:
+        raise error

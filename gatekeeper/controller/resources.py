@@ -1,0 +1,67 @@
+"""Where each kind the controller reads or writes lives in the API, built from ``core.keys``.
+
+Why this exists: informers and writes both address kinds by plural, group/version and
+scope; spelling those once, from the same keys the decisions use, keeps a version bump
+(Kueue's ``v1beta2``, say) to one line in ``core/keys.py``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gatekeeper.core.keys import (
+    GATEKEEPER_API_VERSION,
+    KUEUE_API_VERSION,
+    LEASE_API_VERSION,
+    LWS_API_VERSION,
+    POOL_PLURAL,
+    PRIORITY_CLASS_API_VERSION,
+    RECORD_PLURAL,
+)
+
+__all__ = [
+    "ADMISSION_CHECKS",
+    "EVENTS",
+    "LEASES",
+    "LWS",
+    "NODES",
+    "PODS",
+    "POOLS",
+    "PRIORITY_CLASSES",
+    "RECORDS",
+    "RESOURCE_FLAVORS",
+    "SECRETS",
+    "WEBHOOK_CONFIGURATIONS",
+    "WORKLOADS",
+    "Resource",
+]
+
+
+@dataclass(frozen=True)
+class Resource:
+    """Where a kind lives in the API: ``version`` as kr8s takes it ("v1", "apps/v1")."""
+
+    plural: str
+    version: str = "v1"
+    namespaced: bool = True
+
+    @property
+    def base(self) -> str:
+        return "/api" if self.version == "v1" else "/apis"
+
+
+LWS = Resource("leaderworkersets", LWS_API_VERSION)
+PODS = Resource("pods")
+NODES = Resource("nodes", namespaced=False)
+EVENTS = Resource("events")
+SECRETS = Resource("secrets")
+POOLS = Resource(POOL_PLURAL, GATEKEEPER_API_VERSION, namespaced=False)
+RECORDS = Resource(RECORD_PLURAL, GATEKEEPER_API_VERSION)
+PRIORITY_CLASSES = Resource("priorityclasses", PRIORITY_CLASS_API_VERSION, namespaced=False)
+LEASES = Resource("leases", LEASE_API_VERSION)
+WEBHOOK_CONFIGURATIONS = Resource(
+    "mutatingwebhookconfigurations", "admissionregistration.k8s.io/v1", namespaced=False
+)
+WORKLOADS = Resource("workloads", KUEUE_API_VERSION)
+RESOURCE_FLAVORS = Resource("resourceflavors", KUEUE_API_VERSION, namespaced=False)
+ADMISSION_CHECKS = Resource("admissionchecks", KUEUE_API_VERSION, namespaced=False)

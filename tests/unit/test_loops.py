@@ -1,0 +1,271 @@
+"""Each controller's pass, run by the one ``PassLoop``, against a fake ``Kube`` and filled caches.
+
+A fake is right here: this tests what one pass writes, in which order and with which
+guard, from given caches; what the cluster does with those writes is proved end to end in
+``tests/e2e``. The caches are the real ``Caches`` with their informers filled by hand.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from typing import Any
+
+import pytest
+from core_builders import lws, lws_pod, node, pool
+
+from gatekeeper.controller import kube as k
+from gatekeeper.controller.backends.kueue import KueueBackend
+from gatekeeper.controller.backends.pools import PoolsBackend
+from gatekeeper.controller.caches import Caches
+from gatekeeper.controller.checks.node_fit import NodeFitCheck
+from gatekeeper.controller.errors import Conflict, PermanentError, TemporaryError
+from gatekeeper.controller.informer import Informer
+from gatekeeper.controller.loop import PassLoop
+from gatekeeper.core.keys import (
+    ADMITTED,
+    KUEUE_API_VERSION,
+    NODE_FIT_CONTROLLER,
+    POOL_LABEL,
+    SCHEDULING_GATE,
+)
+from gatekeeper.core.record import new_record
+
+NS = "team"
+
+
+class FakeKube:
+    """Records every write; ``create`` answers as the API server would (uid, resourceVersion)."""
+
+    def __init__(self, fail: dict[str, Exception] | None = None) -> None:
+        self.writes: list[tuple[str, str, str, Any]] = []
+        self.fail = fail or {}
+        self._rv = itertools.count(100)
+
+    def _record(self, verb: str, res: k.Resource, name: str, body: Any) -> None:
+        self.writes.append((verb, res.plural, name, body))
+        error = self.fail.get(f"{verb} {res.plural}")
+        if error is not None:
+            raise error
+
+    async def create(self, res: k.Resource, obj: dict[str, Any]) -> dict[str, Any]:
+        self._record("create", res, obj["metadata"]["name"], obj)
+        made = {**obj, "metadata": {**obj["metadata"], "uid": f"uid-{next(self._rv)}"}}
+        made["metadata"]["resourceVersion"] = str(next(self._rv))
+        return made
+
+    async def delete(self, res: k.Resource, name: str, namespace: str | None = None) -> None:
+        self._record("delete", res, name, None)
+
+    async def patch_status(
+        self,
+        res: k.Resource,
+        name: str,
+        namespace: str | None,
+        status: Any,
+        resource_version: str | None = None,
+    ) -> dict[str, Any]:
+        self._record("patch_status", res, name, {"status": status, "guard": resource_version})
+        return {}
+
+    async def json_patch(self, res: k.Resource, name: str, namespace: str | None, ops: Any) -> dict[str, Any]:
+        self._record("json_patch", res, name, ops)
+        return {}
+
+    async def apply_status(
+        self, res: k.Resource, name: str, namespace: str | None, body: Any, *, field_manager: str
+    ) -> dict[str, Any]:
+        self._record("apply_status", res, name, body)
+        return {}
+
+    async def event(
+        self, involved: Any, *, kind: str, reason: str, message: str, warning: bool = False
+    ) -> None:
+        self.writes.append(("event", "events", reason, message))
+
+    def verbs(self) -> list[tuple[str, str, str]]:
+        return [(verb, plural, name) for verb, plural, name, _ in self.writes]
+
+
+def fill(inf: Informer, *objs: dict[str, Any]) -> None:
+    for obj in objs:
+        inf.objects[(obj["metadata"].get("namespace", ""), obj["metadata"]["name"])] = obj
+    inf.changes += 1
+
+
+def gpu_node(name: str, label: str, gpus: int = 1) -> dict[str, Any]:
+    return node(name).labels(pool=label).alloc(gpu=gpus).obj()
+
+
+def opted_in(name: str, queue: str, uid: str = "u-1") -> dict[str, Any]:
+    obj = lws(name, NS).pool(queue).uid(uid).size(2).replicas(1).worker(gpu_limit=1).obj()
+    obj["metadata"]["generation"] = 1
+    return obj
+
+
+def loop_of(controller: Any) -> PassLoop:
+    return PassLoop(controller, resync=60.0, concurrency=4)
+
+
+@pytest.mark.anyio
+async def test_pools_pass_creates_the_record_admits_it_guarded_then_lifts_both_gates() -> None:
+    kube, caches = FakeKube(), Caches(None)
+    backend = PoolsBackend(kube, caches)  # type: ignore[arg-type]
+    vllm = opted_in("vllm", "a")
+    fill(backend.lws, vllm)
+    fill(backend.pods, lws_pod("vllm", 0, 0, namespace=NS), lws_pod("vllm", 0, 1, namespace=NS))
+    fill(backend.nodes, gpu_node("n0", "a"), gpu_node("n1", "a"))
+    fill(backend.pools, pool("a").quota(gpu=2).obj())
+    await loop_of(backend).pass_once()
+
+    record = new_record(vllm, 0)["metadata"]["name"]
+    verbs = kube.verbs()
+    assert verbs[0] == ("create", "groupadmissions", record)
+    admit = verbs.index(("patch_status", "groupadmissions", record))
+    ungates = [i for i, v in enumerate(verbs) if v[0] == "json_patch"]
+    assert sorted(verbs[i][2] for i in ungates) == ["vllm-0", "vllm-0-1"]
+    assert all(i > admit for i in ungates), "the record is admitted before any gate is lifted"
+    patch = kube.writes[admit][3]
+    assert patch["guard"] is not None, "the admission is guarded by the created record's resourceVersion"
+    assert patch["status"]["conditions"][0]["type"] == ADMITTED
+    assert patch["status"]["conditions"][0]["status"] == "True"
+    ops = kube.writes[ungates[0]][3]
+    assert ops[0] == {"op": "test", "path": "/spec/schedulingGates/0/name", "value": SCHEDULING_GATE}
+    assert ("patch_status", "pools", "a") in verbs
+
+
+@pytest.mark.anyio
+async def test_pools_pass_whose_admission_write_conflicts_lifts_no_gate_and_asks_for_another_pass() -> None:
+    kube, caches = FakeKube(fail={"patch_status groupadmissions": Conflict("409: changed")}), Caches(None)
+    backend = PoolsBackend(kube, caches)  # type: ignore[arg-type]
+    fill(backend.lws, opted_in("vllm", "a"))
+    fill(backend.pods, lws_pod("vllm", 0, 0, namespace=NS), lws_pod("vllm", 0, 1, namespace=NS))
+    fill(backend.nodes, gpu_node("n0", "a"), gpu_node("n1", "a"))
+    fill(backend.pools, pool("a").quota(gpu=2).obj())
+    loop = loop_of(backend)
+    await loop.pass_once()
+    assert not any(v[0] == "json_patch" for v in kube.verbs())
+    assert loop._dirty.is_set(), "a write that met a Conflict asks for another pass"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("error", "retried"),
+    [(TemporaryError("503: unavailable"), True), (PermanentError("400: bad request", code=400), False)],
+)
+async def test_a_failed_write_is_retried_only_when_temporary(error: Exception, retried: bool) -> None:
+    kube, caches = FakeKube(fail={"create groupadmissions": error}), Caches(None)
+    backend = PoolsBackend(kube, caches)  # type: ignore[arg-type]
+    fill(backend.lws, opted_in("vllm", "a"))
+    fill(backend.pools, pool("a").quota(gpu=2).obj())
+    loop = loop_of(backend)
+    await loop.pass_once()
+    assert kube.verbs()[0][0] == "create"
+    assert loop._dirty.is_set() is retried
+
+
+@pytest.mark.anyio
+async def test_kueue_pass_lifts_gates_of_an_admitted_workload_onto_its_flavor() -> None:
+    kube, caches = FakeKube(), Caches(None)
+    backend = KueueBackend(kube, caches)  # type: ignore[arg-type]
+    vllm = opted_in("vllm", "lq")
+    rec = new_record(vllm, 0)
+    rec["metadata"]["uid"] = "rec-uid"
+    name = rec["metadata"]["name"]
+    workload = {
+        "apiVersion": KUEUE_API_VERSION,
+        "kind": "Workload",
+        "metadata": {
+            "name": name,
+            "namespace": NS,
+            "labels": {**rec["metadata"]["labels"], POOL_LABEL: "lq"},
+            "resourceVersion": "7",
+        },
+        "status": {
+            "conditions": [
+                {"type": "QuotaReserved", "status": "True"},
+                {"type": "Admitted", "status": "True"},
+            ],
+            "admission": {
+                "clusterQueue": "cq",
+                "podSetAssignments": [
+                    {"name": "leader", "flavors": {"nvidia.com/gpu": "h100"}},
+                    {"name": "worker", "flavors": {"nvidia.com/gpu": "h100"}},
+                ],
+            },
+        },
+    }
+    fill(backend.lws, vllm)
+    fill(backend.records, rec)
+    fill(backend.workloads, workload)
+    fill(backend.flavors, {"metadata": {"name": "h100"}, "spec": {"nodeLabels": {"pool": "h100"}}})
+    fill(
+        backend.pods,
+        lws_pod("vllm", 0, 0, namespace=NS, pool="lq"),
+        lws_pod("vllm", 0, 1, namespace=NS, pool="lq"),
+    )
+    await loop_of(backend).pass_once()
+
+    patches = {name: ops for verb, _, name, ops in kube.writes if verb == "json_patch"}
+    assert sorted(patches) == ["vllm-0", "vllm-0-1"]
+    assert {"op": "add", "path": "/spec/nodeSelector", "value": {"pool": "h100"}} in patches["vllm-0"]
+    status = next(
+        body for verb, plural, _, body in kube.writes if (verb, plural) == ("patch_status", "groupadmissions")
+    )
+    assert status["status"]["conditions"][0]["status"] == "True"
+
+
+@pytest.mark.anyio
+async def test_node_fit_pass_marks_its_check_active_and_a_fitting_workload_ready() -> None:
+    kube, caches = FakeKube(), Caches(None)
+    check = NodeFitCheck(kube, caches)  # type: ignore[arg-type]
+    fill(check.checks, {"metadata": {"name": "node-fit"}, "spec": {"controllerName": NODE_FIT_CONTROLLER}})
+    fill(check.flavors, {"metadata": {"name": "h100"}, "spec": {"nodeLabels": {"pool": "h100"}}})
+    fill(check.nodes, gpu_node("n0", "h100"), gpu_node("n1", "h100"))
+    pod_spec = {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}
+    fill(
+        check.workloads,
+        {
+            "metadata": {
+                "name": "wl",
+                "namespace": NS,
+                "resourceVersion": "3",
+                "creationTimestamp": "2025-01-01T00:00:00Z",
+            },
+            "spec": {"podSets": [{"name": "main", "count": 2, "template": {"spec": pod_spec}}]},
+            "status": {
+                "conditions": [{"type": "QuotaReserved", "status": "True"}],
+                "admission": {"podSetAssignments": [{"name": "main", "flavors": {"nvidia.com/gpu": "h100"}}]},
+                "admissionChecks": [{"name": "node-fit", "state": "Pending", "message": ""}],
+            },
+        },
+    )
+    await loop_of(check).pass_once()
+    applied = {(plural, name): body for verb, plural, name, body in kube.writes if verb == "apply_status"}
+    assert applied[("admissionchecks", "node-fit")]["status"]["conditions"][0]["status"] == "True"
+    entry = applied[("workloads", "wl")]["status"]["admissionChecks"][0]
+    assert entry["state"] == "Ready"
+    assert applied[("workloads", "wl")]["metadata"]["resourceVersion"] == "3"
+
+
+def test_one_informer_per_kind_and_selector_is_shared_by_the_loops_of_a_term() -> None:
+    caches = Caches(None)
+    pools = PoolsBackend(FakeKube(), caches)  # type: ignore[arg-type]
+    check = NodeFitCheck(FakeKube(), caches)  # type: ignore[arg-type]
+    assert pools.nodes is check.nodes and pools.bound is check.bound
+    assert len(caches.informers) == len({id(i) for i in pools.informers + check.informers})
+    fresh = Caches(None)
+    assert PoolsBackend(FakeKube(), fresh).nodes is not pools.nodes  # type: ignore[arg-type]
+
+
+def test_nodes_are_parsed_once_per_change_of_their_informer() -> None:
+    caches = Caches(None)
+    nodes = caches.informer(k.NODES)
+    fill(nodes, gpu_node("n0", "a"))
+    first = caches.nodes()
+    assert caches.nodes() is first
+    fill(nodes, gpu_node("n1", "a"))
+    assert [n.name for n in caches.nodes()] == ["n0", "n1"]
+
+
+logging.getLogger("gatekeeper").setLevel(logging.CRITICAL)
