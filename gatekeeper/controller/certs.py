@@ -40,6 +40,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from gatekeeper.controller import kube as k
+from gatekeeper.controller import resources as r
 from gatekeeper.controller import x509_build as x509util
 
 __all__ = [
@@ -279,7 +280,7 @@ class SelfSignedCerts:
 
     async def _read(self) -> tuple[dict[str, Any] | None, dict[str, bytes]]:
         try:
-            secret = await self.kube.get(k.SECRETS, self.secret, self.namespace)
+            secret = await self.kube.get(r.SECRETS, self.secret, self.namespace)
         except k.Conflict:  # 404: not made by the chart; we make it
             return None, {}
         return secret, _decode(secret)
@@ -294,11 +295,11 @@ class SelfSignedCerts:
                 "type": "Opaque",
                 "data": _encode(data),
             }
-            await self.kube.create(k.SECRETS, body)
+            await self.kube.create(r.SECRETS, body)
         else:
             body = dict(secret)
             body["data"] = _encode(data)
-            await self.kube.replace(k.SECRETS, body)
+            await self.kube.replace(r.SECRETS, body)
 
     async def ensure(self, now: dt.datetime | None = None) -> bool:
         """One round: the Secret current, the files written, the CA bundle patched.
@@ -334,7 +335,7 @@ class SelfSignedCerts:
 
     async def _patch_ca_bundle(self, bundle: bytes) -> bool:
         try:
-            config = await self.kube.get(k.WEBHOOK_CONFIGURATIONS, self.webhook_config)
+            config = await self.kube.get(r.WEBHOOK_CONFIGURATIONS, self.webhook_config)
         except k.Conflict:
             log.warning(
                 "mutatingwebhookconfiguration %s not found; its CA bundle is set once it exists",
@@ -348,7 +349,7 @@ class SelfSignedCerts:
                 ops.append({"op": "test", "path": f"/webhooks/{i}/name", "value": hook["name"]})
                 ops.append({"op": "add", "path": f"/webhooks/{i}/clientConfig/caBundle", "value": wanted})
         if ops:
-            await self.kube.json_patch(k.WEBHOOK_CONFIGURATIONS, self.webhook_config, None, ops)
+            await self.kube.json_patch(r.WEBHOOK_CONFIGURATIONS, self.webhook_config, None, ops)
             log.info("patched the CA bundle of mutatingwebhookconfiguration %s", self.webhook_config)
         return True
 

@@ -89,19 +89,24 @@ class Informer:
             params["fieldSelector"] = self.field_selector
         return params
 
+    def _get(self, params: dict[str, Any], **extra: Any) -> Any:
+        """A GET of the resource's collection (a list, or with ``watch`` a stream), status unchecked."""
+        return self.api.call_api(
+            "GET",
+            version=self.resource.version,
+            base=self.resource.base,
+            url=self.resource.plural,
+            params=params,
+            raise_for_status=False,
+            **extra,
+        )
+
     async def _list(self) -> str:
         """Replace the cache with a fresh list (paged); return the list's resourceVersion."""
         items: dict[Key, dict[str, Any]] = {}
         params = self._params(limit=500)
         while True:
-            async with self.api.call_api(
-                "GET",
-                version=self.resource.version,
-                base=self.resource.base,
-                url=self.resource.plural,
-                params=params,
-                raise_for_status=False,
-            ) as resp:
+            async with self._get(params) as resp:
                 raise_for_status(resp)
                 body = resp.json()
             for item in body.get("items", []):
@@ -131,16 +136,7 @@ class Informer:
             timeoutSeconds=str(self.watch_seconds),
         )
         timeout = httpx.Timeout(10.0, read=self.watch_seconds + 30.0)
-        async with self.api.call_api(
-            "GET",
-            version=self.resource.version,
-            base=self.resource.base,
-            url=self.resource.plural,
-            params=params,
-            stream=True,
-            timeout=timeout,
-            raise_for_status=False,
-        ) as resp:
+        async with self._get(params, stream=True, timeout=timeout) as resp:
             if resp.status_code >= 400:
                 await resp.aread()
                 raise_for_status(resp)

@@ -7,7 +7,7 @@ counts requests (the benchmark reports API requests per admitted group) and one
 place that turns HTTP answers into "done" or one of ``errors``' three answers: already
 so or changed (``Conflict``), try again later (``TemporaryError``), or never
 (``PermanentError``). The API resources it writes are ``resources``', built from
-``core.keys``; they are re-exported here, so a loop needs only ``kube``.
+``core.keys``.
 """
 
 from __future__ import annotations
@@ -28,39 +28,11 @@ from gatekeeper.controller.errors import (
     TemporaryError,
     raise_for_status,
 )
-from gatekeeper.controller.resources import (
-    ADMISSION_CHECKS,
-    EVENTS,
-    LEASES,
-    LWS,
-    NODES,
-    PODS,
-    POOLS,
-    PRIORITY_CLASSES,
-    RECORDS,
-    RESOURCE_FLAVORS,
-    SECRETS,
-    WEBHOOK_CONFIGURATIONS,
-    WORKLOADS,
-    Resource,
-)
+from gatekeeper.controller.resources import EVENTS, Resource
 from gatekeeper.core.keys import EVENT_REPORTER, EVENT_SOURCE
 
 __all__ = [
-    "ADMISSION_CHECKS",
     "API_REQUESTS",
-    "EVENTS",
-    "LEASES",
-    "LWS",
-    "NODES",
-    "PODS",
-    "POOLS",
-    "PRIORITY_CLASSES",
-    "RECORDS",
-    "RESOURCE_FLAVORS",
-    "SECRETS",
-    "WEBHOOK_CONFIGURATIONS",
-    "WORKLOADS",
     "Conflict",
     "Kube",
     "PermanentError",
@@ -193,21 +165,18 @@ class Kube:
         )
 
     async def event(
-        self, involved: Mapping[str, Any], *, kind: str, reason: str, message: str, warning: bool = False
+        self, about: Mapping[str, Any], *, reason: str, message: str, warning: bool = False
     ) -> None:
-        """Post a core/v1 Event about ``involved`` (best effort: an event lost is not an error)."""
-        meta = involved["metadata"]
+        """Post a core/v1 Event about the object ``about`` names (apiVersion, kind, name,
+        namespace, uid). Best effort: an event lost is not an error."""
+        namespace = str(about.get("namespace") or "default")
         now = now_rfc3339()
         body = {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta.get("namespace", "default")},
+            "metadata": {"generateName": f"{about.get('name')}.", "namespace": namespace},
             "involvedObject": {
-                "apiVersion": involved.get("apiVersion"),
-                "kind": kind,
-                "name": meta["name"],
-                "namespace": meta.get("namespace"),
-                "uid": meta.get("uid"),
+                key: about.get(key) for key in ("apiVersion", "kind", "name", "namespace", "uid")
             },
             "reason": reason,
             "message": message[:1024],
@@ -220,4 +189,4 @@ class Kube:
             "count": 1,
         }
         with contextlib.suppress(TemporaryError, PermanentError):  # best effort: an event lost is no error
-            await self._call("POST", EVENTS, "events", namespace=meta.get("namespace", "default"), body=body)
+            await self._call("POST", EVENTS, "events", namespace=namespace, body=body)

@@ -19,6 +19,7 @@ from typing import Any
 import anyio
 
 from gatekeeper.controller import kube as k
+from gatekeeper.controller import resources as r
 from gatekeeper.core.keys import LEASE_API_VERSION
 
 __all__ = ["LeaderElector"]
@@ -68,7 +69,7 @@ class LeaderElector:
     async def try_acquire_or_renew(self) -> bool:
         """One attempt; True when we hold the Lease afterwards."""
         try:
-            lease = await self.kube.get(k.LEASES, self.name, self.namespace)
+            lease = await self.kube.get(r.LEASES, self.name, self.namespace)
         except k.Conflict:
             body = {
                 "apiVersion": LEASE_API_VERSION,
@@ -77,7 +78,7 @@ class LeaderElector:
                 "spec": self._spec(None, 0),
             }
             try:
-                await self.kube.create(k.LEASES, body)
+                await self.kube.create(r.LEASES, body)
             except k.Conflict as exc:  # another replica was faster, or the namespace is missing
                 log.warning("cannot create the lease %s/%s: %s", self.namespace, self.name, exc)
                 return False
@@ -91,7 +92,7 @@ class LeaderElector:
         transitions = int(spec.get("leaseTransitions", 0)) + (0 if mine else 1)
         lease["spec"] = self._spec(spec.get("acquireTime") if mine else None, transitions)
         try:
-            await self.kube.replace(k.LEASES, lease)
+            await self.kube.replace(r.LEASES, lease)
         except k.Conflict:
             return False
         return True
@@ -130,10 +131,10 @@ class LeaderElector:
         if not self.leading:
             return
         try:
-            lease = await self.kube.get(k.LEASES, self.name, self.namespace)
+            lease = await self.kube.get(r.LEASES, self.name, self.namespace)
             if lease.get("spec", {}).get("holderIdentity") == self.identity:
                 lease["spec"]["holderIdentity"] = None
                 lease["spec"]["leaseDurationSeconds"] = 1
-                await self.kube.replace(k.LEASES, lease)
+                await self.kube.replace(r.LEASES, lease)
         except (k.TemporaryError, k.PermanentError) as exc:  # best effort
             log.info("could not release the lease: %s", exc)

@@ -38,11 +38,8 @@ class Controller(Protocol):
 
     @property
     def informers(self) -> Sequence[Informer]:
-        """The caches a pass reads; the loop waits for their first lists."""
-        ...
-
-    def wake_on_change(self, poke: Callable[[str, Any], None]) -> None:
-        """Call ``poke`` whenever one of its informers sees a change."""
+        """The caches a pass reads: the loop waits for their first lists, and a change in
+        any of them asks for a pass."""
         ...
 
     async def reconcile_once(self, write: Write) -> object:
@@ -69,7 +66,8 @@ class PassLoop:
         self.concurrency = concurrency
         self.passes = 0
         self._dirty = anyio.Event()
-        controller.wake_on_change(self.poke)
+        for inf in controller.informers:
+            inf.listeners.append(self.poke)
 
     def poke(self, _kind: str = "", _obj: Any = None) -> None:
         """Ask for a pass soon (the signature of an informer's listener)."""

@@ -34,6 +34,7 @@ __all__ = [
     "WEBHOOK_CONFIGURATIONS",
     "WORKLOADS",
     "Resource",
+    "by_plural",
 ]
 
 
@@ -65,3 +66,16 @@ WEBHOOK_CONFIGURATIONS = Resource(
 WORKLOADS = Resource("workloads", KUEUE_API_VERSION)
 RESOURCE_FLAVORS = Resource("resourceflavors", KUEUE_API_VERSION, namespaced=False)
 ADMISSION_CHECKS = Resource("admissionchecks", KUEUE_API_VERSION, namespaced=False)
+
+_ALL = (
+    LWS, PODS, NODES, EVENTS, SECRETS, POOLS, RECORDS, PRIORITY_CLASSES, LEASES,
+    WEBHOOK_CONFIGURATIONS, WORKLOADS, RESOURCE_FLAVORS, ADMISSION_CHECKS,
+)  # fmt: skip
+
+
+def by_plural(plural: str) -> Resource:
+    """The resource a plan's write names by its plural (KeyError for one the controller never writes)."""
+    return _BY_PLURAL[plural]
+
+
+_BY_PLURAL = {res.plural: res for res in _ALL}

@@ -84,6 +84,7 @@ REVISION_LABEL: Final = "leaderworkerset.sigs.k8s.io/template-revision-hash"
 KUEUE_API_VERSION: Final = "kueue.x-k8s.io/v1beta2"
 """Workload, ResourceFlavor, AdmissionCheck, ClusterQueue, LocalQueue: served by Kueue v0.19 (its
 storage version there; v1beta1 is deprecated) and the only one from v0.20 on."""
+WORKLOAD_PLURAL: Final = "workloads"
 KUEUE_POD_GROUP_KEY: Final = "kueue.x-k8s.io/pod-group-name"
 """Label or annotation of the pods of one of Kueue's pod groups: the Workload's name."""
 KUEUE_PODSET_LABEL: Final = "kueue.x-k8s.io/podset"

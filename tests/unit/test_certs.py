@@ -23,6 +23,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from gatekeeper.controller import certs
 from gatekeeper.controller import kube as k
+from gatekeeper.controller import resources as r
 from gatekeeper.controller.certs import CA_CRT, CA_KEY, TLS_CRT, TLS_KEY, SelfSignedCerts, plan
 from gatekeeper.webhook import mutating_webhook_configuration, start_webhook_server
 
@@ -217,12 +218,12 @@ class FakeKube(k.Kube):
 def install(kube: FakeKube, *, secret: bool = True, config: bool = True) -> None:
     if secret:  # as the chart makes it: no data
         kube.put(
-            k.SECRETS,
+            r.SECRETS,
             {"metadata": {"name": "gk-cert", "namespace": "gk-system"}, "type": "Opaque"},
         )
     if config:
         kube.put(
-            k.WEBHOOK_CONFIGURATIONS,
+            r.WEBHOOK_CONFIGURATIONS,
             mutating_webhook_configuration(
                 name="gk", service=("gk-system", "lws-gatekeeper-webhook", 443), ca_bundle=b""
             ),
@@ -303,7 +304,7 @@ async def test_a_replace_that_loses_the_race_rereads(tmp_path: Path) -> None:
         secret = kube.objects[("secrets", "gk-system", "gk-cert")]
         secret = copy.deepcopy(secret)
         secret["data"] = {key: base64.b64encode(v).decode() for key, v in rival.items()}
-        kube.put(k.SECRETS, secret)
+        kube.put(r.SECRETS, secret)
 
     kube.before_replace.append(rival_writes)
     await manager(kube, tmp_path).ensure(NOW)

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from core_builders import lws, lws_pod, node, pool
 
-from gatekeeper.controller import kube as k
+from gatekeeper.controller import resources as r
 from gatekeeper.controller.backends.kueue import KueueBackend
 from gatekeeper.controller.backends.pools import PoolsBackend
 from gatekeeper.controller.caches import Caches
@@ -42,24 +42,24 @@ class FakeKube:
         self.fail = fail or {}
         self._rv = itertools.count(100)
 
-    def _record(self, verb: str, res: k.Resource, name: str, body: Any) -> None:
+    def _record(self, verb: str, res: r.Resource, name: str, body: Any) -> None:
         self.writes.append((verb, res.plural, name, body))
         error = self.fail.get(f"{verb} {res.plural}")
         if error is not None:
             raise error
 
-    async def create(self, res: k.Resource, obj: dict[str, Any]) -> dict[str, Any]:
+    async def create(self, res: r.Resource, obj: dict[str, Any]) -> dict[str, Any]:
         self._record("create", res, obj["metadata"]["name"], obj)
         made = {**obj, "metadata": {**obj["metadata"], "uid": f"uid-{next(self._rv)}"}}
         made["metadata"]["resourceVersion"] = str(next(self._rv))
         return made
 
-    async def delete(self, res: k.Resource, name: str, namespace: str | None = None) -> None:
+    async def delete(self, res: r.Resource, name: str, namespace: str | None = None) -> None:
         self._record("delete", res, name, None)
 
     async def patch_status(
         self,
-        res: k.Resource,
+        res: r.Resource,
         name: str,
         namespace: str | None,
         status: Any,
@@ -68,19 +68,17 @@ class FakeKube:
         self._record("patch_status", res, name, {"status": status, "guard": resource_version})
         return {}
 
-    async def json_patch(self, res: k.Resource, name: str, namespace: str | None, ops: Any) -> dict[str, Any]:
+    async def json_patch(self, res: r.Resource, name: str, namespace: str | None, ops: Any) -> dict[str, Any]:
         self._record("json_patch", res, name, ops)
         return {}
 
     async def apply_status(
-        self, res: k.Resource, name: str, namespace: str | None, body: Any, *, field_manager: str
+        self, res: r.Resource, name: str, namespace: str | None, body: Any, *, field_manager: str
     ) -> dict[str, Any]:
         self._record("apply_status", res, name, body)
         return {}
 
-    async def event(
-        self, involved: Any, *, kind: str, reason: str, message: str, warning: bool = False
-    ) -> None:
+    async def event(self, about: Any, *, reason: str, message: str, warning: bool = False) -> None:
         self.writes.append(("event", "events", reason, message))
 
     def verbs(self) -> list[tuple[str, str, str]]:
@@ -260,7 +258,7 @@ def test_one_informer_per_kind_and_selector_is_shared_by_the_loops_of_a_term() -
 
 def test_nodes_are_parsed_once_per_change_of_their_informer() -> None:
     caches = Caches(None)
-    nodes = caches.informer(k.NODES)
+    nodes = caches.informer(r.NODES)
     fill(nodes, gpu_node("n0", "a"))
     first = caches.nodes()
     assert caches.nodes() is first

@@ -6,45 +6,34 @@ that requires a node-fit AdmissionCheck waits for this controller to say ``Ready
 It serves every Workload with such a check (Kueue's own LWS and Job integrations, and
 the gatekeeper's ``kueue`` backend alike).
 
-Each pass takes the informers' caches (Workloads, AdmissionChecks, ResourceFlavors,
-Nodes, bound Pods), hands them to ``core.nodefit.decide_node_fit`` and writes what it
-decided: ``Active=True`` on our AdmissionCheck objects, and the changed check states.
-A check state is written with server-side apply on the Workload's ``status``
-subresource (field manager ``lws-gatekeeper-node-fit``): ``status.admissionChecks`` is
-a list-map keyed by ``name``, so the apply owns only our entry and keeps Kueue's
-fields and the other checks' entries. The apply carries the cached
-``resourceVersion``: if the Workload changed since (Kueue evicted it, say), it is
-refused and the next pass decides again on fresh state. Failed writes are logged and
-retried by a later pass; the loop never stops on them.
+Each pass takes the shared caches (Workloads, AdmissionChecks, ResourceFlavors, Nodes,
+bound Pods), hands them to ``core.checks.node_fit`` (``decide_node_fit``, then
+``plan_writes``: ``Active=True`` on our AdmissionChecks, the changed check states as
+server-side applies guarded by the Workload's resourceVersion) and has ``act.execute``
+send them. Failed writes are logged and retried by a later pass; the loop never stops
+on them.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
-from typing import Any
+from datetime import UTC, datetime
 
-import anyio
 from prometheus_client import Counter, Gauge, Histogram
 
 from gatekeeper.controller import kube as k
+from gatekeeper.controller import resources as r
+from gatekeeper.controller.act import execute
 from gatekeeper.controller.caches import BOUND_PODS, Caches
 from gatekeeper.controller.informer import Informer
-from gatekeeper.controller.loop import Write
-from gatekeeper.controller.resources import Resource
-from gatekeeper.core.checks.node_fit import CheckUpdate, NodeFitActions, decide_node_fit
-from gatekeeper.core.keys import (
-    KUEUE_API_VERSION,
-    NODE_FIT_ACTIVE_MESSAGE,
-    NODE_FIT_ACTIVE_REASON,
-    NODE_FIT_FIELD_MANAGER,
-)
+from gatekeeper.controller.loop import Write as Writer
+from gatekeeper.core.checks.node_fit import NodeFitActions, decide_node_fit, plan_writes
+from gatekeeper.core.writes import Memory, Write
 
 __all__ = ["NodeFitCheck"]
 
 log = logging.getLogger("gatekeeper.nodefit")
-
 
 CHECKS = Gauge(
     "gatekeeper_node_fit_workloads",
@@ -57,45 +46,35 @@ PASS_SECONDS = Histogram("gatekeeper_node_fit_pass_seconds", "Duration of one no
 
 class NodeFitCheck:
     """The node-fit check's parts for a ``PassLoop``: Workloads, AdmissionChecks, flavors, nodes
-    and bound pods; decide; write check states."""
+    and bound pods; decide and plan; execute."""
 
     log = log
 
     def __init__(self, kube: k.Kube, caches: Caches) -> None:
         self.kube = kube
         self.caches = caches
+        self.memory = Memory()
         self._problems: set[str] = set()
 
-        self.workloads = caches.informer(k.WORKLOADS)
-        self.checks = caches.informer(k.ADMISSION_CHECKS)
-        self.flavors = caches.informer(k.RESOURCE_FLAVORS)
-        self.nodes = caches.informer(k.NODES)
-        self.bound = caches.informer(k.PODS, field_selector=BOUND_PODS)
+        self.workloads = caches.informer(r.WORKLOADS)
+        self.checks = caches.informer(r.ADMISSION_CHECKS)
+        self.flavors = caches.informer(r.RESOURCE_FLAVORS)
+        self.nodes = caches.informer(r.NODES)
+        self.bound = caches.informer(r.PODS, field_selector=BOUND_PODS)
 
     @property
     def informers(self) -> list[Informer]:
         return [self.workloads, self.checks, self.flavors, self.nodes, self.bound]
 
-    def wake_on_change(self, poke: Callable[[str, Any], None]) -> None:
-        for inf in self.informers:
-            inf.listeners.append(poke)
-
-    async def reconcile_once(self, limited: Write) -> NodeFitActions:
-        """One pass: decide from the caches, then write (at most the loop's limit in flight)."""
+    async def reconcile_once(self, write: Writer) -> NodeFitActions:
+        """One pass: decide and plan from the caches (pure), then execute the plan."""
         start = time.monotonic()
+        workloads, checks = self.workloads.values(), self.checks.values()
         actions = decide_node_fit(
-            self.workloads.values(),
-            self.checks.values(),
-            self.flavors.values(),
-            self.caches.nodes(),
-            self.bound.values(),
+            workloads, checks, self.flavors.values(), self.caches.nodes(), self.bound.values()
         )
-
-        async with anyio.create_task_group() as tg:
-            for name in actions.activate:
-                tg.start_soon(limited, self._activate, name)
-            for update in actions.updates:
-                tg.start_soon(limited, self._write_check, update)
+        plan = plan_writes(actions, workloads, checks, datetime.now(UTC))
+        await execute(self.kube, plan, write, self.memory, self._done)
         problems = set(actions.problems)
         for problem in sorted(problems - self._problems):
             log.warning("node fit: %s", problem)
@@ -105,79 +84,17 @@ class NodeFitCheck:
         PASS_SECONDS.observe(time.monotonic() - start)
         return actions
 
-    async def _apply_status(
-        self, res: Resource, name: str, namespace: str | None, body: Mapping[str, Any]
-    ) -> None:
-        """Server-side apply ``body`` to the object's ``status`` subresource, as our field manager."""
-        await self.kube.apply_status(res, name, namespace, body, field_manager=NODE_FIT_FIELD_MANAGER)
-
-    async def _activate(self, name: str) -> None:
-        obj = self.checks.get("", name)
-        generation = (obj or {}).get("metadata", {}).get("generation")
-        condition: dict[str, Any] = {
-            "type": "Active",
-            "status": "True",
-            "reason": NODE_FIT_ACTIVE_REASON,
-            "message": NODE_FIT_ACTIVE_MESSAGE,
-            "lastTransitionTime": k.now_rfc3339(),
-        }
-        if isinstance(generation, int):
-            condition["observedGeneration"] = generation
-        log.info("AdmissionCheck %s: marking it Active", name)
-        await self._apply_status(
-            k.ADMISSION_CHECKS,
-            name,
-            None,
-            {
-                "apiVersion": KUEUE_API_VERSION,
-                "kind": "AdmissionCheck",
-                "metadata": {"name": name},
-                "status": {"conditions": [condition]},
-            },
-        )
-
-    async def _write_check(self, update: CheckUpdate) -> None:
-        wl = self.workloads.get(update.namespace, update.workload)
-        if wl is None:
+    def _done(self, one: Write) -> None:
+        if one.tag == "activate":
+            log.info("AdmissionCheck %s: marked Active", one.name)
             return
-        old: Mapping[str, Any] = next(
-            (
-                e
-                for e in wl.get("status", {}).get("admissionChecks") or []
-                if isinstance(e, Mapping) and e.get("name") == update.check
-            ),
-            {},
-        )
-        same_state = old.get("state") == update.state and old.get("lastTransitionTime")
-        entry = {
-            "name": update.check,
-            "state": update.state,
-            "message": update.message[:32768],
-            "lastTransitionTime": old["lastTransitionTime"] if same_state else k.now_rfc3339(),
-        }
-        if not same_state:
+        WRITES.labels(one.tag).inc()
+        if one.labels:
             log.info(
-                "Workload %s/%s: check %s %s -> %s: %s",
-                update.namespace,
-                update.workload,
-                update.check,
-                old.get("state"),
-                update.state,
-                update.message,
+                "Workload %s/%s: check %s -> %s: %s",
+                one.namespace,
+                one.name,
+                one.labels[0],
+                one.tag,
+                one.labels[1],
             )
-        await self._apply_status(
-            k.WORKLOADS,
-            update.workload,
-            update.namespace,
-            {
-                "apiVersion": KUEUE_API_VERSION,
-                "kind": "Workload",
-                "metadata": {
-                    "name": update.workload,
-                    "namespace": update.namespace,
-                    "resourceVersion": wl["metadata"].get("resourceVersion"),
-                },
-                "status": {"admissionChecks": [entry]},
-            },
-        )
-        WRITES.labels(update.state).inc()

@@ -1,6 +1,7 @@
 """The ``kueue`` backend: one Kueue Workload per LWS group, and gates that follow it.
 
-``decide`` is the pass (``decide_kueue``); ``workload`` is what a Workload of ours is.
+``decide`` is the pass (``decide_kueue``); ``workload`` is what a Workload of ours is;
+``writes`` is the record patch that mirrors it (or none, when the record already says so).
 """
 
 from gatekeeper.core.backends.kueue.decide import (
@@ -12,6 +13,7 @@ from gatekeeper.core.backends.kueue.decide import (
     decide_kueue,
 )
 from gatekeeper.core.backends.kueue.workload import clear_admission_status, new_workload
+from gatekeeper.core.backends.kueue.writes import plan_writes, record_status_patch
 
 __all__ = [
     "NEVER_FIT_RETRY_MAX_SECONDS",
@@ -22,4 +24,6 @@ __all__ = [
     "clear_admission_status",
     "decide_kueue",
     "new_workload",
+    "plan_writes",
+    "record_status_patch",
 ]

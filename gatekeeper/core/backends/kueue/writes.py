@@ -1,0 +1,156 @@
+"""What the ``kueue`` backend writes for what it decided, and when it writes nothing.
+
+Why this exists: the record mirrors the group's Workload; whether a pass must rewrite it
+(another state, reason or message, a revision to note, a never-fit retry to count or to
+clear) is a decision, and so is the order of a pass's writes (a Workload is made after
+the record that owns it, a Workload's release before its record's). They are made here,
+pure, as a plan (``plan_writes``); the controller only executes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from gatekeeper.core.backends.kueue.decide import KueueActions, KueueSnapshot, RecordStatus
+from gatekeeper.core.backends.kueue.workload import clear_admission_status, new_workload
+from gatekeeper.core.demand import GroupDemand
+from gatekeeper.core.gating import ungate_patch
+from gatekeeper.core.groups import GroupState
+from gatekeeper.core.keys import ADMITTED, RECORD_PLURAL, WORKLOAD_PLURAL
+from gatekeeper.core.objects import as_map, condition, index_by_key, resource_version
+from gatekeeper.core.record import admitted_condition, demand_status, new_record
+from gatekeeper.core.writes import EventsOnce, Memory, Op, Plan, Write, rfc3339
+
+__all__ = ["plan_writes", "record_status_patch"]
+
+
+def record_status_patch(
+    st: RecordStatus, record: Mapping[str, Any], now: str
+) -> tuple[dict[str, Any] | None, bool]:
+    """(status patch, whether the state or reason changed) for the record of ``st.group``;
+    no patch when the record already says all of it."""
+    before = as_map(record.get("status"))
+    current = condition(record, ADMITTED)
+    want = "True" if st.admitted else "False"
+    same = current.get("status") == want and current.get("reason") == st.reason
+    noted = st.revision is None or before.get("templateRevision") == st.revision
+    retry: dict[str, Any] = {"retryAt": st.retry_at, "retries": st.retries} if st.retries is not None else {}
+    if st.admitted and before.get("retries") is not None:
+        retry = {"retryAt": None, "retries": None}  # admitted at last: the count starts afresh
+    if same and current.get("message") == st.message and noted and not retry:
+        return None, False
+    status: dict[str, Any] = {
+        **demand_status(st.group.pool, st.group.demand, before),
+        "workload": st.workload,
+        "conditions": [admitted_condition(st.admitted, st.reason, st.message, current, now)],
+    }
+    if st.admitted and current.get("status") != "True":
+        status["admittedAt"] = now
+    if st.revision is not None:
+        status["templateRevision"] = st.revision
+    status.update(retry)
+    return status, not same
+
+
+def plan_writes(actions: KueueActions, snap: KueueSnapshot, memory: Memory, now: datetime) -> Plan:
+    """Every write of one ``kueue`` pass, in order: groups released (Workload, then record),
+    stale Workloads deleted, records made (each with its Workload, owned by the record just
+    made), Workloads made; then gates lifted onto their flavors, pods of groups that lost
+    their admission stopped, evicted Workloads' quota given back, and the records' words."""
+    stamp = rfc3339(now)
+    lwss = index_by_key(snap.lwss)
+    records = index_by_key(snap.records)
+    workloads = index_by_key(snap.workloads)
+    pods = index_by_key(snap.pods)
+    events = EventsOnce(memory, lwss)
+
+    first: list[Write] = []
+    for ns, name in actions.release:
+        drop = Write(Op.DELETE, RECORD_PLURAL, ns, name, tag="release")
+        first.append(Write(Op.DELETE, WORKLOAD_PLURAL, ns, name, then=(drop,), tag="release"))
+    first.extend(
+        Write(Op.DELETE, WORKLOAD_PLURAL, ns, name, tag="stale") for ns, name in actions.delete_workloads
+    )
+    for group in actions.create_records:
+        lws = lwss.get((group.key.namespace, group.key.name))
+        if lws is None:
+            continue
+        then: tuple[Write, ...] = ()
+        if isinstance(group.demand, GroupDemand):  # its Workload at once, not one pass later
+            workload = new_workload(group, lws, "", snap.priorities)
+            then = (_create_workload(group, workload, owner_from_parent=True),)
+        body = new_record(lws, group.key.index)
+        first.append(
+            Write(Op.CREATE, RECORD_PLURAL, group.key.namespace, group.record, body, then=then, tag="create")
+        )
+    for group, record_uid in actions.create_workloads:
+        lws = lwss.get((group.key.namespace, group.key.name))
+        if lws is not None and record_uid:
+            first.append(_create_workload(group, new_workload(group, lws, record_uid, snap.priorities)))
+
+    second: list[Write] = []
+    for ungate in actions.ungate:
+        pod = pods.get((ungate.namespace, ungate.pod))
+        ops = ungate_patch(pod, ungate) if pod is not None else None
+        if ops is not None:
+            second.append(Write(Op.JSON_PATCH, "pods", ungate.namespace, ungate.pod, ops, tag="ungate"))
+    second.extend(Write(Op.DELETE, "pods", ns, pod, tag="stop") for ns, pod in actions.stop)
+    for ns, name in actions.clear_admission:
+        wl = workloads.get((ns, name))
+        if wl is not None:
+            body = clear_admission_status(wl, stamp)
+            second.append(
+                Write(
+                    Op.MERGE_STATUS,
+                    WORKLOAD_PLURAL,
+                    ns,
+                    name,
+                    body,
+                    guard=resource_version(wl),
+                    tag="give-back",
+                )
+            )
+    for st in actions.statuses:
+        group = st.group
+        record = records.get((group.key.namespace, group.record))
+        if record is None:
+            continue
+        status, changed = record_status_patch(st, record, stamp)
+        if status is None:
+            continue
+        # An admission is always told; a waiting reason once per LWS and reason.
+        told = (
+            events.once(group.key, st.reason, st.message, warning=st.warning, force=st.admitted)
+            if changed
+            else None
+        )
+        tag = "admitted" if st.admitted and changed else "status"
+        second.append(
+            Write(
+                Op.MERGE_STATUS,
+                RECORD_PLURAL,
+                group.key.namespace,
+                group.record,
+                status,
+                then=(told,) if told is not None else (),
+                tag=tag,
+            )
+        )
+    return (tuple(first), tuple(second))
+
+
+def _create_workload(
+    group: GroupState, workload: dict[str, Any], *, owner_from_parent: bool = False
+) -> Write:
+    return Write(
+        Op.CREATE,
+        WORKLOAD_PLURAL,
+        group.key.namespace,
+        group.record,
+        workload,
+        owner_from_parent=owner_from_parent,
+        tag="workload",
+        labels=(group.pool,),
+    )

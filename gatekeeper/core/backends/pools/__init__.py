@@ -1,0 +1,34 @@
+"""The ``pools`` backend: the gatekeeper's own ``Pool`` objects decide.
+
+``decide`` is the pass; ``writes`` turns what it decided into a plan of writes
+(``plan_writes``): the exact record and Pool status patches (or none, when the object
+already says so), gates, Events, in the order they must happen.
+"""
+
+from gatekeeper.core.backends.pools.decide import Actions, Admit, Snapshot, WaitStatus, decide
+from gatekeeper.core.backends.pools.writes import (
+    MESSAGE_REFRESH_SECONDS,
+    PassInputs,
+    admit_status,
+    admitted_message,
+    plan_writes,
+    pool_status_patch,
+    restated_admission,
+    wait_status,
+)
+
+__all__ = [
+    "MESSAGE_REFRESH_SECONDS",
+    "Actions",
+    "Admit",
+    "PassInputs",
+    "Snapshot",
+    "WaitStatus",
+    "admit_status",
+    "admitted_message",
+    "decide",
+    "plan_writes",
+    "pool_status_patch",
+    "restated_admission",
+    "wait_status",
+]
