@@ -25,7 +25,9 @@ from typing import Any
 
 from gatekeeper.core import POOL_LABEL, SCHEDULING_GATE, parse_node
 from gatekeeper.core.backends.pools import Snapshot, decide
+from gatekeeper.core.groups import DemandMemo
 from gatekeeper.core.keys import GROUP_INDEX_LABEL, LWS_NAME_LABEL, REVISION_LABEL, WORKER_INDEX_LABEL
+from gatekeeper.core.nodes import RequestsMemo
 from gatekeeper.core.record import record_name
 
 NODES = 2_000
@@ -159,13 +161,14 @@ def snapshot(rolling: bool) -> Snapshot:
 def main() -> None:
     for name, rolling in (("steady", False), ("rolling", True)):
         snap = snapshot(rolling)
+        demands, requests = DemandMemo(), RequestsMemo()  # owned by the loop, as in the controller
         began = time.perf_counter()
-        decide(snap)
+        decide(snap, demands, requests)
         first = time.perf_counter() - began
         times = []
         for _ in range(RUNS):
             began = time.perf_counter()
-            actions = decide(snap)
+            actions = decide(snap, demands, requests)
             times.append(time.perf_counter() - began)
         print(
             f"decide, {name}: {len(snap.lwss)} LWSs, {len(snap.pods)} pods, {len(snap.records)} records, "

@@ -20,7 +20,7 @@ import kr8s.asyncio
 from gatekeeper.controller import resources as r
 from gatekeeper.controller.informer import Informer
 from gatekeeper.controller.resources import Resource
-from gatekeeper.core.nodes import Node, parse_node
+from gatekeeper.core.nodes import Node, RequestsMemo, parse_node
 
 __all__ = ["BOUND_PODS", "Caches"]
 
@@ -38,6 +38,8 @@ class Caches:
         self._informers: dict[tuple[str, str, str, str], Informer] = {}
         self._nodes: tuple[int, list[Node]] = (-1, [])
         self._priorities: tuple[int, dict[str, int]] = (-1, {})
+        self.requests = RequestsMemo()
+        """Requests of bound pods by (uid, resourceVersion), for every loop of the term."""
 
     def informer(
         self,

@@ -22,6 +22,7 @@ from gatekeeper.core import (
     parse_pool,
     pool_capacity,
 )
+from gatekeeper.core.nodes import RequestsMemo
 
 GiB = 2**30
 
@@ -166,18 +167,19 @@ def test_node_usage_counts_every_bound_live_pod() -> None:
 
 def test_node_usage_reads_a_pod_version_once_and_a_new_version_afresh() -> None:
     """Requests are remembered by (uid, resourceVersion): an in-place resize is a new version."""
+    memo = RequestsMemo()
     pod = bound_pod("a", "n1", gpu=1)
     pod["metadata"] |= {"uid": "u-resize", "resourceVersion": "10"}
-    assert node_usage([pod])["n1"][GPU] == 1
+    assert node_usage([pod], memo)["n1"][GPU] == 1
     same_version = copy.deepcopy(pod)
     same_version["spec"]["containers"][0]["resources"]["requests"][GPU] = "3"
-    assert node_usage([same_version])["n1"][GPU] == 1, "same version: read once"
+    assert node_usage([same_version], memo)["n1"][GPU] == 1, "same version: read once"
     same_version["metadata"]["resourceVersion"] = "11"
-    assert node_usage([same_version])["n1"][GPU] == 3
+    assert node_usage([same_version], memo)["n1"][GPU] == 3
     unversioned = bound_pod("b", "n1", gpu=1)
-    assert node_usage([unversioned])["n1"][GPU] == 1
+    assert node_usage([unversioned], memo)["n1"][GPU] == 1
     unversioned["spec"]["containers"][0]["resources"]["requests"][GPU] = "2"
-    assert node_usage([unversioned])["n1"][GPU] == 2, "no version: never remembered"
+    assert node_usage([unversioned], memo)["n1"][GPU] == 2, "no version: never remembered"
 
 
 def test_node_usage_names_a_broken_pod() -> None:

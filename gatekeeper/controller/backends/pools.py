@@ -84,7 +84,7 @@ class PoolsBackend:
         """One pass: decide and plan (pure), then execute the plan through ``write``."""
         start = time.monotonic()
         snap = self.snapshot()
-        actions = decide(snap, self.demands)
+        actions = decide(snap, self.demands, self.caches.requests)
         plan = plan_writes(actions, PassInputs(snap, self.memory, datetime.now(UTC), start))
         await execute(self.kube, plan, write, self.memory, self._done)
         for name, st in actions.pools.items():

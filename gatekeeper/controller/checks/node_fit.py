@@ -71,7 +71,12 @@ class NodeFitCheck:
         start = time.monotonic()
         workloads, checks = self.workloads.values(), self.checks.values()
         actions = decide_node_fit(
-            workloads, checks, self.flavors.values(), self.caches.nodes(), self.bound.values()
+            workloads,
+            checks,
+            self.flavors.values(),
+            self.caches.nodes(),
+            self.bound.values(),
+            self.caches.requests,
         )
         plan = plan_writes(actions, workloads, checks, datetime.now(UTC))
         await execute(self.kube, plan, write, self.memory, self._done)

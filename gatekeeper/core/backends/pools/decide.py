@@ -75,7 +75,7 @@ from gatekeeper.core.groups import DemandMemo, GroupState, lws_groups, pods_by_g
 from gatekeeper.core.keys import ADMITTED
 from gatekeeper.core.lws import GroupPod
 from gatekeeper.core.lws import priority as lws_priority
-from gatekeeper.core.nodes import Node, node_usage_skipping
+from gatekeeper.core.nodes import Node, RequestsMemo, node_usage_skipping
 from gatekeeper.core.objects import as_map, condition, index_by_key, meta, object_key, parse_time
 from gatekeeper.core.planner import Plan, PoolStatus, plan
 from gatekeeper.core.pool import Pool, parse_pool
@@ -183,10 +183,11 @@ def _parse_pools(objs: Iterable[Mapping[str, Any]]) -> tuple[list[Pool], dict[st
     return pools, invalid
 
 
-def decide(snap: Snapshot, memo: DemandMemo | None = None) -> Actions:
+def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMemo | None = None) -> Actions:
     """The whole decision of one pass. Pure: the same snapshot gives the same actions.
 
-    ``memo`` remembers demands from one pass to the next (the loop owns it).
+    ``memo`` and ``requests`` remember demands and pod requests from one pass to the next
+    (the loop owns them).
     """
     memo = memo if memo is not None else DemandMemo()
     problems: list[str] = []
@@ -291,7 +292,11 @@ def decide(snap: Snapshot, memo: DemandMemo | None = None) -> Actions:
                 )
 
     result = plan(
-        pools, snap.nodes, node_usage_skipping(snap.bound_pods, problems), admitted_groups, waiting_groups
+        pools,
+        snap.nodes,
+        node_usage_skipping(snap.bound_pods, problems, requests),
+        admitted_groups,
+        waiting_groups,
     )
 
     create = tuple(g for g in groups if (g.key.namespace, g.record) not in wanted_records)

@@ -68,7 +68,7 @@ from gatekeeper.core.keys import (
     WORKER_INDEX_LABEL,
 )
 from gatekeeper.core.messages import amount, plural
-from gatekeeper.core.nodes import Node, node_usage_skipping
+from gatekeeper.core.nodes import Node, RequestsMemo, node_usage_skipping
 from gatekeeper.core.objects import as_list, as_map, condition, is_true
 from gatekeeper.core.quantity import format_amount, format_resources
 
@@ -369,6 +369,7 @@ def decide_node_fit(
     flavors: Iterable[Mapping[str, Any]],
     nodes: Iterable[Node],
     bound_pods: Iterable[Mapping[str, Any]],
+    requests: RequestsMemo | None = None,
 ) -> NodeFitActions:
     """One pass of the node-fit AdmissionCheck controller (see the module docstring).
 
@@ -388,7 +389,7 @@ def decide_node_fit(
     bound = list(bound_pods)
     node_list = list(nodes)
     problems: list[str] = []
-    table = NodeTable(node_list, node_usage_skipping(bound, problems))
+    table = NodeTable(node_list, node_usage_skipping(bound, problems, requests))
     table.add_view(_VIEW, lambda _node: True)
     empty: NodeTable | None = None
     members = _Members(bound)
