@@ -82,7 +82,7 @@ class Caches:
             for obj in inf.values():
                 try:
                     nodes.append(parse_node(obj))
-                except ValueError as exc:
+                except (ValueError, ArithmeticError) as exc:
                     log.warning("node %s ignored: %s", obj.get("metadata", {}).get("name"), exc)
             self._nodes = (inf.changes, nodes)
         return self._nodes[1]

@@ -38,6 +38,15 @@ _RELIST_ON: tuple[type[Exception], ...] = (
 )
 
 
+def _lean(obj: dict[str, Any]) -> dict[str, Any]:
+    """The object as cached: without ``metadata.managedFields``, which nothing reads and which
+    is often the larger part of an object (every bound pod of the cluster is cached)."""
+    meta = obj.get("metadata")
+    if isinstance(meta, dict):
+        meta.pop("managedFields", None)
+    return obj
+
+
 def key_of(obj: Mapping[str, Any]) -> Key:
     meta = obj.get("metadata", {})
     return (str(meta.get("namespace", "")), str(meta["name"]))
@@ -110,7 +119,7 @@ class Informer:
                 raise_for_status(resp)
                 body = resp.json()
             for item in body.get("items", []):
-                items[key_of(item)] = item
+                items[key_of(item)] = _lean(item)
             cont = body.get("metadata", {}).get("continue")
             if not cont:
                 break
@@ -154,6 +163,7 @@ class Informer:
                     since = rv or since
                     continue
                 k = key_of(obj)
+                obj = _lean(obj)
                 if kind == "DELETED":
                     self.objects.pop(k, None)
                 else:

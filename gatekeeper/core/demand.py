@@ -38,6 +38,10 @@ from gatekeeper.core.selectors import NodeConstraints, parse_node_constraints
 Resources = Mapping[str, int]
 
 _POD_LEVEL_RESOURCES = frozenset({"cpu", "memory"})
+MAX_GROUP_SIZE = 1000
+"""The most pods one group (``spec.leaderWorkerTemplate.size``) may have: a larger group is
+``InvalidSpec``. Multi-host inference spans a few nodes to a few dozen; the ceiling keeps
+one LWS from making every pass build and place billions of pods."""
 
 
 @dataclass(frozen=True)
@@ -244,6 +248,10 @@ def group_demand(
         size = integer(template.get("size"), f"{where}.size", 1)
         if size < 1:
             raise ValueError(f"{where}.size: must be at least 1, got {size}")
+        if size > MAX_GROUP_SIZE:
+            raise ValueError(
+                f"{where}.size: at most {MAX_GROUP_SIZE} pods per group are supported, got {size}"
+            )
         worker_template = template.get("workerTemplate")
         if worker_template is None:
             raise ValueError(f"{where}.workerTemplate: missing")

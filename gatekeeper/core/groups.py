@@ -92,7 +92,7 @@ class DemandMemo:
             return self._seen[key]
         try:
             demand: GroupDemand | InvalidDemand = group_demand(lws)
-        except ValueError as exc:
+        except (ValueError, ArithmeticError) as exc:  # one LWS's numbers never stop the pass
             demand = InvalidDemand(str(exc))
         if key is not None:
             if len(self._seen) >= self.limit:

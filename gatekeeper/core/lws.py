@@ -23,6 +23,7 @@ from gatekeeper.core.keys import (
 from gatekeeper.core.objects import as_list, as_map, is_live, is_terminating, labels
 
 __all__ = [
+    "MAX_REPLICAS",
     "GroupPod",
     "Priority",
     "group_index",
@@ -54,13 +55,24 @@ def size(lws: Mapping[str, Any]) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else 1
 
 
+MAX_REPLICAS = 10_000
+"""The most groups one LWS may ask for: with more, which groups are wanted is taken as
+unreadable (``InvalidSpec``; groups already admitted keep their reservation). Each group is
+a record and a place in the queue, and ``replicas`` can be raised by anyone who may scale."""
+
+
 def replicas(lws: Mapping[str, Any]) -> int:
-    """``spec.replicas`` (1 when absent, the API server's default); ValueError when unreadable."""
+    """``spec.replicas`` (1 when absent, the API server's default); ValueError when unreadable
+    or above ``MAX_REPLICAS``."""
     value = as_map(lws.get("spec")).get("replicas")
     if value is None:
         return 1
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"spec.replicas: expected a non-negative integer, got {value!r}")
+    if value > MAX_REPLICAS:
+        raise ValueError(
+            f"spec.replicas: at most {MAX_REPLICAS} groups per LeaderWorkerSet are supported, got {value}"
+        )
     return value
 
 

@@ -43,6 +43,10 @@ _BINARY_SUFFIXES: dict[str, int] = {
 _NUMBER = re.compile(r"([+-]?)(\d+(?:\.\d*)?|\.\d+)(.*)", re.ASCII)
 _EXPONENT = re.compile(r"[eE]([+-]?\d+)", re.ASCII)
 _MAX_EXPONENT = 64  # keeps "1e999999999" from becoming a huge integer
+MAX_DIGITS = 40
+"""More digits than this in a quantity is refused: no real amount needs them (10^40 bytes is
+a billion billion exabytes), and a number of thousands of digits is slow to compute with
+and cannot even be printed (Python refuses to format integers of over 4,300 digits)."""
 
 _SIMPLE = re.compile(r"(\d+)(|m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)", re.ASCII)
 _SIMPLE_SCALES: dict[str, int] = {
@@ -64,6 +68,8 @@ def parse_quantity(value: QuantityLike) -> Fraction:
     if isinstance(value, bool):
         raise ValueError(f"{value!r} is not a Kubernetes quantity")
     if isinstance(value, int):
+        if abs(value) >= 10**MAX_DIGITS:
+            raise ValueError(f"a quantity of more than {MAX_DIGITS} digits is not supported")
         return Fraction(value)
     if isinstance(value, float):
         if not math.isfinite(value):
@@ -75,6 +81,8 @@ def parse_quantity(value: QuantityLike) -> Fraction:
     if match is None:
         raise ValueError(f"{value!r} is not a Kubernetes quantity")
     sign, number, suffix = match.groups()
+    if len(number) > MAX_DIGITS + 1:
+        raise ValueError(f"{value[:20]}...: a quantity of more than {MAX_DIGITS} digits is not supported")
     magnitude = Fraction(number)
     if suffix in _DECIMAL_SUFFIXES:
         scale = _DECIMAL_SUFFIXES[suffix]

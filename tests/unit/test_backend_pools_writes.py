@@ -29,6 +29,7 @@ from gatekeeper.core.planner import PoolStatus
 from gatekeeper.core.pool import QueueingStrategy
 from gatekeeper.core.queue import GroupKey
 from gatekeeper.core.reasons import Reason
+from gatekeeper.core.record import new_record
 from gatekeeper.core.writes import Memory, Op, Plan, walk
 
 NOW, LATER = "2026-12-01T10:00:00Z", "2026-12-01T10:05:00Z"
@@ -199,3 +200,17 @@ def test_one_event_per_lws_and_reason_and_none_once_posted() -> None:
     memory.apply(events[0].marks, 0.0)
     again, _ = _pass_plan([], memory)
     assert not [w for w in walk(again) if w.op is Op.EVENT and w.body.reason == "WaitingForQuota"]
+
+
+def test_a_waiting_record_is_written_under_the_version_it_was_read_at() -> None:
+    """Issue 9: an unguarded waiting write over a record whose watch lags could overwrite
+    ``Admitted=True`` (running pods would then hold no quota, and the next group overrun it)."""
+    first, _ = _pass_plan([])
+    made = [w for w in first[1] if any(t.tag == "wait" for t in w.then)]
+    assert made and all(t.guard_from_parent for w in made for t in w.then if t.tag == "wait")
+    rec = new_record(lws("vllm", "team").uid("u-1").obj(), 1)
+    rec["metadata"]["resourceVersion"] = "41"
+    plan, actions = _pass_plan([rec])
+    assert [w.group.key.index for w in actions.waiting] == [1]
+    waits = [w for w in walk(plan) if w.tag == "wait"]
+    assert [w.guard for w in waits] == ["41"]

@@ -7,13 +7,17 @@ guard, from given caches; what the cluster does with those writes is proved end 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
+from collections.abc import AsyncIterator
 from typing import Any
 
+import anyio
 import pytest
 from core_builders import lws, lws_pod, node, pool
 
+from gatekeeper.controller import app
 from gatekeeper.controller import resources as r
 from gatekeeper.controller.backends.kueue import KueueBackend
 from gatekeeper.controller.backends.pools import PoolsBackend
@@ -267,3 +271,36 @@ def test_nodes_are_parsed_once_per_change_of_their_informer() -> None:
 
 
 logging.getLogger("gatekeeper").setLevel(logging.CRITICAL)
+
+
+class SilentApi:
+    """An API server that never answers: informers wait on their first list for ever."""
+
+    @contextlib.asynccontextmanager
+    async def call_api(self, method: str, **kwargs: Any) -> AsyncIterator[Any]:
+        await anyio.sleep_forever()
+        yield None  # pragma: no cover
+
+
+@pytest.mark.anyio
+async def test_each_term_starts_from_new_lists_never_from_the_last_terms_caches(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 9: a replica that lost the Lease and won it back days later passed on days-old
+    caches (records of LWSs made meanwhile deleted as unwanted). Each term makes its own."""
+    made: list[Caches] = []
+
+    class Recorded(Caches):
+        def __init__(self, api: Any) -> None:
+            super().__init__(api)
+            made.append(self)
+
+    monkeypatch.setattr(app, "Caches", Recorded)
+    lead = app._admission_loop(SilentApi(), app.Options(backend="pools", node_fit=True))  # type: ignore[arg-type]
+    for _ in range(2):  # two terms
+        with anyio.move_on_after(0.05):
+            await lead()
+    assert len(made) == 2
+    first, second = ({id(i) for i in c.informers} for c in made)
+    assert first and second and not first & second
+    assert all(not inf.synced.is_set() for inf in made[1].informers)

@@ -17,6 +17,7 @@ import logging
 import time
 from datetime import UTC, datetime
 
+import anyio.to_thread
 from prometheus_client import Counter, Gauge, Histogram
 
 from gatekeeper.controller import kube as k
@@ -93,8 +94,10 @@ class KueueBackend:
         """One pass: decide and plan (pure), then execute the plan through ``write``."""
         start, now = time.monotonic(), datetime.now(UTC)
         snap = self.snapshot(now)
-        actions = decide_kueue(snap, self.demands)
-        await execute(self.kube, plan_writes(actions, snap, self.memory, now), write, self.memory, self._done)
+        # In a worker thread, off the event loop that serves the webhook and the Lease.
+        actions = await anyio.to_thread.run_sync(decide_kueue, snap, self.demands)
+        plan = await anyio.to_thread.run_sync(plan_writes, actions, snap, self.memory, now)
+        await execute(self.kube, plan, write, self.memory, self._done)
         KUEUE_WAITING.set(sum(1 for st in actions.statuses if not st.admitted))
         problems = set(actions.problems)
         for problem in sorted(problems - self._problems):

@@ -15,6 +15,7 @@ import logging
 import time
 from datetime import UTC, datetime
 
+import anyio.to_thread
 from prometheus_client import Counter, Gauge, Histogram
 
 from gatekeeper.controller import kube as k
@@ -84,8 +85,11 @@ class PoolsBackend:
         """One pass: decide and plan (pure), then execute the plan through ``write``."""
         start = time.monotonic()
         snap = self.snapshot()
-        actions = decide(snap, self.demands, self.caches.requests)
-        plan = plan_writes(actions, PassInputs(snap, self.memory, datetime.now(UTC), start))
+        # The decision runs in a worker thread: a pass over a large cluster must not hold up
+        # the webhook, the probes and the Lease renewals served by this event loop.
+        actions = await anyio.to_thread.run_sync(decide, snap, self.demands, self.caches.requests)
+        inputs = PassInputs(snap, self.memory, datetime.now(UTC), start)
+        plan = await anyio.to_thread.run_sync(plan_writes, actions, inputs)
         await execute(self.kube, plan, write, self.memory, self._done)
         for name, st in actions.pools.items():
             WAITING.labels(name).set(st.waiting + st.inadmissible)

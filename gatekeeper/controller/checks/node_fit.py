@@ -70,7 +70,9 @@ class NodeFitCheck:
         """One pass: decide and plan from the caches (pure), then execute the plan."""
         start = time.monotonic()
         workloads, checks = self.workloads.values(), self.checks.values()
-        actions = decide_node_fit(
+        # In a worker thread, off the event loop that serves the webhook and the Lease.
+        actions = await anyio.to_thread.run_sync(
+            decide_node_fit,
             workloads,
             checks,
             self.flavors.values(),

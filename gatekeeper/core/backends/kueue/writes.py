@@ -134,6 +134,7 @@ def plan_writes(actions: KueueActions, snap: KueueSnapshot, memory: Memory, now:
                 group.key.namespace,
                 group.record,
                 status,
+                guard=resource_version(record),
                 then=(told,) if told is not None else (),
                 tag=tag,
             )

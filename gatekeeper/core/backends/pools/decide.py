@@ -174,7 +174,7 @@ def _parse_pools(objs: Iterable[Mapping[str, Any]]) -> tuple[list[Pool], dict[st
     for obj in objs:
         try:
             parsed = parse_pool(obj)
-        except ValueError as exc:
+        except (ValueError, ArithmeticError) as exc:
             invalid[str(meta(obj).get("name", ""))] = str(exc)
             continue
         if parsed.name not in seen:  # cluster-scoped names are unique; never let the planner raise

@@ -52,8 +52,10 @@ __all__ = [
     "wait_status",
 ]
 
-MESSAGE_REFRESH_SECONDS = 10.0
-"""A waiting group's message is rewritten at most this often when only its numbers change."""
+MESSAGE_REFRESH_SECONDS = 60.0
+"""A waiting group's message is rewritten at most this often when only its numbers change
+(a new reason is written at once): 1,000 waiting groups in a churning pool are then at most
+17 writes a second, not one per group per pass."""
 
 
 def admitted_message(admit: Admit) -> str:
@@ -287,6 +289,10 @@ def plan_writes(actions: Actions, inputs: PassInputs) -> Plan:
             group.key.namespace,
             group.record,
             patch,
+            # Guarded as an admission is: a record that changed since it was read (admitted by
+            # a write whose watch event has not come yet) is never overwritten with False.
+            guard=where.guard,
+            guard_from_parent=where.new,
             then=(told,) if told is not None else (),
             marks=(Mark("message", key),),
             tag="wait",
