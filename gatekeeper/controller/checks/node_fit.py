@@ -20,6 +20,7 @@ import logging
 import time
 from datetime import UTC, datetime
 
+import anyio.to_thread
 from prometheus_client import Counter, Gauge, Histogram
 
 from gatekeeper.controller import kube as k
