@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+import httpx
 import kr8s.asyncio
 from prometheus_client import Counter
 
@@ -53,6 +54,11 @@ def now_rfc3339(micro: bool = False) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+CALL_TIMEOUT = httpx.Timeout(15.0, connect=5.0)
+"""No call waits longer: kr8s sets no timeout of its own, and a request on a black-holed
+connection would otherwise hold its pass (or the Lease renewal) for ever."""
+
+
 class Kube:
     """Thin, counted writes. Reads go through informers, never through here."""
 
@@ -72,7 +78,7 @@ class Kube:
         counted_as: str | None = None,
     ) -> dict[str, Any]:
         API_REQUESTS.labels(counted_as or verb.lower(), res.plural).inc()
-        kwargs: dict[str, Any] = {}
+        kwargs: dict[str, Any] = {"timeout": CALL_TIMEOUT}
         if params:
             kwargs["params"] = dict(params)
         if body is not None:
