@@ -599,3 +599,17 @@ def test_a_workload_that_waits_for_room_keeps_its_quota() -> None:
     assert acts.delete_workloads == ()
     [st] = acts.statuses
     assert st.reason == "WaitingForAdmissionChecks"
+
+
+def test_a_deleted_lws_keeps_its_workload_and_record_until_its_pods_are_gone() -> None:
+    """Issue 9: releasing the Workload while the deleted LWS's pods still run gives Kueue back
+    quota that GPUs still use; it is released with the last pod, as on scale-down."""
+    obj = vllm(replicas=1)
+    wls = [workload(obj, 0, conditions=ADMITTED, flavors={"leader": "h100"})]
+    recs = [rec(obj, 0, admitted=True)]
+    running = [lws_pod("vllm", 0, w, pool=LQ, gated=False, node_name="n1", phase="Running") for w in range(2)]
+    acts = decide([], running, recs, wls)
+    assert acts.release == ()
+    assert acts.stop == (), "its pods are not stopped either: they finish as the LWS's deletion decides"
+    acts = decide([], [], recs, wls)
+    assert acts.release == (("default", record_name("vllm", UID, 0)),)

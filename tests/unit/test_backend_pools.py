@@ -960,3 +960,35 @@ def test_a_record_that_said_template_changed_says_admitted_again_once_nothing_wa
     held = changed_scene([old_pod(1, deleting=True), new_pod(0)])
     held.records[0]["status"]["conditions"][0]["reason"] = "TemplateChanged"
     assert held.decide().restore_admitted == ()
+
+
+@pytest.mark.parametrize(
+    "pods",
+    [
+        pytest.param([lws_pod("gone", 0, w, pool=ON_DEMAND, **RUNNING) for w in range(2)], id="running"),
+        pytest.param(
+            [lws_pod("gone", 0, w, pool=ON_DEMAND, deleting=True, **RUNNING) for w in range(2)], id="terminating"
+        ),
+    ],
+)
+def test_a_deleted_lws_keeps_its_reservation_until_its_pods_are_gone(pods: list[dict[str, Any]]) -> None:
+    """Issue 9: an LWS deleted in the background (or a namespace deleted, or its label removed)
+    had its records released at once while its pods still ran: the pool then admitted another
+    group onto GPUs still in use (and a QuotaOnly pool's autoscaler bought nodes for it)."""
+    gone = gpu_lws("gone").obj()
+    waiting = gpu_lws("next", replicas=1, age=10).obj()
+    scene = Scene(
+        lwss=[waiting],
+        nodes=gpu_nodes(4, pool=ON_DEMAND),
+        pools=[quota_pool(gpus=2)],
+        records=[record(gone, 0, admitted=True, demand={GPU: "2"}, pods=2), record(gone, 1, admitted=False)],
+        pods=pods,
+    )
+    actions = scene.decide()
+    assert actions.release == (rec_name(gone, 1),), "the admitted group's record stays while its pods live"
+    assert actions.admit == (), "its quota is still held"
+    assert actions.pools[ON_DEMAND].used[GPU] == 2
+    scene.pods = []
+    after = scene.decide()
+    assert rec_name(gone, 0) in after.release
+    assert keys(after.admit) == [("next", 0)]

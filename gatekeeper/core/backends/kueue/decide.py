@@ -348,6 +348,7 @@ def decide_kueue(snap: KueueSnapshot, memo: DemandMemo | None = None) -> KueueAc
             else:
                 reason, message = waiting_reason(wl, index, queue)
                 statuses.append(RecordStatus(gs, rname, False, reason, message))
+    wanted |= _still_running(records, {k for lws in snap.lwss if (k := object_key(lws))}, pods_of)
     release = tuple(sorted(k for k in records if k not in wanted))
     # Workloads of ours without a wanted record (their record was deleted by hand): delete them too.
     orphans = tuple(sorted(k for k in workloads if k not in wanted and k not in records))
@@ -362,3 +363,22 @@ def decide_kueue(snap: KueueSnapshot, memo: DemandMemo | None = None) -> KueueAc
         statuses=tuple(statuses),
         problems=tuple(sorted(problems)),
     )
+
+
+def _still_running(
+    records: Mapping[tuple[str, str], Mapping[str, Any]],
+    lwss: set[tuple[str, str]],
+    pods_of: Mapping[tuple[str, str], Mapping[int, Sequence[GroupPod]]],
+) -> set[tuple[str, str]]:
+    """Records (and so Workloads) of groups whose LWS is gone (deleted, its namespace deleted,
+    its label removed) but whose pods still live: kept, so Kueue keeps the quota they use,
+    until the last pod is gone, as on scale-down."""
+    kept: set[tuple[str, str]] = set()
+    for (ns, rname), record in records.items():
+        spec = as_map(record.get("spec"))
+        name, index = spec.get("leaderWorkerSet"), spec.get("groupIndex")
+        if not isinstance(name, str) or type(index) is not int or (ns, name) in lwss:
+            continue
+        if any(p.live for p in pods_of.get((ns, name), {}).get(index, ())):
+            kept.add((ns, rname))
+    return kept

@@ -71,7 +71,7 @@ from datetime import datetime
 from typing import Any
 
 from gatekeeper.core.demand import GroupDemand
-from gatekeeper.core.groups import DemandMemo, GroupState, lws_groups, pods_by_group
+from gatekeeper.core.groups import DemandMemo, GroupState, PodsByGroup, lws_groups, pods_by_group
 from gatekeeper.core.keys import ADMITTED
 from gatekeeper.core.lws import GroupPod
 from gatekeeper.core.lws import priority as lws_priority
@@ -290,6 +290,9 @@ def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMem
                 waiting_groups.append(
                     WaitingGroup(key=key, pool=pool, demand=demand, created=created, priority=order)
                 )
+    for rkey, running in _still_running(records, lws_by_key, pods_of):
+        wanted_records.add(rkey)
+        admitted_groups.append(running)
 
     result = plan(
         pools,
@@ -336,6 +339,37 @@ def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMem
         revisions=tuple(sorted(revisions)),
         problems=tuple(sorted(problems)),
     )
+
+
+def _still_running(
+    records: Mapping[tuple[str, str], Mapping[str, Any]],
+    lwss: Mapping[tuple[str, str], Mapping[str, Any]],
+    pods_of: PodsByGroup,
+) -> list[tuple[tuple[str, str], AdmittedGroup]]:
+    """Admitted records whose LWS is gone (deleted, its namespace deleted, its label removed)
+    but whose pods still live: each keeps its record and holds its recorded demand until its
+    last pod is gone, as a scaled-away group does. No node room is held for it (the shape of
+    its pods is unknown); its pods are in the bound-pod usage."""
+    held: list[tuple[tuple[str, str], AdmittedGroup]] = []
+    for (ns, rname), record in records.items():
+        spec = as_map(record.get("spec"))
+        name, index = spec.get("leaderWorkerSet"), spec.get("groupIndex")
+        if (
+            not isinstance(name, str)
+            or type(index) is not int
+            or (ns, name) in lwss
+            or not is_admitted(record)
+        ):
+            continue
+        if not any(p.live for p in pods_of.get((ns, name), {}).get(index, ())):
+            continue
+        demand = recorded_demand(record)
+        pool = str(as_map(record.get("status")).get("pool") or "")
+        group = AdmittedGroup(
+            GroupKey(ns, name, index), pool, demand, bound=frozenset(range(demand.pod_count))
+        )
+        held.append(((ns, rname), group))
+    return held
 
 
 def _said_changed(record: Mapping[str, Any]) -> bool:
