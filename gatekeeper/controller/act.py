@@ -66,7 +66,7 @@ async def _call(kube: Kube, one: Write, parent: Mapping[str, Any] | None, result
             body["metadata"] = meta
         result.update(await kube.create(res, body))
     elif one.op is Op.DELETE:
-        await kube.delete(res, one.name, one.namespace)
+        await kube.delete(res, one.name, one.namespace, uid=one.uid)
     elif one.op is Op.MERGE_STATUS:
         result.update(await kube.patch_status(res, one.name, one.namespace, one.body, resource_version=guard))
     elif one.op is Op.APPLY_STATUS:

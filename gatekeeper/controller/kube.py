@@ -110,9 +110,14 @@ class Kube:
         ns = obj["metadata"].get("namespace") if res.namespaced else None
         return await self._call("PUT", res, f"{res.plural}/{obj['metadata']['name']}", namespace=ns, body=obj)
 
-    async def delete(self, res: Resource, name: str, namespace: str | None = None) -> None:
-        with contextlib.suppress(Conflict):  # already gone
-            await self._call("DELETE", res, f"{res.plural}/{name}", namespace=namespace)
+    async def delete(
+        self, res: Resource, name: str, namespace: str | None = None, *, uid: str | None = None
+    ) -> None:
+        """Delete, if ``uid`` is given only that very object (not one made since under its name:
+        StatefulSet pods reuse names). Gone already, or another object now: nothing to do."""
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}} if uid else None
+        with contextlib.suppress(Conflict):
+            await self._call("DELETE", res, f"{res.plural}/{name}", namespace=namespace, body=body)
 
     async def patch_status(
         self,

@@ -86,6 +86,8 @@ class Write:
     body: Any = None
     guard: str | None = None
     """A resourceVersion: the write fails (a Conflict) if the object changed since."""
+    uid: str | None = None
+    """With ``DELETE``: delete only the object of this UID, not one made since under its name."""
     guard_from_parent: bool = False
     """Guard with the resourceVersion the parent write returned (a record made in this pass)."""
     owner_from_parent: bool = False

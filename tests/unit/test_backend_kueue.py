@@ -17,6 +17,7 @@ from gatekeeper.core.backends.kueue import (
     clear_admission_status,
     decide_kueue,
     new_workload,
+    plan_writes,
 )
 from gatekeeper.core.gating import Ungate, ungate_patch
 from gatekeeper.core.keys import (
@@ -30,6 +31,7 @@ from gatekeeper.core.keys import (
     SPEC_HASH_ANNOTATION,
 )
 from gatekeeper.core.record import record_name
+from gatekeeper.core.writes import Memory, walk
 
 UID = "1f0c2a77-0000-4000-8000-000000000001"
 LQ = "lq-gpu"
@@ -613,3 +615,24 @@ def test_a_deleted_lws_keeps_its_workload_and_record_until_its_pods_are_gone() -
     assert acts.stop == (), "its pods are not stopped either: they finish as the LWS's deletion decides"
     acts = decide([], [], recs, wls)
     assert acts.release == (("default", record_name("vllm", UID, 0)),)
+
+
+def test_pods_and_records_are_deleted_by_uid_not_by_name_alone() -> None:
+    """Issue 9: a pod deleted by name could be a new pod of the same name (StatefulSet pods
+    reuse names); every delete of the plan names the UID it was decided on."""
+    obj = vllm(replicas=1)
+    running = [lws_pod("vllm", 0, w, pool=LQ, gated=False, node_name="n1", phase="Running") for w in range(2)]
+    for i, pod in enumerate(running):
+        pod["metadata"]["uid"] = f"pod-uid-{i}"
+    gone = rec(vllm(replicas=1), 0, admitted=True)
+    gone["metadata"]["uid"] = "rec-uid"
+    snap = KueueSnapshot([obj], running, [rec(obj, 0, admitted=True)], [], [FLAVOR])
+    plan = plan_writes(decide_kueue(snap), snap, Memory(), datetime(2026, 12, 1, tzinfo=UTC))
+    stops = sorted((w.name, w.uid) for w in walk(plan) if w.tag == "stop")
+    assert stops == [("vllm-0", "pod-uid-0"), ("vllm-0-1", "pod-uid-1")]
+    snap = KueueSnapshot([], [], [gone], [], [FLAVOR])
+    plan = plan_writes(decide_kueue(snap), snap, Memory(), datetime(2026, 12, 1, tzinfo=UTC))
+    assert [(w.resource, w.uid) for w in walk(plan) if w.tag == "release"] == [
+        ("workloads", None),
+        ("groupadmissions", "rec-uid"),
+    ]

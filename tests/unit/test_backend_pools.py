@@ -967,7 +967,8 @@ def test_a_record_that_said_template_changed_says_admitted_again_once_nothing_wa
     [
         pytest.param([lws_pod("gone", 0, w, pool=ON_DEMAND, **RUNNING) for w in range(2)], id="running"),
         pytest.param(
-            [lws_pod("gone", 0, w, pool=ON_DEMAND, deleting=True, **RUNNING) for w in range(2)], id="terminating"
+            [lws_pod("gone", 0, w, pool=ON_DEMAND, deleting=True, **RUNNING) for w in range(2)],
+            id="terminating",
         ),
     ],
 )

@@ -58,8 +58,10 @@ class FakeKube:
         made["metadata"]["resourceVersion"] = str(next(self._rv))
         return made
 
-    async def delete(self, res: r.Resource, name: str, namespace: str | None = None) -> None:
-        self._record("delete", res, name, None)
+    async def delete(
+        self, res: r.Resource, name: str, namespace: str | None = None, *, uid: str | None = None
+    ) -> None:
+        self._record("delete", res, name, {"uid": uid})
 
     async def patch_status(
         self,

@@ -19,7 +19,7 @@ from gatekeeper.core.demand import GroupDemand
 from gatekeeper.core.gating import ungate_patch
 from gatekeeper.core.groups import GroupState
 from gatekeeper.core.keys import ADMITTED, RECORD_PLURAL, WORKLOAD_PLURAL
-from gatekeeper.core.objects import as_map, condition, index_by_key, resource_version
+from gatekeeper.core.objects import as_map, condition, index_by_key, meta, resource_version
 from gatekeeper.core.record import admitted_condition, demand_status, new_record
 from gatekeeper.core.writes import EventsOnce, Memory, Op, Plan, Write, rfc3339
 
@@ -68,11 +68,12 @@ def plan_writes(actions: KueueActions, snap: KueueSnapshot, memory: Memory, now:
 
     first: list[Write] = []
     for ns, name in actions.release:
-        drop = Write(Op.DELETE, RECORD_PLURAL, ns, name, tag="release")
-        first.append(Write(Op.DELETE, WORKLOAD_PLURAL, ns, name, then=(drop,), tag="release"))
-    first.extend(
-        Write(Op.DELETE, WORKLOAD_PLURAL, ns, name, tag="stale") for ns, name in actions.delete_workloads
-    )
+        drop = Write(Op.DELETE, RECORD_PLURAL, ns, name, uid=_uid(records.get((ns, name))), tag="release")
+        wl_uid = _uid(workloads.get((ns, name)))
+        first.append(Write(Op.DELETE, WORKLOAD_PLURAL, ns, name, uid=wl_uid, then=(drop,), tag="release"))
+    for ns, name in actions.delete_workloads:
+        wl_uid = _uid(workloads.get((ns, name)))
+        first.append(Write(Op.DELETE, WORKLOAD_PLURAL, ns, name, uid=wl_uid, tag="stale"))
     for group in actions.create_records:
         lws = lwss.get((group.key.namespace, group.key.name))
         if lws is None:
@@ -96,7 +97,10 @@ def plan_writes(actions: KueueActions, snap: KueueSnapshot, memory: Memory, now:
         ops = ungate_patch(pod, ungate) if pod is not None else None
         if ops is not None:
             second.append(Write(Op.JSON_PATCH, "pods", ungate.namespace, ungate.pod, ops, tag="ungate"))
-    second.extend(Write(Op.DELETE, "pods", ns, pod, tag="stop") for ns, pod in actions.stop)
+    second.extend(
+        Write(Op.DELETE, "pods", ns, pod, uid=_uid(pods.get((ns, pod))), tag="stop")
+        for ns, pod in actions.stop
+    )
     for ns, name in actions.clear_admission:
         wl = workloads.get((ns, name))
         if wl is not None:
@@ -140,6 +144,10 @@ def plan_writes(actions: KueueActions, snap: KueueSnapshot, memory: Memory, now:
             )
         )
     return (tuple(first), tuple(second))
+
+
+def _uid(obj: Mapping[str, Any] | None) -> str | None:
+    return str(meta(obj).get("uid") or "") or None if obj is not None else None
 
 
 def _create_workload(

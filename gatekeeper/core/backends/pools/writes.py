@@ -318,7 +318,17 @@ def plan_writes(actions: Actions, inputs: PassInputs) -> Plan:
             Write(Op.MERGE_STATUS, RECORD_PLURAL, ns, name, {"templateRevision": revision}, tag="revision")
         )
 
-    release = tuple(Write(Op.DELETE, RECORD_PLURAL, ns, name, tag="release") for ns, name in actions.release)
+    release = tuple(
+        Write(
+            Op.DELETE,
+            RECORD_PLURAL,
+            ns,
+            name,
+            uid=str(meta(records[ns, name]).get("uid") or "") or None,
+            tag="release",
+        )
+        for ns, name in actions.release
+    )
     create: list[Write] = []
     for group in actions.create_records:
         lws = lwss.get((group.key.namespace, group.key.name))
