@@ -99,13 +99,15 @@ def controllers(kube: Kube, caches: Caches, opts: Options) -> list[Controller]:
     return found
 
 
-def _admission_loop(api: kr8s.asyncio.Api, opts: Options) -> Callable[[], Coroutine[Any, Any, None]]:
+def _admission_loop(
+    api: kr8s.asyncio.Api, opts: Options, kube: Kube | None = None
+) -> Callable[[], Coroutine[Any, Any, None]]:
     """What the leader runs, made afresh for each term: new caches (never the last term's,
     which may be days old), one shared by the term's controllers, and one loop each."""
-    kube = Kube(api)
+    kube = kube or Kube(api)
 
     async def lead() -> None:
-        caches = Caches(api)
+        caches = Caches(api, kube.credentials)
         loops = [PassLoop(c, resync=opts.resync_seconds) for c in controllers(kube, caches, opts)]
         async with anyio.create_task_group() as tg:
             tg.start_soon(caches.run)
@@ -118,13 +120,14 @@ def _admission_loop(api: kr8s.asyncio.Api, opts: Options) -> Callable[[], Corout
 async def run(opts: Options) -> None:
     """Serve and reconcile until SIGTERM or SIGINT."""
     api = await kr8s.asyncio.api(kubeconfig=opts.kubeconfig)
+    kube = Kube(api)  # one client, one set of credentials, for every part of the process
     runners: list[web.AppRunner] = []
     certs: SelfSignedCerts | None = None
     if opts.self_signed_certs_secret:
         if opts.cert_dir is None:
             raise ValueError("self-signed certificates need a --cert-dir to write them to")
         certs = SelfSignedCerts(
-            Kube(api),
+            kube,
             namespace=opts.lease_namespace,
             secret=opts.self_signed_certs_secret,
             service=opts.webhook_service_name,
@@ -142,9 +145,7 @@ async def run(opts: Options) -> None:
     if opts.metrics_port:
         runners.append(await _serve_metrics(opts))
     identity = opts.identity or f"{socket.gethostname()}-{os.getpid()}"
-    elector = LeaderElector(
-        Kube(api), namespace=opts.lease_namespace, name=opts.lease_name, identity=identity
-    )
+    elector = LeaderElector(kube, namespace=opts.lease_namespace, name=opts.lease_name, identity=identity)
     try:
         async with anyio.create_task_group() as tg:
 
@@ -158,7 +159,7 @@ async def run(opts: Options) -> None:
             tg.start_soon(stop_on_signal)
             if certs is not None:
                 tg.start_soon(certs.run)
-            loop = _admission_loop(api, opts)
+            loop = _admission_loop(api, opts, kube)
             if opts.leader_elect:
                 tg.start_soon(elector.run, loop)
             else:

@@ -18,6 +18,7 @@ import anyio
 import kr8s.asyncio
 
 from gatekeeper.controller import resources as r
+from gatekeeper.controller.credentials import Credentials
 from gatekeeper.controller.informer import Informer
 from gatekeeper.controller.resources import Resource
 from gatekeeper.core.nodes import Node, RequestsMemo, parse_node
@@ -33,8 +34,9 @@ BOUND_PODS = "spec.nodeName!="
 class Caches:
     """Informers by (resource, label selector, field selector), made on first use."""
 
-    def __init__(self, api: kr8s.asyncio.Api | None) -> None:
+    def __init__(self, api: kr8s.asyncio.Api | None, credentials: Credentials | None = None) -> None:
         self.api = api
+        self.credentials = credentials or Credentials(api)
         self._informers: dict[tuple[str, str, str, str], Informer] = {}
         self._nodes: tuple[int, list[Node]] = (-1, [])
         self._priorities: tuple[int, dict[str, int]] = (-1, {})
@@ -58,6 +60,7 @@ class Caches:
                 resource,
                 label_selector=label_selector,
                 field_selector=field_selector,
+                credentials=self.credentials,
             )
             self._informers[key] = inf
         if on_change is not None:

@@ -9,9 +9,10 @@ success, and each caller must treat them alike (kopf's ``TemporaryError(delay=)`
   in a namespace being deleted). Nothing is wrong: the next pass decides again on fresh
   state.
 * ``TemporaryError``: the API server is away, slow or overloaded (429, 5xx, a broken or
-  timed-out connection). A later attempt may succeed; ``delay`` says when to try (the
-  ``Retry-After`` of a 429, else a second).
-* ``PermanentError``: the request itself was refused (400, 401, 405, 413, ...). Sending it
+  timed-out connection), or refused credentials that have just been rotated (401: they
+  are reloaded, see ``credentials``). A later attempt may succeed; ``delay`` says when to
+  try (the ``Retry-After`` of a 429, else a second).
+* ``PermanentError``: the request itself was refused (400, 405, 413, ...). Sending it
   again unchanged fails again; it is logged and not retried.
 
 ``Kube`` (every write) and ``Informer`` (every list and watch) raise only these; the pass
@@ -86,7 +87,7 @@ def error_for_status(
     text = f"{code}: {message}"
     if code in _CONFLICTS:
         return Conflict(text, code=code)
-    if code == 429 or code >= 500:
+    if code in (401, 429) or code >= 500:
         return TemporaryError(text, delay=_retry_after(headers or {}), code=code)
     return PermanentError(text, code=code)
 

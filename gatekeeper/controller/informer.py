@@ -20,6 +20,7 @@ import anyio
 import httpx
 import kr8s.asyncio
 
+from gatekeeper.controller.credentials import Credentials
 from gatekeeper.controller.errors import TRANSPORT_ERRORS, PermanentError, TemporaryError, raise_for_status
 from gatekeeper.controller.resources import Resource
 
@@ -64,12 +65,14 @@ class Informer:
         field_selector: str | None = None,
         on_change: Callable[[str, dict[str, Any]], None] | None = None,
         watch_seconds: int = 240,
+        credentials: Credentials | None = None,
     ) -> None:
         self.api = api
         self.resource = resource
         self.label_selector = label_selector
         self.field_selector = field_selector
         self.watch_seconds = watch_seconds
+        self.credentials = credentials or Credentials(api)
         self.objects: dict[Key, dict[str, Any]] = {}
         self.synced = anyio.Event()
         self.relists = 0
@@ -185,6 +188,8 @@ class Informer:
                 since = await self._watch(since)
                 backoff = 0.5
             except _RELIST_ON as exc:
+                if getattr(exc, "code", None) == 401:
+                    await self.credentials.refresh()
                 # Every error status is retried with backoff, even a permanent one: a 429
                 # "storage is (re)initializing" answers every watch while the API server's
                 # watch cache warms up, a 5xx while it restarts, a 403 until RBAC is

@@ -22,6 +22,7 @@ import httpx
 import kr8s.asyncio
 from prometheus_client import Counter
 
+from gatekeeper.controller.credentials import Credentials
 from gatekeeper.controller.errors import (
     TRANSPORT_ERRORS,
     Conflict,
@@ -62,8 +63,9 @@ connection would otherwise hold its pass (or the Lease renewal) for ever."""
 class Kube:
     """Thin, counted writes. Reads go through informers, never through here."""
 
-    def __init__(self, api: kr8s.asyncio.Api) -> None:
+    def __init__(self, api: kr8s.asyncio.Api, credentials: Credentials | None = None) -> None:
         self.api = api
+        self.credentials = credentials or Credentials(api)
 
     async def _call(
         self,
@@ -94,6 +96,8 @@ class Kube:
                 raise_for_status=False,
                 **kwargs,
             ) as resp:
+                if resp.status_code == 401:
+                    await self.credentials.refresh()  # a rotated token; the caller tries again
                 raise_for_status(resp)
                 return dict(resp.json()) if resp.content else {}
         except TRANSPORT_ERRORS as exc:
