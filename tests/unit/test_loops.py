@@ -293,8 +293,8 @@ async def test_each_term_starts_from_new_lists_never_from_the_last_terms_caches(
     made: list[Caches] = []
 
     class Recorded(Caches):
-        def __init__(self, api: Any) -> None:
-            super().__init__(api)
+        def __init__(self, api: Any, credentials: Any = None) -> None:
+            super().__init__(api, credentials)
             made.append(self)
 
     monkeypatch.setattr(app, "Caches", Recorded)
