@@ -13,11 +13,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gatekeeper.core.demand import Resources, pod_requests
-from gatekeeper.core.fields import mapping, string
+from gatekeeper.core.fields import mapping, sequence, string
+from gatekeeper.core.objects import is_live
 from gatekeeper.core.quantity import parse_units
 from gatekeeper.core.selectors import Taint, parse_label_map, parse_taints
-
-_TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
 
 @dataclass(frozen=True)
@@ -61,7 +60,7 @@ def parse_node(obj: Mapping[str, Any]) -> Node:
             except ValueError as err:
                 raise ValueError(f"{where}[{resource}]: {err}") from None
         ready: bool | None = None
-        for condition in status.get("conditions") or ():
+        for condition in sequence(status.get("conditions"), "status.conditions"):
             if isinstance(condition, Mapping) and condition.get("type") == "Ready":
                 ready = {"True": True, "False": False}.get(str(condition.get("status")))
         return Node(
@@ -119,7 +118,7 @@ def node_usage(
         node_name = spec.get("nodeName")
         if not node_name:
             continue
-        if mapping(pod.get("status"), "status").get("phase") in _TERMINAL_PHASES:
+        if not is_live(pod):
             continue
         meta = mapping(pod.get("metadata"), "metadata")
         try:

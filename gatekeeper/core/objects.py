@@ -107,7 +107,8 @@ def is_terminating(obj: Mapping[str, Any]) -> bool:
 
 def is_live(pod: Mapping[str, Any]) -> bool:
     """Not in a terminal phase: the pod exists and may hold (or get) node room."""
-    return as_map(pod.get("status")).get("phase") not in TERMINAL_PHASES
+    phase = as_map(pod.get("status")).get("phase")
+    return not (isinstance(phase, str) and phase in TERMINAL_PHASES)
 
 
 def conditions(obj: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:

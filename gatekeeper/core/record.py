@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gatekeeper.core.demand import GroupDemand, PodDemand
+from gatekeeper.core.demand import MAX_GROUP_SIZE, GroupDemand, PodDemand
 from gatekeeper.core.keys import (
     ADMITTED,
     GATEKEEPER_API_VERSION,
@@ -122,6 +122,12 @@ def without_pod_count(resources: Mapping[str, int]) -> dict[str, int]:
     return {r: v for r, v in resources.items() if v > 0 and r != "pods"}
 
 
+def _pod_count(value: object) -> bool:
+    """A readable ``status.pods``: 1 to ``MAX_GROUP_SIZE`` (a record is an object anyone with
+    rights in its namespace can write: its numbers are bounded like an LWS's)."""
+    return type(value) is int and 1 <= value <= MAX_GROUP_SIZE
+
+
 def recorded_demand(record: Mapping[str, Any]) -> GroupDemand:
     """What an admitted group holds by its record's status (for a demand that cannot be recomputed).
 
@@ -138,7 +144,7 @@ def recorded_demand(record: Mapping[str, Any]) -> GroupDemand:
         if amount > 0 and resource != "pods":
             total[str(resource)] = amount
     count = status.get("pods")
-    count = count if isinstance(count, int) and not isinstance(count, bool) and count >= 1 else 1
+    count = count if _pod_count(count) else 1
     pods = (PodDemand("leader", total), *(PodDemand("worker", {}) for _ in range(count - 1)))
     return GroupDemand(pods)
 
@@ -149,7 +155,7 @@ def recorded_shape(record: Mapping[str, Any]) -> tuple[dict[str, int], int] | No
     status = as_map(record.get("status"))
     raw = status.get("demand")
     count = status.get("pods")
-    if not isinstance(raw, Mapping) or not isinstance(count, int) or isinstance(count, bool) or count < 1:
+    if not isinstance(raw, Mapping) or not _pod_count(count):
         return None
     total: dict[str, int] = {}
     for resource, value in raw.items():

@@ -192,7 +192,7 @@ def flavor_steering(
     for psa in assignments if isinstance(assignments, list) else []:
         if not isinstance(psa, Mapping) or psa.get("name") != pod_set:
             continue
-        for flavor_name in sorted(set(as_map(psa.get("flavors")).values()), key=str):
+        for flavor_name in sorted({str(f) for f in as_map(psa.get("flavors")).values()}):
             flavor = as_map(flavors.get(str(flavor_name)))
             fspec = as_map(flavor.get("spec"))
             node_labels.update({str(k): str(v) for k, v in as_map(fspec.get("nodeLabels")).items()})

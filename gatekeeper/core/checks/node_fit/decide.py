@@ -74,6 +74,10 @@ from gatekeeper.core.quantity import format_amount, format_resources
 
 __all__ = ["CheckUpdate", "NodeFitActions", "decide_node_fit"]
 
+MAX_WORKLOAD_PODS = 10_000
+"""A Workload with more pods is not placed pod by pod (its check stays Pending and says why):
+any tenant's Job can ask for billions, and each pod of a check is a placement to try."""
+
 #: States only Kueue moves on from (after a retry delay, or never): left alone.
 _KUEUE_OWNED = frozenset({CHECK_RETRY, CHECK_REJECTED})
 _VIEW = "*"
@@ -255,6 +259,9 @@ def _unbound_pods(
 ) -> _Pods | str:
     """The pods of ``wl`` not bound yet, as demands on their flavors' nodes; or why they cannot be read."""
     names = [ps.name for ps in wl.pod_sets]
+    total = sum(ps.count for ps in wl.pod_sets)
+    if total > MAX_WORKLOAD_PODS:
+        return f"it has {total} pods; node fit checks Workloads of at most {MAX_WORKLOAD_PODS}"
     left = {ps.name: ps.count for ps in wl.pod_sets}
     for pod in members:
         name = _pod_set_of(pod, names, left)

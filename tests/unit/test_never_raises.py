@@ -1,0 +1,176 @@
+"""Property: no object a tenant (or anyone) writes makes a decision raise.
+
+One exception in a pass once ended the controller, and both replicas met the same object
+in turn. Hypothesis takes a valid cluster (an LWS with its pods and records, a Pool, nodes,
+a Kueue Workload and flavor) and breaks it at random places with random values (None,
+negative, enormous or non-integer numbers, strings, lists, maps, quantities of many
+digits), then runs every decision on it: each must return, never raise. Nodes and Pools
+are parsed as the controller parses them, where a ``ValueError`` (or an arithmetic error)
+means "this object is skipped and reported".
+"""
+
+from __future__ import annotations
+
+import copy
+from datetime import UTC, datetime
+from typing import Any
+
+from core_builders import lws, lws_pod, node, pool, record
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gatekeeper.core.backends.kueue import KueueSnapshot, decide_kueue
+from gatekeeper.core.backends.kueue import plan_writes as kueue_writes
+from gatekeeper.core.backends.pools import PassInputs, Snapshot, decide, plan_writes
+from gatekeeper.core.checks.node_fit import decide_node_fit
+from gatekeeper.core.checks.node_fit import plan_writes as node_fit_writes
+from gatekeeper.core.nodes import parse_node
+from gatekeeper.core.writes import Memory
+
+NOW = datetime(2026, 12, 1, tzinfo=UTC)
+GPU = "nvidia.com/gpu"
+
+JUNK = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.sampled_from([float("nan"), float("inf"), -1.5, 1e308]),
+    st.text(max_size=12),
+    st.sampled_from(
+        ["9" * 320, "9" * 4301, "1e64", "1e65", "-1", "1.5Ki", "0.000001m", "Gi", "", "2147483647"]
+    ),
+    st.lists(st.integers(), max_size=3),
+    st.dictionaries(st.text(max_size=5), st.integers(), max_size=3),
+)
+
+
+def cluster() -> dict[str, Any]:
+    """A valid cluster for every decision, as plain dicts."""
+    vllm = lws("vllm", "team").pool("a").uid("u-1").size(2).replicas(3).worker(gpu_limit=1).obj()
+    vllm["metadata"]["generation"] = 1
+    pods = [lws_pod("vllm", g, w, namespace="team", pool="a") for g in range(2) for w in range(2)]
+    pods[0]["spec"]["nodeName"] = "n0"
+    pods[0]["status"]["phase"] = "Running"
+    records = [record(vllm, 0, admitted=True, demand={GPU: "2"}, pods=2), record(vllm, 1, admitted=False)]
+    workload = {
+        "metadata": {
+            "name": "vllm-u-1-0",
+            "namespace": "team",
+            "labels": {
+                "leaderworkerset.sigs.k8s.io/name": "vllm",
+                "leaderworkerset.sigs.k8s.io/group-index": "0",
+            },
+            "creationTimestamp": "2026-01-01T00:00:00Z",
+        },
+        "spec": {
+            "queueName": "a",
+            "podSets": [
+                {"name": "leader", "count": 1, "template": {"spec": pods[0]["spec"]}},
+                {"name": "worker", "count": 1, "template": {"spec": pods[1]["spec"]}},
+            ],
+        },
+        "status": {
+            "conditions": [
+                {"type": "QuotaReserved", "status": "True"},
+                {"type": "Admitted", "status": "True"},
+            ],
+            "admission": {
+                "clusterQueue": "cq",
+                "podSetAssignments": [{"name": "leader", "flavors": {GPU: "h100"}, "count": 1}],
+            },
+            "admissionChecks": [{"name": "node-fit", "state": "Pending", "message": ""}],
+        },
+    }
+    return {
+        "lwss": [vllm],
+        "pods": pods,
+        "records": records,
+        "pools": [pool("a").quota(gpu=4).obj()],
+        "nodes": [node(f"n{i}").labels(pool="a").alloc(gpu=2).obj() for i in range(3)],
+        "workloads": [workload],
+        "flavors": [{"metadata": {"name": "h100"}, "spec": {"nodeLabels": {"pool": "a"}}}],
+        "checks": [
+            {"metadata": {"name": "node-fit"}, "spec": {"controllerName": "lws-gatekeeper.io/node-fit"}}
+        ],
+    }
+
+
+def _places(value: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every path into ``value`` (maps and lists), the value itself included."""
+    found = [path]
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            found.extend(_places(inner, (*path, key)))
+    elif isinstance(value, list):
+        for i, inner in enumerate(value):
+            found.extend(_places(inner, (*path, i)))
+    return found
+
+
+def _put(root: Any, path: tuple[Any, ...], junk: Any) -> None:
+    for step in path[:-1]:
+        root = root[step]
+    root[path[-1]] = junk
+
+
+@st.composite
+def broken_clusters(draw: st.DrawFn) -> dict[str, Any]:
+    objs = cluster()
+    places = [p for p in _places(objs) if len(p) >= 2]
+    for _ in range(draw(st.integers(min_value=1, max_value=6))):
+        path = draw(st.sampled_from(places))
+        try:
+            _put(objs, path, draw(JUNK))
+        except (KeyError, IndexError, TypeError):
+            continue  # an earlier break removed the way there
+        places = [p for p in _places(objs) if len(p) >= 2]
+    return objs
+
+
+def _nodes(objs: list[Any]) -> list[Any]:
+    parsed = []
+    for obj in objs if isinstance(objs, list) else []:
+        try:
+            parsed.append(parse_node(obj if isinstance(obj, dict) else {}))
+        except (ValueError, ArithmeticError):
+            continue  # skipped and reported, as the caches do
+    return parsed
+
+
+def _lst(value: Any) -> list[Any]:
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+@settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(broken_clusters())
+def test_no_broken_object_makes_a_decision_raise(objs: dict[str, Any]) -> None:
+    objs = copy.deepcopy(objs)
+    nodes = _nodes(objs["nodes"])
+    snap = Snapshot(
+        lwss=_lst(objs["lwss"]),
+        pods=_lst(objs["pods"]),
+        bound_pods=[
+            p for p in _lst(objs["pods"]) if isinstance(p.get("spec"), dict) and p["spec"].get("nodeName")
+        ],
+        nodes=nodes,
+        pools=_lst(objs["pools"]),
+        records=_lst(objs["records"]),
+        priorities={"high": 1000},
+    )
+    actions = decide(snap)
+    plan_writes(actions, PassInputs(snap, Memory(), NOW, 0.0))
+
+    ksnap = KueueSnapshot(
+        lwss=_lst(objs["lwss"]),
+        pods=_lst(objs["pods"]),
+        records=_lst(objs["records"]),
+        workloads=_lst(objs["workloads"]),
+        flavors=_lst(objs["flavors"]),
+        now=NOW,
+    )
+    kacts = decide_kueue(ksnap)
+    kueue_writes(kacts, ksnap, Memory(), NOW)
+
+    workloads, checks = _lst(objs["workloads"]), _lst(objs["checks"])
+    nacts = decide_node_fit(workloads, checks, _lst(objs["flavors"]), nodes, snap.bound_pods)
+    node_fit_writes(nacts, workloads, checks, NOW)
