@@ -12,7 +12,7 @@ the current LWS or to an earlier one of the same name.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 from gatekeeper.core.demand import MAX_GROUP_SIZE, GroupDemand, PodDemand
 from gatekeeper.core.keys import (
@@ -122,7 +122,7 @@ def without_pod_count(resources: Mapping[str, int]) -> dict[str, int]:
     return {r: v for r, v in resources.items() if v > 0 and r != "pods"}
 
 
-def _pod_count(value: object) -> bool:
+def _pod_count(value: object) -> TypeGuard[int]:
     """A readable ``status.pods``: 1 to ``MAX_GROUP_SIZE`` (a record is an object anyone with
     rights in its namespace can write: its numbers are bounded like an LWS's)."""
     return type(value) is int and 1 <= value <= MAX_GROUP_SIZE
