@@ -281,9 +281,9 @@ class Sandbox:
             self.pki,
             self._kubectl(),
             name,
+            backend=backend,
             register=register,
             kubeconfig=kubeconfig,
-            backend=backend,
             args=args,
         )
 

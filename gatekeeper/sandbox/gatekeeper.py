@@ -41,9 +41,9 @@ def start(
     kubectl: Kubectl,
     name: str = COMPONENT,
     *,
+    backend: str,
     register: bool = True,
     kubeconfig: Path | None = None,
-    backend: str,
     args: Sequence[str] = (),
 ) -> None:
     """Run a gatekeeper process as ``name``, wait for its ``/readyz``, register its webhook.

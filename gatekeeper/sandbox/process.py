@@ -99,10 +99,11 @@ def ready(
 
 @dataclass(frozen=True)
 class Runner:
-    """How one sandbox runs its processes: in its folder, each logging to ``log_dir/<name>.log``,
-    with its kubeconfig and programs in the environment, each recorded in ``state_file``.
+    """How one sandbox runs its processes: where they run, log and are recorded.
 
-    The state is a plain dict (``ports``, ``processes``, ...) the caller keeps; ``start``
+    Each runs in the sandbox folder ``dir`` with its kubeconfig and programs in the
+    environment, logs to ``log_dir/<name>.log`` and is recorded in ``state_file``. The
+    state is a plain dict (``ports``, ``processes``, ...) the caller keeps; ``start``
     records into it and saves it.
     """
 
