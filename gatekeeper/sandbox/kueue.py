@@ -39,14 +39,16 @@ import copy
 import os
 import re
 import shutil
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from gatekeeper.sandbox import build
-from gatekeeper.sandbox.cluster import Sandbox, SandboxError, _free_ports, webhooks_by_url
+from gatekeeper.sandbox.kubectl import Kubectl
+from gatekeeper.sandbox.manifests import webhooks_by_url
+from gatekeeper.sandbox.pki import Pki
+from gatekeeper.sandbox.process import Runner, SandboxError, free_ports, ready
 
 __all__ = [
     "COMPONENT",
@@ -239,25 +241,26 @@ def _launcher(run: Path, cert_dir: Path) -> list[str]:
     return [*namespace, "sh", "-c", script, "sh", str(upper), str(work)]
 
 
-def start_kueue(sandbox: Sandbox, state: dict[str, Any], installed: build.Installed) -> None:
+def start_kueue(
+    runner: Runner, state: dict[str, Any], installed: build.Installed, pki: Pki, kubectl: Kubectl
+) -> None:
     """Install Kueue's CRDs, run its manager as ``kueue-controller``, wait for it, register its webhooks.
 
     ``state`` is the sandbox's state being built by ``up``; Kueue's ports are added to it.
     """
     ports = state["ports"]
     names = [n for n in ("kueue_webhook", "kueue_health", "kueue_metrics") if n not in ports]
-    ports.update(zip(names, _free_ports(len(names)), strict=True))
+    ports.update(zip(names, free_ports(len(names)), strict=True))
     base_url = f"https://127.0.0.1:{ports['kueue_webhook']}"
-    pki = sandbox.pki
     ca_pem = pki.ca_crt.read_bytes()
-    sandbox.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": KUEUE_NAMESPACE}}])
+    kubectl.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": KUEUE_NAMESPACE}}])
     crds = kueue_crds(installed, base_url, ca_pem)
-    sandbox.apply(crds)
+    kubectl.apply(crds)
     # The manager exits at once if an API it indexes is not served yet.
     names = [f"crd/{c['metadata']['name']}" for c in crds]
-    sandbox.kubectl("wait", "--for=condition=Established", "--timeout=60s", *names)
+    kubectl.run("wait", "--for=condition=Established", "--timeout=60s", *names)
 
-    run = sandbox.dir / "run"
+    run = runner.run_dir
     run.mkdir(exist_ok=True)
     cfg_path = run / "kueue-config.yaml"
     cfg_path.write_text(
@@ -270,23 +273,16 @@ def start_kueue(sandbox: Sandbox, state: dict[str, Any], installed: build.Instal
             )
         )
     )
-    sandbox._start(
+    runner.start(
         state,
         COMPONENT,
         [
             *_launcher(run, pki.webhook_dir),
-            str(sandbox.bin_dir / "kueue"),
+            runner.program("kueue"),
             f"--config={cfg_path}",
-            f"--kubeconfig={sandbox.kubeconfig}",
+            f"--kubeconfig={runner.kubeconfig}",
         ],
     )
-
-    def ready() -> bool:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{ports['kueue_health']}/readyz", timeout=1) as r:
-                return bool(r.status == 200)
-        except OSError:
-            return False
-
-    sandbox._wait(COMPONENT, ready, timeout=120, what="/readyz (its webhook server listening)")
-    sandbox.apply(kueue_webhooks(installed, base_url, ca_pem))
+    readyz = f"http://127.0.0.1:{ports['kueue_health']}/readyz"
+    runner.wait(COMPONENT, lambda: ready(readyz), timeout=120, what="/readyz (its webhook server listening)")
+    kubectl.apply(kueue_webhooks(installed, base_url, ca_pem))

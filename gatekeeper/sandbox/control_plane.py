@@ -1,0 +1,155 @@
+"""The Kubernetes control plane of the sandbox: kube-apiserver, kube-controller-manager, kube-scheduler.
+
+Why this exists: these three are the real programs built from the pinned Kubernetes
+module, run on loopback with the sandbox's certificates (``pki.py``) and its admin
+kubeconfig. ``cluster.py`` writes the kubeconfig (:func:`write_kubeconfig`), starts them
+in order after etcd and asks :func:`apiserver_ready` whether the sandbox is up.
+"""
+
+from __future__ import annotations
+
+import ssl
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gatekeeper.sandbox.pki import Pki
+from gatekeeper.sandbox.process import Runner, ready
+
+__all__ = [
+    "APISERVER",
+    "CONTROLLER_MANAGER",
+    "PORTS",
+    "SCHEDULER",
+    "apiserver_ready",
+    "start_apiserver",
+    "start_controller_manager",
+    "start_scheduler",
+    "write_kubeconfig",
+]
+
+#: The process names in the sandbox's state and logs.
+APISERVER = "kube-apiserver"
+CONTROLLER_MANAGER = "kube-controller-manager"
+SCHEDULER = "kube-scheduler"
+
+#: Their ports, by their names in the state's ``ports``.
+PORTS = ("apiserver", "scheduler", "kcm")
+
+
+def write_kubeconfig(path: Path, port: int, pki: Pki) -> None:
+    """The admin's kubeconfig for the API server on ``port`` (readable by the owner only)."""
+    cfg = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "sandbox",
+                "cluster": {
+                    "server": f"https://127.0.0.1:{port}",
+                    "certificate-authority": str(pki.ca_crt),
+                },
+            }
+        ],
+        "users": [
+            {
+                "name": "admin",
+                "user": {"client-certificate": str(pki.admin_crt), "client-key": str(pki.admin_key)},
+            }
+        ],
+        "contexts": [{"name": "sandbox", "context": {"cluster": "sandbox", "user": "admin"}}],
+        "current-context": "sandbox",
+    }
+    path.write_text(yaml.safe_dump(cfg))
+    path.chmod(0o600)
+
+
+def apiserver_ready(port: int | None, pki: Pki) -> bool:
+    """Does the API server on ``port`` answer ``/readyz`` to the admin?"""
+    if not port:
+        return False
+    ctx = ssl.create_default_context(cafile=str(pki.ca_crt))
+    ctx.load_cert_chain(str(pki.admin_crt), str(pki.admin_key))
+    return ready(f"https://127.0.0.1:{port}/readyz", context=ctx, timeout=2)
+
+
+def start_apiserver(runner: Runner, state: dict[str, Any], pki: Pki) -> None:
+    """Run the API server against etcd and wait until it answers ``/readyz``."""
+    p = state["ports"]
+    runner.start(
+        state,
+        APISERVER,
+        [
+            runner.program("kube-apiserver"),
+            f"--etcd-servers=http://127.0.0.1:{p['etcd']}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            # A loopback advertise address is refused by the endpoint reconciler; nothing
+            # reaches the API server through the `kubernetes` Service here anyway.
+            "--endpoint-reconciler-type=none",
+            f"--secure-port={p['apiserver']}",
+            f"--tls-cert-file={pki.apiserver_crt}",
+            f"--tls-private-key-file={pki.apiserver_key}",
+            f"--client-ca-file={pki.ca_crt}",
+            f"--service-account-key-file={pki.sa_pub}",
+            f"--service-account-signing-key-file={pki.sa_key}",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            "--service-cluster-ip-range=10.96.0.0/16",
+            "--authorization-mode=RBAC",
+            "--allow-privileged=true",
+            "--enable-priority-and-fairness=false",
+            "--max-requests-inflight=1000",
+            "--max-mutating-requests-inflight=500",
+            "--profiling=false",
+            "--event-ttl=2h",
+        ],
+    )
+    runner.wait(
+        APISERVER,
+        lambda: apiserver_ready(p["apiserver"], pki),
+        timeout=90,
+        what="the API server to answer /readyz",
+    )
+
+
+def start_controller_manager(runner: Runner, state: dict[str, Any], pki: Pki) -> None:
+    """Run every controller of kube-controller-manager (it signs tokens with the sandbox's key)."""
+    runner.start(
+        state,
+        CONTROLLER_MANAGER,
+        [
+            runner.program("kube-controller-manager"),
+            f"--kubeconfig={runner.kubeconfig}",
+            "--leader-elect=false",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={state['ports']['kcm']}",
+            f"--service-account-private-key-file={pki.sa_key}",
+            f"--root-ca-file={pki.ca_crt}",
+            "--use-service-account-credentials=false",
+            "--controllers=*",
+            "--kube-api-qps=200",
+            "--kube-api-burst=400",
+            "--concurrent-statefulset-syncs=10",
+            "--concurrent-gc-syncs=20",
+        ],
+    )
+
+
+def start_scheduler(runner: Runner, state: dict[str, Any]) -> None:
+    """Run kube-scheduler with the admin identity."""
+    runner.start(
+        state,
+        SCHEDULER,
+        [
+            runner.program("kube-scheduler"),
+            f"--kubeconfig={runner.kubeconfig}",
+            f"--authentication-kubeconfig={runner.kubeconfig}",
+            f"--authorization-kubeconfig={runner.kubeconfig}",
+            "--leader-elect=false",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={state['ports']['scheduler']}",
+            "--kube-api-qps=200",
+            "--kube-api-burst=400",
+        ],
+    )

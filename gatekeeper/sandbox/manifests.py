@@ -1,0 +1,148 @@
+"""The objects the sandbox applies: fake nodes, its admission policies, CRDs, webhook configurations.
+
+Why this exists: what ``up`` installs is plain data, built the same way whether a
+component is running or not, and tested without a cluster (``tests/unit``). Keeping the
+builders apart from the processes lets the component modules (``lws.py``, ``kueue.py``,
+``gatekeeper.py``, ``kwok.py``) and ``cluster.py`` share them without importing each
+other. Nothing here starts a process or talks to the API server.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterable
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from gatekeeper.render.admission import GATE_PROTECTION, load_policies, service_account_username
+from gatekeeper.sandbox import build
+from gatekeeper.sandbox.process import SandboxError
+
+__all__ = [
+    "GATEKEEPER_NAMESPACE",
+    "KWOK_NODE_ANNOTATION",
+    "POLICIES_LABEL",
+    "as_json_list",
+    "crd_manifests",
+    "fake_node",
+    "lws_webhooks",
+    "sandbox_policies",
+    "webhooks_by_url",
+]
+
+#: Annotation that tells KWOK to manage a node.
+KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+
+#: Namespace of the gatekeeper's Lease in the sandbox (the chart uses its release namespace).
+GATEKEEPER_NAMESPACE = "lws-gatekeeper-system"
+
+#: Namespaces labelled ``<this>=enforce`` have the sandbox's admission policies enforced.
+POLICIES_LABEL = "sandbox.lws-gatekeeper.io/policies"
+
+
+def as_json_list(objects: Iterable[dict[str, Any]]) -> str:
+    """Objects as one ``v1/List`` in JSON, for ``kubectl apply|create -f -``."""
+    return json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objects)})
+
+
+def fake_node(
+    name: str,
+    *,
+    gpus: int = 1,
+    cpu: str = "8",
+    memory: str = "32Gi",
+    labels: dict[str, str] | None = None,
+    taints: list[dict[str, str]] | None = None,
+) -> dict[str, Any]:
+    """A Node object that KWOK manages, with ``nvidia.com/gpu`` capacity."""
+    resources = {"cpu": cpu, "memory": memory, "pods": "110"}
+    if gpus:
+        resources["nvidia.com/gpu"] = str(gpus)
+    node: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": {KWOK_NODE_ANNOTATION: "fake"},
+            "labels": {"kubernetes.io/hostname": name, "type": "kwok", **(labels or {})},
+        },
+        "status": {"allocatable": dict(resources), "capacity": dict(resources)},
+    }
+    if taints:
+        node["spec"] = {"taints": taints}
+    return node
+
+
+def sandbox_policies() -> list[dict[str, Any]]:
+    """Gate protection and the pool-label check of ``policies/``, as ``up`` installs them.
+
+    Who may remove the gate: the sandbox's gatekeeper, which runs with the admin
+    certificate (CN=sandbox-admin), and the chart's default ServiceAccount in
+    GATEKEEPER_NAMESPACE (the chart's RBAC test runs the gatekeeper as that account). Not
+    the gate-injection policies: the sandbox gates with the webhook. The bindings act in
+    the namespaces labelled POLICIES_LABEL=enforce (``up`` labels ``default``), not in
+    every namespace: the policy tests install and prove their own copies in their own
+    namespaces (an LWS with an empty label made before the policy, another identity
+    allowed to ungate), which a sandbox-wide copy would overrule. Their names end in
+    ``-sandbox``, so that the files' own objects (the chart's) can still be created beside.
+    """
+    objects = load_policies(
+        [GATE_PROTECTION, "pool-label"],
+        allowed_usernames=["sandbox-admin", service_account_username(GATEKEEPER_NAMESPACE, "lws-gatekeeper")],
+    )
+    for obj in objects:
+        obj["metadata"]["name"] += "-sandbox"
+        if obj["kind"].endswith("Binding"):
+            obj["spec"]["policyName"] += "-sandbox"
+            match = obj["spec"].setdefault("matchResources", {})
+            match["namespaceSelector"] = {"matchLabels": {POLICIES_LABEL: "enforce"}}
+    return objects
+
+
+def crd_manifests() -> str:
+    """The project's CRDs (Pool, GroupAdmission) as one YAML stream."""
+    base = resources.files("gatekeeper").joinpath("crds")
+    return "\n---\n".join(
+        base.joinpath(name).read_text()
+        for name in sorted(p.name for p in base.iterdir())
+        if name.endswith(".yaml")
+    )
+
+
+def lws_webhooks(lws: build.Installed, base_url: str, ca_pem: bytes) -> list[dict[str, Any]]:
+    """LWS's webhook configurations (its manifests and kustomize patches), pointed at a URL."""
+    webhook_dir = lws.files / "config" / "webhook"
+    docs = [d for d in yaml.safe_load_all((webhook_dir / "manifests.yaml").read_text()) if d]
+    patches = {
+        "MutatingWebhookConfiguration": webhook_dir / "mutating-patch.yaml",
+        "ValidatingWebhookConfiguration": webhook_dir / "validating-patch.yaml",
+    }
+    for doc in docs:
+        patch_file = patches.get(doc["kind"])
+        if patch_file is not None and patch_file.exists():
+            for op in yaml.safe_load(patch_file.read_text()):
+                parts = op["path"].strip("/").split("/")
+                if op["op"] != "replace" or len(parts) != 2 or parts[0] != "webhooks":
+                    raise SandboxError(f"unexpected patch in {patch_file}: {op}")
+                doc["webhooks"][int(parts[1])] = op["value"]
+    return webhooks_by_url(docs, prefix="lws-", base_url=base_url, ca_pem=ca_pem)
+
+
+def webhooks_by_url(
+    docs: list[dict[str, Any]], *, prefix: str, base_url: str, ca_pem: bytes
+) -> list[dict[str, Any]]:
+    """Webhook configurations made for an in-cluster Service, sent to ``base_url`` instead.
+
+    Each webhook keeps its Service's path and trusts ``ca_pem``; each configuration's name
+    gets ``prefix`` (as its project's kustomize namePrefix does). Changes ``docs`` in place.
+    """
+    ca = base64.b64encode(ca_pem).decode()
+    for doc in docs:
+        doc["metadata"]["name"] = prefix + doc["metadata"]["name"]
+        for hook in doc["webhooks"]:
+            path = hook["clientConfig"]["service"]["path"]
+            hook["clientConfig"] = {"url": base_url + path, "caBundle": ca}
+    return docs
