@@ -123,6 +123,13 @@ nodes: ...". The ``kueue`` backend reads it on its own Workloads to give their q
 NO_NODE_FITS: Final = "can never fit: no node"
 """How it begins when no node of the flavor accepts the pods at all."""
 
+# ----- the sandbox ------------------------------------------------------------------------
+
+KWOK_NODE: Final = "kwok.x-k8s.io/node"
+"""Annotation (value ``fake``) that makes KWOK run a Node and its pods without a kubelet."""
+SANDBOX_POLICIES_LABEL: Final = f"sandbox.{API_GROUP}/policies"
+"""Namespaces of the sandbox labelled ``<this>=enforce`` have its admission policies enforced."""
+
 # ----- Volcano (volcano.sh), written by ``render`` only ----------------------------------
 
 VOLCANO_API_VERSION: Final = "scheduling.volcano.sh/v1beta1"

@@ -44,6 +44,7 @@ from typing import Any
 
 import yaml
 
+from gatekeeper.core.keys import KUEUE_MANAGED_NAMESPACE_LABEL
 from gatekeeper.sandbox import build
 from gatekeeper.sandbox.kubectl import Kubectl
 from gatekeeper.sandbox.manifests import webhooks_by_url
@@ -69,7 +70,7 @@ COMPONENT = "kueue-controller"
 KUEUE_NAMESPACE = "kueue-system"
 
 #: Label of the namespaces whose jobs and pods Kueue manages (value ``"true"``).
-MANAGED_NAMESPACE_LABEL = "kueue.x-k8s.io/managed"
+MANAGED_NAMESPACE_LABEL = KUEUE_MANAGED_NAMESPACE_LABEL
 
 #: Kueue integrations the sandbox enables: plain Jobs, and Kueue's own LWS integration,
 #: which turns each LWS group into a pod group (the ``pod`` integration, which Kueue

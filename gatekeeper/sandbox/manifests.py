@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from gatekeeper.core.keys import KWOK_NODE, SANDBOX_POLICIES_LABEL
 from gatekeeper.render.admission import GATE_PROTECTION, load_policies, service_account_username
 from gatekeeper.sandbox import build
 from gatekeeper.sandbox.process import SandboxError
@@ -34,13 +35,13 @@ __all__ = [
 ]
 
 #: Annotation that tells KWOK to manage a node.
-KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+KWOK_NODE_ANNOTATION = KWOK_NODE
 
 #: Namespace of the gatekeeper's Lease in the sandbox (the chart uses its release namespace).
 GATEKEEPER_NAMESPACE = "lws-gatekeeper-system"
 
 #: Namespaces labelled ``<this>=enforce`` have the sandbox's admission policies enforced.
-POLICIES_LABEL = "sandbox.lws-gatekeeper.io/policies"
+POLICIES_LABEL = SANDBOX_POLICIES_LABEL
 
 
 def as_json_list(objects: Iterable[dict[str, Any]]) -> str:

@@ -19,7 +19,8 @@ import kr8s.asyncio
 import yaml
 from kr8s.asyncio.objects import new_class
 
-from gatekeeper.sandbox.observe import LWS_NAME_LABEL, Verdict, summarize
+from gatekeeper.core.keys import LWS_API_VERSION, LWS_KIND, LWS_NAME_LABEL
+from gatekeeper.sandbox.observe import Verdict, summarize
 
 __all__ = [
     "SEED_STEPS",
@@ -33,8 +34,8 @@ __all__ = [
 ]
 
 LeaderWorkerSet = new_class(
-    kind="LeaderWorkerSet",
-    version="leaderworkerset.x-k8s.io/v1",
+    kind=LWS_KIND,
+    version=LWS_API_VERSION,
     namespaced=True,
     scalable=True,
     plural="leaderworkersets",
