@@ -25,7 +25,7 @@ import anyio
 from gatekeeper.controller.errors import Conflict, PermanentError, TemporaryError
 from gatekeeper.controller.informer import Informer
 
-__all__ = ["Controller", "PassLoop", "Write"]
+__all__ = ["Controller", "Decided", "PassLoop", "Write"]
 
 Write = Callable[..., Coroutine[Any, Any, bool]]
 """How a pass runs one write: ``await write(fn, *args)``; True when it went through."""
@@ -42,9 +42,16 @@ class Controller(Protocol):
         any of them asks for a pass."""
         ...
 
-    async def reconcile_once(self, write: Write) -> object:
+    async def reconcile_once(self, write: Write) -> Decided:
         """One pass: snapshot, decide (pure), act through ``write``; returns what it decided."""
         ...
+
+
+class Decided(Protocol):
+    """What every decision returns besides its own actions: the objects it skipped, in words."""
+
+    @property
+    def problems(self) -> tuple[str, ...]: ...
 
 
 class PassLoop:
@@ -65,6 +72,7 @@ class PassLoop:
         self.debounce = debounce
         self.concurrency = concurrency
         self.passes = 0
+        self._problems: set[str] = set()
         self._dirty = anyio.Event()
         for inf in controller.informers:
             inf.listeners.append(self.poke)
@@ -96,10 +104,16 @@ class PassLoop:
 
         return write
 
-    async def pass_once(self) -> object:
-        """One pass of the controller, with this loop's writer."""
+    async def pass_once(self) -> Decided:
+        """One pass of the controller, with this loop's writer; objects it skipped are logged
+        once, when they first appear."""
         self.passes += 1
-        return await self.controller.reconcile_once(self.writer())
+        decided = await self.controller.reconcile_once(self.writer())
+        problems = set(decided.problems)
+        for problem in sorted(problems - self._problems):
+            self.log.warning("ignored: %s", problem)
+        self._problems = problems
+        return decided
 
     async def run(self) -> None:
         """Wait for the first lists, then run passes until cancelled (the informers run elsewhere)."""

@@ -65,7 +65,6 @@ class KueueBackend:
         self.retry_seconds = retry_seconds
         self.memory = Memory()
         self.demands = DemandMemo()
-        self._problems: set[str] = set()
 
         self.lws = caches.informer(r.LWS, label_selector=POOL_LABEL)
         self.pods = caches.informer(r.PODS, label_selector=POOL_LABEL)
@@ -99,10 +98,6 @@ class KueueBackend:
         plan = await anyio.to_thread.run_sync(plan_writes, actions, snap, self.memory, now)
         await execute(self.kube, plan, write, self.memory, self._done)
         KUEUE_WAITING.set(sum(1 for st in actions.statuses if not st.admitted))
-        problems = set(actions.problems)
-        for problem in sorted(problems - self._problems):
-            log.warning("ignored: %s", problem)
-        self._problems = problems
         KUEUE_PASS_SECONDS.observe(time.monotonic() - start)
         return actions
 

@@ -56,7 +56,6 @@ class PoolsBackend:
         self.caches = caches
         self.memory = Memory()
         self.demands = DemandMemo()
-        self._problems: set[str] = set()
 
         self.lws = caches.informer(r.LWS, label_selector=POOL_LABEL)
         self.pods = caches.informer(r.PODS, label_selector=POOL_LABEL)
@@ -97,10 +96,6 @@ class PoolsBackend:
                 POOL_QUOTA.labels(name, resource).set(amount)
             for resource, amount in st.used.items():
                 POOL_USED.labels(name, resource).set(amount)
-        problems = set(actions.problems)
-        for problem in sorted(problems - self._problems):
-            log.warning("ignored: %s", problem)
-        self._problems = problems
         PASS_SECONDS.observe(time.monotonic() - start)
         return actions
 

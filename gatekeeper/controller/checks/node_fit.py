@@ -55,7 +55,6 @@ class NodeFitCheck:
         self.kube = kube
         self.caches = caches
         self.memory = Memory()
-        self._problems: set[str] = set()
 
         self.workloads = caches.informer(r.WORKLOADS)
         self.checks = caches.informer(r.ADMISSION_CHECKS)
@@ -83,10 +82,6 @@ class NodeFitCheck:
         )
         plan = plan_writes(actions, workloads, checks, datetime.now(UTC))
         await execute(self.kube, plan, write, self.memory, self._done)
-        problems = set(actions.problems)
-        for problem in sorted(problems - self._problems):
-            log.warning("node fit: %s", problem)
-        self._problems = problems
         CHECKS.labels("Ready").set(actions.ready)
         CHECKS.labels("Pending").set(actions.pending)
         PASS_SECONDS.observe(time.monotonic() - start)
