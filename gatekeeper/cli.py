@@ -1,7 +1,8 @@
 """The ``lws-gatekeeper`` command line.
 
-Why this exists: one program for everything a person runs by hand: the sandbox
-cluster (``sandbox up|down|status|build``) and the demo that replays the LWS issue.
+Why this exists: one program for everything the project runs: the controller
+(``run``), ``render``, the sandbox cluster (``sandbox up|down|status|build``) and the
+demo that replays the LWS issue.
 Each sub-command is a thin wrapper; the work lives in the modules it calls.
 """
 

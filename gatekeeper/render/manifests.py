@@ -7,7 +7,7 @@ feeds them checked values (see ``pools.py``) and quotes every string for YAML, s
 label value such as ``"true"`` or ``"1"`` stays a string.
 
 Where the templates come from: the source of truth is ``templates/`` at the repository
-root (DESIGN.md's layout). ``gatekeeper/render/templates`` is a symbolic link to it, so
+root (the README's layout). ``gatekeeper/render/templates`` is a symbolic link to it, so
 the package finds them with ``importlib.resources`` both from a source checkout
 (``pip install -e .``) and from a built wheel, where setuptools copies the linked files
 in as package data (``[tool.setuptools.package-data]``).
@@ -46,7 +46,7 @@ MANAGED_BY = "lws-gatekeeper-render"
 
 
 class Backend(StrEnum):
-    """The quota backends a description renders for (DESIGN.md, step 3)."""
+    """The quota authorities a description renders objects for."""
 
     POOLS = "pools"
     KUEUE = "kueue"
