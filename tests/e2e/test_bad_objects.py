@@ -36,7 +36,10 @@ async def test_malformed_lwss_get_invalid_spec_and_a_good_one_beside_them_runs(
     nodes = await fake_nodes(2, gpus=1)
     pool = await make_pool(nodes, quota={"nvidia.com/gpu": 2})
     digits = _limits(lws_body("digits", pool, nodes), "9" * 4300)
-    huge = lws_body("huge", pool, nodes)
+    # LeaderReady: the LWS controller makes the workers only once the leader is Ready, and its
+    # leader stays gated; with LeaderCreated the StatefulSet controller would try to make two
+    # billion worker pods (seen: kube-controller-manager at 22 GB), the sandbox's undoing.
+    huge = lws_body("huge", pool, nodes, startup="LeaderReady")
     huge["spec"]["leaderWorkerTemplate"]["size"] = 2147483647
     for body in (digits, huge):
         await create_lws(api, namespace, body)
