@@ -604,8 +604,8 @@ def test_a_workload_that_waits_for_room_keeps_its_quota() -> None:
 
 
 def test_a_deleted_lws_keeps_its_workload_and_record_until_its_pods_are_gone() -> None:
-    """Issue 9: releasing the Workload while the deleted LWS's pods still run gives Kueue back
-    quota that GPUs still use; it is released with the last pod, as on scale-down."""
+    """Issue 9: releasing the Workload while the pods of an LWS gone from view still run gives
+    Kueue back quota that GPUs still use; it is released with the last pod, as on scale-down."""
     obj = vllm(replicas=1)
     wls = [workload(obj, 0, conditions=ADMITTED, flavors={"leader": "h100"})]
     recs = [rec(obj, 0, admitted=True)]
