@@ -36,6 +36,7 @@ __all__ = [
     "parse_time",
     "replacing_map",
     "resource_version",
+    "uid_of",
 ]
 
 EPOCH = datetime.fromtimestamp(0, UTC)
@@ -94,6 +95,11 @@ def parse_time(value: object) -> datetime:
             return EPOCH
         return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
     return EPOCH
+
+
+def uid_of(obj: Mapping[str, Any] | None) -> str | None:
+    """The object's UID, for a delete that must not hit a new object of the same name."""
+    return str(meta(obj).get("uid") or "") or None if obj is not None else None
 
 
 def resource_version(obj: Mapping[str, Any]) -> str | None:

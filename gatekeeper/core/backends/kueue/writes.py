@@ -19,7 +19,7 @@ from gatekeeper.core.demand import GroupDemand
 from gatekeeper.core.gating import ungate_patch
 from gatekeeper.core.groups import GroupState
 from gatekeeper.core.keys import ADMITTED, RECORD_PLURAL, WORKLOAD_PLURAL
-from gatekeeper.core.objects import as_map, condition, index_by_key, meta, resource_version
+from gatekeeper.core.objects import as_map, condition, index_by_key, resource_version, uid_of
 from gatekeeper.core.record import admitted_condition, demand_status, new_record
 from gatekeeper.core.writes import EventsOnce, Memory, Op, Plan, Write, rfc3339
 
@@ -68,11 +68,11 @@ def plan_writes(actions: KueueActions, snap: KueueSnapshot, memory: Memory, now:
 
     first: list[Write] = []
     for ns, name in actions.release:
-        drop = Write(Op.DELETE, RECORD_PLURAL, ns, name, uid=_uid(records.get((ns, name))), tag="release")
-        wl_uid = _uid(workloads.get((ns, name)))
+        drop = Write(Op.DELETE, RECORD_PLURAL, ns, name, uid=uid_of(records.get((ns, name))), tag="release")
+        wl_uid = uid_of(workloads.get((ns, name)))
         first.append(Write(Op.DELETE, WORKLOAD_PLURAL, ns, name, uid=wl_uid, then=(drop,), tag="release"))
     for ns, name in actions.delete_workloads:
-        wl_uid = _uid(workloads.get((ns, name)))
+        wl_uid = uid_of(workloads.get((ns, name)))
         first.append(Write(Op.DELETE, WORKLOAD_PLURAL, ns, name, uid=wl_uid, tag="stale"))
     for group in actions.create_records:
         lws = lwss.get((group.key.namespace, group.key.name))
@@ -98,7 +98,7 @@ def plan_writes(actions: KueueActions, snap: KueueSnapshot, memory: Memory, now:
         if ops is not None:
             second.append(Write(Op.JSON_PATCH, "pods", ungate.namespace, ungate.pod, ops, tag="ungate"))
     second.extend(
-        Write(Op.DELETE, "pods", ns, pod, uid=_uid(pods.get((ns, pod))), tag="stop")
+        Write(Op.DELETE, "pods", ns, pod, uid=uid_of(pods.get((ns, pod))), tag="stop")
         for ns, pod in actions.stop
     )
     for ns, name in actions.clear_admission:
@@ -144,10 +144,6 @@ def plan_writes(actions: KueueActions, snap: KueueSnapshot, memory: Memory, now:
             )
         )
     return (tuple(first), tuple(second))
-
-
-def _uid(obj: Mapping[str, Any] | None) -> str | None:
-    return str(meta(obj).get("uid") or "") or None if obj is not None else None
 
 
 def _create_workload(

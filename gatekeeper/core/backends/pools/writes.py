@@ -35,6 +35,7 @@ from gatekeeper.core.objects import (
     parse_time,
     replacing_map,
     resource_version,
+    uid_of,
 )
 from gatekeeper.core.planner import PoolStatus
 from gatekeeper.core.quantity import format_amount, format_resources
@@ -324,7 +325,7 @@ def plan_writes(actions: Actions, inputs: PassInputs) -> Plan:
             RECORD_PLURAL,
             ns,
             name,
-            uid=str(meta(records[ns, name]).get("uid") or "") or None,
+            uid=uid_of(records.get((ns, name))),
             tag="release",
         )
         for ns, name in actions.release
