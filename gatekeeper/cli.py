@@ -188,6 +188,11 @@ def _parse_labels(labels: tuple[str, ...]) -> dict[str, str]:
     is_flag=True,
     help="Also run the real Kueue (its webhooks act in namespaces labelled kueue.x-k8s.io/managed=true).",
 )
+@click.option(
+    "--audit",
+    is_flag=True,
+    help="Have the API server log every write (who, which user agent, when) to logs/audit.log.",
+)
 def sandbox_up(
     directory: Path | None,
     nodes: int,
@@ -195,8 +200,13 @@ def sandbox_up(
     labels: tuple[str, ...],
     no_gatekeeper: bool,
     with_kueue: bool,
+    audit: bool,
 ) -> None:
-    """Start the sandbox in the background (idempotent) and print how to reach it."""
+    """Start the sandbox in the background and print how to reach it.
+
+    On a sandbox that runs it only reports; on one where some components died it starts
+    those again and keeps every object; only a sandbox without its data starts afresh.
+    """
     sb = Sandbox(directory or default_dir(), say=_say)
     try:
         sb.up(
@@ -205,6 +215,7 @@ def sandbox_up(
             labels=_parse_labels(labels),
             gatekeeper=not no_gatekeeper,
             with_kueue=with_kueue,
+            audit=audit,
         )
     except (SandboxError, sandbox_build.BuildError) as exc:
         raise click.ClickException(str(exc)) from exc

@@ -14,6 +14,7 @@ import signal
 import socket
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +100,13 @@ def controllers(kube: Kube, caches: Caches, opts: Options) -> list[Controller]:
     return found
 
 
+def _version() -> str:
+    try:
+        return version("lws-gatekeeper")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown"
+
+
 def _admission_loop(
     api: kr8s.asyncio.Api, opts: Options, kube: Kube | None = None
 ) -> Callable[[], Coroutine[Any, Any, None]]:
@@ -120,7 +128,9 @@ def _admission_loop(
 async def run(opts: Options) -> None:
     """Serve and reconcile until SIGTERM or SIGINT."""
     api = await kr8s.asyncio.api(kubeconfig=opts.kubeconfig)
-    kube = Kube(api)  # one client, one set of credentials, for every part of the process
+    identity = opts.identity or f"{socket.gethostname()}-{os.getpid()}"
+    # One client, one set of credentials, for every part of the process.
+    kube = Kube(api, user_agent=f"lws-gatekeeper/{_version()} ({identity})")
     runners: list[web.AppRunner] = []
     certs: SelfSignedCerts | None = None
     if opts.self_signed_certs_secret:
@@ -144,7 +154,6 @@ async def run(opts: Options) -> None:
         log.info("webhook serving on %s:%d", opts.webhook_host, opts.webhook_port)
     if opts.metrics_port:
         runners.append(await _serve_metrics(opts))
-    identity = opts.identity or f"{socket.gethostname()}-{os.getpid()}"
     elector = LeaderElector(kube, namespace=opts.lease_namespace, name=opts.lease_name, identity=identity)
     try:
         async with anyio.create_task_group() as tg:

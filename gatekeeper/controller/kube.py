@@ -63,9 +63,14 @@ connection would otherwise hold its pass (or the Lease renewal) for ever."""
 class Kube:
     """Thin, counted writes. Reads go through informers, never through here."""
 
-    def __init__(self, api: kr8s.asyncio.Api, credentials: Credentials | None = None) -> None:
+    def __init__(
+        self, api: kr8s.asyncio.Api, credentials: Credentials | None = None, *, user_agent: str = ""
+    ) -> None:
         self.api = api
         self.credentials = credentials or Credentials(api)
+        #: Sent with every call, so an API server's audit log tells the replicas apart
+        #: (both use one ServiceAccount): ``lws-gatekeeper/<version> (<identity>)``.
+        self.user_agent = user_agent
 
     async def _call(
         self,
@@ -81,11 +86,14 @@ class Kube:
     ) -> dict[str, Any]:
         API_REQUESTS.labels(counted_as or verb.lower(), res.plural).inc()
         kwargs: dict[str, Any] = {"timeout": CALL_TIMEOUT}
+        headers: dict[str, str] = {"User-Agent": self.user_agent} if self.user_agent else {}
         if params:
             kwargs["params"] = dict(params)
         if body is not None:
             kwargs["content"] = json.dumps(body)
-            kwargs["headers"] = {"Content-Type": content_type}
+            headers["Content-Type"] = content_type
+        if headers:
+            kwargs["headers"] = headers
         try:
             async with self.api.call_api(
                 verb,

@@ -149,16 +149,30 @@ class Sandbox:
         gatekeeper: bool = True,
         extra: Callable[[Sandbox], None] | None = None,
         with_kueue: bool = False,
+        audit: bool = False,
     ) -> None:
-        """Start the sandbox unless it is already running (then only report it).
+        """Start the sandbox, or bring back what of it died.
 
-        ``with_kueue`` also builds and runs the real Kueue (``kueue.py``), after LWS; on a
-        running sandbox without it, Kueue is added.
+        A sandbox whose processes all run is only reported. One where some died (a crash,
+        a kill, a reboot) keeps its data: the dead ones are started again with the commands
+        they were started with, in their order, so every object of the cluster stays. Only a
+        sandbox whose etcd data is gone starts afresh. ``with_kueue`` also builds and runs
+        the real Kueue (``kueue.py``), after LWS; on a running sandbox without it, Kueue is
+        added. ``audit`` has the API server write an audit log of every write
+        (``control_plane.AUDIT_LOG``), restarting it to turn it on if need be.
         """
         start = time.monotonic()
         runner, kubectl = self.runner, self._kubectl()
-        if self.is_up():
-            self.say(f"sandbox already running in {self.dir}")
+        if not self.is_up() and self.state_file.exists():
+            if self._resumable():
+                self._restart_dead()
+            else:
+                self.say("sandbox found without its data: stopping what is left, starting afresh")
+                self.down(quiet=True)
+        if self.state_file.exists():
+            self.say(f"sandbox running in {self.dir}")
+            if audit and not self.state().get("audit"):
+                self._turn_on_audit()
             if with_kueue and kueue.COMPONENT not in self.running():
                 installed = build.build_all(["kueue"], say=self.say)
                 self._link_bins(installed)
@@ -167,9 +181,6 @@ class Sandbox:
                 gk.install_objects(kubectl)
                 self.start_gatekeeper()
             return
-        if self.state_file.exists():
-            self.say("sandbox found half-running: stopping what is left, starting afresh")
-            self.down(quiet=True)
 
         wanted = ["kubernetes", "etcd", "kwok", "lws", *(["kueue"] if with_kueue else [])]
         installed = build.build_all(wanted, say=self.say)
@@ -179,7 +190,7 @@ class Sandbox:
         pki = make_pki(self.dir / "pki")
         names = [*etcd.PORTS, *control_plane.PORTS, *lws.PORTS, *gk.PORTS]
         ports = dict(zip(names, free_ports(len(names)), strict=True))
-        state: dict[str, Any] = {"ports": ports, "processes": {}, "started": time.time()}
+        state: dict[str, Any] = {"ports": ports, "processes": {}, "started": time.time(), "audit": audit}
         runner.save(state)
         control_plane.write_kubeconfig(self.kubeconfig, ports["apiserver"], pki)
 
@@ -229,6 +240,79 @@ class Sandbox:
             subprocess.run(["rm", "-rf", str(self.log_dir)], check=False)
         if not quiet:
             self.say(f"sandbox in {self.dir} stopped ({len(procs)} processes)")
+
+    # ---- faults: restart, pause ----------------------------------------------------
+    def _resumable(self) -> bool:
+        state = self.state()
+        recorded = bool(state.get("ports")) and bool(state.get("processes"))
+        return recorded and (self.dir / etcd.DATA_DIR).is_dir()
+
+    def _restart_dead(self) -> None:
+        """Start again each recorded process that died, in the order they were started, and
+        wait until the API server answers (it may have lost etcd for a while)."""
+        state = self.state()
+        for name, info in list(state["processes"].items()):
+            if alive(int(info["pid"])) and ours(info):
+                continue
+            self.say(f"{name} is not running: starting it again")
+            self._start_again(state, name)
+        port = state["ports"].get("apiserver")
+        self.runner.wait(
+            control_plane.APISERVER,
+            lambda: control_plane.apiserver_ready(port, self.pki),
+            timeout=90,
+            what="the API server to answer /readyz after the restarts",
+        )
+
+    def _start_again(self, state: dict[str, Any], name: str) -> None:
+        self.runner.restart(state, name)
+        probe = self._probe(state, name)
+        self.runner.wait(name, probe, timeout=120, what="it to answer again after a restart")
+
+    def _probe(self, state: dict[str, Any], name: str) -> Callable[[], bool]:
+        """Whether component ``name`` answers: the same endpoint its start waited for."""
+        p, info = state["ports"], state["processes"][name]
+        urls = {
+            etcd.COMPONENT: f"http://127.0.0.1:{p.get('etcd')}/health",
+            lws.COMPONENT: f"http://127.0.0.1:{p.get('lws_health')}/readyz",
+            kueue.COMPONENT: f"http://127.0.0.1:{p.get('kueue_health')}/readyz",
+        }
+        if name == control_plane.APISERVER:
+            return lambda: control_plane.apiserver_ready(p["apiserver"], self.pki)
+        if "metrics" in info:  # a gatekeeper replica
+            url = f"http://127.0.0.1:{info['metrics']}/readyz"
+            return lambda: process.ready(url)
+        if name in urls:
+            url = urls[name]
+            return lambda: process.ready(url)
+        pid = int(info["pid"])
+        return lambda: alive(pid)
+
+    def restart(self, name: str, *, kill: bool = False) -> None:
+        """Stop component ``name`` (SIGTERM, or SIGKILL for a crash) and start it again with the
+        command it was started with; wait until it answers. Its data (etcd's) is kept."""
+        state = self.state()
+        info = state["processes"][name]
+        if ours(info):
+            process.stop(int(info["pid"]), kill=kill)
+        self._start_again(state, name)
+
+    def pause(self, name: str) -> None:
+        """SIGSTOP component ``name``: it holds its connections and does nothing, as a hung process."""
+        process.pause(int(self.state()["processes"][name]["pid"]))
+
+    def resume(self, name: str) -> None:
+        """SIGCONT a paused component."""
+        process.resume(int(self.state()["processes"][name]["pid"]))
+
+    def _turn_on_audit(self) -> None:
+        state = self.state()
+        state["audit"] = True
+        self.runner.save(state)
+        info = state["processes"][control_plane.APISERVER]
+        if ours(info):
+            process.stop(int(info["pid"]))
+        control_plane.start_apiserver(self.runner, state, self.pki)
 
     # ---- pieces ------------------------------------------------------------------
     def _link_bins(self, installed: dict[str, build.Installed]) -> None:

@@ -19,6 +19,7 @@ from gatekeeper.sandbox.process import Runner, ready
 
 __all__ = [
     "APISERVER",
+    "AUDIT_LOG",
     "CONTROLLER_MANAGER",
     "PORTS",
     "SCHEDULER",
@@ -36,6 +37,33 @@ SCHEDULER = "kube-scheduler"
 
 #: Their ports, by their names in the state's ``ports``.
 PORTS = ("apiserver", "scheduler", "kcm")
+
+#: The API server's audit log (JSON lines, in the log folder) when the sandbox was started
+#: with ``audit``: one line per write (create, update, patch, delete) by anyone, with its
+#: user, user agent and time, and no request bodies. Reads are not logged.
+AUDIT_LOG = "audit.log"
+
+_AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived"],
+    "rules": [
+        {"level": "None", "verbs": ["get", "list", "watch"]},
+        {"level": "Metadata"},
+    ],
+}
+
+
+def _audit_flags(runner: Runner) -> list[str]:
+    runner.run_dir.mkdir(exist_ok=True)
+    policy = runner.run_dir / "audit-policy.yaml"
+    policy.write_text(yaml.safe_dump(_AUDIT_POLICY))
+    return [
+        f"--audit-policy-file={policy}",
+        f"--audit-log-path={runner.log_dir / AUDIT_LOG}",
+        "--audit-log-format=json",
+        "--audit-log-mode=blocking",
+    ]
 
 
 def write_kubeconfig(path: Path, port: int, pki: Pki) -> None:
@@ -75,7 +103,8 @@ def apiserver_ready(port: int | None, pki: Pki) -> bool:
 
 
 def start_apiserver(runner: Runner, state: dict[str, Any], pki: Pki) -> None:
-    """Run the API server against etcd and wait until it answers ``/readyz``."""
+    """Run the API server against etcd and wait until it answers ``/readyz``; with the
+    state's ``audit`` set, it writes :data:`AUDIT_LOG`."""
     p = state["ports"]
     runner.start(
         state,
@@ -103,6 +132,7 @@ def start_apiserver(runner: Runner, state: dict[str, Any], pki: Pki) -> None:
             "--max-mutating-requests-inflight=500",
             "--profiling=false",
             "--event-ttl=2h",
+            *(_audit_flags(runner) if state.get("audit") else []),
         ],
     )
     runner.wait(

@@ -31,7 +31,9 @@ __all__ = [
     "alive",
     "free_ports",
     "ours",
+    "pause",
     "ready",
+    "resume",
     "stop",
     "stop_all",
 ]
@@ -162,6 +164,14 @@ class Runner:
         if proc.poll() is not None:
             raise SandboxError(self.failure(name, f"exited at once with code {proc.returncode}"))
 
+    def restart(self, state: dict[str, Any], name: str) -> None:
+        """Start recorded component ``name`` again with the very command it was started with
+        (same ports, same data), keeping what else was recorded of it."""
+        info = dict(state["processes"][name])
+        self.start(state, name, [str(a) for a in info["argv"]])
+        state["processes"][name] = {**info, **state["processes"][name]}
+        self.save(state)
+
     def failure(self, name: str, what: str) -> str:
         """A message naming the component, what went wrong and the last lines of its log."""
         log = self.log_dir / f"{name}.log"
@@ -179,6 +189,16 @@ class Runner:
                 raise SandboxError(self.failure(name, f"died while waiting for {what}"))
             time.sleep(0.25)
         raise SandboxError(self.failure(name, f"did not get ready in {timeout:.0f}s (waiting for {what})"))
+
+
+def pause(pid: int) -> None:
+    """SIGSTOP one process group: it keeps its sockets and state and does nothing (a hang)."""
+    os.killpg(pid, signal.SIGSTOP)
+
+
+def resume(pid: int) -> None:
+    """SIGCONT a paused process group."""
+    os.killpg(pid, signal.SIGCONT)
 
 
 def stop(pid: int, *, kill: bool = False) -> None:
