@@ -27,6 +27,12 @@ RECORD_KIND: Final = "GroupAdmission"
 """Namespaced, one per LWS group, owned by its LWS: whether the group holds its reservation."""
 RECORD_PLURAL: Final = "groupadmissions"
 
+HOLD_FINALIZER: Final = f"{API_GROUP}/group-pods"
+"""Finalizer on every ``GroupAdmission`` (and, with the ``kueue`` backend, every Workload) the
+gatekeeper makes: once deleted (by the garbage collector after its LWS, with its namespace, by
+hand, or by the gatekeeper), it stays and its group keeps what it holds while any live pod of
+the group is left; the gatekeeper removes the finalizer once the group has none."""
+
 SCHEDULING_GATE: Final = f"{API_GROUP}/admission"
 """The scheduling gate every pod of an opted-in LWS is created with."""
 POOL_LABEL: Final = f"{API_GROUP}/pool"

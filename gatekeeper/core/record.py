@@ -19,6 +19,7 @@ from gatekeeper.core.keys import (
     ADMITTED,
     GATEKEEPER_API_VERSION,
     GROUP_INDEX_LABEL,
+    HOLD_FINALIZER,
     LWS_API_VERSION,
     LWS_KIND,
     LWS_NAME_LABEL,
@@ -56,7 +57,8 @@ def record_name(lws_name: str, lws_uid: str, index: int) -> str:
 
 
 def new_record(lws: Mapping[str, Any], index: int) -> dict[str, Any]:
-    """The GroupAdmission object of group ``index`` of ``lws``, seen for the first time (owned by the LWS)."""
+    """The GroupAdmission object of group ``index`` of ``lws``, seen for the first time: owned by
+    the LWS, and held by the gatekeeper's finalizer (``core.finalizers``) while its pods live."""
     m = lws["metadata"]
     name, uid = str(m["name"]), str(m["uid"])
     return {
@@ -66,6 +68,7 @@ def new_record(lws: Mapping[str, Any], index: int) -> dict[str, Any]:
             "name": record_name(name, uid, index),
             "namespace": str(m.get("namespace") or ""),
             "labels": {LWS_NAME_LABEL: name, GROUP_INDEX_LABEL: str(index)},
+            "finalizers": [HOLD_FINALIZER],
             "ownerReferences": [
                 {
                     "apiVersion": str(lws.get("apiVersion", LWS_API_VERSION)),

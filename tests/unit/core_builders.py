@@ -352,11 +352,16 @@ def record(
     placement: dict[str, str] | None = None,
     uid: str | None = None,
     revision: str | None = None,
+    finalizers: list[str] | None = None,
+    deleted: bool = False,
+    version: str | None = None,
 ) -> dict[str, Any]:
     """The GroupAdmission record of group ``index`` of ``lws_obj`` (as the controller writes it).
 
     ``admitted`` None: just created, no status yet; True/False: the ``Admitted`` condition.
     ``uid`` overrides the LWS's UID (a record of an earlier LWS of the same name).
+    ``finalizers``, ``deleted`` (a ``deletionTimestamp``) and ``version`` (a resourceVersion,
+    and a UID of its own) as the API server would show them.
     """
     meta = lws_obj["metadata"]
     name, namespace = meta["name"], meta.get("namespace", "default")
@@ -371,6 +376,13 @@ def record(
         },
         "spec": {"leaderWorkerSet": name, "leaderWorkerSetUID": owner_uid, "groupIndex": index},
     }
+    if finalizers is not None:
+        obj["metadata"]["finalizers"] = list(finalizers)
+    if deleted:
+        obj["metadata"]["deletionTimestamp"] = "2025-01-02T00:00:00Z"
+    if version is not None:
+        obj["metadata"]["resourceVersion"] = version
+        obj["metadata"]["uid"] = f"record-{name}-{index}"
     if admitted is not None:
         status: dict[str, Any] = {
             "pool": pool if pool is not None else meta.get("labels", {}).get(POOL_LABEL, ""),

@@ -108,13 +108,14 @@ def rules(objects: list[dict[str, Any]], kind: str) -> list[Rule]:
 
 
 # What the controller does against the API (see gatekeeper/controller/): informers list and
-# watch, the reconciler writes records, statuses, pods' gates and Events.
+# watch, the reconciler writes records (made, their finalizer lifted, deleted), statuses, pods'
+# gates and Events.
 CLUSTER_RULES: list[Rule] = [
     ("", "events", ("create",), ()),
     ("", "nodes", ("list", "watch"), ()),
     ("", "pods", ("list", "watch", "patch"), ()),
     ("leaderworkerset.x-k8s.io", "leaderworkersets", ("list", "watch"), ()),
-    ("lws-gatekeeper.io", "groupadmissions", ("list", "watch", "create", "delete"), ()),
+    ("lws-gatekeeper.io", "groupadmissions", ("list", "watch", "create", "patch", "delete"), ()),
     ("lws-gatekeeper.io", "groupadmissions/status", ("patch",), ()),
     ("lws-gatekeeper.io", "pools", ("list", "watch"), ()),
     ("lws-gatekeeper.io", "pools/status", ("patch",), ()),
@@ -132,16 +133,16 @@ LEASE_RULES: list[Rule] = [
 ]
 SECRET_RULE: Rule = ("", "secrets", ("get", "update"), ("lws-gatekeeper-webhook-cert",))
 # The kueue backend (gatekeeper/controller/backends/kueue.py) instead of Pools and nodes: its
-# informers, its Workloads (created, deleted when a group goes), the quota reservation of an
-# evicted Workload cleared (status patch) and that group's pods stopped (delete).
+# informers, its Workloads (created, their finalizer lifted and deleted when a group goes), the
+# quota reservation of an evicted Workload cleared (status patch) and that group's pods stopped.
 KUEUE_CLUSTER_RULES: list[Rule] = [
     ("", "events", ("create",), ()),
     ("", "pods", ("list", "watch", "patch", "delete"), ()),
     ("kueue.x-k8s.io", "resourceflavors", ("list", "watch"), ()),
-    ("kueue.x-k8s.io", "workloads", ("list", "watch", "create", "delete"), ()),
+    ("kueue.x-k8s.io", "workloads", ("list", "watch", "create", "patch", "delete"), ()),
     ("kueue.x-k8s.io", "workloads/status", ("patch",), ()),
     ("leaderworkerset.x-k8s.io", "leaderworkersets", ("list", "watch"), ()),
-    ("lws-gatekeeper.io", "groupadmissions", ("list", "watch", "create", "delete"), ()),
+    ("lws-gatekeeper.io", "groupadmissions", ("list", "watch", "create", "patch", "delete"), ()),
     ("lws-gatekeeper.io", "groupadmissions/status", ("patch",), ()),
     ("scheduling.k8s.io", "priorityclasses", ("list", "watch"), ()),
 ]

@@ -46,6 +46,13 @@ LocalQueue in the LWS's namespace):
   The record says why (reason ``NodesTooSmall`` or ``NoMatchingNode``, as with pools).
 * A leaving group keeps its Workload (and so its quota) until its last pod is gone, then
   its record and Workload are deleted.
+* Record and Workload carry the finalizer ``lws-gatekeeper.io/group-pods``
+  (``core.finalizers``): deleted by someone else (the garbage collector, the namespace
+  controller, a person) they stay, and Kueue goes on counting the Workload's quota, while
+  the group's pods need them. A deleted record is kept while its group is admitted and a
+  pod of it lives (its LWS there or not). A deleted Workload of a group that stays is an
+  admission taken back: its ungated pods are stopped, as on eviction, and once none is
+  left it goes and a new one is made.
 * The record mirrors the Workload: ``Admitted`` with Kueue's reason and message, so
   ``kubectl get groupadmissions`` reads the same with either backend.
 """
@@ -78,6 +85,7 @@ from gatekeeper.core.objects import (
     condition,
     conditions,
     index_by_key,
+    is_terminating,
     meta,
     object_key,
     parse_time,
@@ -248,6 +256,14 @@ def decide_kueue(snap: KueueSnapshot, memo: DemandMemo | None = None) -> KueueAc
                 if staying:
                     create_records.append(gs)
                 continue
+            if is_terminating(record) and not (admitted and live):
+                continue  # deleted, and no running pod needs it: it goes with its Workload
+            if wl is not None and is_terminating(wl) and staying:
+                # Deleted (by hand, say): its admission is taken back, as on eviction. It holds
+                # its quota until no pod it let through is left, then it goes and a new one is made.
+                admitted = False
+                if not any(p.live and not p.gated for p in members):
+                    stale.append((ns, rname))
             wanted.add((ns, rname))
             if (
                 wl is not None
@@ -302,7 +318,13 @@ def decide_kueue(snap: KueueSnapshot, memo: DemandMemo | None = None) -> KueueAc
                     RecordStatus(gs, rname, False, reason, said, retry_at=retry_at, retries=retries)
                 )
                 continue
-            if wl is None and staying and isinstance(demand, GroupDemand) and (ns, rname) not in stale:
+            if (
+                wl is None
+                and staying
+                and isinstance(demand, GroupDemand)
+                and (ns, rname) not in stale
+                and not is_terminating(record)
+            ):
                 create_workloads.append((gs, str(meta(record).get("uid") or "")))
             ungated = [p for p in present if not p.gated and p.live]
             if admitted and staying:

@@ -27,6 +27,7 @@ from gatekeeper.core.keys import (
     EVICTED_REASON,
     GATEKEEPER_API_VERSION,
     GROUP_INDEX_LABEL,
+    HOLD_FINALIZER,
     KUEUE_ADMITTED,
     KUEUE_API_VERSION,
     LWS_NAME_LABEL,
@@ -42,7 +43,7 @@ from gatekeeper.core.keys import (
     WAITING_FOR_KUEUE,
 )
 from gatekeeper.core.lws import priority, size, templates
-from gatekeeper.core.objects import as_list, as_map, conditions, digest, labels, meta
+from gatekeeper.core.objects import as_list, as_map, conditions, digest, is_terminating, labels, meta
 
 __all__ = [
     "PERMANENT_REASONS",
@@ -120,6 +121,7 @@ def new_workload(
                 POOL_LABEL: group.pool,
             },
             "annotations": _workload_annotations(group, spec),
+            "finalizers": [HOLD_FINALIZER],
             "ownerReferences": [
                 {
                     "apiVersion": GATEKEEPER_API_VERSION,
@@ -208,6 +210,11 @@ def waiting_reason(wl: Mapping[str, Any] | None, index: int, queue: str) -> tupl
     if wl is None:
         return WAITING_FOR_KUEUE, f"group {index} waits: its Workload is being created in LocalQueue {queue}"
     name = str(meta(wl).get("name"))
+    if is_terminating(wl):
+        return WAITING_FOR_KUEUE, (
+            f"group {index} waits: its Workload {name} is being deleted; the pods it let through are "
+            "stopped, and a new Workload is made once they are gone"
+        )
     conds = conditions(wl)
     evicted = conds.get(EVICTED, {})
     if evicted.get("status") == "True":

@@ -16,6 +16,7 @@ from typing import Any
 from gatekeeper.core.backends.kueue.decide import KueueActions, KueueSnapshot, RecordStatus
 from gatekeeper.core.backends.kueue.workload import clear_admission_status, new_workload
 from gatekeeper.core.demand import GroupDemand
+from gatekeeper.core.finalizers import FINALIZER_WRITES_PER_PASS, hold_patch, release_writes
 from gatekeeper.core.gating import ungate_patch
 from gatekeeper.core.groups import GroupState
 from gatekeeper.core.keys import ADMITTED, RECORD_PLURAL, WORKLOAD_PLURAL
@@ -68,12 +69,13 @@ def plan_writes(actions: KueueActions, snap: KueueSnapshot, memory: Memory, now:
 
     first: list[Write] = []
     for ns, name in actions.release:
-        drop = Write(Op.DELETE, RECORD_PLURAL, ns, name, uid=uid_of(records.get((ns, name))), tag="release")
-        wl_uid = uid_of(workloads.get((ns, name)))
-        first.append(Write(Op.DELETE, WORKLOAD_PLURAL, ns, name, uid=wl_uid, then=(drop,), tag="release"))
+        if len(first) >= FINALIZER_WRITES_PER_PASS:
+            break  # the rest in the next pass (these writes' watch events ask for it)
+        record, wl = records.get((ns, name)), workloads.get((ns, name))
+        drop = release_writes(RECORD_PLURAL, ns, name, record, tag="release") if record is not None else ()
+        first.extend(release_writes(WORKLOAD_PLURAL, ns, name, wl, tag="release", then=drop))
     for ns, name in actions.delete_workloads:
-        wl_uid = uid_of(workloads.get((ns, name)))
-        first.append(Write(Op.DELETE, WORKLOAD_PLURAL, ns, name, uid=wl_uid, tag="stale"))
+        first.extend(release_writes(WORKLOAD_PLURAL, ns, name, workloads.get((ns, name)), tag="stale"))
     for group in actions.create_records:
         lws = lwss.get((group.key.namespace, group.key.name))
         if lws is None:
@@ -143,7 +145,24 @@ def plan_writes(actions: KueueActions, snap: KueueSnapshot, memory: Memory, now:
                 tag=tag,
             )
         )
-    return (tuple(first), tuple(second))
+    return (tuple(first), tuple(second), tuple(_hold_older(actions, records, workloads)))
+
+
+def _hold_older(
+    actions: KueueActions,
+    records: Mapping[tuple[str, str], Mapping[str, Any]],
+    workloads: Mapping[tuple[str, str], Mapping[str, Any]],
+) -> list[Write]:
+    """Records and Workloads made before the gatekeeper held them, kept by this pass: given
+    the finalizer (at most ``FINALIZER_WRITES_PER_PASS`` a pass)."""
+    going = {*actions.release, *actions.delete_workloads}
+    writes: list[Write] = []
+    for plural, objs in ((RECORD_PLURAL, records), (WORKLOAD_PLURAL, workloads)):
+        for (ns, name), obj in sorted(objs.items()):
+            ops = hold_patch(obj) if (ns, name) not in going else None
+            if ops is not None and len(writes) < FINALIZER_WRITES_PER_PASS:
+                writes.append(Write(Op.JSON_PATCH, plural, ns, name, ops, tag="hold"))
+    return writes
 
 
 def _create_workload(

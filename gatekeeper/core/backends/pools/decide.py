@@ -19,6 +19,13 @@ The model:
   the name collides).
 * A group is released (its record deleted) when its index is no longer wanted and
   none of its pods is left, or when its LWS is gone or was replaced (other UID).
+* **A record goes only with its group's pods.** Every record carries the finalizer
+  ``lws-gatekeeper.io/group-pods`` (``core.finalizers``), so one deleted by someone else
+  (the garbage collector after its LWS, the namespace controller, a person) stays, with
+  ``deletionTimestamp`` set. While it is admitted and a live pod of its group is left it
+  is kept and holds as any admitted record does (its LWS there or not); otherwise it is
+  released like any other: its finalizer removed. A deleted record is never admitted
+  again, and a group whose record is being deleted gets a new one only once it is gone.
 * Pods of admitted groups lose their gate; pods of waiting groups keep it.
 
 Decisions:
@@ -76,7 +83,15 @@ from gatekeeper.core.keys import ADMITTED
 from gatekeeper.core.lws import GroupPod
 from gatekeeper.core.lws import priority as lws_priority
 from gatekeeper.core.nodes import Node, RequestsMemo, node_usage_skipping
-from gatekeeper.core.objects import as_map, condition, index_by_key, meta, object_key, parse_time
+from gatekeeper.core.objects import (
+    as_map,
+    condition,
+    index_by_key,
+    is_terminating,
+    meta,
+    object_key,
+    parse_time,
+)
 from gatekeeper.core.planner import Plan, PoolStatus, plan
 from gatekeeper.core.pool import Pool, parse_pool
 from gatekeeper.core.quantity import format_resources
@@ -228,15 +243,17 @@ def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMem
             admitted = is_admitted(record)
             if not (staying or admitted):
                 continue  # leaving and holding nothing: its record (if any) goes now
-            groups.append(gs)
-            state_of[key] = gs
-            if record is not None:
-                wanted_records.add((ns, rname))
             changed = (
                 _changed_template(record, demand, pods, gs, order, created)
                 if record is not None and admitted and isinstance(demand, GroupDemand)
                 else None
             )
+            if record is not None and is_terminating(record) and not _holds_pods(admitted, changed, pods):
+                continue  # deleted, and no running pod needs it: it goes; a new one once it is gone
+            groups.append(gs)
+            state_of[key] = gs
+            if record is not None:
+                wanted_records.add((ns, rname))
             if changed is not None:
                 if isinstance(changed, WaitingGroup):
                     waiting_groups.append(changed)
@@ -370,6 +387,17 @@ def _still_running(
         )
         held.append(((ns, rname), group))
     return held
+
+
+def _holds_pods(
+    admitted: bool,
+    changed: WaitingGroup | tuple[AdmittedGroup, list[str], WaitStatus | None] | None,
+    pods: Sequence[GroupPod],
+) -> bool:
+    """Is a deleted record of an LWS's group kept? While admitted and a pod of the group lives,
+    unless only new pods of a changed template are left (they are gated, and could only be
+    admitted again on a record being deleted)."""
+    return admitted and not isinstance(changed, WaitingGroup) and any(p.live for p in pods)
 
 
 def _said_changed(record: Mapping[str, Any]) -> bool:

@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from gatekeeper.core.backends.pools.decide import Actions, Admit, Snapshot, WaitStatus
+from gatekeeper.core.finalizers import FINALIZER_WRITES_PER_PASS, hold_patch, release_writes
 from gatekeeper.core.gating import ungate_patch
 from gatekeeper.core.groups import GroupState
 from gatekeeper.core.keys import (
@@ -35,7 +36,6 @@ from gatekeeper.core.objects import (
     parse_time,
     replacing_map,
     resource_version,
-    uid_of,
 )
 from gatekeeper.core.planner import PoolStatus
 from gatekeeper.core.quantity import format_amount, format_resources
@@ -47,6 +47,7 @@ __all__ = [
     "PassInputs",
     "admit_status",
     "admitted_message",
+    "hold_older",
     "plan_writes",
     "pool_status_patch",
     "restated_admission",
@@ -216,9 +217,10 @@ class _On:
 
 
 def plan_writes(actions: Actions, inputs: PassInputs) -> Plan:
-    """Every write of one ``pools`` pass, in order: records released, records made, then
-    admissions (each record first, then its pods' gates and an Event), gates of admitted
-    groups, what waiting and held groups say, and last the Pools' status."""
+    """Every write of one ``pools`` pass, in order: records released (their finalizer removed,
+    then deleted), records made, then admissions (each record first, then its pods' gates and
+    an Event), gates of admitted groups, what waiting and held groups say, and last the Pools'
+    status and the finalizer on older records the pass keeps."""
     snap, now = inputs.snapshot, rfc3339(inputs.now)
     lwss = index_by_key(snap.lwss)
     records = index_by_key(snap.records)
@@ -319,17 +321,11 @@ def plan_writes(actions: Actions, inputs: PassInputs) -> Plan:
             Write(Op.MERGE_STATUS, RECORD_PLURAL, ns, name, {"templateRevision": revision}, tag="revision")
         )
 
-    release = tuple(
-        Write(
-            Op.DELETE,
-            RECORD_PLURAL,
-            ns,
-            name,
-            uid=uid_of(records.get((ns, name))),
-            tag="release",
-        )
-        for ns, name in actions.release
-    )
+    release: list[Write] = []
+    for ns, name in actions.release:
+        if len(release) >= FINALIZER_WRITES_PER_PASS:
+            break  # the rest in the next pass (these writes' watch events ask for it)
+        release.extend(release_writes(RECORD_PLURAL, ns, name, records.get((ns, name)), tag="release"))
     create: list[Write] = []
     for group in actions.create_records:
         lws = lwss.get((group.key.namespace, group.key.name))
@@ -349,7 +345,24 @@ def plan_writes(actions: Actions, inputs: PassInputs) -> Plan:
         )
         if patch is not None:
             pools.append(Write(Op.MERGE_STATUS, POOL_PLURAL, None, name, patch, tag="pool"))
-    return (release, tuple(create), tuple(main), tuple(pools))
+    pools.extend(hold_older(records, set(actions.release)))
+    return (tuple(release), tuple(create), tuple(main), tuple(pools))
+
+
+def hold_older(
+    records: Mapping[tuple[str, str], Mapping[str, Any]], released: set[tuple[str, str]]
+) -> list[Write]:
+    """Records made before the gatekeeper held them, kept by this pass: given the finalizer,
+    so that from now on they too stay while their group's pods live (at most
+    ``FINALIZER_WRITES_PER_PASS`` a pass)."""
+    writes: list[Write] = []
+    for (ns, name), record in sorted(records.items()):
+        ops = hold_patch(record) if (ns, name) not in released else None
+        if ops is not None:
+            writes.append(Write(Op.JSON_PATCH, RECORD_PLURAL, ns, name, ops, tag="hold"))
+            if len(writes) >= FINALIZER_WRITES_PER_PASS:
+                break
+    return writes
 
 
 def _restate(
