@@ -44,6 +44,12 @@ LocalQueue in the LWS's namespace):
   record), in case nodes joined. Kueue's own ``Retry`` state cannot do this in v0.19.2:
   with a delay it keeps the quota until the delay is over, without one it loops at once.
   The record says why (reason ``NodesTooSmall`` or ``NoMatchingNode``, as with pools).
+* An LWS's groups are offered to Kueue lowest index first (``order``): Kueue breaks ties of
+  Workloads made in the same second by UID, so a window of new Workloads widens with the
+  groups that hold quota, and a higher group never goes before a lower one of the same spec.
+* A group admitted by the ``pools`` backend (record ``Admitted`` without ``status.workload``)
+  whose pods run is adopted (``adopt``): its Workload is made, its pods are kept, reason
+  ``Adopting``, until Kueue admits it.
 * A leaving group keeps its Workload (and so its quota) until its last pod is gone, then
   its record and Workload are deleted.
 * The record mirrors the Workload: ``Admitted`` with Kueue's reason and message, so
