@@ -203,3 +203,24 @@ def test_a_running_group_is_never_held() -> None:
     acts = decide([obj], [*gated(1), *running(2)], recs, wls)
     assert acts.delete_workloads == () and acts.stop == ()
     assert status_of(acts, 2).admitted
+
+
+def test_a_100_group_scale_up_that_fits_is_offered_in_8_rounds_not_100() -> None:
+    """Passes of the backend against a Kueue that admits every Workload at once."""
+    obj = vllm(replicas=100)
+    made_for = spec_hash(obj)
+    recs: dict[int, dict[str, Any]] = {}
+    wls: dict[int, dict[str, Any]] = {}
+    rounds = []
+    while len(wls) < 100 and len(rounds) < 100:
+        acts = decide([obj], [], list(recs.values()), list(wls.values()))
+        offered = [g.key.index for g, _ in acts.create_workloads]
+        for g in acts.create_records:
+            recs[g.key.index] = rec(obj, g.key.index, admitted=False)
+            if (g.key.namespace, g.record) not in acts.deferred:
+                offered.append(g.key.index)
+        for i in offered:
+            wls[i] = wl(obj, i, made_for, conditions=ADMITTED, flavors={"leader": "h100"})
+        rounds.append(len(offered))
+    assert rounds == [1, 1, 2, 4, 8, 16, 32, 36]
+    assert sorted(wls) == list(range(100))
