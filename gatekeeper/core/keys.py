@@ -64,6 +64,9 @@ EVICTED_REASON: Final = "Evicted"
 """Kueue evicted its Workload; its pods are stopped and it waits again."""
 WAITING_FOR_CHECKS: Final = "WaitingForAdmissionChecks"
 """Kueue reserved quota; an AdmissionCheck is not Ready yet."""
+ADOPTING_REASON: Final = "Adopting"
+"""A group admitted by the ``pools`` backend (its pods running) whose new Workload Kueue has not
+admitted yet: its pods are kept, and it is still ``Admitted``."""
 
 # Events.
 EVENT_SOURCE: Final = "lws-gatekeeper"

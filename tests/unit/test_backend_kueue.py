@@ -54,8 +54,11 @@ def vllm(replicas: int = 2, size: int = 2, **kwargs: Any) -> dict[str, Any]:
 
 
 def rec(lws_obj: dict[str, Any], index: int, **kwargs: Any) -> dict[str, Any]:
+    """A record as the ``kueue`` backend writes it: its status names the group's Workload."""
     obj = record(lws_obj, index, **kwargs)
     obj["metadata"]["uid"] = f"rec-uid-{index}"
+    if "status" in obj:
+        obj["status"]["workload"] = obj["metadata"]["name"]
     return obj
 
 

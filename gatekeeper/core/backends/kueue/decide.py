@@ -44,6 +44,12 @@ LocalQueue in the LWS's namespace):
   record), in case nodes joined. Kueue's own ``Retry`` state cannot do this in v0.19.2:
   with a delay it keeps the quota until the delay is over, without one it loops at once.
   The record says why (reason ``NodesTooSmall`` or ``NoMatchingNode``, as with pools).
+* An LWS's groups are offered to Kueue lowest index first (``order``): Kueue breaks ties of
+  Workloads made in the same second by UID, so a window of new Workloads widens with the
+  groups that hold quota, and a higher group never goes before a lower one of the same spec.
+* A group admitted by the ``pools`` backend (record ``Admitted`` without ``status.workload``)
+  whose pods run is adopted (``adopt``): its Workload is made, its pods are kept, reason
+  ``Adopting``, until Kueue admits it.
 * A leaving group keeps its Workload (and so its quota) until its last pod is gone, then
   its record and Workload are deleted.
 * Record and Workload carry the finalizer ``lws-gatekeeper.io/group-pods``
@@ -64,6 +70,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from gatekeeper.core.backends.kueue.adopt import adopted_elsewhere, adopting_message, old_pods
+from gatekeeper.core.backends.kueue.order import Offers, queue_state, unreserved
 from gatekeeper.core.backends.kueue.workload import (
     PERMANENT_REASONS,
     demand_changed,
@@ -77,7 +85,15 @@ from gatekeeper.core.backends.kueue.workload import (
 from gatekeeper.core.demand import GroupDemand
 from gatekeeper.core.gating import Ungate
 from gatekeeper.core.groups import DemandMemo, GroupState, lws_groups, pods_by_group
-from gatekeeper.core.keys import ADMITTED, EVICTED, KUEUE_ADMITTED, NO_NODE_FITS, QUOTA_RESERVED
+from gatekeeper.core.keys import (
+    ADMITTED,
+    ADOPTING_REASON,
+    EVICTED,
+    KUEUE_ADMITTED,
+    NO_NODE_FITS,
+    QUOTA_RESERVED,
+    WAITING_FOR_KUEUE,
+)
 from gatekeeper.core.lws import GroupPod
 from gatekeeper.core.objects import (
     as_list,
@@ -155,6 +171,8 @@ class KueueActions:
     """Everything one pass decided, in the order the I/O layer carries it out."""
 
     create_records: tuple[GroupState, ...] = ()
+    deferred: frozenset[tuple[str, str]] = frozenset()
+    """(namespace, record) of records made without their Workload yet: lower groups go first."""
     create_workloads: tuple[tuple[GroupState, str], ...] = ()
     """(group, record UID): Workloads to create, owned by the record."""
     release: tuple[tuple[str, str], ...] = ()
@@ -223,6 +241,7 @@ def decide_kueue(snap: KueueSnapshot, memo: DemandMemo | None = None) -> KueueAc
     clear: list[tuple[str, str]] = []
     statuses: list[RecordStatus] = []
     stale: list[tuple[str, str]] = []
+    deferred: set[tuple[str, str]] = set()
 
     for lws in sorted(snap.lwss, key=lambda o: object_key(o) or ("", "")):
         lkey = object_key(lws)
@@ -230,9 +249,12 @@ def decide_kueue(snap: KueueSnapshot, memo: DemandMemo | None = None) -> KueueAc
             problems.append("a LeaderWorkerSet without metadata.name was ignored")
             continue
         ns, name = lkey
-        for group in lws_groups(
+        groups = lws_groups(
             ns, name, lws, pods_of, records, lambda n, lw, u: workload_indices(workloads, n, lw, u), memo
-        ):
+        )
+        waiting, holding = queue_state(groups, workloads)
+        offers = Offers(waiting, holding)
+        for group in groups:
             gs, record, members, present, staying = (
                 group.state,
                 group.record,
@@ -255,6 +277,8 @@ def decide_kueue(snap: KueueSnapshot, memo: DemandMemo | None = None) -> KueueAc
             if record is None:
                 if staying:
                     create_records.append(gs)
+                    if isinstance(demand, GroupDemand) and not offers.take():
+                        deferred.add((ns, rname))
                 continue
             if is_terminating(record) and not (admitted and live):
                 continue  # deleted, and no running pod needs it: it goes with its Workload
@@ -277,6 +301,34 @@ def decide_kueue(snap: KueueSnapshot, memo: DemandMemo | None = None) -> KueueAc
                 # Workload is made again.
                 stale.append((ns, rname))
                 wl, conds, admitted, admission = None, {}, False, {}
+            ungated = [p for p in present if not p.gated and p.live]
+            adopting = (
+                staying
+                and not admitted
+                and not _true(conds, EVICTED)
+                and bool(ungated)
+                and adopted_elsewhere(record)
+            )
+            if (
+                wl is not None
+                and staying
+                and not adopting
+                and waiting is not None
+                and waiting.ahead_of(index, wl)
+                and not ungated
+                and ((waiting.evaluated and unreserved(wl)) or admitted)
+            ):
+                # A lower group of the same spec waits: this one must not go first. Its waiting
+                # Workload goes once Kueue found the lower one inadmissible (it could not fit
+                # either), and so does an admitted one, whose quota then goes to the lower group.
+                if waiting.evaluated:
+                    stale.append((ns, rname))
+                said = (
+                    f"group {index} waits for group {waiting.index} of its LeaderWorkerSet: "
+                    "Kueue admits an LeaderWorkerSet's groups lowest index first"
+                )
+                statuses.append(RecordStatus(gs, rname, False, WAITING_FOR_KUEUE, said))
+                continue
             waits_new: list[str] = []
             if admitted and staying and wl is not None and isinstance(demand, GroupDemand):
                 waits_new = _new_pods(wl, record, demand, members)
@@ -325,8 +377,22 @@ def decide_kueue(snap: KueueSnapshot, memo: DemandMemo | None = None) -> KueueAc
                 and (ns, rname) not in stale
                 and not is_terminating(record)
             ):
+                if not (adopting or offers.take()):
+                    said = (
+                        f"group {index} waits: its Workload is made once the lower groups of its "
+                        "LeaderWorkerSet are admitted (Kueue admits them lowest index first)"
+                    )
+                    statuses.append(RecordStatus(gs, rname, False, WAITING_FOR_KUEUE, said))
+                    continue
                 create_workloads.append((gs, str(meta(record).get("uid") or "")))
-            ungated = [p for p in present if not p.gated and p.live]
+            if adopting:
+                # Running on another backend's admission: kept, and so are its old pods.
+                let_through = old_pods(record, present)
+                ungate.extend(Ungate(ns, p, {}, ()) for p in sorted(let_through))
+                why = waiting_reason(wl, index, queue)[1] if wl is not None else "its Workload is being made"
+                said = adopting_message(index, rname, why)
+                statuses.append(RecordStatus(gs, rname, True, ADOPTING_REASON, said))
+                continue
             if admitted and staying:
                 for p in present:
                     if not p.gated or p.name in waits_new:
@@ -376,6 +442,7 @@ def decide_kueue(snap: KueueSnapshot, memo: DemandMemo | None = None) -> KueueAc
     orphans = tuple(sorted(k for k in workloads if k not in wanted and k not in records))
     return KueueActions(
         create_records=tuple(create_records),
+        deferred=frozenset(deferred),
         create_workloads=tuple(create_workloads),
         release=tuple(sorted({*release, *orphans})),
         delete_workloads=tuple(sorted(stale)),

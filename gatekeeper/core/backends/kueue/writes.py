@@ -81,7 +81,8 @@ def plan_writes(actions: KueueActions, snap: KueueSnapshot, memory: Memory, now:
         if lws is None:
             continue
         then: tuple[Write, ...] = ()
-        if isinstance(group.demand, GroupDemand):  # its Workload at once, not one pass later
+        deferred = (group.key.namespace, group.record) in actions.deferred
+        if isinstance(group.demand, GroupDemand) and not deferred:  # its Workload at once
             workload = new_workload(group, lws, "", snap.priorities)
             then = (_create_workload(group, workload, owner_from_parent=True),)
         body = new_record(lws, group.key.index)
