@@ -207,7 +207,7 @@ async def _pause(st: Stage) -> None:
 def _restart(component: str) -> Scenario:
     async def scenario(st: Stage) -> None:
         st.scale(st.burst.groups)
-        await anyio.sleep(3)
+        await anyio.sleep(1)
         st.sb.restart(component)
         st.fault()
 
@@ -378,6 +378,11 @@ async def run_scenario(sb: Sandbox, name: str, burst: Burst) -> Tally:
             tg.start_soon(monitor.run, stop)
             st.started = time.time()
             await SCENARIOS[name](st)
+            # Work after the fault: half the groups scaled away and back, so what is judged
+            # is admission by the gatekeeper as the fault left it, not groups admitted before.
+            st.scale(burst.room // 2)
+            await anyio.sleep(2)
+            st.scale(burst.groups)
             await st.judge(monitor, burst.groups)
             stop.set()
     finally:
