@@ -167,6 +167,28 @@ def test_once_kueue_finds_the_lowest_waiting_one_inadmissible_higher_waiting_one
     assert "waits for group 1" in status_of(acts, 3).message
 
 
+def test_a_higher_waiting_one_kueue_found_inadmissible_first_goes_and_the_lowest_stays() -> None:
+    # Seen with the real Kueue: groups 2 and 3 made in the same second, Kueue tried 3 first
+    # (UID order) and never tried 2; 3's Workload must go so that 2 is tried when room frees.
+    obj = vllm(replicas=4)
+    admitted = [wl(obj, i, conditions=ADMITTED, flavors={"leader": "h100"}) for i in (0, 1)]
+    recs = [rec(obj, i, admitted=i < 2) for i in range(4)]
+    acts = decide(
+        [obj], [*running(0), *running(1)], recs, [*admitted, wl(obj, 2), wl(obj, 3, conditions=NO_ROOM)]
+    )
+    assert acts.delete_workloads == (("default", name(3)),)
+    assert "waits for group 2" in status_of(acts, 3).message
+
+
+def test_a_higher_waiting_one_of_another_spec_does_not_trim() -> None:
+    obj = vllm(replicas=3)
+    admitted = wl(obj, 0, conditions=ADMITTED, flavors={"leader": "h100"})
+    recs = [rec(obj, i, admitted=i == 0) for i in range(3)]
+    other = wl(obj, 2, spec="another-spec", conditions=NO_ROOM)
+    acts = decide([obj], running(0), recs, [admitted, wl(obj, 1), other])
+    assert ("default", name(1)) not in acts.delete_workloads
+
+
 def test_a_higher_group_admitted_first_is_held_then_gives_its_quota_to_the_lower_one() -> None:
     obj = vllm(replicas=3)
     recs = [rec(obj, i, admitted=False) for i in range(3)]

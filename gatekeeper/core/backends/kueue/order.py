@@ -12,9 +12,11 @@ no gain in offering a higher group while a lower one waits, and the order is kep
   groups holding quota (at least one). A scale-up of 100 groups that all fit takes
   1, 1, 2, 4, ... Workloads: eight round trips, not a hundred. Only groups that ask the
   same spec are ever tied, and only the last window can be admitted in part.
-* **Trim what cannot go first.** Once Kueue has found the lowest waiting Workload
-  inadmissible, the waiting Workloads of higher groups of the same spec are deleted:
-  they could not fit either, and would tie with it when room frees.
+* **Trim what cannot go first.** Once Kueue has found the lowest waiting Workload (or
+  a higher waiting one of the same spec, tried first) inadmissible, the waiting
+  Workloads of higher groups of the same spec are deleted: they could not fit either,
+  and would tie with it when room frees (or, at the head of a StrictFIFO queue, keep
+  the lowest from ever being tried).
 * **Hold one admitted out of order.** A group whose Workload Kueue admitted while a
   lower group of the same spec still waits keeps its gates. Once Kueue has found the
   lower one inadmissible, the higher one's Workload is deleted, so its quota goes to
@@ -27,7 +29,7 @@ waiting Workloads keep the window shut, so that Kueue admits them before new gro
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gatekeeper.core.backends.kueue.adopt import adopted_elsewhere
@@ -109,4 +111,9 @@ def queue_state(
             holding += 1
         elif waiting is None:
             waiting = Waiting(gs.key.index, spec_of(wl), evaluated(wl))
+        elif not waiting.evaluated and waiting.spec and spec_of(wl) == waiting.spec and evaluated(wl):
+            # Kueue tried a higher group of the same spec first (same-second tie, or the head
+            # of a StrictFIFO queue) and found no room: the lowest one cannot fit either, and
+            # may never be tried while the higher one blocks the queue.
+            waiting = replace(waiting, evaluated=True)
     return waiting, holding
