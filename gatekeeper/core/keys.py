@@ -137,7 +137,10 @@ NO_NODE_FITS: Final = "can never fit: no node"
 KWOK_NODE: Final = "kwok.x-k8s.io/node"
 """Annotation (value ``fake``) that makes KWOK run a Node and its pods without a kubelet."""
 SANDBOX_POLICIES_LABEL: Final = f"sandbox.{API_GROUP}/policies"
-"""Namespaces of the sandbox labelled ``<this>=enforce`` have its admission policies enforced."""
+"""Namespace label of the sandbox: with the value SANDBOX_POLICIES_OFF, its admission policies
+(enforced in every other namespace, as a chart install does) do not act in that namespace."""
+SANDBOX_POLICIES_OFF: Final = "off"
+"""The value of SANDBOX_POLICIES_LABEL that leaves a namespace out of the sandbox's policies."""
 
 # ----- Volcano (volcano.sh), written by ``render`` only ----------------------------------
 

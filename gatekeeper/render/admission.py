@@ -13,7 +13,7 @@ symbolic link ``gatekeeper/render/policies`` (packaged like the render templates
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from importlib import resources
 from importlib.resources.abc import Traversable
 from typing import Any
@@ -22,8 +22,11 @@ import yaml
 
 __all__ = [
     "ALLOWED_USERNAMES_VARIABLE",
+    "GATEKEEPER_SCOPE",
     "GATE_PROTECTION",
+    "LIST_VARIABLES",
     "POLICY_FILES",
+    "RECORD_PROTECTION",
     "PoliciesMissing",
     "cel_string_list",
     "load_policies",
@@ -32,10 +35,14 @@ __all__ = [
 ]
 
 GATE_PROTECTION = "gate-protection"
-POLICY_FILES = (GATE_PROTECTION, "gate-injection", "pool-label")
+RECORD_PROTECTION = "record-protection"
+GATEKEEPER_SCOPE = "gatekeeper-scope"
+POLICY_FILES = (GATE_PROTECTION, "gate-injection", "pool-label", RECORD_PROTECTION, GATEKEEPER_SCOPE)
 """The policy files (without ``.yaml``): each holds its policies and their bindings."""
 ALLOWED_USERNAMES_VARIABLE = "allowedUsernames"
-"""The gate-protection policy's variable that lists who may remove the gate."""
+"""The variable (gate protection, record protection) that lists the gatekeeper's identities."""
+LIST_VARIABLES = (ALLOWED_USERNAMES_VARIABLE, "poolAdminUsernames", "poolAdminGroups", "gatekeeperUsernames")
+"""The CEL list variables an installer fills (see each policy file's PLACEHOLDER comment)."""
 
 
 class PoliciesMissing(RuntimeError):
@@ -60,12 +67,19 @@ def policies_dir() -> Traversable:
 
 
 def load_policies(
-    names: Iterable[str] = POLICY_FILES, *, allowed_usernames: Sequence[str] | None = None
+    names: Iterable[str] = POLICY_FILES,
+    *,
+    allowed_usernames: Sequence[str] | None = None,
+    lists: Mapping[str, Sequence[str]] | None = None,
 ) -> list[dict[str, Any]]:
     """The objects of the named policy files, in file order.
 
-    ``allowed_usernames`` replaces the gate-protection policy's list of identities that may
-    remove the gate (None keeps the file's default, the chart's default ServiceAccount).
+    ``allowed_usernames`` replaces the list of the gatekeeper's identities in the gate- and
+    record-protection policies (who may remove the gate, write records and Pool status;
+    None keeps the files' default, the chart's default ServiceAccount). ``lists`` fills
+    other list variables of LIST_VARIABLES by name (``gatekeeperUsernames``: whom the scope
+    policy holds; ``poolAdminUsernames``, ``poolAdminGroups``: who else writes Pools);
+    each must occur in a loaded policy.
     """
     folder = policies_dir()
     objects: list[dict[str, Any]] = []
@@ -76,7 +90,26 @@ def load_policies(
         objects.extend(doc for doc in yaml.safe_load_all(text) if doc)
     if allowed_usernames is not None:
         _set_allowed_usernames(objects, allowed_usernames)
+    for variable, values in (lists or {}).items():
+        if variable not in LIST_VARIABLES or variable == ALLOWED_USERNAMES_VARIABLE:
+            raise ValueError(f"lists: unknown variable {variable!r}; known: {', '.join(LIST_VARIABLES[1:])}")
+        if any(not v or v != v.strip() for v in values):
+            raise ValueError(f"lists[{variable!r}]: names without blanks, got {list(values)!r}")
+        if not _set_variable(objects, variable, cel_string_list(values)):
+            raise ValueError(f"lists[{variable!r}] given, but no loaded policy has that variable")
     return objects
+
+
+def _set_variable(objects: list[dict[str, Any]], name: str, expression: str) -> bool:
+    found = False
+    for obj in objects:
+        if obj.get("kind") != "ValidatingAdmissionPolicy":
+            continue
+        for variable in obj.get("spec", {}).get("variables", []):
+            if variable.get("name") == name:
+                variable["expression"] = expression
+                found = True
+    return found
 
 
 def cel_string_list(values: Sequence[str]) -> str:
@@ -90,15 +123,7 @@ def _set_allowed_usernames(objects: list[dict[str, Any]], usernames: Sequence[st
         raise ValueError(
             f"allowed_usernames: give at least one username, without blanks, got {list(usernames)!r}"
         )
-    found = False
-    for obj in objects:
-        if obj.get("kind") != "ValidatingAdmissionPolicy":
-            continue
-        for variable in obj.get("spec", {}).get("variables", []):
-            if variable.get("name") == ALLOWED_USERNAMES_VARIABLE:
-                variable["expression"] = cel_string_list(usernames)
-                found = True
-    if not found:
+    if not _set_variable(objects, ALLOWED_USERNAMES_VARIABLE, cel_string_list(usernames)):
         raise ValueError(
             f"allowed_usernames given, but no ValidatingAdmissionPolicy has a variable "
             f"{ALLOWED_USERNAMES_VARIABLE!r} (include {GATE_PROTECTION!r} in names)"

@@ -32,6 +32,7 @@ from gatekeeper.sandbox.kubectl import Kubectl
 from gatekeeper.sandbox.manifests import (
     GATEKEEPER_NAMESPACE,
     POLICIES_LABEL,
+    POLICIES_OFF,
     as_json_list,
     fake_node,
     lws_webhooks,
@@ -46,6 +47,7 @@ from gatekeeper.sandbox.process import Runner, SandboxError, alive, free_ports, 
 __all__ = [
     "GATEKEEPER_NAMESPACE",
     "POLICIES_LABEL",
+    "POLICIES_OFF",
     "Sandbox",
     "SandboxError",
     "as_json_list",
@@ -206,7 +208,6 @@ class Sandbox:
             self._wait_apiservices()
             gk.install_objects(kubectl)
             self.apply(sandbox_policies())
-            self.kubectl("label", "namespace", "default", f"{POLICIES_LABEL}=enforce", "--overwrite")
             if gatekeeper:
                 self.start_gatekeeper()
             self.create_nodes(

@@ -17,8 +17,14 @@ from typing import Any
 
 import yaml
 
-from gatekeeper.core.keys import KWOK_NODE, SANDBOX_POLICIES_LABEL
-from gatekeeper.render.admission import GATE_PROTECTION, load_policies, service_account_username
+from gatekeeper.core.keys import KWOK_NODE, SANDBOX_POLICIES_LABEL, SANDBOX_POLICIES_OFF
+from gatekeeper.render.admission import (
+    GATE_PROTECTION,
+    GATEKEEPER_SCOPE,
+    RECORD_PROTECTION,
+    load_policies,
+    service_account_username,
+)
 from gatekeeper.sandbox import build
 from gatekeeper.sandbox.process import SandboxError
 
@@ -26,6 +32,7 @@ __all__ = [
     "GATEKEEPER_NAMESPACE",
     "KWOK_NODE_ANNOTATION",
     "POLICIES_LABEL",
+    "POLICIES_OFF",
     "as_json_list",
     "crd_manifests",
     "fake_node",
@@ -40,8 +47,9 @@ KWOK_NODE_ANNOTATION = KWOK_NODE
 #: Namespace of the gatekeeper's Lease in the sandbox (the chart uses its release namespace).
 GATEKEEPER_NAMESPACE = "lws-gatekeeper-system"
 
-#: Namespaces labelled ``<this>=enforce`` have the sandbox's admission policies enforced.
+#: Namespaces labelled ``<this>=off`` (POLICIES_OFF) are left out of the sandbox's policies.
 POLICIES_LABEL = SANDBOX_POLICIES_LABEL
+POLICIES_OFF = SANDBOX_POLICIES_OFF
 
 
 def as_json_list(objects: Iterable[dict[str, Any]]) -> str:
@@ -78,28 +86,37 @@ def fake_node(
 
 
 def sandbox_policies() -> list[dict[str, Any]]:
-    """Gate protection and the pool-label check of ``policies/``, as ``up`` installs them.
+    """The validating policies of ``policies/`` as ``up`` installs them: as a chart install does.
 
-    Who may remove the gate: the sandbox's gatekeeper, which runs with the admin
-    certificate (CN=sandbox-admin), and the chart's default ServiceAccount in
-    GATEKEEPER_NAMESPACE (the chart's RBAC test runs the gatekeeper as that account). Not
-    the gate-injection policies: the sandbox gates with the webhook. The bindings act in
-    the namespaces labelled POLICIES_LABEL=enforce (``up`` labels ``default``), not in
-    every namespace: the policy tests install and prove their own copies in their own
-    namespaces (an LWS with an empty label made before the policy, another identity
-    allowed to ungate), which a sandbox-wide copy would overrule. Their names end in
-    ``-sandbox``, so that the files' own objects (the chart's) can still be created beside.
+    Gate protection, record protection, the pool-label check and the gatekeeper's scope,
+    enforced in every namespace (a chart install binds them cluster-wide). Who counts as the
+    gatekeeper (may remove the gate, write records and Pool status): the sandbox's
+    gatekeeper, which runs with the admin certificate (CN=sandbox-admin), and the chart's
+    default ServiceAccount in GATEKEEPER_NAMESPACE (the chart's tests run the gatekeeper as
+    that account). The scope policy holds only that ServiceAccount, as the chart names it:
+    holding the admin would hold every test too. Pools are also written by system:masters
+    (the chart's default). Not the gate-injection policies: the sandbox gates with the webhook.
+
+    A namespace labelled POLICIES_LABEL=off is left out of all of them: a test that needs a
+    policy off (the policy tests install and prove their own copies in their own
+    namespaces, which these would overrule) labels its namespace so and says why. Their
+    names end in ``-sandbox``, so that the files' own objects (the chart's) can still be
+    created beside.
     """
+    chart_account = service_account_username(GATEKEEPER_NAMESPACE, "lws-gatekeeper")
     objects = load_policies(
-        [GATE_PROTECTION, "pool-label"],
-        allowed_usernames=["sandbox-admin", service_account_username(GATEKEEPER_NAMESPACE, "lws-gatekeeper")],
+        [GATE_PROTECTION, "pool-label", RECORD_PROTECTION, GATEKEEPER_SCOPE],
+        allowed_usernames=["sandbox-admin", chart_account],
+        lists={"gatekeeperUsernames": [chart_account]},
     )
     for obj in objects:
         obj["metadata"]["name"] += "-sandbox"
         if obj["kind"].endswith("Binding"):
             obj["spec"]["policyName"] += "-sandbox"
             match = obj["spec"].setdefault("matchResources", {})
-            match["namespaceSelector"] = {"matchLabels": {POLICIES_LABEL: "enforce"}}
+            match["namespaceSelector"] = {
+                "matchExpressions": [{"key": POLICIES_LABEL, "operator": "NotIn", "values": [POLICIES_OFF]}]
+            }
     return objects
 
 

@@ -8,6 +8,13 @@ message, because an opted-in pod created without its gate would escape the gatek
 The serving certificate is re-read when its files change on disk (checked at most every
 ``CERT_CHECK_SECONDS``, at a TLS handshake), so a rotated certificate needs no restart.
 
+Bounded, so that a pod that reaches the port cannot exhaust the server's memory: a body
+over ``MAX_BODY_BYTES`` is refused (413) before it is read, or as soon as it grows past
+the bound, and at most ``MAX_CONCURRENT_REVIEWS`` reviews are read and answered at once;
+one more is answered at once with 429 and ``Retry-After: 1`` (the API server's client
+retries it), its body never read. So the bodies held in memory are at most
+``MAX_CONCURRENT_REVIEWS * MAX_BODY_BYTES``.
+
 Routes: ``POST /mutate-pods``, ``POST /mutate-leaderworkersets``, ``GET /healthz``,
 ``GET /readyz``. Requests are counted in ``gatekeeper_webhook_requests_total`` (in the
 default prometheus registry) by webhook and result.
@@ -33,18 +40,29 @@ from gatekeeper.core.gating import is_opted_in, lws_label_patch, pod_gate_patch
 from gatekeeper.core.keys import POOL_LABEL, SCHEDULING_GATE
 from gatekeeper.webhook.config import LWS_PATH, PODS_PATH
 
-__all__ = ["CERT_CHECK_SECONDS", "make_app", "start_webhook_server"]
+__all__ = [
+    "CERT_CHECK_SECONDS",
+    "MAX_BODY_BYTES",
+    "MAX_CONCURRENT_REVIEWS",
+    "make_app",
+    "start_webhook_server",
+]
 
 log = logging.getLogger("gatekeeper.webhook")
 
 CERT_CHECK_SECONDS = 5.0
 """How often, at most, the certificate files are checked for a change."""
 _ADMISSION_API_VERSION = "admission.k8s.io/v1"
-_MAX_BODY_BYTES = 16 * 1024 * 1024  # old + new object of an UPDATE, each up to etcd's 1.5 MiB
+MAX_BODY_BYTES = 4 * 1024 * 1024
+"""The largest AdmissionReview read: an LWS UPDATE holds the old and the new object, each
+at most etcd's 1.5 MiB (the API server takes no larger request than 3 MiB)."""
+MAX_CONCURRENT_REVIEWS = 8
+"""Reviews read and answered at once; more are refused with 429 until one ends."""
 
 REQUESTS = Counter(
     "gatekeeper_webhook_requests",
-    "AdmissionReviews received, by webhook and result (patched, unchanged, denied, bad_request).",
+    "AdmissionReviews received, by webhook and result (patched, unchanged, denied, bad_request, "
+    "too_large, busy).",
     ["webhook", "result"],
 )
 
@@ -126,19 +144,69 @@ def _lws_patch(review: Review) -> Patch:
     return lws_label_patch(review.obj)
 
 
+class _InFlight:
+    """How many reviews are being read or answered, against the bound."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.count = 0
+
+
+def _status(code: int, reason: str, message: str) -> dict[str, Any]:
+    """A metav1.Status body: what the API server shows of a webhook's HTTP error."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Status",
+        "status": "Failure",
+        "code": code,
+        "reason": reason,
+        "message": message,
+    }
+
+
 def _handler(
-    webhook: str, decide: Callable[[Review], Patch]
+    webhook: str, decide: Callable[[Review], Patch], in_flight: _InFlight, max_body: int
 ) -> Callable[[web.Request], Awaitable[web.Response]]:
-    """An aiohttp handler answering AdmissionReviews with ``decide``'s patch."""
+    """An aiohttp handler answering AdmissionReviews with ``decide``'s patch, within the bounds."""
+
+    def too_large(size: str) -> web.Response:
+        REQUESTS.labels(webhook, "too_large").inc()
+        message = (
+            f"lws-gatekeeper webhook: the AdmissionReview is {size}, "
+            f"larger than the {max_body} bytes it reads"
+        )
+        log.warning("webhook=%s result=too_large error=%r", webhook, message)
+        return web.json_response(_status(413, "RequestEntityTooLarge", message), status=413)
 
     async def handle(request: web.Request) -> web.Response:
+        if request.content_length is not None and request.content_length > max_body:
+            return too_large(f"{request.content_length} bytes")
+        if in_flight.count >= in_flight.limit:
+            REQUESTS.labels(webhook, "busy").inc()
+            message = (
+                f"lws-gatekeeper webhook is busy: {in_flight.count} admission reviews in progress, "
+                "the most it serves at once; try again"
+            )
+            log.warning("webhook=%s result=busy in_flight=%d", webhook, in_flight.count)
+            return web.json_response(
+                _status(429, "TooManyRequests", message), status=429, headers={"Retry-After": "1"}
+            )
+        in_flight.count += 1
         try:
-            review = parse_review(await request.read())
-        except BadReview as exc:
-            REQUESTS.labels(webhook, "bad_request").inc()
-            log.warning("webhook=%s result=bad_request error=%r", webhook, str(exc))
-            return web.json_response({"error": str(exc)}, status=400)
-        return web.json_response(_decide(webhook, decide, review))
+            try:
+                body = await request.read()
+            except web.HTTPRequestEntityTooLarge:
+                return too_large("longer")
+            try:
+                review = parse_review(body)
+            except BadReview as exc:
+                REQUESTS.labels(webhook, "bad_request").inc()
+                log.warning("webhook=%s result=bad_request error=%r", webhook, str(exc))
+                return web.json_response({"error": str(exc)}, status=400)
+            del body
+            return web.json_response(_decide(webhook, decide, review))
+        finally:
+            in_flight.count -= 1
 
     return handle
 
@@ -181,11 +249,17 @@ async def _ok(request: web.Request) -> web.Response:
     return web.Response(text="ok")
 
 
-def make_app() -> web.Application:
-    """The webhook application (plain HTTP; ``start_webhook_server`` serves it over TLS)."""
-    app = web.Application(client_max_size=_MAX_BODY_BYTES)
-    app.router.add_post(PODS_PATH, _handler("pods", _pod_patch))
-    app.router.add_post(LWS_PATH, _handler("leaderworkersets", _lws_patch))
+def make_app(
+    *, max_body: int = MAX_BODY_BYTES, max_concurrent: int = MAX_CONCURRENT_REVIEWS
+) -> web.Application:
+    """The webhook application (plain HTTP; ``start_webhook_server`` serves it over TLS).
+
+    Both webhooks share one bound of ``max_concurrent`` reviews at once.
+    """
+    app = web.Application(client_max_size=max_body)
+    in_flight = _InFlight(max_concurrent)
+    app.router.add_post(PODS_PATH, _handler("pods", _pod_patch, in_flight, max_body))
+    app.router.add_post(LWS_PATH, _handler("leaderworkersets", _lws_patch, in_flight, max_body))
     app.router.add_get("/healthz", _ok)
     app.router.add_get("/readyz", _ok)
     return app

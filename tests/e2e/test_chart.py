@@ -44,7 +44,7 @@ from gatekeeper.controller.certs import CA_CRT, TLS_CRT, SelfSignedCerts
 from gatekeeper.controller.kube import Kube
 from gatekeeper.core import POOL_LABEL, SCHEDULING_GATE
 from gatekeeper.sandbox import build
-from gatekeeper.sandbox.cluster import GATEKEEPER_NAMESPACE, POLICIES_LABEL, Sandbox
+from gatekeeper.sandbox.cluster import GATEKEEPER_NAMESPACE, Sandbox
 from gatekeeper.sandbox.observe import GROUP_INDEX_LABEL, LWS_NAME_LABEL
 from gatekeeper.sandbox.replay import list_raw, settle
 
@@ -278,8 +278,8 @@ async def test_the_gatekeeper_runs_as_the_charts_service_account_and_no_more(
         cluster, "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}", kubeconfig=as_gatekeeper
     )
     assert who == f"system:serviceaccount:{GATEKEEPER_NAMESPACE}:lws-gatekeeper"
-    # Here the sandbox enforces gate protection: only the gatekeeper may lift a gate.
-    await ok(cluster, "label", "namespace", namespace, f"{POLICIES_LABEL}=enforce")
+    # The sandbox enforces its policies here as everywhere: only the gatekeeper may lift a
+    # gate, write records and Pool status, and it may change nothing else of a pod.
 
     # An LWS of two groups (2 pods of 1 GPU each) on a pool of two 1-GPU nodes: one fits.
     nodes = await fake_nodes(2, gpus=1)
@@ -432,8 +432,7 @@ async def test_the_kueue_backend_runs_as_the_charts_service_account_and_no_more(
     q = make_queue(sb, gpus=2, nodes=2, gpus_per_node=1, managed=False, admission_checks=checks)
     if check:
         assert is_true(get(sb, "admissionchecks.kueue.x-k8s.io", check), "Active")
-    # Here the sandbox enforces gate protection: only the gatekeeper may lift a gate.
-    sb.kubectl("label", "namespace", q.namespace, f"{POLICIES_LABEL}=enforce")
+    # The sandbox enforces its policies here as everywhere: only the gatekeeper may lift a gate.
 
     # Two groups of 2 one-GPU pods in that LocalQueue: one is admitted whole, the other waits gated.
     sb.apply([lws("vllm", q.namespace, {POOL_LABEL: q.local_queue}, replicas=2, size=2, gpus_per_pod=1)])

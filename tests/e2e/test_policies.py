@@ -15,6 +15,11 @@ which watches the same label) does not select: same CEL, same selectors, other k
 gated there was gated by the policy, nothing else. The gate name is the real one. The
 gate-protection test uses plain pods with the gate written in (the third way of gating),
 so neither the webhook nor the controller touches them either.
+
+The sandbox enforces its own copies of the validating policies in every namespace, as a
+chart install does. A test whose copy differs from the sandbox's (another identity may
+remove the gate; an LWS with an empty label made before the policy) must have the
+sandbox's off in its namespace, and says so with ``sandbox_policies_off``.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ import yaml
 
 from gatekeeper.core.keys import POOL_LABEL, SCHEDULING_GATE
 from gatekeeper.render.admission import load_policies, service_account_username
+from gatekeeper.sandbox.cluster import POLICIES_LABEL, POLICIES_OFF
 
 from .conftest import Cluster
 
@@ -195,6 +201,11 @@ async def user_kubeconfig(cluster: Cluster, namespace: str, account: str, where:
     return path
 
 
+async def sandbox_policies_off(cluster: Cluster, namespace: str) -> None:
+    """Leave ``namespace`` out of the sandbox's own policies (the test proves its own copy)."""
+    await ok(cluster, "label", "namespace", namespace, f"{POLICIES_LABEL}={POLICIES_OFF}")
+
+
 def suffix() -> str:
     return "x" + uuid.uuid4().hex[:5]  # a letter first: 3e8145 would read as a number in YAML
 
@@ -231,7 +242,9 @@ async def test_only_the_gatekeeper_removes_the_gate(
     cluster: Cluster, namespace: str, install: Install, tmp_path: Path
 ) -> None:
     # Two identities with the same rights (the `edit` ClusterRole lets both patch pods):
-    # a tenant, and a stand-in for the chart's ServiceAccount, the only one allowed.
+    # a tenant, and a stand-in for the chart's ServiceAccount, the only one allowed. The
+    # sandbox's gate protection (which allows the real gatekeeper only) is off here.
+    await sandbox_policies_off(cluster, namespace)
     for account in ("tenant", "gatekeeper"):
         await ok(cluster, "create", "serviceaccount", account, "-n", namespace)
         await ok(
@@ -429,6 +442,8 @@ async def test_an_lws_with_an_empty_pool_label_is_refused(
     cluster: Cluster, namespace: str, install: Install
 ) -> None:
     # Made before the policy exists: an LWS whose label is already empty is not locked.
+    # So the sandbox's own pool-label check, which would refuse it, is off here.
+    await sandbox_policies_off(cluster, namespace)
     await ok(
         cluster,
         "create",

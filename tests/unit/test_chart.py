@@ -264,6 +264,7 @@ def test_default_objects(default: list[dict[str, Any]]) -> None:
             "ClusterRoleBinding",
             "Deployment",
             "MutatingWebhookConfiguration",
+            "NetworkPolicy",
             "PodDisruptionBudget",
             "Role",
             "RoleBinding",
@@ -271,10 +272,8 @@ def test_default_objects(default: list[dict[str, Any]]) -> None:
             "Service",
             "Service",
             "ServiceAccount",
-            "ValidatingAdmissionPolicy",
-            "ValidatingAdmissionPolicy",
-            "ValidatingAdmissionPolicyBinding",
-            "ValidatingAdmissionPolicyBinding",
+            *["ValidatingAdmissionPolicy"] * 5,
+            *["ValidatingAdmissionPolicyBinding"] * 5,
         ]
     )
     cluster_scoped = ("ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration")
@@ -436,7 +435,15 @@ def test_the_policies_are_the_files_of_policies(default: list[dict[str, Any]]) -
     rendered = [
         without_chart_metadata(o) for o in default if o["kind"].startswith("ValidatingAdmissionPolicy")
     ]
-    expected = load_policies(["gate-protection", "pool-label"], allowed_usernames=[SA_USERNAME])
+    expected = load_policies(
+        ["gate-protection", "pool-label", "record-protection", "gatekeeper-scope"],
+        allowed_usernames=[SA_USERNAME],
+        lists={
+            "gatekeeperUsernames": [SA_USERNAME],
+            "poolAdminUsernames": [],
+            "poolAdminGroups": ["system:masters"],
+        },
+    )
     assert sorted(rendered, key=str) == sorted(expected, key=str)
     assert not by_kind(default, "MutatingAdmissionPolicy")
 
@@ -453,19 +460,26 @@ def test_metrics_service(default: list[dict[str, Any]]) -> None:
 
 
 def test_cert_manager(render: Render) -> None:
+    """The chart's own CA: self-signed Issuer -> CA Certificate -> CA Issuer -> serving Certificate."""
     objects = render("--set", "certManager.enabled=true")
-    cert = one(objects, "Certificate")
-    issuer = one(objects, "Issuer")
-    assert issuer["spec"] == {"selfSigned": {}}
-    assert cert["spec"]["secretName"] == "lws-gatekeeper-webhook-cert"
-    assert cert["spec"]["dnsNames"] == [
+    certs = {c["metadata"]["name"]: c["spec"] for c in by_kind(objects, "Certificate")}
+    issuers = {i["metadata"]["name"]: i["spec"] for i in by_kind(objects, "Issuer")}
+    ca, cert = certs.pop("lws-gatekeeper-ca"), certs.pop("lws-gatekeeper")
+    assert not certs and issuers == {
+        "lws-gatekeeper-selfsigned": {"selfSigned": {}},
+        "lws-gatekeeper-ca": {"ca": {"secretName": ca["secretName"]}},
+    }
+    assert ca["isCA"] is True and ca["issuerRef"]["name"] == "lws-gatekeeper-selfsigned"
+    assert cert["issuerRef"]["name"] == "lws-gatekeeper-ca" and "isCA" not in cert
+    assert cert["secretName"] == "lws-gatekeeper-webhook-cert" != ca["secretName"]
+    assert cert["dnsNames"] == [
         f"lws-gatekeeper-webhook.{NAMESPACE}.svc",
         f"lws-gatekeeper-webhook.{NAMESPACE}.svc.cluster.local",
     ]
-    assert cert["spec"]["issuerRef"]["name"] == issuer["metadata"]["name"]
     config = one(objects, "MutatingWebhookConfiguration")
+    # The caBundle is the CA (not the serving certificate): a renewal never changes it.
     assert config["metadata"]["annotations"] == {
-        "cert-manager.io/inject-ca-from": f"{NAMESPACE}/{cert['metadata']['name']}"
+        "cert-manager.io/inject-ca-from": f"{NAMESPACE}/lws-gatekeeper-ca"
     }
     expected = mutating_webhook_configuration(
         name="lws-gatekeeper", service=(NAMESPACE, "lws-gatekeeper-webhook", 443), ca_bundle=b""
@@ -488,6 +502,8 @@ def test_cert_manager_with_an_existing_issuer(render: Render) -> None:
     )  # fmt: skip
     assert not by_kind(objects, "Issuer")
     assert one(objects, "Certificate")["spec"]["issuerRef"] == {"name": "corp-ca", "kind": "ClusterIssuer"}
+    annotations = one(objects, "MutatingWebhookConfiguration")["metadata"]["annotations"]
+    assert annotations == {"cert-manager.io/inject-ca-from": f"{NAMESPACE}/lws-gatekeeper"}
 
 
 def test_cert_manager_auto_follows_the_cluster(render: Render) -> None:
@@ -500,8 +516,9 @@ def test_cert_manager_auto_follows_the_cluster(render: Render) -> None:
 
 def test_policies_off(render: Render) -> None:
     objects = render(
-        "--set", "policies.gateProtection.enabled=false", "--set", "policies.poolLabel.enabled=false"
-    )
+        "--set", "policies.gateProtection.enabled=false", "--set", "policies.poolLabel.enabled=false",
+        "--set", "policies.recordProtection.enabled=false", "--set", "policies.gatekeeperScope.enabled=false",
+    )  # fmt: skip
     assert not [o for o in objects if "AdmissionPolicy" in o["kind"]]
     assert by_kind(objects, "MutatingWebhookConfiguration")
 
@@ -512,6 +529,7 @@ def test_gate_protection_allows_the_chosen_service_account_and_extras(render: Re
         "--set", "serviceAccount.name=gk-robot",
         "--set", "policies.gateProtection.extraAllowedUsernames={ops-admin,system:serviceaccount:x:y}",
         "--set", "policies.poolLabel.enabled=false",
+        "--set", "policies.recordProtection.enabled=false", "--set", "policies.gatekeeperScope.enabled=false",
     )  # fmt: skip
     assert not by_kind(objects, "ServiceAccount")
     usernames = [service_account_username(NAMESPACE, "gk-robot"), "ops-admin", "system:serviceaccount:x:y"]

@@ -140,13 +140,16 @@ CEL list written into the gate-protection policy's `allowedUsernames` variable).
 {{- end }}
 {{- if $obj.kind }}
 {{- $_ := set $obj.metadata "labels" (merge (default dict $obj.metadata.labels) $labels) }}
-{{- if and $.allowedUsernames (eq $obj.kind "ValidatingAdmissionPolicy") }}
-{{- $quoted := list }}
-{{- range $.allowedUsernames }}{{ $quoted = append $quoted (printf "'%s'" .) }}{{ end }}
+{{- if eq $obj.kind "ValidatingAdmissionPolicy" }}
+{{- $lists := default dict $.lists }}
+{{- if $.allowedUsernames }}{{ $lists = merge (dict "allowedUsernames" $.allowedUsernames) $lists }}{{ end }}
 {{- range $obj.spec.variables }}
-{{- if eq .name "allowedUsernames" }}
-{{- $_ := set . "expression" (printf "[%s]" (join ", " $quoted)) }}
-{{- $replaced = true }}
+{{- $variable := . }}
+{{- if hasKey $lists .name }}
+{{- $quoted := list }}
+{{- range (get $lists .name) }}{{ $quoted = append $quoted (printf "'%s'" .) }}{{ end }}
+{{- $_ := set $variable "expression" (printf "[%s]" (join ", " $quoted)) }}
+{{- if eq .name "allowedUsernames" }}{{ $replaced = true }}{{ end }}
 {{- end }}
 {{- end }}
 {{- end }}

@@ -1,0 +1,95 @@
+"""Helpers of the attack suite (test_attacks.py): tenant identities, a flood of reviews, memory."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import ssl
+from pathlib import Path
+
+import aiohttp
+
+from .conftest import Cluster
+from .test_policies import ok, user_kubeconfig
+
+
+async def tenants(cluster: Cluster, namespace: str, where: Path) -> dict[str, Path]:
+    """Kubeconfigs of two tenants of ``namespace``: ``edit`` (the built-in role) and ``star``."""
+    await ok(cluster, "create", "serviceaccount", "tenant-edit", "-n", namespace)
+    await ok(cluster, "create", "serviceaccount", "tenant-star", "-n", namespace)
+    await ok(
+        cluster,
+        "create",
+        "rolebinding",
+        "tenant-edit",
+        "--clusterrole=edit",
+        f"--serviceaccount={namespace}:tenant-edit",
+        "-n",
+        namespace,
+    )
+    star = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": "everything", "namespace": namespace},
+        "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}],
+    }
+    await ok(cluster, "apply", "-f", "-", input=json.dumps(star))
+    await ok(
+        cluster,
+        "create",
+        "rolebinding",
+        "tenant-star",
+        "--role=everything",
+        f"--serviceaccount={namespace}:tenant-star",
+        "-n",
+        namespace,
+    )
+    return {
+        "edit": await user_kubeconfig(cluster, namespace, "tenant-edit", where),
+        "star": await user_kubeconfig(cluster, namespace, "tenant-star", where),
+    }
+
+
+def memory(pid: int) -> dict[str, int]:
+    """VmRSS and VmHWM of a process, in bytes."""
+    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
+    return {k: int(fields[k].split()[0]) * 1024 for k in ("VmRSS", "VmHWM")}
+
+
+def reset_peak(pid: int) -> None:
+    """Make the process's peak RSS (VmHWM) its current RSS (Linux: clear_refs 5)."""
+    Path(f"/proc/{pid}/clear_refs").write_text("5")
+
+
+def review(size: int) -> bytes:
+    """A well-formed pod CREATE AdmissionReview of ``size`` bytes (an annotation pads it)."""
+    shell = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "flood",
+            "operation": "CREATE",
+            "namespace": "x",
+            "object": {"metadata": {"name": "p", "annotations": {"pad": ""}}},
+        },
+    }
+    empty = len(json.dumps(shell).encode())
+    shell["request"]["object"]["metadata"]["annotations"]["pad"] = "a" * (size - empty)
+    body = json.dumps(shell).encode()
+    assert len(body) == size
+    return body
+
+
+async def flood(url: str, body: bytes, count: int) -> list[tuple[int, str]]:
+    """``count`` concurrent POSTs of ``body`` (no certificate check: an attacker needs none)."""
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    connector = aiohttp.TCPConnector(limit=0, ssl=context)
+    timeout = aiohttp.ClientTimeout(total=120)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+
+        async def one() -> tuple[int, str]:
+            async with session.post(url, data=body, headers={"Content-Type": "application/json"}) as r:
+                return r.status, (await r.text())[:300]
+
+        return list(await asyncio.gather(*(one() for _ in range(count))))

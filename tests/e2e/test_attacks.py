@@ -1,0 +1,459 @@
+"""Attacks on the gatekeeper, as a tenant would try them, against the sandbox as it runs.
+
+Two tenants of one namespace: one holds the built-in ``edit`` ClusterRole there, the other
+``*`` on everything in it (a RoleBinding). Each tries to jump the queue by writing what
+the admission pass reads (a record's Admitted condition and pool, a Pool), by removing the
+scheduling gate, or to starve the webhook (64 concurrent 16 MiB AdmissionReviews, sent on
+loopback as a pod in the cluster would). And the gatekeeper's own identity (the chart's
+ServiceAccount) tries to do more than it does: change a pod's labels or image, widen its
+webhook's rules. The sandbox enforces its policies in every namespace, as a chart install
+does; nothing here turns one off.
+
+Each attack adds a row (attack, expected, seen: what the tenant is told) to a table that
+is printed at the end of the module (``pytest -s`` shows it).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import kr8s.asyncio
+import pytest
+
+from gatekeeper.core import POOL_LABEL, SCHEDULING_GATE
+from gatekeeper.sandbox.cluster import GATEKEEPER_NAMESPACE, Sandbox
+from gatekeeper.sandbox.replay import list_raw, settle
+from gatekeeper.webhook.config import PODS_PATH
+
+from .attack_support import flood, memory, reset_peak, review, tenants
+from .conftest import Cluster, MakeNodes, MakePool, admitted, records
+from .test_admission import create_lws, lws_body
+from .test_policies import get, kubectl, ok, pod, user_kubeconfig
+
+Row = tuple[str, str, str]
+RECORDS = "only the lws-gatekeeper writes its admission records"
+MIB = 1024 * 1024
+
+
+@pytest.fixture(scope="module")
+def table() -> Iterator[list[Row]]:
+    rows: list[Row] = []
+    yield rows
+    width = max((len(r[0]) for r in rows), default=10)
+    print(f"\n{'attack':<{width}} | expected | seen")
+    for attack, expected, seen in rows:
+        print(f"{attack:<{width}} | {expected:<8} | {seen}")
+
+
+def sandbox(cluster: Cluster) -> Sandbox:
+    assert cluster.sandbox is not None, "the attack suite runs in the sandbox"
+    return cluster.sandbox
+
+
+def first_line(err: str) -> str:
+    return next((line for line in err.splitlines() if line.strip()), err).strip()
+
+
+async def attempt(
+    cluster: Cluster,
+    table: list[Row],
+    attack: str,
+    kubeconfig: Path,
+    *args: str,
+    expect_refused: bool = True,
+    says: str = "",
+) -> str:
+    """Run kubectl as an attacker; record the row; assert the outcome (and that the refusal ``says``)."""
+    code, out, err = await kubectl(cluster, *args, kubeconfig=kubeconfig)
+    seen = first_line(err) if code else "accepted: " + first_line(out)
+    table.append((attack, "refused" if expect_refused else "allowed", seen))
+    assert (code != 0) == expect_refused, f"{attack}: {seen}"
+    assert says in seen, f"{attack}: {seen}"
+    return seen
+
+
+async def test_tenants_cannot_admit_themselves(
+    api: kr8s.asyncio.Api,
+    cluster: Cluster,
+    namespace: str,
+    fake_nodes: MakeNodes,
+    make_pool: MakePool,
+    table: list[Row],
+    tmp_path: Path,
+) -> None:
+    # Two groups of 2 one-GPU pods on a pool of two 1-GPU nodes: group 0 runs, group 1 waits gated.
+    nodes = await fake_nodes(2, gpus=1)
+    pool = await make_pool(nodes)
+    await create_lws(api, namespace, lws_body("vllm", pool, nodes, replicas=2))
+    verdict = await settle(api, namespace, "vllm", expected_pods=4, size=2, timeout=120)
+    assert sorted(g.index for g in verdict.groups.values() if g.whole(2)) == [0]
+    as_ = await tenants(cluster, namespace, tmp_path)
+    record = (await records(api, namespace))[1]
+    name = record["metadata"]["name"]
+    assert not admitted(record)
+
+    admit = json.dumps(
+        {
+            "status": {
+                "pool": pool,
+                "conditions": [
+                    {
+                        "type": "Admitted",
+                        "status": "True",
+                        "reason": "Admitted",
+                        "message": "by hand",
+                        "lastTransitionTime": "2030-01-01T00:00:00Z",
+                    }
+                ],
+            }
+        }
+    )
+    record_args = ("-n", namespace, "groupadmission", name)
+    for who in ("edit", "star"):
+        await attempt(
+            cluster,
+            table,
+            f"{who}: set record Admitted=True",
+            as_[who],
+            "patch",
+            *record_args,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            admit,
+            says=RECORDS if who == "star" else "cannot get resource",
+        )
+    await attempt(
+        cluster,
+        table,
+        "star: move the record to another pool",
+        as_["star"],
+        "patch",
+        *record_args,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        '{"status":{"pool":"other"}}',
+        says=RECORDS,
+    )
+    await attempt(
+        cluster,
+        table,
+        "star: change the record's spec",
+        as_["star"],
+        "patch",
+        *record_args,
+        "--type=merge",
+        "-p",
+        '{"spec":{"groupIndex":0}}',
+        says="immutable",
+    )
+    await attempt(
+        cluster, table, "star: delete the record", as_["star"], "delete", *record_args, says=RECORDS
+    )
+    forged = dict(record)
+    forged["metadata"] = {"name": "forged", "namespace": namespace}
+    forged.pop("status", None)
+    code, _, err = await kubectl(
+        cluster, "create", "-f", "-", kubeconfig=as_["star"], input=json.dumps(forged)
+    )
+    table.append(("star: create a record", "refused", first_line(err) if code else "accepted"))
+    assert code != 0 and RECORDS in err, err
+
+    patch_pool = ("patch", "pool", pool, "--type=merge", "-p", '{"spec":{"quota":{"nvidia.com/gpu":99}}}')
+    for who in ("edit", "star"):
+        await attempt(
+            cluster, table, f"{who}: patch a Pool's quota", as_[who], *patch_pool, says="cannot get resource"
+        )
+
+    # An identity with cluster-wide rights on Pools (an operator, say) is still not a pool administrator.
+    await ok(cluster, "create", "serviceaccount", "pool-operator", "-n", namespace)
+    await ok(
+        cluster,
+        "create",
+        "clusterrole",
+        f"{namespace}-pools",
+        "--verb=get,patch,update",
+        "--resource=pools.lws-gatekeeper.io,pools.lws-gatekeeper.io/status",
+    )
+    await ok(
+        cluster,
+        "create",
+        "clusterrolebinding",
+        f"{namespace}-pools",
+        f"--clusterrole={namespace}-pools",
+        f"--serviceaccount={namespace}:pool-operator",
+    )
+    try:
+        operator = await user_kubeconfig(cluster, namespace, "pool-operator", tmp_path)
+        await attempt(
+            cluster,
+            table,
+            "pool operator (cluster RBAC): patch a Pool's quota",
+            operator,
+            *patch_pool,
+            says="only the pool administrators write Pools",
+        )
+        await attempt(
+            cluster,
+            table,
+            "pool operator (cluster RBAC): patch a Pool's status",
+            operator,
+            "patch",
+            "pool",
+            pool,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            '{"status":{"admittedGroups":9}}',
+            says="only the lws-gatekeeper writes the status of a Pool",
+        )
+    finally:
+        await kubectl(cluster, "delete", "clusterrolebinding,clusterrole", f"{namespace}-pools")
+
+    pods = await list_raw(api, "pods", namespace=namespace)
+    gated = next(
+        p for p in pods if SCHEDULING_GATE in [g["name"] for g in p["spec"].get("schedulingGates") or []]
+    )
+    for who in ("edit", "star"):
+        await attempt(
+            cluster,
+            table,
+            f"{who}: remove the gate",
+            as_[who],
+            "patch",
+            "pod",
+            gated["metadata"]["name"],
+            "-n",
+            namespace,
+            "--type=merge",
+            "-p",
+            '{"spec":{"schedulingGates":[]}}',
+            says="only the lws-gatekeeper may remove the scheduling gate",
+        )
+
+    # Nothing moved: group 1 is still not admitted and its pods still gated.
+    assert not admitted((await records(api, namespace))[1])
+    after = await get(cluster, namespace, "pod", gated["metadata"]["name"])
+    assert SCHEDULING_GATE in [g["name"] for g in after["spec"]["schedulingGates"]]
+
+
+# ---- the gatekeeper's own identity --------------------------------------------------------
+
+
+@pytest.fixture
+async def as_gatekeeper(cluster: Cluster, namespace: str, tmp_path: Path) -> Any:
+    """A token of the chart's ServiceAccount with the chart's pod and webhook rights (no more)."""
+    sa = {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": "lws-gatekeeper", "namespace": GATEKEEPER_NAMESPACE},
+    }
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": f"{namespace}-gk"},
+        "rules": [
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "patch"]},
+            {
+                "apiGroups": ["admissionregistration.k8s.io"],
+                "resources": ["mutatingwebhookconfigurations"],
+                "resourceNames": ["lws-gatekeeper"],
+                "verbs": ["get", "patch"],
+            },
+        ],
+    }
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": f"{namespace}-gk"},
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": f"{namespace}-gk",
+        },
+        "subjects": [{"kind": "ServiceAccount", "name": "lws-gatekeeper", "namespace": GATEKEEPER_NAMESPACE}],
+    }
+    await ok(
+        cluster, "apply", "-f", "-", input=json.dumps({"kind": "List", "apiVersion": "v1", "items": [sa]})
+    )
+    await ok(
+        cluster,
+        "create",
+        "-f",
+        "-",
+        input=json.dumps({"kind": "List", "apiVersion": "v1", "items": [role, binding]}),
+    )
+    try:
+        yield await user_kubeconfig(cluster, GATEKEEPER_NAMESPACE, "lws-gatekeeper", tmp_path)
+    finally:
+        await kubectl(cluster, "delete", "clusterrolebinding,clusterrole", f"{namespace}-gk")
+
+
+async def test_the_gatekeepers_identity_changes_only_what_it_must(
+    cluster: Cluster, namespace: str, as_gatekeeper: Path, table: list[Row]
+) -> None:
+    # A pod gated by hand (not opted in: no controller touches it).
+    body = pod("held", gates=[SCHEDULING_GATE])
+    await ok(cluster, "create", "-n", namespace, "-f", "-", input=json.dumps(body))
+    target = ("patch", "pod", "held", "-n", namespace)
+    await attempt(
+        cluster,
+        table,
+        "gatekeeper SA: relabel a pod",
+        as_gatekeeper,
+        *target,
+        "--type=merge",
+        "-p",
+        '{"metadata":{"labels":{"team":"b"}}}',
+        says="may change only the scheduling gate, node selector and tolerations",
+    )
+    await attempt(
+        cluster,
+        table,
+        "gatekeeper SA: change a pod's image",
+        as_gatekeeper,
+        *target,
+        "--type=json",
+        "-p",
+        '[{"op":"replace","path":"/spec/containers/0/image","value":"evil:1"}]',
+        says="may change only the scheduling gate, node selector and tolerations",
+    )
+    await attempt(
+        cluster,
+        table,
+        "gatekeeper SA: add a node selector, gate kept",
+        as_gatekeeper,
+        *target,
+        "--type=merge",
+        "-p",
+        '{"spec":{"nodeSelector":{"pool":"other"}}}',
+        says="may only remove the scheduling gate",
+    )
+    lift = [
+        {"op": "test", "path": "/spec/schedulingGates/0/name", "value": SCHEDULING_GATE},
+        {"op": "remove", "path": "/spec/schedulingGates/0"},
+        {"op": "add", "path": "/spec/nodeSelector", "value": {"pool": "a"}},
+        {"op": "add", "path": "/spec/tolerations", "value": [{"key": "pool", "operator": "Exists"}]},
+    ]
+    await attempt(
+        cluster,
+        table,
+        "gatekeeper SA: lift the gate + steer (its job)",
+        as_gatekeeper,
+        *target,
+        "--type=json",
+        "-p",
+        json.dumps(lift),
+        expect_refused=False,
+    )
+    lifted = await get(cluster, namespace, "pod", "held")
+    assert lifted["spec"]["nodeSelector"] == {"pool": "a"} and not lifted["spec"].get("schedulingGates")
+
+    hook = "mutatingwebhookconfiguration/lws-gatekeeper"
+    config = json.loads(await ok(cluster, "get", hook, "-o", "json"))
+    widen = [{"op": "replace", "path": "/webhooks/0/objectSelector", "value": {}}]
+    await attempt(
+        cluster,
+        table,
+        "gatekeeper SA: widen its webhook's selector",
+        as_gatekeeper,
+        "patch",
+        hook,
+        "--type=json",
+        "-p",
+        json.dumps(widen),
+        says="may change only the caBundle",
+    )
+    rules = [{"op": "add", "path": "/webhooks/0/rules/0/operations/-", "value": "DELETE"}]
+    await attempt(
+        cluster,
+        table,
+        "gatekeeper SA: add to its webhook's rules",
+        as_gatekeeper,
+        "patch",
+        hook,
+        "--type=json",
+        "-p",
+        json.dumps(rules),
+        says="may change only the caBundle",
+    )
+    same_ca = [
+        {
+            "op": "replace",
+            "path": "/webhooks/0/clientConfig/caBundle",
+            "value": config["webhooks"][0]["clientConfig"]["caBundle"],
+        }
+    ]
+    await attempt(
+        cluster,
+        table,
+        "gatekeeper SA: set its webhook's caBundle (its job)",
+        as_gatekeeper,
+        "patch",
+        hook,
+        "--type=json",
+        "-p",
+        json.dumps(same_ca),
+        expect_refused=False,
+    )
+
+
+# ---- the webhook under a flood -------------------------------------------------------------
+
+
+async def test_the_webhook_survives_a_flood(cluster: Cluster, namespace: str, table: list[Row]) -> None:
+    sb = sandbox(cluster)
+    state = sb.state()
+    pid = state["processes"]["gatekeeper"]["pid"]
+    url = f"https://127.0.0.1:{state['ports']['gk_webhook']}{PODS_PATH}"
+    before = memory(pid)["VmRSS"]
+    reset_peak(pid)
+
+    answers = await flood(url, review(16 * MIB - 64), 64)
+    peak = memory(pid)["VmHWM"] - before
+    codes = Counter(code for code, _ in answers)
+    seen = f"{dict(codes)}; peak RSS +{peak / MIB:.0f} MiB; {answers[0][1][:160]}"
+    table.append(("64 concurrent 16 MiB reviews", "refused", seen))
+    print(f"flood of 64 x 16 MiB: answers {dict(codes)}, peak RSS growth {peak / MIB:.1f} MiB")
+    assert codes == {413: 64}, seen
+    assert "larger than the" in answers[0][1]
+    assert peak < 128 * MIB, f"the webhook held {peak / MIB:.0f} MiB for the flood"
+
+    # Reviews under the size bound, 64 at once: some are served, the rest told to come back.
+    reset_peak(pid)
+    before = memory(pid)["VmRSS"]
+    answers = await flood(url, review(3 * MIB), 64)
+    peak = memory(pid)["VmHWM"] - before
+    codes = Counter(code for code, _ in answers)
+    busy = next((text for code, text in answers if code == 429), "")
+    table.append(
+        (
+            "64 concurrent 3 MiB reviews",
+            "bounded",
+            f"{dict(codes)}; peak RSS +{peak / MIB:.0f} MiB; {busy[:120]}",
+        )
+    )
+    print(f"flood of 64 x 3 MiB: answers {dict(codes)}, peak RSS growth {peak / MIB:.1f} MiB")
+    assert set(codes) <= {200, 429} and codes[200] >= 1, codes
+    assert all("is busy" in text for code, text in answers if code == 429)
+    assert peak < 256 * MIB, f"the webhook held {peak / MIB:.0f} MiB for the flood"
+
+    # And it still gates an opted-in pod.
+    out = await ok(
+        cluster,
+        "create",
+        "-n",
+        namespace,
+        "--dry-run=server",
+        "-o",
+        "json",
+        "-f",
+        "-",
+        input=json.dumps(pod("after", labels={POOL_LABEL: "any"})),
+    )
+    assert SCHEDULING_GATE in [g["name"] for g in json.loads(out)["spec"]["schedulingGates"]]
