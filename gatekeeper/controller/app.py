@@ -168,7 +168,7 @@ async def run(opts: Options) -> None:
             tg.start_soon(stop_on_signal)
             if certs is not None:
                 tg.start_soon(certs.run)
-            loop = _admission_loop(api, opts, kube)
+            loop = _admission_loop(api, opts, kube.fenced(elector.may_write) if opts.leader_elect else kube)
             if opts.leader_elect:
                 tg.start_soon(elector.run, loop)
             else:

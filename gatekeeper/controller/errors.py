@@ -29,6 +29,7 @@ import kr8s
 __all__ = [
     "TRANSPORT_ERRORS",
     "Conflict",
+    "NotLeading",
     "PermanentError",
     "TemporaryError",
     "error_for_status",
@@ -43,6 +44,14 @@ class TemporaryError(Exception):
         super().__init__(message)
         self.delay = delay
         self.code = code
+
+
+class NotLeading(TemporaryError):
+    """A write of the admission loop not sent: the replica is past its renew deadline, so
+    another may lead already. The loop is being cancelled; if not, the next pass asks again."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, delay=1.0)
 
 
 class Conflict(TemporaryError):

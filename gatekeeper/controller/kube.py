@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -26,6 +26,7 @@ from gatekeeper.controller.credentials import Credentials
 from gatekeeper.controller.errors import (
     TRANSPORT_ERRORS,
     Conflict,
+    NotLeading,
     PermanentError,
     TemporaryError,
     raise_for_status,
@@ -37,6 +38,7 @@ __all__ = [
     "API_REQUESTS",
     "Conflict",
     "Kube",
+    "NotLeading",
     "PermanentError",
     "Resource",
     "TemporaryError",
@@ -64,13 +66,25 @@ class Kube:
     """Thin, counted writes. Reads go through informers, never through here."""
 
     def __init__(
-        self, api: kr8s.asyncio.Api, credentials: Credentials | None = None, *, user_agent: str = ""
+        self,
+        api: kr8s.asyncio.Api,
+        credentials: Credentials | None = None,
+        *,
+        user_agent: str = "",
+        fence: Callable[[], bool] | None = None,
     ) -> None:
         self.api = api
         self.credentials = credentials or Credentials(api)
         #: Sent with every call, so an API server's audit log tells the replicas apart
         #: (both use one ServiceAccount): ``lws-gatekeeper/<version> (<identity>)``.
         self.user_agent = user_agent
+        #: Asked right before each write is sent; False refuses it (:class:`NotLeading`).
+        self.fence = fence
+
+    def fenced(self, fence: Callable[[], bool]) -> Kube:
+        """The same client and credentials, every write checked by ``fence`` first: the
+        admission loop's writes, fenced by the elector's renew deadline."""
+        return Kube(self.api, self.credentials, user_agent=self.user_agent, fence=fence)
 
     async def _call(
         self,
@@ -84,6 +98,10 @@ class Kube:
         params: Mapping[str, str] | None = None,
         counted_as: str | None = None,
     ) -> dict[str, Any]:
+        if self.fence is not None and verb != "GET" and not self.fence():
+            # A leader that was paused (SIGSTOP, a VM freeze, a long GC) resumes with writes
+            # it decided before: past its renew deadline another replica may lead already.
+            raise NotLeading(f"{verb} {res.plural}: not sent, this replica is past its renew deadline")
         API_REQUESTS.labels(counted_as or verb.lower(), res.plural).inc()
         kwargs: dict[str, Any] = {"timeout": CALL_TIMEOUT}
         headers: dict[str, str] = {"User-Agent": self.user_agent} if self.user_agent else {}

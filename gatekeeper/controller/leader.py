@@ -12,7 +12,9 @@ protocol is client-go's ``tools/leaderelection``, clocks included:
   so a call that hangs (a black-holed connection) cannot keep it from checking. If it has
   not renewed for ``renew_deadline`` seconds (less than the lease, by its own monotonic
   clock), it stops leading at once: the admission loop is cancelled, writes in flight
-  included, before any challenger can see the Lease expire.
+  included, before any challenger can see the Lease expire. And each write of the loop
+  asks :meth:`LeaderElector.may_write` right before it is sent, so a process that was
+  paused past its deadline sends none of the writes it had decided before the pause.
 * Every write carries the resourceVersion it read, so two candidates cannot both believe
   they won.
 """
@@ -61,6 +63,8 @@ class LeaderElector:
         self.retry_seconds = retry_seconds
         self.clock = clock
         self.leading = False
+        self._renewed = float("-inf")
+        """When this process last renewed (or took) the Lease, by its monotonic clock."""
         self._observed: tuple[str, float] = ("", float("-inf"))
         """(the Lease record as last seen, when this process saw it change)."""
 
@@ -121,7 +125,7 @@ class LeaderElector:
         while True:
             while not await self._attempt(self.renew_deadline):
                 await anyio.sleep(self.retry_seconds)
-            renewed = self.clock()
+            self._renewed = renewed = self.clock()
             log.info("became leader (%s holds %s/%s)", self.identity, self.namespace, self.name)
             self.leading = True
             async with anyio.create_task_group() as tg:
@@ -130,7 +134,7 @@ class LeaderElector:
                     await anyio.sleep(self.retry_seconds)
                     left = self.renew_deadline - (self.clock() - renewed)
                     if left > 0 and await self._attempt(left):
-                        renewed = self.clock()
+                        self._renewed = renewed = self.clock()
                     elif self.clock() - renewed >= self.renew_deadline:
                         log.warning(
                             "could not renew the lease %s/%s for %.0fs; stopping the admission loop",
@@ -141,6 +145,14 @@ class LeaderElector:
                         tg.cancel_scope.cancel()
                         break
             self.leading = False
+
+    def may_write(self) -> bool:
+        """May the admission loop send a write now? Only while this process leads and has
+        renewed within the renew deadline by its own monotonic clock: the fence on every
+        write of the loop (``Kube.fenced``). The loop itself is cancelled at the deadline,
+        but a process paused past it (SIGSTOP, a frozen VM) resumes with writes already
+        decided; this check, right before each is sent, refuses them."""
+        return self.leading and self.clock() - self._renewed < self.renew_deadline
 
     async def _attempt(self, within: float) -> bool:
         """One attempt, cut off after ``within`` seconds (a hung call counts as a failure)."""

@@ -13,6 +13,7 @@ import anyio
 import pytest
 
 from gatekeeper.controller import kube as k
+from gatekeeper.controller import resources as r
 from gatekeeper.controller.leader import LeaderElector
 
 
@@ -123,3 +124,42 @@ async def test_a_leader_whose_renewals_hang_stops_leading_within_its_renew_deadl
 def test_timing_that_could_overlap_is_refused() -> None:
     with pytest.raises(ValueError, match="renew_deadline"):
         elector(LeaseStore(), renew_deadline=2.0)
+
+
+@pytest.mark.anyio
+async def test_a_leader_paused_past_its_deadline_may_not_write_before_its_loop_is_stopped() -> None:
+    """SIGSTOP: the clock jumps past the renew deadline while nothing ran. On waking, the
+    admission loop may run before the elector notices; the fence must already say no."""
+    now = [100.0]
+    store = LeaseStore()
+    me = elector(store, clock=lambda: now[0])
+    seen: list[bool] = []
+
+    async def lead() -> None:
+        seen.append(me.may_write())
+        now[0] += 1.0  # paused for the whole renew deadline
+        seen.append(me.may_write())
+        await anyio.sleep_forever()
+
+    with anyio.move_on_after(0.5):
+        await me.run(lead)
+    assert seen[:2] == [True, False]  # (then it stepped down and, alone, led again)
+
+
+class NoApi:
+    """An API client that must not be called."""
+
+    def call_api(self, *args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a write was sent past the fence")
+
+
+@pytest.mark.anyio
+async def test_a_fenced_kube_sends_no_write_once_the_fence_says_no() -> None:
+    kube = k.Kube(NoApi(), credentials=object()).fenced(lambda: False)  # type: ignore[arg-type]
+    pod = {"metadata": {"name": "p", "namespace": "ns"}}
+    with pytest.raises(k.NotLeading):
+        await kube.create(r.LEASES, pod)
+    with pytest.raises(k.NotLeading):
+        await kube.delete(r.LEASES, "p", "ns", uid="u")
+    with pytest.raises(AssertionError, match="past the fence"):  # reads are not fenced
+        await kube.get(r.LEASES, "p", "ns")
