@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -62,6 +62,24 @@ CALL_TIMEOUT = httpx.Timeout(15.0, connect=5.0)
 connection would otherwise hold its pass (or the Lease renewal) for ever."""
 
 
+def fence_trace(fence: Callable[[], bool], what: str) -> Callable[[str, dict[str, Any]], Awaitable[None]]:
+    """An httpcore ``trace`` callback that asks ``fence`` once more right before the request's
+    headers, and again before its body, go on the wire; no, and the request is abandoned.
+
+    The check at the top of a call is not enough: between it and the send lie awaits (a
+    connection to open, a TLS handshake), and a process paused there (seen: SIGSTOP during
+    a burst) sends the write on waking, long past its deadline. (kr8s replaces a call's
+    extensions when the kubeconfig names a ``tls-server-name``; then only the first check
+    is made.)
+    """
+
+    async def trace(event: str, _info: dict[str, Any]) -> None:
+        if event.endswith((".send_request_headers.started", ".send_request_body.started")) and not fence():
+            raise NotLeading(f"{what}: not sent, this replica is past its renew deadline")
+
+    return trace
+
+
 class Kube:
     """Thin, counted writes. Reads go through informers, never through here."""
 
@@ -98,12 +116,14 @@ class Kube:
         params: Mapping[str, str] | None = None,
         counted_as: str | None = None,
     ) -> dict[str, Any]:
-        if self.fence is not None and verb != "GET" and not self.fence():
+        kwargs: dict[str, Any] = {"timeout": CALL_TIMEOUT}
+        if self.fence is not None and verb != "GET":
             # A leader that was paused (SIGSTOP, a VM freeze, a long GC) resumes with writes
             # it decided before: past its renew deadline another replica may lead already.
-            raise NotLeading(f"{verb} {res.plural}: not sent, this replica is past its renew deadline")
+            if not self.fence():
+                raise NotLeading(f"{verb} {res.plural}: not sent, this replica is past its renew deadline")
+            kwargs["extensions"] = {"trace": fence_trace(self.fence, f"{verb} {res.plural}")}
         API_REQUESTS.labels(counted_as or verb.lower(), res.plural).inc()
-        kwargs: dict[str, Any] = {"timeout": CALL_TIMEOUT}
         headers: dict[str, str] = {"User-Agent": self.user_agent} if self.user_agent else {}
         if params:
             kwargs["params"] = dict(params)

@@ -163,3 +163,35 @@ async def test_a_fenced_kube_sends_no_write_once_the_fence_says_no() -> None:
         await kube.delete(r.LEASES, "p", "ns", uid="u")
     with pytest.raises(AssertionError, match="past the fence"):  # reads are not fenced
         await kube.get(r.LEASES, "p", "ns")
+
+
+@pytest.mark.anyio
+async def test_a_write_is_abandoned_if_the_fence_closes_before_it_goes_on_the_wire() -> None:
+    """The fence passed when the call began, then the process was paused (the connection
+    was still being opened): the request must not reach the server when it wakes."""
+    import httpx
+    from aiohttp import web
+
+    received: list[str] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        received.append(request.method)
+        return web.json_response({})
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        answers = iter([False])  # the check at the top passed already; now it says no
+        trace = k.fence_trace(lambda: next(answers, False), "POST pods")
+        async with httpx.AsyncClient() as client:
+            with pytest.raises(k.NotLeading):
+                await client.post(f"http://127.0.0.1:{port}/x", content=b"{}", extensions={"trace": trace})
+            await client.post(f"http://127.0.0.1:{port}/y", content=b"{}")  # unfenced: sent
+    finally:
+        await runner.cleanup()
+    assert received == ["POST"], "only the unfenced request reached the server"
