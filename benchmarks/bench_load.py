@@ -30,6 +30,7 @@ import argparse
 import json
 import random
 import re
+import ssl
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -54,10 +55,11 @@ class Api:
     def __init__(self, sb: Sandbox) -> None:
         self.sb = sb
         pki = sb.pki
+        ctx = ssl.create_default_context(cafile=str(pki.ca_crt))
+        ctx.load_cert_chain(str(pki.admin_crt), str(pki.admin_key))
         self.client = httpx.AsyncClient(
             base_url=f"https://127.0.0.1:{sb.state()['ports']['apiserver']}",
-            verify=str(pki.ca_crt),
-            cert=(str(pki.admin_crt), str(pki.admin_key)),
+            verify=ctx,
             timeout=httpx.Timeout(30.0),
             limits=httpx.Limits(max_connections=64),
         )
@@ -351,7 +353,7 @@ async def part_writes(sb: Sandbox, args: argparse.Namespace) -> None:
     api = Api(sb)
     selector = {"load-pool": "writes"}
     nodes = [f"w-{i}" for i in range(8)]
-    sb.create_nodes([fake_node(n, gpus=8, cpu="64", labels=selector) for n in nodes])
+    await create_all(api, [("/api/v1/nodes", fake_node(n, gpus=8, cpu="64", labels=selector)) for n in nodes])
     sb.apply([pool("load-writes", selector, {"nvidia.com/gpu": "100000"})])
     await create_all(api, [namespace("load-writes"), namespace("load-churn")])
     await anyio.sleep(3)
@@ -458,8 +460,9 @@ async def part_memory(sb: Sandbox, args: argparse.Namespace) -> None:
     def node_of(i: int) -> str:
         return nodes[i // per_node]
 
-    sb.create_nodes([fake_node(n, gpus=0, cpu="1000", memory="4Ti", pods=per_node + 10) for n in nodes])
-    sb.create_nodes([fake_node(f"mg-{i}", gpus=4, labels={"load-pool": "mem"}) for i in range(4)])
+    big = [fake_node(n, gpus=0, cpu="1000", memory="4Ti", pods=per_node + 10) for n in nodes]
+    gpu = [fake_node(f"mg-{i}", gpus=4, labels={"load-pool": "mem"}) for i in range(4)]
+    await create_all(api, [("/api/v1/nodes", node) for node in [*big, *gpu]])
     sb.apply([pool("load-mem", {"load-pool": "mem"})])
     spaces = [f"load-{i}" for i in range(args.namespaces)]
     await create_all(api, [namespace(n) for n in [*spaces, "load-in"]])
