@@ -66,6 +66,7 @@ class Informer:
         on_change: Callable[[str, dict[str, Any]], None] | None = None,
         watch_seconds: int = 240,
         credentials: Credentials | None = None,
+        view: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     ) -> None:
         self.api = api
         self.resource = resource
@@ -73,6 +74,8 @@ class Informer:
         self.field_selector = field_selector
         self.watch_seconds = watch_seconds
         self.credentials = credentials or Credentials(api)
+        self.view = view
+        """What of each object is cached (all of it but managedFields when None)."""
         self.objects: dict[Key, dict[str, Any]] = {}
         self.synced = anyio.Event()
         self.relists = 0
@@ -86,6 +89,10 @@ class Informer:
     def _notify(self, kind: str, obj: dict[str, Any]) -> None:
         for listener in self.listeners:
             listener(kind, obj)
+
+    def _cached(self, obj: dict[str, Any]) -> dict[str, Any]:
+        obj = _lean(obj)
+        return self.view(obj) if self.view is not None else obj
 
     def get(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.objects.get((namespace, name))
@@ -122,7 +129,7 @@ class Informer:
                 raise_for_status(resp)
                 body = resp.json()
             for item in body.get("items", []):
-                items[key_of(item)] = _lean(item)
+                items[key_of(item)] = self._cached(item)
             cont = body.get("metadata", {}).get("continue")
             if not cont:
                 break
@@ -166,7 +173,7 @@ class Informer:
                     since = rv or since
                     continue
                 k = key_of(obj)
-                obj = _lean(obj)
+                obj = self._cached(obj)
                 if kind == "DELETED":
                     self.objects.pop(k, None)
                 else:

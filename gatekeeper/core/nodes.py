@@ -14,6 +14,7 @@ from typing import Any
 
 from gatekeeper.core.demand import Resources, pod_requests
 from gatekeeper.core.fields import mapping, sequence, string
+from gatekeeper.core.keys import KUEUE_POD_GROUP_KEY, KUEUE_ROLE_ANNOTATION
 from gatekeeper.core.objects import is_live
 from gatekeeper.core.quantity import parse_units
 from gatekeeper.core.selectors import Taint, parse_label_map, parse_taints
@@ -73,6 +74,66 @@ def parse_node(obj: Mapping[str, Any]) -> Node:
         )
     except ValueError as err:
         raise ValueError(f"Node {name}: {err}") from None
+
+
+_BOUND_META = (
+    "name",
+    "namespace",
+    "uid",
+    "resourceVersion",
+    "labels",
+    "ownerReferences",
+    "deletionTimestamp",
+)
+_BOUND_ANNOTATIONS = (KUEUE_POD_GROUP_KEY, KUEUE_ROLE_ANNOTATION)
+_BOUND_SPEC = ("nodeName", "overhead", "resources")
+_CONTAINER = ("name", "resources", "restartPolicy")
+
+
+def _kept(value: Any, keys: Iterable[str]) -> Any:
+    """``value`` with only ``keys``, or ``value`` itself when it is no mapping (so that a
+    malformed object reads as malformed, not as empty)."""
+    if not isinstance(value, Mapping):
+        return value
+    return {key: value[key] for key in keys if key in value}
+
+
+def _containers(value: Any) -> Any:
+    if not isinstance(value, list):
+        return value
+    return [_kept(c, _CONTAINER) for c in value]
+
+
+def bound_pod_view(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """What the decisions read of a bound pod, anyone's: its requests, node, phase and the
+    metadata that ties it to a group or Workload; nothing else.
+
+    Every pod bound in the cluster is cached for node room, and a whole pod (status,
+    env, volumes, probes, annotations) is many times the size of these fields. Reading
+    the view gives the same ``node_usage`` and the same node-fit members as the pod.
+    """
+    meta = pod.get("metadata")
+    view_meta = _kept(meta, _BOUND_META)
+    if isinstance(meta, Mapping) and "annotations" in meta:
+        view_meta["annotations"] = _kept(meta["annotations"], _BOUND_ANNOTATIONS)
+    spec = pod.get("spec")
+    view_spec = _kept(spec, _BOUND_SPEC)
+    if isinstance(spec, Mapping):
+        for key in ("containers", "initContainers"):
+            if key in spec:
+                view_spec[key] = _containers(spec[key])
+    view: dict[str, Any] = {}
+    for key in ("apiVersion", "kind"):
+        if key in pod:
+            view[key] = pod[key]
+    if meta is not None:
+        view["metadata"] = view_meta
+    if spec is not None:
+        view["spec"] = view_spec
+    status = pod.get("status")
+    if status is not None:
+        view["status"] = _kept(status, ("phase",))
+    return view
 
 
 class RequestsMemo:
