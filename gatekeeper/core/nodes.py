@@ -137,19 +137,25 @@ def bound_pod_view(pod: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class RequestsMemo:
-    """Requests of pods already read, by (uid, resourceVersion), bounded; owned by a loop.
+    """Requests of pods already read, by (uid, resourceVersion); owned by a loop.
 
     A pod's spec cannot change without a new resourceVersion, and most bound pods are the
     same from one pass to the next: reading requests (quantities as fractions) was 40% of
-    a pass at 8,000 pods.
+    a pass at 8,000 pods. It keeps what the last pass read and what this one has read so
+    far (``new_pass`` starts a pass), so it holds at most two passes' pods: the versions a
+    status update left behind go with the pass after it.
     """
 
-    def __init__(self, limit: int = 200_000) -> None:
-        self.limit = limit
+    def __init__(self) -> None:
         self._seen: dict[tuple[str, str], dict[str, int]] = {}
+        self._before: dict[tuple[str, str], dict[str, int]] = {}
 
     def __len__(self) -> int:
-        return len(self._seen)
+        return len(self._seen) + len(self._before)
+
+    def new_pass(self) -> None:
+        """What the last pass read and this one did not is forgotten; this one starts."""
+        self._before, self._seen = self._seen, {}
 
     def requests(self, meta: Mapping[str, Any], spec: Mapping[str, Any]) -> dict[str, int]:
         uid, version = meta.get("uid"), meta.get("resourceVersion")
@@ -158,9 +164,9 @@ class RequestsMemo:
         key = (uid, version)
         seen = self._seen.get(key)
         if seen is None:
-            seen = pod_requests(spec)
-            if len(self._seen) >= self.limit:
-                self._seen.clear()  # old versions pile up; starting afresh is cheap
+            seen = self._before.pop(key, None)
+            if seen is None:
+                seen = pod_requests(spec)
             self._seen[key] = seen
         return seen
 
@@ -171,8 +177,11 @@ def node_usage(
     """Requests of all bound, non-terminal pods, summed per node name, plus a ``pods`` count.
 
     Any pod counts, not only the gatekeeper's: node fit is about physical room.
-    Pods in phase Succeeded or Failed hold nothing; terminating pods still do.
+    Pods in phase Succeeded or Failed hold nothing; terminating pods still do. With a
+    ``memo`` this is a pass of it (``RequestsMemo.new_pass``).
     """
+    if memo is not None:
+        memo.new_pass()
     usage: dict[str, dict[str, int]] = {}
     for pod in pods:
         spec = mapping(pod.get("spec"), "spec")
