@@ -45,6 +45,9 @@ from gatekeeper.sandbox import control_plane
 from gatekeeper.sandbox.cluster import GATEKEEPER_NAMESPACE, Sandbox, default_dir, fake_node
 
 WEBHOOK = "pods.lws-gatekeeper.io"
+CONTROL = "mpod.kb.io"
+"""The LWS controller's pod webhook (Go, on loopback like ours, called for every pod created):
+its latency in the same moments says how much of ours is the machine's load."""
 LEASE = f"/apis/coordination.k8s.io/v1/namespaces/{GATEKEEPER_NAMESPACE}/leases/lws-gatekeeper"
 RECORDS = f"/apis/{GATEKEEPER_API_VERSION}/groupadmissions"
 
@@ -122,16 +125,20 @@ def apiserver_requests(metrics: str) -> float:
     return sum(float(v) for v in re.findall(r"^apiserver_request_total\{.*\} (\S+)$", metrics, re.M))
 
 
-def webhook_buckets(metrics: str) -> dict[float, float]:
-    """Cumulative counts by upper bound of our pod webhook's admission latency."""
+def webhook_buckets(metrics: str, name: str = WEBHOOK) -> dict[float, float]:
+    """Cumulative counts by upper bound of the admission latency of webhook ``name``."""
     out: dict[float, float] = defaultdict(float)
     for labels, value in re.findall(
         r"^apiserver_admission_webhook_admission_duration_seconds_bucket\{(.*)\} (\S+)$", metrics, re.M
     ):
         kv = dict(re.findall(r'(\w+)="([^"]*)"', labels))
-        if kv.get("name") == WEBHOOK:
+        if kv.get("name") == name:
             out[float(kv["le"])] += float(value)
     return dict(out)
+
+
+def both_webhooks(metrics: str) -> tuple[dict[float, float], dict[float, float]]:
+    return webhook_buckets(metrics), webhook_buckets(metrics, CONTROL)
 
 
 def quantile(buckets: dict[float, float], q: float) -> float:
@@ -484,7 +491,7 @@ async def part_memory(sb: Sandbox, args: argparse.Namespace) -> None:
     )
     await anyio.sleep(3)
     samplers, stop = Samplers(sb, api), anyio.Event()
-    baseline = webhook_buckets(await api.text("/metrics"))
+    baseline, baseline_lws = both_webhooks(await api.text("/metrics"))
     start_kib = proc_kib(gk_pid(sb), "VmRSS")
     passes_before = pass_seconds(sb.metrics())
     async with anyio.create_task_group() as tg:
@@ -510,7 +517,7 @@ async def part_memory(sb: Sandbox, args: argparse.Namespace) -> None:
         await anyio.sleep(30)
         before_relist = proc_kib(gk_pid(sb), "VmRSS")
         hwm_before = proc_kib(gk_pid(sb), "VmHWM")
-        first = webhook_buckets(await api.text("/metrics"))
+        first, first_lws = both_webhooks(await api.text("/metrics"))
         log = Path(sb.state()["processes"]["gatekeeper"]["log"])
         log_from = log_size(log)
         outage_start = time.time()
@@ -519,7 +526,7 @@ async def part_memory(sb: Sandbox, args: argparse.Namespace) -> None:
         await anyio.sleep(45)
         stop.set()
         samplers.stop.set()
-    second = webhook_buckets(await api.text("/metrics"))
+    second, second_lws = both_webhooks(await api.text("/metrics"))
     buckets = {b: first.get(b, 0) - baseline.get(b, 0) + second.get(b, 0) for b in second}
     text = read_from(log, log_from)
     relists, terms = text.count("relisting"), text.count("became leader")
@@ -540,14 +547,24 @@ async def part_memory(sb: Sandbox, args: argparse.Namespace) -> None:
         f"sampled VmRSS max {peak:.0f}; at start {start_kib / 1024:.0f}; before the relist "
         f"{before_relist / 1024:.0f} (VmHWM {hwm_before / 1024:.0f})",
     )
+    lws_buckets = {
+        b: first_lws.get(b, 0) - baseline_lws.get(b, 0) + second_lws.get(b, 0) for b in first_lws | second_lws
+    }
     phases = {
         "while the pods are created": {b: first.get(b, 0) - baseline.get(b, 0) for b in first},
         "after the restart (relists)": second,
         "whole run": buckets,
+        f"control {CONTROL} (LWS), while the pods are created": {
+            b: first_lws.get(b, 0) - baseline_lws.get(b, 0) for b in first_lws
+        },
+        f"control {CONTROL} (LWS), after the restart": second_lws,
+        f"control {CONTROL} (LWS), whole run": lws_buckets,
     }
     for phase, counts in phases.items():
         calls = counts.get(float("inf"), 0)
         within = counts.get(0.1, float("nan"))
+        if not calls:
+            continue
         row(
             f"webhook p50 / p99, {phase}",
             f"{1000 * quantile(counts, 0.5):.0f} / {1000 * quantile(counts, 0.99):.0f} ms",
