@@ -21,7 +21,7 @@ from gatekeeper.controller import resources as r
 from gatekeeper.controller.credentials import Credentials
 from gatekeeper.controller.informer import Informer
 from gatekeeper.controller.resources import Resource
-from gatekeeper.core.nodes import Node, RequestsMemo, parse_node
+from gatekeeper.core.nodes import Node, RequestsMemo, bound_pod_view, parse_node
 
 __all__ = ["BOUND_PODS", "Caches"]
 
@@ -51,7 +51,11 @@ class Caches:
         field_selector: str | None = None,
         on_change: Callable[[str, dict[str, Any]], None] | None = None,
     ) -> Informer:
-        """The informer of ``resource`` with these selectors; ``on_change`` joins its listeners."""
+        """The informer of ``resource`` with these selectors; ``on_change`` joins its listeners.
+
+        The bound pods (``BOUND_PODS``, every pod on a node, anyone's: most of a big
+        cluster's objects) are cached as ``bound_pod_view``, only what the decisions read.
+        """
         key = (resource.plural, resource.version, label_selector or "", field_selector or "")
         inf = self._informers.get(key)
         if inf is None:
@@ -61,6 +65,7 @@ class Caches:
                 label_selector=label_selector,
                 field_selector=field_selector,
                 credentials=self.credentials,
+                view=bound_pod_view if resource == r.PODS and field_selector == BOUND_PODS else None,
             )
             self._informers[key] = inf
         if on_change is not None:

@@ -14,6 +14,7 @@ from typing import Any
 
 from gatekeeper.core.demand import Resources, pod_requests
 from gatekeeper.core.fields import mapping, sequence, string
+from gatekeeper.core.keys import KUEUE_POD_GROUP_KEY, KUEUE_ROLE_ANNOTATION
 from gatekeeper.core.objects import is_live
 from gatekeeper.core.quantity import parse_units
 from gatekeeper.core.selectors import Taint, parse_label_map, parse_taints
@@ -75,20 +76,86 @@ def parse_node(obj: Mapping[str, Any]) -> Node:
         raise ValueError(f"Node {name}: {err}") from None
 
 
+_BOUND_META = (
+    "name",
+    "namespace",
+    "uid",
+    "resourceVersion",
+    "labels",
+    "ownerReferences",
+    "deletionTimestamp",
+)
+_BOUND_ANNOTATIONS = (KUEUE_POD_GROUP_KEY, KUEUE_ROLE_ANNOTATION)
+_BOUND_SPEC = ("nodeName", "overhead", "resources")
+_CONTAINER = ("name", "resources", "restartPolicy")
+
+
+def _kept(value: Any, keys: Iterable[str]) -> Any:
+    """``value`` with only ``keys``, or ``value`` itself when it is no mapping (so that a
+    malformed object reads as malformed, not as empty)."""
+    if not isinstance(value, Mapping):
+        return value
+    return {key: value[key] for key in keys if key in value}
+
+
+def _containers(value: Any) -> Any:
+    if not isinstance(value, list):
+        return value
+    return [_kept(c, _CONTAINER) for c in value]
+
+
+def bound_pod_view(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """What the decisions read of a bound pod, anyone's: its requests, node, phase and the
+    metadata that ties it to a group or Workload; nothing else.
+
+    Every pod bound in the cluster is cached for node room, and a whole pod (status,
+    env, volumes, probes, annotations) is many times the size of these fields. Reading
+    the view gives the same ``node_usage`` and the same node-fit members as the pod.
+    """
+    meta = pod.get("metadata")
+    view_meta = _kept(meta, _BOUND_META)
+    if isinstance(meta, Mapping) and "annotations" in meta:
+        view_meta["annotations"] = _kept(meta["annotations"], _BOUND_ANNOTATIONS)
+    spec = pod.get("spec")
+    view_spec = _kept(spec, _BOUND_SPEC)
+    if isinstance(spec, Mapping):
+        for key in ("containers", "initContainers"):
+            if key in spec:
+                view_spec[key] = _containers(spec[key])
+    view: dict[str, Any] = {}
+    for key in ("apiVersion", "kind"):
+        if key in pod:
+            view[key] = pod[key]
+    if meta is not None:
+        view["metadata"] = view_meta
+    if spec is not None:
+        view["spec"] = view_spec
+    status = pod.get("status")
+    if status is not None:
+        view["status"] = _kept(status, ("phase",))
+    return view
+
+
 class RequestsMemo:
-    """Requests of pods already read, by (uid, resourceVersion), bounded; owned by a loop.
+    """Requests of pods already read, by (uid, resourceVersion); owned by a loop.
 
     A pod's spec cannot change without a new resourceVersion, and most bound pods are the
     same from one pass to the next: reading requests (quantities as fractions) was 40% of
-    a pass at 8,000 pods.
+    a pass at 8,000 pods. It keeps what the last pass read and what this one has read so
+    far (``new_pass`` starts a pass), so it holds at most two passes' pods: the versions a
+    status update left behind go with the pass after it.
     """
 
-    def __init__(self, limit: int = 200_000) -> None:
-        self.limit = limit
+    def __init__(self) -> None:
         self._seen: dict[tuple[str, str], dict[str, int]] = {}
+        self._before: dict[tuple[str, str], dict[str, int]] = {}
 
     def __len__(self) -> int:
-        return len(self._seen)
+        return len(self._seen) + len(self._before)
+
+    def new_pass(self) -> None:
+        """What the last pass read and this one did not is forgotten; this one starts."""
+        self._before, self._seen = self._seen, {}
 
     def requests(self, meta: Mapping[str, Any], spec: Mapping[str, Any]) -> dict[str, int]:
         uid, version = meta.get("uid"), meta.get("resourceVersion")
@@ -97,9 +164,9 @@ class RequestsMemo:
         key = (uid, version)
         seen = self._seen.get(key)
         if seen is None:
-            seen = pod_requests(spec)
-            if len(self._seen) >= self.limit:
-                self._seen.clear()  # old versions pile up; starting afresh is cheap
+            seen = self._before.pop(key, None)
+            if seen is None:
+                seen = pod_requests(spec)
             self._seen[key] = seen
         return seen
 
@@ -110,8 +177,11 @@ def node_usage(
     """Requests of all bound, non-terminal pods, summed per node name, plus a ``pods`` count.
 
     Any pod counts, not only the gatekeeper's: node fit is about physical room.
-    Pods in phase Succeeded or Failed hold nothing; terminating pods still do.
+    Pods in phase Succeeded or Failed hold nothing; terminating pods still do. With a
+    ``memo`` this is a pass of it (``RequestsMemo.new_pass``).
     """
+    if memo is not None:
+        memo.new_pass()
     usage: dict[str, dict[str, int]] = {}
     for pod in pods:
         spec = mapping(pod.get("spec"), "spec")

@@ -65,9 +65,10 @@ def fake_node(
     memory: str = "32Gi",
     labels: dict[str, str] | None = None,
     taints: list[dict[str, str]] | None = None,
+    pods: int = 110,
 ) -> dict[str, Any]:
-    """A Node object that KWOK manages, with ``nvidia.com/gpu`` capacity."""
-    resources = {"cpu": cpu, "memory": memory, "pods": "110"}
+    """A Node object that KWOK manages, with ``nvidia.com/gpu`` capacity and room for ``pods`` pods."""
+    resources = {"cpu": cpu, "memory": memory, "pods": str(pods)}
     if gpus:
         resources["nvidia.com/gpu"] = str(gpus)
     node: dict[str, Any] = {

@@ -182,6 +182,19 @@ def test_node_usage_reads_a_pod_version_once_and_a_new_version_afresh() -> None:
     assert node_usage([unversioned], memo)["n1"][GPU] == 2, "no version: never remembered"
 
 
+def test_the_requests_memo_forgets_versions_no_pass_reads_any_more() -> None:
+    """Every status update of a bound pod is a new version: 100 pods over 50 passes are 5,000
+    versions, but only the 100 of the last pass are worth keeping (issue 9: the memo held up
+    to 200,000 entries whatever the cluster's size)."""
+    memo = RequestsMemo()
+    pods = [bound_pod(f"p{i}", "n1", gpu=1) for i in range(100)]
+    for version in range(50):
+        for i, pod in enumerate(pods):
+            pod["metadata"] |= {"uid": f"u{i}", "resourceVersion": str(version)}
+        assert node_usage(pods, memo)["n1"][GPU] == 100
+    assert len(memo) <= 2 * len(pods)
+
+
 def test_node_usage_names_a_broken_pod() -> None:
     with pytest.raises(ValueError, match=r"Pod other/x: spec\.containers\[0\]\.resources\.requests\[cpu\]"):
         node_usage([bound_pod("x", "n1", cpu="zz")])

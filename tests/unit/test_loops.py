@@ -11,6 +11,7 @@ import contextlib
 import itertools
 import logging
 from collections.abc import AsyncIterator
+from types import SimpleNamespace
 from typing import Any
 
 import anyio
@@ -306,3 +307,30 @@ async def test_each_term_starts_from_new_lists_never_from_the_last_terms_caches(
     first, second = ({id(i) for i in c.informers} for c in made)
     assert first and second and not first & second
     assert all(not inf.synced.is_set() for inf in made[1].informers)
+
+
+@pytest.mark.anyio
+async def test_a_stream_of_changes_runs_a_pass_at_most_once_a_second() -> None:
+    """Issue 9: every change of a bound pod pokes the loop; while 20,000 pods were created
+    the passes ran back to back (2,178 in 8 minutes) and the webhook in the same process
+    answered in 0.5 s at p99. Pokes every 10 ms for 1.5 s now give at most two passes."""
+
+    class Counting:
+        log = logging.getLogger("gatekeeper.test")
+        informers: tuple[Any, ...] = ()
+        passes = 0
+
+        async def reconcile_once(self, write: Any) -> Any:
+            self.passes += 1
+            return SimpleNamespace(problems=())
+
+    controller = Counting()
+    loop = PassLoop(controller, resync=60.0)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(loop.run)
+        end = anyio.current_time() + 1.5
+        while anyio.current_time() < end:
+            loop.poke()
+            await anyio.sleep(0.01)
+        tg.cancel_scope.cancel()
+    assert 1 <= controller.passes <= 2
