@@ -31,7 +31,7 @@ from gatekeeper.controller.checks.node_fit import NodeFitCheck
 from gatekeeper.controller.kube import Kube
 from gatekeeper.controller.leader import LeaderElector
 from gatekeeper.controller.loop import Controller, PassLoop
-from gatekeeper.webhook import start_webhook_server
+from gatekeeper.webhook import WebhookThread
 
 __all__ = ["Options", "run"]
 
@@ -131,7 +131,7 @@ async def run(opts: Options) -> None:
     identity = opts.identity or f"{socket.gethostname()}-{os.getpid()}"
     # One client, one set of credentials, for every part of the process.
     kube = Kube(api, user_agent=f"lws-gatekeeper/{_version()} ({identity})")
-    runners: list[web.AppRunner] = []
+    runners: list[web.AppRunner | WebhookThread] = []
     certs: SelfSignedCerts | None = None
     if opts.self_signed_certs_secret:
         if opts.cert_dir is None:
@@ -146,12 +146,13 @@ async def run(opts: Options) -> None:
         )
         await certs.ensure_until_done()  # the server below reads the files at start
     if opts.cert_dir is not None:
+        # On a loop and thread of its own: a review never waits behind the controller's work.
         runners.append(
-            await start_webhook_server(
+            await WebhookThread.start(
                 opts.webhook_host, opts.webhook_port, opts.cert_dir / "tls.crt", opts.cert_dir / "tls.key"
             )
         )
-        log.info("webhook serving on %s:%d", opts.webhook_host, opts.webhook_port)
+        log.info("webhook serving on %s:%d (own thread)", opts.webhook_host, opts.webhook_port)
     if opts.metrics_port:
         runners.append(await _serve_metrics(opts))
     elector = LeaderElector(kube, namespace=opts.lease_namespace, name=opts.lease_name, identity=identity)

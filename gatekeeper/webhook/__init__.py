@@ -11,11 +11,20 @@ only objects labelled ``lws-gatekeeper.io/pool``:
 
 Unrelated pods never reach the gatekeeper, so its outage cannot block them; opted-in
 objects are refused while it is down (failurePolicy Fail), so none escapes the gate.
-The decisions are pure (``gatekeeper.core.gating``); ``server`` serves them over HTTPS
-and ``config`` builds the MutatingWebhookConfiguration.
+The decisions are pure (``gatekeeper.core.gating``); ``server`` serves them over HTTPS,
+``thread`` runs that server on an event loop of its own, and ``config`` builds the
+MutatingWebhookConfiguration.
 """
 
 from gatekeeper.webhook.config import LWS_PATH, PODS_PATH, mutating_webhook_configuration
 from gatekeeper.webhook.server import make_app, start_webhook_server
+from gatekeeper.webhook.thread import WebhookThread
 
-__all__ = ["LWS_PATH", "PODS_PATH", "make_app", "mutating_webhook_configuration", "start_webhook_server"]
+__all__ = [
+    "LWS_PATH",
+    "PODS_PATH",
+    "WebhookThread",
+    "make_app",
+    "mutating_webhook_configuration",
+    "start_webhook_server",
+]
