@@ -4,10 +4,11 @@ Why this exists: the API server waits for every opted-in pod's review (10 s at m
 the create fails), so the webhook's latency is the pod's creation latency. On the
 process's main event loop a review waits behind whatever the loop is doing: decoding a
 page of 100 pods or a burst of watch events holds it for hundreds of milliseconds at a
-time (measured with 20,000 pods: webhook p99 482 ms). On a loop of its own, a review waits
-at most for the interpreter's thread switch (``sys.getswitchinterval()``, 5 ms), whatever
-the main loop does. The webhook is stateless (``server.make_app`` reads nothing the
-controller holds), so nothing is shared but the metrics registry, which is thread-safe.
+time (measured with 20,000 pods: webhook p99 482 ms). On a loop of its own, a review
+waits only for the interpreter's thread switch at each of its awaits (set to
+:data:`GIL_SWITCH_SECONDS`), whatever the main loop does. The webhook is stateless
+(``server.make_app`` reads nothing the controller holds), so nothing is shared but the
+metrics registry, which is thread-safe.
 
 ``controller/app.py`` starts it with :meth:`WebhookThread.start` and stops it with
 :meth:`WebhookThread.cleanup`, as it does the metrics server's runner.
@@ -16,6 +17,7 @@ controller holds), so nothing is shared but the metrics registry, which is threa
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -25,7 +27,13 @@ from aiohttp import web
 
 from gatekeeper.webhook.server import start_webhook_server
 
-__all__ = ["WebhookThread"]
+__all__ = ["GIL_SWITCH_SECONDS", "WebhookThread"]
+
+GIL_SWITCH_SECONDS = 0.001
+"""How long another thread may hold the interpreter before the webhook's thread gets it
+(Python's default is 5 ms). A review takes the interpreter back at each of its awaits
+(read, decode, answer, TLS), a dozen times, so under a busy controller thread the default
+alone adds tens of milliseconds to every review."""
 
 
 class WebhookThread:
@@ -44,6 +52,7 @@ class WebhookThread:
     async def start(cls, host: str, port: int, cert_file: Path, key_file: Path) -> WebhookThread:
         """Start serving; returns once the server listens (or raises what kept it from it)."""
         self = cls()
+        sys.setswitchinterval(GIL_SWITCH_SECONDS)
         started = threading.Event()
         failed: list[BaseException] = []
 
