@@ -37,6 +37,10 @@ def pool_not_found(pool: str) -> str:
     return f"names pool {pool}, which does not exist"
 
 
+def namespace_not_allowed(namespace: str, pool: str) -> str:
+    return f"waits: namespace {namespace} may not use pool {pool}"
+
+
 def invalid_spec(message: str) -> str:
     return f"cannot be admitted: {message}"
 

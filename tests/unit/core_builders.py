@@ -234,7 +234,7 @@ class PoolBuilder:
             "apiVersion": "lws-gatekeeper.io/v1alpha1",
             "kind": "Pool",
             "metadata": {"name": name},
-            "spec": {"nodeSelector": {"pool": name}},
+            "spec": {"nodeSelector": {"pool": name}, "namespaceSelector": {}},
         }
 
     def selector(self, **labels: str) -> PoolBuilder:
@@ -243,6 +243,18 @@ class PoolBuilder:
 
     def quota(self, **resources: Any) -> PoolBuilder:
         self._obj["spec"]["quota"] = _resources(resources)
+        return self
+
+    def tolerations(self, *tolerations: dict[str, Any]) -> PoolBuilder:
+        self._obj["spec"]["tolerations"] = list(tolerations)
+        return self
+
+    def namespaces(self, selector: dict[str, Any] | None) -> PoolBuilder:
+        """``spec.namespaceSelector``; None removes it (no namespace may use the pool)."""
+        if selector is None:
+            self._obj["spec"].pop("namespaceSelector", None)
+        else:
+            self._obj["spec"]["namespaceSelector"] = selector
         return self
 
     def strict(self) -> PoolBuilder:

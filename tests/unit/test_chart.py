@@ -112,8 +112,10 @@ def rules(objects: list[dict[str, Any]], kind: str) -> list[Rule]:
 # gates and Events.
 CLUSTER_RULES: list[Rule] = [
     ("", "events", ("create",), ()),
+    ("", "namespaces", ("list", "watch"), ()),
     ("", "nodes", ("list", "watch"), ()),
     ("", "pods", ("list", "watch", "patch"), ()),
+    ("apps", "statefulsets", ("list", "watch"), ()),
     ("leaderworkerset.x-k8s.io", "leaderworkersets", ("list", "watch"), ()),
     ("lws-gatekeeper.io", "groupadmissions", ("list", "watch", "create", "patch", "delete"), ()),
     ("lws-gatekeeper.io", "groupadmissions/status", ("patch",), ()),

@@ -78,6 +78,7 @@ from datetime import datetime
 from typing import Any
 
 from gatekeeper.core.demand import GroupDemand
+from gatekeeper.core.gating import Ungate
 from gatekeeper.core.groups import DemandMemo, GroupState, PodsByGroup, lws_groups, pods_by_group
 from gatekeeper.core.keys import ADMITTED
 from gatekeeper.core.lws import GroupPod
@@ -124,6 +125,8 @@ class Snapshot:
     records: Sequence[Mapping[str, Any]]
     priorities: Mapping[str, int] = field(default_factory=dict)
     """PriorityClass name -> value."""
+    namespaces: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    """Namespace name -> its labels (the pools' ``spec.namespaceSelector``)."""
 
 
 @dataclass(frozen=True)
@@ -180,6 +183,9 @@ class Actions:
     gated pods stay gated. Report them (an event); do not write their condition."""
     problems: tuple[str, ...] = ()
     """Objects this pass could not read and skipped, in words (for logs)."""
+    steer: Mapping[tuple[str, str], Ungate] = field(default_factory=dict)
+    """(namespace, pod) -> how each pod to ungate (in ``admit`` and ``ungate``) is steered
+    to its pool's nodes in the write that lifts its gate."""
 
 
 def _parse_pools(objs: Iterable[Mapping[str, Any]]) -> tuple[list[Pool], dict[str, str]]:
@@ -227,7 +233,8 @@ def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMem
     held_invalid: list[WaitStatus] = []
     held_changed: list[WaitStatus] = []
     restore: list[tuple[str, str, str]] = []
-    partial_ungate: list[tuple[str, str]] = []
+    partial_ungate: list[tuple[str, str, str]] = []
+    held_pools: dict[GroupKey, str] = {}
     revisions: list[tuple[str, str, str]] = []
     readmitted: dict[GroupKey, str] = {}
     state_of: dict[GroupKey, GroupState] = {}
@@ -261,7 +268,7 @@ def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMem
                     readmitted[key] = format_resources(was[0]) if was else ""
                 else:
                     admitted_groups.append(changed[0])
-                    partial_ungate.extend((ns, pod) for pod in changed[1])
+                    partial_ungate.extend((ns, pod, changed[0].pool) for pod in changed[1])
                     if changed[2] is not None:
                         held_changed.append(changed[2])
                     elif record is not None and _said_changed(record):
@@ -283,6 +290,7 @@ def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMem
                     )
                     if staying:
                         ungate_keys.append(key)
+                        held_pools[key] = held_pool
                         recorded_revision = str(status.get("templateRevision") or "")
                         if gs.revision and gs.revision != recorded_revision:
                             revisions.append((ns, rname, gs.revision))
@@ -317,7 +325,16 @@ def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMem
         node_usage_skipping(snap.bound_pods, problems, requests),
         admitted_groups,
         waiting_groups,
+        snap.namespaces,
     )
+    by_name = {p.name: p for p in pools}
+    steer: dict[tuple[str, str], Ungate] = {}
+
+    def steered(ns: str, pod: str, pool_name: str) -> bool:
+        pool = by_name.get(pool_name)
+        if pool is not None:  # a pod is never let through to no pool's nodes
+            steer[(ns, pod)] = Ungate(ns, pod, pool.node_selector, pool.tolerations)
+        return pool is not None
 
     create = tuple(g for g in groups if (g.key.namespace, g.record) not in wanted_records)
     admit: list[Admit] = []
@@ -325,8 +342,15 @@ def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMem
         gs = state_of[a.key]
         summary = format_resources(gs.demand.total) if isinstance(gs.demand, GroupDemand) else ""
         admit.append(Admit(group=gs, nodes=tuple(a.nodes), summary=summary))
+        for pod in gs.gated:
+            steered(gs.key.namespace, pod, gs.pool)
     ungate = tuple(
-        sorted({(k.namespace, pod) for k in ungate_keys for pod in state_of[k].gated} | set(partial_ungate))
+        (ns, pod)
+        for ns, pod, pool_name in sorted(
+            {(k.namespace, pod, held_pools[k]) for k in ungate_keys for pod in state_of[k].gated}
+            | set(partial_ungate)
+        )
+        if steered(ns, pod, pool_name)
     )
     waiting: list[WaitStatus] = []
     for w in result.waiting:
@@ -355,6 +379,7 @@ def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMem
         restore_admitted=tuple(sorted(restore)),
         revisions=tuple(sorted(revisions)),
         problems=tuple(sorted(problems)),
+        steer=steer,
     )
 
 

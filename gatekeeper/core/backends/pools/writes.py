@@ -245,7 +245,8 @@ def plan_writes(actions: Actions, inputs: PassInputs) -> Plan:
 
     def ungate(namespace: str, pod: str) -> Write | None:
         obj = pods.get((namespace, pod))
-        ops = ungate_patch(obj) if obj is not None else None
+        steer = actions.steer.get((namespace, pod))
+        ops = ungate_patch(obj, steer) if obj is not None and steer is not None else None
         return Write(Op.JSON_PATCH, "pods", namespace, pod, ops, tag="ungate") if ops else None
 
     for admit in actions.admit:
