@@ -23,6 +23,7 @@ import yaml
 __all__ = [
     "ALLOWED_USERNAMES_VARIABLE",
     "GATE_PROTECTION",
+    "MEMBER_LABELS",
     "POLICY_FILES",
     "PoliciesMissing",
     "cel_string_list",
@@ -32,7 +33,8 @@ __all__ = [
 ]
 
 GATE_PROTECTION = "gate-protection"
-POLICY_FILES = (GATE_PROTECTION, "gate-injection", "pool-label")
+MEMBER_LABELS = "member-labels"
+POLICY_FILES = (GATE_PROTECTION, "gate-injection", "pool-label", MEMBER_LABELS)
 """The policy files (without ``.yaml``): each holds its policies and their bindings."""
 ALLOWED_USERNAMES_VARIABLE = "allowedUsernames"
 """The gate-protection policy's variable that lists who may remove the gate."""

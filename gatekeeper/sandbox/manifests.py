@@ -18,7 +18,12 @@ from typing import Any
 import yaml
 
 from gatekeeper.core.keys import KWOK_NODE, SANDBOX_POLICIES_LABEL
-from gatekeeper.render.admission import GATE_PROTECTION, load_policies, service_account_username
+from gatekeeper.render.admission import (
+    GATE_PROTECTION,
+    MEMBER_LABELS,
+    load_policies,
+    service_account_username,
+)
 from gatekeeper.sandbox import build
 from gatekeeper.sandbox.process import SandboxError
 
@@ -78,7 +83,8 @@ def fake_node(
 
 
 def sandbox_policies() -> list[dict[str, Any]]:
-    """Gate protection and the pool-label check of ``policies/``, as ``up`` installs them.
+    """Gate protection, the pool-label and member-labels checks of ``policies/``, as ``up``
+    installs them.
 
     Who may remove the gate: the sandbox's gatekeeper, which runs with the admin
     certificate (CN=sandbox-admin), and the chart's default ServiceAccount in
@@ -91,7 +97,7 @@ def sandbox_policies() -> list[dict[str, Any]]:
     ``-sandbox``, so that the files' own objects (the chart's) can still be created beside.
     """
     objects = load_policies(
-        [GATE_PROTECTION, "pool-label"],
+        [GATE_PROTECTION, "pool-label", MEMBER_LABELS],
         allowed_usernames=["sandbox-admin", service_account_username(GATEKEEPER_NAMESPACE, "lws-gatekeeper")],
     )
     for obj in objects:

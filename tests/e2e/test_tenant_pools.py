@@ -11,13 +11,16 @@ import copy
 from typing import Any
 
 import kr8s.asyncio
+import yaml
 from kr8s.asyncio.objects import Namespace, Pod
 
 from gatekeeper.core import POOL_LABEL
 from gatekeeper.core.keys import GROUP_INDEX_LABEL, LWS_NAME_LABEL, SCHEDULING_GATE, WORKER_INDEX_LABEL
+from gatekeeper.render.admission import MEMBER_LABELS, load_policies
 from gatekeeper.sandbox.replay import LeaderWorkerSet, list_raw
 
-from .conftest import TEST_NODES_KEY, MakeNodes, MakePool, admitted, condition, eventually, records
+from .conftest import TEST_NODES_KEY, Cluster, MakeNodes, MakePool, admitted, condition, eventually, records
+from .test_policies import for_test
 
 
 def plain_lws(
@@ -128,11 +131,11 @@ async def test_a_namespace_the_pool_does_not_admit_waits_with_a_warning(
 async def test_a_pod_the_lws_did_not_make_is_never_let_through(
     api: kr8s.asyncio.Api, namespace: str, fake_nodes: MakeNodes, make_pool: MakePool
 ) -> None:
-    """A bare pod that claims admitted group 0 by its labels stays gated; the record and an
-    Event say so. And a gated pod's LWS labels cannot be changed."""
+    """A bare pod that claims admitted group 0 by its labels (and asks 2 GPUs, more than the
+    group's pods) stays gated; the record and an Event say so."""
     nodes = await fake_nodes(4, gpus=1)
     pool = await make_pool(nodes, tolerations=tolerate(nodes.id))
-    await create(api, namespace, plain_lws("lws", pool, replicas=1))
+    await create(api, namespace, plain_lws("lws", pool, replicas=1, tolerate_all=True))
 
     async def group_0_admitted() -> bool:
         return admitted((await records(api, namespace)).get(0, {}))
@@ -142,10 +145,17 @@ async def test_a_pod_the_lws_did_not_make_is_never_let_through(
         POOL_LABEL: pool,
         LWS_NAME_LABEL: "lws",
         GROUP_INDEX_LABEL: "0",
-        WORKER_INDEX_LABEL: "1",
+        WORKER_INDEX_LABEL: "7",
     }
     forged = {
-        "metadata": {"name": "forged", "namespace": namespace, "labels": labels},
+        # The LWS pod webhook wants the size annotation on any pod with the LWS labels, and a
+        # worker's ordinal in its name: named as a worker of group 0 would be.
+        "metadata": {
+            "name": "lws-0-7",
+            "namespace": namespace,
+            "labels": labels,
+            "annotations": {"leaderworkerset.sigs.k8s.io/size": "2"},
+        },
         "spec": {
             "containers": [{"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "2"}}}],
             "tolerations": tolerate(nodes.id),
@@ -155,11 +165,11 @@ async def test_a_pod_the_lws_did_not_make_is_never_let_through(
     await pod.create()
 
     async def record_names_it() -> bool:
-        return "forged" in condition((await records(api, namespace)).get(0, {})).get("message", "")
+        return "lws-0-7" in condition((await records(api, namespace)).get(0, {})).get("message", "")
 
     await eventually(record_names_it, what="the record names the forged pod")
     message = condition((await records(api, namespace))[0])["message"]
-    assert "pod forged was not made by LeaderWorkerSet lws" in message, message
+    assert "pod lws-0-7 was not made by LeaderWorkerSet lws" in message, message
     await pod.refresh()
     assert any(g["name"] == SCHEDULING_GATE for g in pod.raw["spec"].get("schedulingGates", []))
     events = [
@@ -169,10 +179,50 @@ async def test_a_pod_the_lws_did_not_make_is_never_let_through(
     ]
     assert events and events[0]["type"] == "Warning"
 
-    # A waiting (gated) pod cannot be moved to another group or pool by relabelling.
-    relabel_refused = False
+
+async def test_a_gated_pods_group_and_pool_labels_cannot_be_changed(
+    api: kr8s.asyncio.Api, cluster: Cluster, namespace: str
+) -> None:
+    """The member-labels policy (a copy acting in this namespace): a gated pod cannot be
+    relabelled into another group or pool; its other labels can change."""
+    policy = for_test(load_policies([MEMBER_LABELS]), "x" + namespace[-5:], namespace)
+    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(policy))
     try:
-        await pod.patch({"metadata": {"labels": {GROUP_INDEX_LABEL: "7"}}})
-    except kr8s.ServerError as err:
-        relabel_refused = "lws-gatekeeper-member-labels" in str(err.response.text if err.response else err)
-    assert relabel_refused, "changing a gated pod's group-index label was allowed"
+        labels = {POOL_LABEL: "p", LWS_NAME_LABEL: "lws", GROUP_INDEX_LABEL: "3", WORKER_INDEX_LABEL: "0"}
+        body = {
+            "metadata": {
+                "name": "lws-3",  # named as the LWS names a leader, as its pod webhook wants
+                "namespace": namespace,
+                "labels": labels,
+                "annotations": {"leaderworkerset.sigs.k8s.io/size": "2"},
+            },
+            "spec": {"containers": [{"name": "c", "image": "x"}]},
+        }
+        pod = await Pod(body, api=api)
+        await pod.create()  # the webhook gives it the gate
+        await pod.refresh()
+        assert any(g["name"] == SCHEDULING_GATE for g in pod.raw["spec"].get("schedulingGates", []))
+
+        async def relabel_refused() -> bool:
+            try:
+                await pod.patch({"metadata": {"labels": {GROUP_INDEX_LABEL: "0"}}})
+            except kr8s.ServerError as err:
+                return "may not change while it waits" in str(err.response.text if err.response else err)
+            await pod.patch({"metadata": {"labels": {GROUP_INDEX_LABEL: "3"}}})  # not yet enforced
+            return False
+
+        await eventually(relabel_refused, what="the policy refuses a new group index")
+        for change in ({POOL_LABEL: None}, {LWS_NAME_LABEL: "other"}, {WORKER_INDEX_LABEL: "1"}):
+            refused = False
+            try:
+                await pod.patch({"metadata": {"labels": change}})
+            except kr8s.ServerError:
+                refused = True
+            assert refused, f"{change} was allowed on a gated pod"
+        await pod.patch({"metadata": {"labels": {"note": "ok"}}})
+        await pod.refresh()
+        assert pod.raw["metadata"]["labels"]["note"] == "ok"
+        assert pod.raw["metadata"]["labels"][GROUP_INDEX_LABEL] == "3"
+    finally:
+        for obj in sorted(policy, key=lambda o: not o["kind"].endswith("Binding")):
+            cluster.kubectl("delete", obj["kind"], obj["metadata"]["name"], "--ignore-not-found")

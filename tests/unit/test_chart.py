@@ -275,6 +275,8 @@ def test_default_objects(default: list[dict[str, Any]]) -> None:
             "ServiceAccount",
             "ValidatingAdmissionPolicy",
             "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
             "ValidatingAdmissionPolicyBinding",
             "ValidatingAdmissionPolicyBinding",
         ]
@@ -434,11 +436,14 @@ def test_the_self_signed_secret_is_made_empty(default: list[dict[str, Any]]) -> 
 
 
 def test_the_policies_are_the_files_of_policies(default: list[dict[str, Any]]) -> None:
-    """Gate protection allows exactly the chart's ServiceAccount; the pool-label check is as written."""
+    """Gate protection allows exactly the chart's ServiceAccount; the pool-label and member-labels
+    checks are as written."""
     rendered = [
         without_chart_metadata(o) for o in default if o["kind"].startswith("ValidatingAdmissionPolicy")
     ]
-    expected = load_policies(["gate-protection", "pool-label"], allowed_usernames=[SA_USERNAME])
+    expected = load_policies(
+        ["gate-protection", "pool-label", "member-labels"], allowed_usernames=[SA_USERNAME]
+    )
     assert sorted(rendered, key=str) == sorted(expected, key=str)
     assert not by_kind(default, "MutatingAdmissionPolicy")
 
@@ -502,8 +507,10 @@ def test_cert_manager_auto_follows_the_cluster(render: Render) -> None:
 
 def test_policies_off(render: Render) -> None:
     objects = render(
-        "--set", "policies.gateProtection.enabled=false", "--set", "policies.poolLabel.enabled=false"
-    )
+        "--set", "policies.gateProtection.enabled=false",
+        "--set", "policies.poolLabel.enabled=false",
+        "--set", "policies.memberLabels.enabled=false",
+    )  # fmt: skip
     assert not [o for o in objects if "AdmissionPolicy" in o["kind"]]
     assert by_kind(objects, "MutatingWebhookConfiguration")
 
@@ -514,6 +521,7 @@ def test_gate_protection_allows_the_chosen_service_account_and_extras(render: Re
         "--set", "serviceAccount.name=gk-robot",
         "--set", "policies.gateProtection.extraAllowedUsernames={ops-admin,system:serviceaccount:x:y}",
         "--set", "policies.poolLabel.enabled=false",
+        "--set", "policies.memberLabels.enabled=false",
     )  # fmt: skip
     assert not by_kind(objects, "ServiceAccount")
     usernames = [service_account_username(NAMESPACE, "gk-robot"), "ops-admin", "system:serviceaccount:x:y"]

@@ -6,9 +6,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from core_builders import ctr, gpu_nodes, lws, lws_pod, node, pod_spec, pool, waiting
+from core_builders import ctr, gpu_nodes, lws, lws_pod, lws_statefulsets, node, pod_spec, pool, waiting
 
 from gatekeeper.core.backends.pools import PassInputs, Snapshot, decide, plan_writes
+from gatekeeper.core.members import split_members
 from gatekeeper.core.planner import plan
 from gatekeeper.core.pool import parse_pool
 from gatekeeper.core.reasons import Reason
@@ -116,6 +117,7 @@ def _snap(pods: list[dict[str, Any]], records: list[dict[str, Any]], pools: list
         nodes=[node(f"n{i}").labels(pool="a").alloc(gpu=1).parsed() for i in range(2)],
         pools=pools,
         records=records,
+        statefulsets=lws_statefulsets([vllm], pods),
     )
 
 
@@ -163,3 +165,107 @@ def test_an_admitted_groups_pods_stay_gated_while_its_pool_is_gone_or_invalid() 
     bad = pool("a").obj()
     bad["spec"]["queueingStrategy"] = "Sometimes"
     assert _ungates(_snap(pods, [_admitted_record()], [bad])) == {}
+
+
+# ----- membership by the owner chain ------------------------------------------------------
+
+
+def _forged(ns: str = "default", owner: dict[str, Any] | None = None) -> dict[str, Any]:
+    pod = lws_pod("vllm", 0, 1, gpu_limit=4)
+    pod["metadata"].update(name="forged", namespace=ns, uid="forged-uid")
+    pod["metadata"]["ownerReferences"] = [owner] if owner else []
+    return pod
+
+
+@pytest.mark.parametrize(
+    ("make", "member"),
+    [
+        (lambda: lws_pod("vllm", 0, 0), True),  # the leader: leader StatefulSet, owned by the LWS
+        (lambda: lws_pod("vllm", 0, 1), True),  # a worker: its group's StatefulSet, owned by the leader
+        (lambda: _forged(), False),  # no owner at all
+        # owned by the real leader StatefulSet, but not as its controller
+        (lambda: _forged(owner={"kind": "StatefulSet", "uid": "sts/default/vllm", "name": "vllm"}), False),
+        # a StatefulSet the LWS did not make
+        (
+            lambda: _forged(owner={"kind": "StatefulSet", "uid": "other", "name": "x", "controller": True}),
+            False,
+        ),
+        # a ReplicaSet's pod
+        (lambda: _forged(owner={"kind": "ReplicaSet", "uid": "sts/default/vllm", "controller": True}), False),
+    ],
+)
+def test_a_pod_is_a_member_only_when_its_lws_made_it(make: Any, member: bool) -> None:
+    vllm = lws("vllm").pool("a").uid("u-1").obj()
+    pods = [lws_pod("vllm", 0, 0), lws_pod("vllm", 0, 1)]
+    pod = make()
+    kept, strangers = split_members(
+        [*pods, pod] if pod["metadata"]["name"] == "forged" else pods,
+        {("default", "vllm"): "u-1"},
+        lws_statefulsets([vllm], pods),
+    )
+    assert (pod["metadata"]["name"] in [k["metadata"]["name"] for k in kept]) is member
+    assert [s.pod for s in strangers] == ([] if member else ["forged"])
+
+
+def test_the_chain_is_checked_by_uid_so_another_lws_of_the_name_does_not_count() -> None:
+    old = lws("vllm").pool("a").uid("u-old").obj()
+    pods = [lws_pod("vllm", 0, 0)]
+    kept, strangers = split_members(pods, {("default", "vllm"): "u-new"}, lws_statefulsets([old], pods))
+    assert kept == [] and [s.pod for s in strangers] == ["vllm-0"]
+
+
+def test_a_forged_pod_of_an_admitted_group_stays_gated_and_the_record_and_an_event_say_so() -> None:
+    pods = [lws_pod("vllm", 0, w, gated=False, node_name=f"n{w}", phase="Running") for w in (0, 1)]
+    snap = _snap([*pods, _forged()], [_admitted_record()], [pool("a").obj()])
+    actions = decide(snap)
+    assert actions.ungate == ()
+    [said] = actions.strangers
+    assert said.reason is Reason.NOT_MADE_BY_LWS
+    assert said.message == (
+        "group 0 holds its admission into pool a: 2 nvidia.com/gpu; pod forged was not made by "
+        "LeaderWorkerSet vllm: it claims the group by its labels and stays gated"
+    )
+    plan_ = plan_writes(actions, PassInputs(snap, Memory(), datetime(2026, 12, 1, tzinfo=UTC), 1.0))
+    writes = list(walk(plan_))
+    restate = [w for w in writes if w.tag == "restate"]
+    assert [w.body["conditions"][0]["reason"] for w in restate] == ["NotMadeByLeaderWorkerSet"]
+    assert restate[0].body["conditions"][0]["status"] == "True", "the group keeps its admission"
+    events = [w.body for w in writes if w.op is Op.EVENT]
+    assert [(e.reason, e.warning) for e in events] == [("NotMadeByLeaderWorkerSet", True)]
+    assert not [w for w in writes if w.tag == "ungate"]
+
+
+def test_once_the_forged_pod_is_gone_the_record_says_admitted_again() -> None:
+    pods = [lws_pod("vllm", 0, w, gated=False, node_name=f"n{w}", phase="Running") for w in (0, 1)]
+    rec = _admitted_record()
+    rec["status"]["conditions"][0]["reason"] = "NotMadeByLeaderWorkerSet"
+    actions = decide(_snap(pods, [rec], [pool("a").obj()]))
+    assert actions.strangers == ()
+    assert actions.restore_admitted == (("default", rec["metadata"]["name"], _restored_message()),)
+
+
+def _restored_message() -> str:
+    return "group 0 holds its admission into pool a: 2 nvidia.com/gpu"
+
+
+def test_the_member_labels_policy_protects_every_label_the_gatekeeper_groups_by() -> None:
+    import re
+
+    from gatekeeper.core.keys import (
+        GROUP_INDEX_LABEL,
+        LWS_NAME_LABEL,
+        POOL_LABEL,
+        REVISION_LABEL,
+        WORKER_INDEX_LABEL,
+    )
+    from gatekeeper.render.admission import MEMBER_LABELS, load_policies
+
+    [policy] = [o for o in load_policies([MEMBER_LABELS]) if o["kind"] == "ValidatingAdmissionPolicy"]
+    [listed] = [v["expression"] for v in policy["spec"]["variables"] if v["name"] == "memberLabels"]
+    assert set(re.findall(r"'([^']+)'", listed)) == {
+        POOL_LABEL,
+        LWS_NAME_LABEL,
+        GROUP_INDEX_LABEL,
+        WORKER_INDEX_LABEL,
+        REVISION_LABEL,
+    }

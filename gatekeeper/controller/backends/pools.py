@@ -28,7 +28,7 @@ from gatekeeper.controller.informer import Informer
 from gatekeeper.controller.loop import Write as Writer
 from gatekeeper.core.backends.pools import Actions, PassInputs, Snapshot, decide, plan_writes
 from gatekeeper.core.groups import DemandMemo
-from gatekeeper.core.keys import POOL_LABEL
+from gatekeeper.core.keys import LWS_NAME_LABEL, POOL_LABEL
 from gatekeeper.core.objects import labels, name_of
 from gatekeeper.core.writes import Memory, Write
 
@@ -68,6 +68,8 @@ class PoolsBackend:
         self.records = caches.informer(r.RECORDS)
         self.priorities = caches.informer(r.PRIORITY_CLASSES)
         self.namespaces = caches.informer(r.NAMESPACES)
+        # The LWS controller labels its StatefulSets with the LWS's name: only those are read.
+        self.statefulsets = caches.informer(r.STATEFULSETS, label_selector=LWS_NAME_LABEL)
 
     @property
     def informers(self) -> list[Informer]:
@@ -80,6 +82,7 @@ class PoolsBackend:
             self.records,
             self.priorities,
             self.namespaces,
+            self.statefulsets,
         ]
 
     def snapshot(self) -> Snapshot:
@@ -92,6 +95,7 @@ class PoolsBackend:
             records=self.records.values(),
             priorities=self.caches.priorities(),
             namespaces=namespace_labels(self.namespaces.values()),
+            statefulsets=self.statefulsets.values(),
         )
 
     async def reconcile_once(self, write: Writer) -> Actions:
