@@ -11,11 +11,18 @@ as a member of an LWS's group only when the LWS made it, as the LWS controller d
 * a worker pod's controller ownerReference is its group's worker StatefulSet, whose
   controller ownerReference is the group's leader pod, made as above.
 
-References are compared by UID. A pod that claims an LWS's group by its labels and was
-made by anyone else is a *stranger*: it is never counted in, held for or let through on
-any group, and it stays gated. Pods whose LWS is not there (deleted, with its pods left
-running) are not judged: such a group is only held until its pods are gone, never
-admitted again.
+References are compared by UID. A gated pod that claims an LWS's group by its labels and
+was made by anyone else is a *stranger*: it is never counted in, held for or let through
+on any group, and it stays gated.
+
+Only gated pods are judged. Every opted-in pod is born gated (the webhook fails closed)
+and only the gatekeeper lifts the gate, so a pod without it was judged when it was let
+through. Its chain may since have broken without anything being wrong: when a leader pod
+is replaced, its worker StatefulSet goes with it, and a worker still terminating (an old
+pod of a rolling update, held by a finalizer) then has no StatefulSet; it must still count
+as the group's old pod. Pods whose LWS is not there (deleted, with its pods left running)
+are not judged either: such a group is only held until its pods are gone, never admitted
+again.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gatekeeper.core.keys import LWS_KIND, LWS_NAME_LABEL
-from gatekeeper.core.lws import group_index
+from gatekeeper.core.lws import group_index, is_gated
 from gatekeeper.core.objects import as_list, as_map, labels, meta, name_of
 
 __all__ = ["Stranger", "controller_uid", "split_members"]
@@ -81,7 +88,8 @@ def split_members(
     """(pods to group as before, strangers) of the opted-in pods.
 
     ``lws_uids`` maps (namespace, LWS name) to the UID of the LWS there now. A pod that
-    names one of them by its labels is kept only if that LWS made it.
+    names one of them by its labels and still carries the gate is kept only if that LWS
+    made it.
     """
     pod_list = list(pods)
     by_uid = {str(meta(p).get("uid")): p for p in pod_list if meta(p).get("uid")}
@@ -93,7 +101,7 @@ def split_members(
         lws = str(labels(pod).get(LWS_NAME_LABEL) or "")
         uid = lws_uids.get((ns, lws))
         index = group_index(pod)
-        if not uid or index is None or _made_by(pod, uid, sts_by_uid, by_uid):
+        if not uid or index is None or not is_gated(pod) or _made_by(pod, uid, sts_by_uid, by_uid):
             kept.append(pod)
         else:
             strangers.append(Stranger(ns, lws, index, name_of(pod)))

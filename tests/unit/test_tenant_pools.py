@@ -207,6 +207,20 @@ def test_a_pod_is_a_member_only_when_its_lws_made_it(make: Any, member: bool) ->
     assert [s.pod for s in strangers] == ([] if member else ["forged"])
 
 
+def test_a_pod_already_let_through_counts_though_its_chain_broke() -> None:
+    """An old worker of a rolling update, terminating: its leader was replaced, and its
+    worker StatefulSet went with the old leader. It is still the group's old pod."""
+    vllm = lws("vllm").pool("a").uid("u-1").obj()
+    leader = lws_pod("vllm", 0, 0)
+    worker = lws_pod("vllm", 0, 1, gated=False, node_name="n1", phase="Running", deleting=True)
+    leader_sts = lws_statefulsets([vllm], [])  # only the leader StatefulSet is left
+    kept, strangers = split_members([leader, worker], {("default", "vllm"): "u-1"}, leader_sts)
+    assert [k["metadata"]["name"] for k in kept] == ["vllm-0", "vllm-0-1"] and strangers == []
+    gated_worker = lws_pod("vllm", 0, 1)
+    kept, strangers = split_members([leader, gated_worker], {("default", "vllm"): "u-1"}, leader_sts)
+    assert [s.pod for s in strangers] == ["vllm-0-1"], "a gated pod is judged"
+
+
 def test_the_chain_is_checked_by_uid_so_another_lws_of_the_name_does_not_count() -> None:
     old = lws("vllm").pool("a").uid("u-old").obj()
     pods = [lws_pod("vllm", 0, 0)]
