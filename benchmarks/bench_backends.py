@@ -180,7 +180,7 @@ async def one_run(sb: Sandbox, sc: Scenario, mode: str) -> str:
     elif mode == "gk-pools":
         sb.apply(
             [{"apiVersion": "lws-gatekeeper.io/v1alpha1", "kind": "Pool", "metadata": {"name": f"p-{tag}"},
-              "spec": {"nodeSelector": {"bench": tag}}}]
+              "spec": {"nodeSelector": {"bench": tag}, "namespaceSelector": {}}}]
         )  # fmt: skip
         lws_labels[POOL_LABEL] = f"p-{tag}"
     await anyio.sleep(3)  # nodes Ready, service account made

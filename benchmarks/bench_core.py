@@ -91,7 +91,14 @@ def foreign_usage(nodes: list[Node], rng: random.Random) -> dict[str, dict[str, 
 def main() -> None:
     rng = random.Random(42)
     raw_nodes = node_dicts(rng)
-    pools = [parse_pool({"metadata": {"name": "shared"}, "spec": {"nodeSelector": {"pool": "shared"}}})]
+    pools = [
+        parse_pool(
+            {
+                "metadata": {"name": "shared"},
+                "spec": {"nodeSelector": {"pool": "shared"}, "namespaceSelector": {}},
+            }
+        )
+    ]
     waiting = waiting_groups(rng)
 
     parse_times = []

@@ -156,7 +156,10 @@ def snapshot(rolling: bool) -> Snapshot:
                     )
     # Quota for exactly the admitted groups: a pass in steady state admits nothing.
     quota = {GPU: str(LWSS * ADMITTED_PER_LWS * SIZE * 2)}
-    pool = {"metadata": {"name": POOL}, "spec": {"nodeSelector": {"pool": POOL}, "quota": quota}}
+    pool = {
+        "metadata": {"name": POOL},
+        "spec": {"nodeSelector": {"pool": POOL}, "namespaceSelector": {}, "quota": quota},
+    }
     bound = [p for p in pods if p["spec"].get("nodeName")]
     return Snapshot(lwss=lwss, pods=pods, bound_pods=bound, nodes=nodes, pools=[pool], records=records)
 

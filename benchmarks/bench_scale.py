@@ -73,7 +73,7 @@ async def one_run(sb: Sandbox, label: str, nodes: int, groups: int, size: int, g
                     "apiVersion": "lws-gatekeeper.io/v1alpha1",
                     "kind": "Pool",
                     "metadata": {"name": pool},
-                    "spec": {"nodeSelector": {"bench": "gpu"}},
+                    "spec": {"nodeSelector": {"bench": "gpu"}, "namespaceSelector": {}},
                 }
             ]
         )

@@ -53,6 +53,8 @@ class Resource:
 
 LWS = Resource("leaderworkersets", LWS_API_VERSION)
 PODS = Resource("pods")
+NAMESPACES = Resource("namespaces", namespaced=False)
+STATEFULSETS = Resource("statefulsets", "apps/v1")
 NODES = Resource("nodes", namespaced=False)
 EVENTS = Resource("events")
 SECRETS = Resource("secrets")
@@ -68,7 +70,7 @@ RESOURCE_FLAVORS = Resource("resourceflavors", KUEUE_API_VERSION, namespaced=Fal
 ADMISSION_CHECKS = Resource("admissionchecks", KUEUE_API_VERSION, namespaced=False)
 
 _ALL = (
-    LWS, PODS, NODES, EVENTS, SECRETS, POOLS, RECORDS, PRIORITY_CLASSES, LEASES,
+    LWS, PODS, NAMESPACES, STATEFULSETS, NODES, EVENTS, SECRETS, POOLS, RECORDS, PRIORITY_CLASSES, LEASES,
     WEBHOOK_CONFIGURATIONS, WORKLOADS, RESOURCE_FLAVORS, ADMISSION_CHECKS,
 )  # fmt: skip
 

@@ -7,7 +7,7 @@ place. Each builder returns the text after "group N " so that results for one
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from gatekeeper.core.demand import GroupDemand
 from gatekeeper.core.fit import Misfit
@@ -35,6 +35,22 @@ def _group_need(demand: GroupDemand, resource: str) -> str:
 
 def pool_not_found(pool: str) -> str:
     return f"names pool {pool}, which does not exist"
+
+
+def namespace_not_allowed(namespace: str, pool: str) -> str:
+    return f"waits: namespace {namespace} may not use pool {pool}"
+
+
+def not_made_by(pods: Sequence[str], lws: str) -> str:
+    if len(pods) == 1:
+        return (
+            f"pod {pods[0]} was not made by LeaderWorkerSet {lws}: "
+            "it claims the group by its labels and stays gated"
+        )
+    return (
+        f"pods {', '.join(pods)} were not made by LeaderWorkerSet {lws}: "
+        "they claim the group by their labels and stay gated"
+    )
 
 
 def invalid_spec(message: str) -> str:

@@ -6,12 +6,16 @@ records the admissions, ungates the pods and writes the reasons as Conditions/Ev
 
 Per pass, in queue order (see ``queue.queue_order``), each waiting group is checked:
 
-1. its pool exists and its demand could be computed;
+1. its pool exists, admits the group's namespace (``spec.namespaceSelector``) and its
+   demand could be computed;
 2. it could ever be admitted: the quota covers every resource it asks for and could
    hold it, and the group's pods can be placed on the pool's nodes when empty;
 3. its pool's StrictFIFO queue is not held by an earlier group;
 4. quota: what admitted groups hold plus the group's demand fits the quota;
 5. node fit: every pod gets a tentative node on free room (``fit.NodeTable``).
+
+Pods are placed as they will be once ungated: with the pool's node selector and
+tolerations added to their own (``Pool.steer``).
 
 A group passing all five is admitted and immediately counts against quota and node
 room for the rest of the pass. A group failing 4 or 5 waits; in a StrictFIFO pool it
@@ -153,8 +157,16 @@ class _PoolState:
 class _Pass:
     """The mutable state of one planning pass: node room, quota use, per-pool queues."""
 
-    def __init__(self, pools: Iterable[Pool], nodes: Iterable[Node], usage: Mapping[str, Mapping[str, int]]):
+    def __init__(
+        self,
+        pools: Iterable[Pool],
+        nodes: Iterable[Node],
+        usage: Mapping[str, Mapping[str, int]],
+        namespaces: Mapping[str, Mapping[str, str]] | None = None,
+    ):
         node_list = list(nodes)
+        self.namespaces: Mapping[str, Mapping[str, str]] = namespaces or {}
+        self._steered: dict[tuple[str, GroupDemand], GroupDemand] = {}
         self.now = NodeTable(node_list, usage)
         self.empty = NodeTable(node_list, hypothetical=True)
         self.states: dict[str, _PoolState] = {}
@@ -179,7 +191,7 @@ class _Pass:
         if state is None:
             return
         state.hold(group.demand)
-        for i, pod in enumerate(group.demand.pods):
+        for i, pod in enumerate(self._steer(state.pool, group.demand).pods):
             if i in group.bound or self.now.reserve(group.pool, pod, group.nodes.get(i) or None) is not None:
                 continue
             if group.key not in state.stranded and state.pool.node_fit is NodeFit.REQUIRED:
@@ -192,9 +204,13 @@ class _Pass:
             return Waiting(
                 group.key, group.pool, Reason.POOL_NOT_FOUND, _say(group, text.pool_not_found(group.pool))
             )
-        demand = group.demand
-        if isinstance(demand, InvalidDemand):
-            return self._wait(state, group, Reason.INVALID_SPEC, text.invalid_spec(demand.message))
+        ns = group.key.namespace
+        if not state.pool.admits(self.namespaces.get(ns)):
+            detail = text.namespace_not_allowed(ns, group.pool)
+            return self._wait(state, group, Reason.NAMESPACE_NOT_ALLOWED, detail)
+        if isinstance(group.demand, InvalidDemand):
+            return self._wait(state, group, Reason.INVALID_SPEC, text.invalid_spec(group.demand.message))
+        demand = self._steer(state.pool, group.demand)
         never = self._never(state, demand)
         if never is not None:
             return self._wait(state, group, *never)
@@ -218,6 +234,14 @@ class _Pass:
             )
         state.hold(demand)
         return Admission(group.key, group.pool, outcome)
+
+    def _steer(self, pool: Pool, demand: GroupDemand) -> GroupDemand:
+        """The group's pods as ungated into ``pool`` (cached per pass)."""
+        key = (pool.name, demand)
+        steered = self._steered.get(key)
+        if steered is None:
+            steered = self._steered[key] = pool.steer(demand)
+        return steered
 
     def _place_some(self, state: _PoolState, demand: GroupDemand) -> Placement:
         """A QuotaOnly pool's group that does not fit whole: room held for the pods that fit
@@ -283,14 +307,16 @@ def plan(
     usage: Mapping[str, Mapping[str, int]],
     admitted: Iterable[AdmittedGroup],
     waiting: Iterable[WaitingGroup],
+    namespaces: Mapping[str, Mapping[str, str]] | None = None,
 ) -> Plan:
     """Decide which waiting groups to admit now and why each other one waits.
 
     ``usage`` is what bound, non-terminal pods request per node (``nodes.node_usage``).
+    ``namespaces`` holds each namespace's labels (for the pools' ``namespaceSelector``).
     Waiting groups already in ``admitted`` (same key) are ignored. Raises ValueError if
     two pools share a name.
     """
-    planning = _Pass(pools, nodes, usage)
+    planning = _Pass(pools, nodes, usage, namespaces)
     admitted_keys: set[GroupKey] = set()
     for group in sorted(admitted, key=lambda g: g.key):
         admitted_keys.add(group.key)

@@ -9,6 +9,14 @@ matches nodes to pools and computes the pool's capacity.
 An empty or absent ``spec.nodeSelector`` selects every node, as an empty label
 selector does in Kubernetes.
 
+**The tenant boundary.** A group admitted into a pool is steered to it: when its gates are
+lifted, each pod's node selector gains the pool's ``spec.nodeSelector`` and its
+tolerations the pool's ``spec.tolerations`` (as Kueue does with a ResourceFlavor's
+``nodeLabels`` and ``tolerations``), and the node-fit check places its pods with those
+(``Pool.steer``). ``spec.namespaceSelector`` says which namespaces may use the pool, with
+the meaning a Kueue ClusterQueue gives it: absent, none; ``{}``, every namespace
+(``Pool.admits``).
+
 ``spec.nodeFit`` says whether a group must also fit the free room of the pool's nodes
 (``Required``, the default) or only its quota (``QuotaOnly``). The second is for pools
 whose nodes an autoscaler adds when pods are Pending (Cluster Autoscaler, Karpenter):
@@ -23,12 +31,19 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from gatekeeper.core.demand import Resources
-from gatekeeper.core.fields import mapping, string
+from gatekeeper.core.demand import GroupDemand, PodDemand, Resources
+from gatekeeper.core.fields import mapping, sequence, string
 from gatekeeper.core.keys import GATEKEEPER_API_VERSION, POOL_KIND
 from gatekeeper.core.nodes import Node
 from gatekeeper.core.quantity import parse_quantity, to_units
-from gatekeeper.core.selectors import parse_label_map
+from gatekeeper.core.selectors import (
+    LabelSelector,
+    NodeConstraints,
+    Toleration,
+    parse_label_map,
+    parse_label_selector,
+    parse_tolerations,
+)
 
 
 class QueueingStrategy(StrEnum):
@@ -58,11 +73,38 @@ class Pool:
     quota: Resources | None = None
     queueing_strategy: QueueingStrategy = QueueingStrategy.BEST_EFFORT_FIFO
     node_fit: NodeFit = NodeFit.REQUIRED
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+    """``spec.tolerations`` as written: added to the pods' tolerations when their gates are lifted."""
+    namespace_selector: LabelSelector | None = field(default_factory=LabelSelector)
+    """Which namespaces may use the pool; None (the field absent from a Pool object): none."""
 
     def selects(self, node: Node) -> bool:
         """Does ``spec.nodeSelector`` select this node?"""
         labels = node.labels
         return all(labels.get(key) == value for key, value in self.node_selector.items())
+
+    def admits(self, namespace_labels: Mapping[str, str] | None) -> bool:
+        """May a namespace with these labels use the pool? None: the namespace is not known."""
+        if self.namespace_selector is None:
+            return False
+        if not self.namespace_selector.match_labels and not self.namespace_selector.expressions:
+            return True
+        return namespace_labels is not None and self.namespace_selector.matches(namespace_labels)
+
+    def steer(self, demand: GroupDemand) -> GroupDemand:
+        """``demand`` with its pods as they are once ungated into this pool: the pool's node
+        selector added to theirs (a key the pod already selects keeps the pod's value) and its
+        tolerations to theirs."""
+        rules = parse_tolerations(list(self.tolerations), "spec.tolerations")
+        pods = []
+        for pod in demand.pods:
+            c = pod.constraints
+            own = dict(c.node_selector)
+            selector = {**{k: v for k, v in self.node_selector.items() if k not in own}, **own}
+            tolerations = c.tolerations + tuple(t for t in rules if t not in c.tolerations)
+            steered = NodeConstraints(tuple(sorted(selector.items())), tolerations, c.affinity)
+            pods.append(PodDemand(pod.role, pod.requests, steered))
+        return GroupDemand(tuple(pods))
 
 
 def parse_pool(obj: Mapping[str, Any]) -> Pool:
@@ -103,6 +145,16 @@ def parse_pool(obj: Mapping[str, Any]) -> Pool:
         except ValueError:
             allowed = ", ".join(f.value for f in NodeFit)
             raise ValueError(f"spec.nodeFit: {fit_name!r} is not one of {allowed}") from None
+        tolerations = tuple(
+            dict(mapping(t, f"spec.tolerations[{i}]"))
+            for i, t in enumerate(sequence(spec.get("tolerations"), "spec.tolerations"))
+        )
+        _check_tolerations(parse_tolerations(list(tolerations), "spec.tolerations"))
+        namespaces = (
+            parse_label_selector(spec["namespaceSelector"], "spec.namespaceSelector")
+            if spec.get("namespaceSelector") is not None
+            else None
+        )
         if node_fit is NodeFit.QUOTA_ONLY and quota is None:
             raise ValueError(
                 "spec.quota: required when spec.nodeFit is QuotaOnly (the pool's nodes come and go, "
@@ -110,7 +162,21 @@ def parse_pool(obj: Mapping[str, Any]) -> Pool:
             )
     except ValueError as err:
         raise ValueError(f"{label}: {err}") from None
-    return Pool(name=name, node_selector=selector, quota=quota, queueing_strategy=strategy, node_fit=node_fit)
+    return Pool(
+        name=name,
+        node_selector=selector,
+        quota=quota,
+        queueing_strategy=strategy,
+        node_fit=node_fit,
+        tolerations=tolerations,
+        namespace_selector=namespaces,
+    )
+
+
+def _check_tolerations(tolerations: tuple[Toleration, ...]) -> None:
+    for i, t in enumerate(tolerations):
+        if t.operator not in ("Equal", "Exists"):
+            raise ValueError(f"spec.tolerations[{i}].operator: {t.operator!r} is not one of Equal, Exists")
 
 
 def sum_allocatable(nodes: Iterable[Node]) -> dict[str, int]:

@@ -16,6 +16,11 @@ class Reason(StrEnum):
 
     POOL_NOT_FOUND = "PoolNotFound"
     """The LWS names a pool that does not exist."""
+    NAMESPACE_NOT_ALLOWED = "NamespaceNotAllowed"
+    """The pool's ``spec.namespaceSelector`` does not admit the LWS's namespace."""
+    NOT_MADE_BY_LWS = "NotMadeByLeaderWorkerSet"
+    """A pod claims an admitted group by its labels but was not made by the LWS's
+    StatefulSets: it stays gated (the group keeps its admission)."""
     INVALID_SPEC = "InvalidSpec"
     """The group's demand could not be computed from the LWS (malformed template)."""
     RESOURCE_NOT_IN_QUOTA = "ResourceNotInQuota"
@@ -50,5 +55,6 @@ _TRANSIENT = frozenset(
         Reason.WAITING_FOR_NODES,
         Reason.BLOCKED_BY_STRICT_FIFO,
         Reason.TEMPLATE_CHANGED,
+        Reason.NOT_MADE_BY_LWS,
     }
 )

@@ -32,6 +32,7 @@ _DEFAULT_TOLERATED_NOEXECUTE = frozenset({"node.kubernetes.io/not-ready", "node.
 _FILTERING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
 _LABEL_OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"})
 _FIELD_OPERATORS = frozenset({"In", "NotIn"})
+_SET_OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist"})
 
 
 @dataclass(frozen=True)
@@ -144,6 +145,39 @@ class NodeConstraints:
             if not any(toleration.tolerates(taint) for toleration in self.tolerations):
                 return False
         return True
+
+
+@dataclass(frozen=True)
+class LabelSelector:
+    """A ``metav1.LabelSelector`` (``matchLabels`` and ``matchExpressions``, ANDed).
+
+    The empty selector matches every set of labels, as in Kubernetes.
+    """
+
+    match_labels: tuple[tuple[str, str], ...] = ()
+    expressions: tuple[Requirement, ...] = ()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        if any(labels.get(key) != value for key, value in self.match_labels):
+            return False
+        return all(req.matches(labels.get(req.key)) for req in self.expressions)
+
+
+def parse_label_selector(value: object, where: str) -> LabelSelector:
+    """A ``metav1.LabelSelector``; raises ValueError naming ``where``."""
+    obj = _mapping(value, where)
+    unknown = sorted(set(obj) - {"matchLabels", "matchExpressions"})
+    if unknown:
+        raise ValueError(f"{where}: unknown field {unknown[0]!r}")
+    labels = parse_label_map(obj.get("matchLabels"), f"{where}.matchLabels")
+    expressions = _requirements(obj.get("matchExpressions"), f"{where}.matchExpressions", _SET_OPERATORS)
+    for i, req in enumerate(expressions):
+        if (req.operator in ("In", "NotIn")) != bool(req.values):
+            raise ValueError(
+                f"{where}.matchExpressions[{i}].values: required for In and NotIn, "
+                "and must be empty for Exists and DoesNotExist"
+            )
+    return LabelSelector(tuple(sorted(labels.items())), expressions)
 
 
 def parse_label_map(value: object, where: str) -> dict[str, str]:

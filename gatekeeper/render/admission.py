@@ -25,6 +25,7 @@ __all__ = [
     "GATEKEEPER_SCOPE",
     "GATE_PROTECTION",
     "LIST_VARIABLES",
+    "MEMBER_LABELS",
     "POLICY_FILES",
     "RECORD_PROTECTION",
     "PoliciesMissing",
@@ -37,7 +38,15 @@ __all__ = [
 GATE_PROTECTION = "gate-protection"
 RECORD_PROTECTION = "record-protection"
 GATEKEEPER_SCOPE = "gatekeeper-scope"
-POLICY_FILES = (GATE_PROTECTION, "gate-injection", "pool-label", RECORD_PROTECTION, GATEKEEPER_SCOPE)
+MEMBER_LABELS = "member-labels"
+POLICY_FILES = (
+    GATE_PROTECTION,
+    "gate-injection",
+    "pool-label",
+    RECORD_PROTECTION,
+    GATEKEEPER_SCOPE,
+    MEMBER_LABELS,
+)
 """The policy files (without ``.yaml``): each holds its policies and their bindings."""
 ALLOWED_USERNAMES_VARIABLE = "allowedUsernames"
 """The variable (gate protection, record protection) that lists the gatekeeper's identities."""

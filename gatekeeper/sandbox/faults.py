@@ -75,7 +75,7 @@ def pool_body(name: str, nodes: dict[str, str], gpus: int) -> dict[str, Any]:
         "apiVersion": "lws-gatekeeper.io/v1alpha1",
         "kind": "Pool",
         "metadata": {"name": name},
-        "spec": {"nodeSelector": dict(nodes), "quota": {GPU: str(gpus)}},
+        "spec": {"nodeSelector": dict(nodes), "namespaceSelector": {}, "quota": {GPU: str(gpus)}},
     }
 
 

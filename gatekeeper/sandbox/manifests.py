@@ -21,6 +21,7 @@ from gatekeeper.core.keys import KWOK_NODE, SANDBOX_POLICIES_LABEL, SANDBOX_POLI
 from gatekeeper.render.admission import (
     GATE_PROTECTION,
     GATEKEEPER_SCOPE,
+    MEMBER_LABELS,
     RECORD_PROTECTION,
     load_policies,
     service_account_username,
@@ -89,9 +90,10 @@ def fake_node(
 def sandbox_policies() -> list[dict[str, Any]]:
     """The validating policies of ``policies/`` as ``up`` installs them: as a chart install does.
 
-    Gate protection, record protection, the pool-label check and the gatekeeper's scope,
-    enforced in every namespace (a chart install binds them cluster-wide). Who counts as the
-    gatekeeper (may remove the gate, write records and Pool status): the sandbox's
+    Gate protection, record protection, the pool-label and member-labels checks and the
+    gatekeeper's scope, enforced in every namespace (a chart install binds them
+    cluster-wide). Who counts as the gatekeeper (may remove the gate, write records and
+    Pool status): the sandbox's
     gatekeeper, which runs with the admin certificate (CN=sandbox-admin), and the chart's
     default ServiceAccount in GATEKEEPER_NAMESPACE (the chart's tests run the gatekeeper as
     that account). The scope policy holds only that ServiceAccount, as the chart names it:
@@ -106,7 +108,7 @@ def sandbox_policies() -> list[dict[str, Any]]:
     """
     chart_account = service_account_username(GATEKEEPER_NAMESPACE, "lws-gatekeeper")
     objects = load_policies(
-        [GATE_PROTECTION, "pool-label", RECORD_PROTECTION, GATEKEEPER_SCOPE],
+        [GATE_PROTECTION, "pool-label", RECORD_PROTECTION, GATEKEEPER_SCOPE, MEMBER_LABELS],
         allowed_usernames=["sandbox-admin", chart_account],
         lists={"gatekeeperUsernames": [chart_account]},
     )

@@ -232,7 +232,10 @@ MakePool = Callable[..., Awaitable[str]]
 
 @pytest.fixture
 async def make_pool(api: kr8s.asyncio.Api) -> AsyncIterator[MakePool]:
-    """Factory: ``await make_pool(nodes, quota={"nvidia.com/gpu": 4})`` makes a Pool over a test's nodes."""
+    """Factory: ``await make_pool(nodes, quota={"nvidia.com/gpu": 4})`` makes a Pool over a test's nodes.
+
+    The Pool admits every namespace unless ``namespace_selector`` says otherwise.
+    """
     made: list[Any] = []
 
     async def make(
@@ -241,9 +244,18 @@ async def make_pool(api: kr8s.asyncio.Api) -> AsyncIterator[MakePool]:
         quota: dict[str, Any] | None = None,
         strategy: str = "BestEffortFIFO",
         node_fit: str | None = None,
+        tolerations: list[dict[str, Any]] | None = None,
+        namespace_selector: dict[str, Any] | None = None,
     ) -> str:
         name = f"pool-{nodes.id}-{len(made)}"
-        spec: dict[str, Any] = {"nodeSelector": nodes.selector, "queueingStrategy": strategy}
+        spec: dict[str, Any] = {
+            "nodeSelector": nodes.selector,
+            "queueingStrategy": strategy,
+            # Every namespace by default (absent would be none); a test narrows it.
+            "namespaceSelector": namespace_selector if namespace_selector is not None else {},
+        }
+        if tolerations is not None:
+            spec["tolerations"] = tolerations
         if node_fit is not None:
             spec["nodeFit"] = node_fit
         if quota is not None:

@@ -234,7 +234,7 @@ class PoolBuilder:
             "apiVersion": "lws-gatekeeper.io/v1alpha1",
             "kind": "Pool",
             "metadata": {"name": name},
-            "spec": {"nodeSelector": {"pool": name}},
+            "spec": {"nodeSelector": {"pool": name}, "namespaceSelector": {}},
         }
 
     def selector(self, **labels: str) -> PoolBuilder:
@@ -243,6 +243,18 @@ class PoolBuilder:
 
     def quota(self, **resources: Any) -> PoolBuilder:
         self._obj["spec"]["quota"] = _resources(resources)
+        return self
+
+    def tolerations(self, *tolerations: dict[str, Any]) -> PoolBuilder:
+        self._obj["spec"]["tolerations"] = list(tolerations)
+        return self
+
+    def namespaces(self, selector: dict[str, Any] | None) -> PoolBuilder:
+        """``spec.namespaceSelector``; None removes it (no namespace may use the pool)."""
+        if selector is None:
+            self._obj["spec"].pop("namespaceSelector", None)
+        else:
+            self._obj["spec"]["namespaceSelector"] = selector
         return self
 
     def strict(self) -> PoolBuilder:
@@ -334,10 +346,64 @@ def lws_pod(
         meta["deletionTimestamp"] = "2025-01-02T00:00:00Z"
     if revision is not None:
         meta["labels"][REVISION_LABEL] = revision
+    # Made as the LWS controller makes it: by its leader StatefulSet, or its group's worker one
+    # (``lws_statefulsets`` makes those).
+    meta["uid"] = f"pod/{namespace}/{name}"
+    sts = lws_name if worker == 0 else f"{lws_name}-{group}"
+    meta["ownerReferences"] = [_controller_ref("StatefulSet", sts, f"sts/{namespace}/{sts}")]
     spec = pod_spec(ctr(gpu_limit=gpu_limit), node_name=node_name)
     if gated:
         spec["schedulingGates"] = [{"name": SCHEDULING_GATE}]
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": {"phase": phase}}
+
+
+def meta_of(obj: dict[str, Any]) -> dict[str, Any]:
+    return obj.get("metadata") or {}
+
+
+def labels_of(obj: dict[str, Any]) -> dict[str, Any]:
+    return meta_of(obj).get("labels") or {}
+
+
+def _controller_ref(kind: str, name: str, uid: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": kind, "name": name, "uid": uid, "controller": True}
+
+
+def lws_statefulsets(lwss: list[dict[str, Any]], pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The StatefulSets the LWS controller would have made for ``lwss`` and the groups of
+    ``pods`` (made by ``lws_pod``): a leader StatefulSet owned by each LWS, a worker one per
+    group owned by its leader pod. Pods they did not make stay strangers."""
+
+    def sts(ns: str, name: str, lws_name: str, owner: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "apiVersion": "apps/v1",
+            "kind": "StatefulSet",
+            "metadata": {
+                "name": name,
+                "namespace": ns,
+                "uid": f"sts/{ns}/{name}",
+                "labels": {LWS_NAME_LABEL: lws_name},
+                "ownerReferences": [owner],
+            },
+        }
+
+    out: list[dict[str, Any]] = []
+    for obj in lwss:
+        m = obj["metadata"]
+        if "name" not in m:
+            continue
+        ns, name = m.get("namespace", "default"), m["name"]
+        out.append(sts(ns, name, name, _controller_ref("LeaderWorkerSet", name, m.get("uid", ""))))
+        groups = {
+            str(labels_of(p).get(GROUP_INDEX_LABEL))
+            for p in pods
+            if meta_of(p).get("namespace", "default") == ns and labels_of(p).get(LWS_NAME_LABEL) == name
+        } - {"None"}
+        for g in sorted(groups):
+            leader = f"{name}-{g}"
+            owner = _controller_ref("Pod", leader, f"pod/{ns}/{leader}")
+            out.append(sts(ns, leader, name, owner))
+    return out
 
 
 def record(

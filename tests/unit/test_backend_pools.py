@@ -16,6 +16,7 @@ from core_builders import (
     gpu_nodes,
     lws,
     lws_pod,
+    lws_statefulsets,
     node,
     pool,
     record,
@@ -85,6 +86,7 @@ class Scene:
             pools=self.pools,
             records=self.records,
             priorities=self.priorities,
+            statefulsets=lws_statefulsets(self.lwss, self.pods),
         )
 
     def decide(self) -> Actions:

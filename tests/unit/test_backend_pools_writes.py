@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from core_builders import lws, lws_pod, node, pool
+from core_builders import lws, lws_pod, lws_statefulsets, node, pool
 
 from gatekeeper.core.backends.pools import (
     MESSAGE_REFRESH_SECONDS,
@@ -169,6 +169,7 @@ def _pass_plan(records: list[dict[str, Any]], memory: Memory | None = None) -> t
         nodes=[node(f"n{i}").labels(pool="a").alloc(gpu=1).parsed() for i in range(2)],
         pools=[pool("a").quota(gpu=2).obj()],
         records=records,
+        statefulsets=lws_statefulsets([vllm], pods),
     )
     actions = decide(snap)
     when = datetime(2026, 12, 1, 10, tzinfo=UTC)

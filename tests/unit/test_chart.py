@@ -112,8 +112,10 @@ def rules(objects: list[dict[str, Any]], kind: str) -> list[Rule]:
 # gates and Events.
 CLUSTER_RULES: list[Rule] = [
     ("", "events", ("create",), ()),
+    ("", "namespaces", ("list", "watch"), ()),
     ("", "nodes", ("list", "watch"), ()),
     ("", "pods", ("list", "watch", "patch"), ()),
+    ("apps", "statefulsets", ("list", "watch"), ()),
     ("leaderworkerset.x-k8s.io", "leaderworkersets", ("list", "watch"), ()),
     ("lws-gatekeeper.io", "groupadmissions", ("list", "watch", "create", "patch", "delete"), ()),
     ("lws-gatekeeper.io", "groupadmissions/status", ("patch",), ()),
@@ -272,8 +274,8 @@ def test_default_objects(default: list[dict[str, Any]]) -> None:
             "Service",
             "Service",
             "ServiceAccount",
-            *["ValidatingAdmissionPolicy"] * 5,
-            *["ValidatingAdmissionPolicyBinding"] * 5,
+            *["ValidatingAdmissionPolicy"] * 6,
+            *["ValidatingAdmissionPolicyBinding"] * 6,
         ]
     )
     cluster_scoped = ("ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration")
@@ -431,12 +433,13 @@ def test_the_self_signed_secret_is_made_empty(default: list[dict[str, Any]]) -> 
 
 
 def test_the_policies_are_the_files_of_policies(default: list[dict[str, Any]]) -> None:
-    """Gate protection allows exactly the chart's ServiceAccount; the pool-label check is as written."""
+    """Gate protection allows exactly the chart's ServiceAccount; the pool-label and member-labels
+    checks are as written."""
     rendered = [
         without_chart_metadata(o) for o in default if o["kind"].startswith("ValidatingAdmissionPolicy")
     ]
     expected = load_policies(
-        ["gate-protection", "pool-label", "record-protection", "gatekeeper-scope"],
+        ["gate-protection", "pool-label", "record-protection", "gatekeeper-scope", "member-labels"],
         allowed_usernames=[SA_USERNAME],
         lists={
             "gatekeeperUsernames": [SA_USERNAME],
@@ -518,6 +521,7 @@ def test_policies_off(render: Render) -> None:
     objects = render(
         "--set", "policies.gateProtection.enabled=false", "--set", "policies.poolLabel.enabled=false",
         "--set", "policies.recordProtection.enabled=false", "--set", "policies.gatekeeperScope.enabled=false",
+        "--set", "policies.memberLabels.enabled=false",
     )  # fmt: skip
     assert not [o for o in objects if "AdmissionPolicy" in o["kind"]]
     assert by_kind(objects, "MutatingWebhookConfiguration")
@@ -530,6 +534,7 @@ def test_gate_protection_allows_the_chosen_service_account_and_extras(render: Re
         "--set", "policies.gateProtection.extraAllowedUsernames={ops-admin,system:serviceaccount:x:y}",
         "--set", "policies.poolLabel.enabled=false",
         "--set", "policies.recordProtection.enabled=false", "--set", "policies.gatekeeperScope.enabled=false",
+        "--set", "policies.memberLabels.enabled=false",
     )  # fmt: skip
     assert not by_kind(objects, "ServiceAccount")
     usernames = [service_account_username(NAMESPACE, "gk-robot"), "ops-admin", "system:serviceaccount:x:y"]

@@ -464,6 +464,7 @@ def test_never_reasons_are_permanent_and_waits_are_not() -> None:
         Reason.WAITING_FOR_NODES,
         Reason.BLOCKED_BY_STRICT_FIFO,
         Reason.TEMPLATE_CHANGED,
+        Reason.NOT_MADE_BY_LWS,
     }
     assert {r for r in Reason if not r.permanent} == transient
 

@@ -29,7 +29,8 @@ GiB = 2**30
 
 def test_parse_pool_defaults() -> None:
     parsed = parse_pool({"metadata": {"name": "p"}, "spec": {"nodeSelector": {"pool": "p"}}})
-    assert parsed == Pool(name="p", node_selector={"pool": "p"})
+    # Without spec.namespaceSelector no namespace may use the pool (a Kueue ClusterQueue's rule).
+    assert parsed == Pool(name="p", node_selector={"pool": "p"}, namespace_selector=None)
     assert parsed.quota is None
     assert parsed.queueing_strategy is QueueingStrategy.BEST_EFFORT_FIFO
 

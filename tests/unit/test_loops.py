@@ -16,7 +16,7 @@ from typing import Any
 
 import anyio
 import pytest
-from core_builders import lws, lws_pod, node, pool
+from core_builders import lws, lws_pod, lws_statefulsets, node, pool
 
 from gatekeeper.controller import app
 from gatekeeper.controller import resources as r
@@ -118,7 +118,9 @@ async def test_pools_pass_creates_the_record_admits_it_guarded_then_lifts_both_g
     backend = PoolsBackend(kube, caches)  # type: ignore[arg-type]
     vllm = opted_in("vllm", "a")
     fill(backend.lws, vllm)
-    fill(backend.pods, lws_pod("vllm", 0, 0, namespace=NS), lws_pod("vllm", 0, 1, namespace=NS))
+    pods = [lws_pod("vllm", 0, 0, namespace=NS), lws_pod("vllm", 0, 1, namespace=NS)]
+    fill(backend.pods, *pods)
+    fill(backend.statefulsets, *lws_statefulsets([vllm], pods))
     fill(backend.nodes, gpu_node("n0", "a"), gpu_node("n1", "a"))
     fill(backend.pools, pool("a").quota(gpu=2).obj())
     await loop_of(backend).pass_once()

@@ -84,6 +84,12 @@ def test_pools_backend_one_pool_object_per_pool() -> None:
     assert on_demand["metadata"]["labels"] == {"app.kubernetes.io/managed-by": MANAGED_BY}
     assert on_demand["spec"] == {
         "nodeSelector": {"pool": "on-demand"},
+        # Only the namespaces the description names may use it.
+        "namespaceSelector": {
+            "matchExpressions": [
+                {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["team-a", "team-b"]}
+            ]
+        },
         "quota": {"nvidia.com/gpu": 4},
         "queueingStrategy": "BestEffortFIFO",
         "nodeFit": "Required",

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
+from typing import Any
 
 import anyio.to_thread
 from prometheus_client import Counter, Gauge, Histogram
@@ -26,7 +28,8 @@ from gatekeeper.controller.informer import Informer
 from gatekeeper.controller.loop import Write as Writer
 from gatekeeper.core.backends.pools import Actions, PassInputs, Snapshot, decide, plan_writes
 from gatekeeper.core.groups import DemandMemo
-from gatekeeper.core.keys import POOL_LABEL
+from gatekeeper.core.keys import LWS_NAME_LABEL, POOL_LABEL
+from gatekeeper.core.objects import labels, name_of
 from gatekeeper.core.writes import Memory, Write
 
 __all__ = ["PoolsBackend"]
@@ -64,10 +67,23 @@ class PoolsBackend:
         self.pools = caches.informer(r.POOLS)
         self.records = caches.informer(r.RECORDS)
         self.priorities = caches.informer(r.PRIORITY_CLASSES)
+        self.namespaces = caches.informer(r.NAMESPACES)
+        # The LWS controller labels its StatefulSets with the LWS's name: only those are read.
+        self.statefulsets = caches.informer(r.STATEFULSETS, label_selector=LWS_NAME_LABEL)
 
     @property
     def informers(self) -> list[Informer]:
-        return [self.lws, self.pods, self.bound, self.nodes, self.pools, self.records, self.priorities]
+        return [
+            self.lws,
+            self.pods,
+            self.bound,
+            self.nodes,
+            self.pools,
+            self.records,
+            self.priorities,
+            self.namespaces,
+            self.statefulsets,
+        ]
 
     def snapshot(self) -> Snapshot:
         return Snapshot(
@@ -78,6 +94,8 @@ class PoolsBackend:
             pools=self.pools.values(),
             records=self.records.values(),
             priorities=self.caches.priorities(),
+            namespaces=namespace_labels(self.namespaces.values()),
+            statefulsets=self.statefulsets.values(),
         )
 
     async def reconcile_once(self, write: Writer) -> Actions:
@@ -106,3 +124,8 @@ class PoolsBackend:
             WAIT_SECONDS.labels(one.labels[0]).observe(one.measure)
         elif one.tag == "release":
             log.info("released %s/%s", one.namespace, one.name)
+
+
+def namespace_labels(namespaces: Iterable[Mapping[str, Any]]) -> dict[str, Mapping[str, str]]:
+    """Namespace name -> its labels."""
+    return {name_of(ns): {str(k): str(v) for k, v in labels(ns).items()} for ns in namespaces}

@@ -74,14 +74,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
+from gatekeeper.core.backends.pools.changed import WaitStatus, changed_template
 from gatekeeper.core.demand import GroupDemand
+from gatekeeper.core.gating import Ungate
 from gatekeeper.core.groups import DemandMemo, GroupState, PodsByGroup, lws_groups, pods_by_group
 from gatekeeper.core.keys import ADMITTED
 from gatekeeper.core.lws import GroupPod
 from gatekeeper.core.lws import priority as lws_priority
+from gatekeeper.core.members import split_members
+from gatekeeper.core.messages import not_made_by
 from gatekeeper.core.nodes import Node, RequestsMemo, node_usage_skipping
 from gatekeeper.core.objects import (
     as_map,
@@ -103,7 +106,6 @@ from gatekeeper.core.record import (
     placement,
     recorded_demand,
     recorded_shape,
-    without_pod_count,
 )
 
 __all__ = ["Actions", "Admit", "Snapshot", "WaitStatus", "decide"]
@@ -124,6 +126,10 @@ class Snapshot:
     records: Sequence[Mapping[str, Any]]
     priorities: Mapping[str, int] = field(default_factory=dict)
     """PriorityClass name -> value."""
+    namespaces: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    """Namespace name -> its labels (the pools' ``spec.namespaceSelector``)."""
+    statefulsets: Sequence[Mapping[str, Any]] = ()
+    """StatefulSets of LWSs: which pods an LWS made (``core.members``)."""
 
 
 @dataclass(frozen=True)
@@ -134,16 +140,6 @@ class Admit:
     nodes: tuple[str, ...]
     """Tentative node of each pod, leader first."""
     summary: str
-
-
-@dataclass(frozen=True)
-class WaitStatus:
-    """A group that waits: its record's ``Admitted=False`` condition."""
-
-    group: GroupState
-    reason: Reason
-    message: str
-    position: int
 
 
 @dataclass(frozen=True)
@@ -180,6 +176,13 @@ class Actions:
     gated pods stay gated. Report them (an event); do not write their condition."""
     problems: tuple[str, ...] = ()
     """Objects this pass could not read and skipped, in words (for logs)."""
+    strangers: tuple[WaitStatus, ...] = ()
+    """Groups that pods claim by their labels which their LWS did not make (reason
+    ``NotMadeByLeaderWorkerSet``): those pods stay gated. Report them (a Warning Event) and,
+    for an admitted group, restate its record's reason and message (its status stays True)."""
+    steer: Mapping[tuple[str, str], Ungate] = field(default_factory=dict)
+    """(namespace, pod) -> how each pod to ungate (in ``admit`` and ``ungate``) is steered
+    to its pool's nodes in the write that lifts its gate."""
 
 
 def _parse_pools(objs: Iterable[Mapping[str, Any]]) -> tuple[list[Pool], dict[str, str]]:
@@ -217,7 +220,12 @@ def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMem
         lws_by_key[lkey] = obj
     records = index_by_key(snap.records)
 
-    pods_of = pods_by_group(snap.pods)
+    lws_uids = {key: str(meta(obj).get("uid") or "") for key, obj in lws_by_key.items()}
+    members, strangers = split_members(snap.pods, lws_uids, snap.statefulsets)
+    pods_of = pods_by_group(members)
+    stranger_pods: dict[GroupKey, list[str]] = {}
+    for one in strangers:
+        stranger_pods.setdefault(GroupKey(one.namespace, one.lws, one.index), []).append(one.pod)
 
     groups: list[GroupState] = []
     wanted_records: set[tuple[str, str]] = set()
@@ -227,7 +235,8 @@ def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMem
     held_invalid: list[WaitStatus] = []
     held_changed: list[WaitStatus] = []
     restore: list[tuple[str, str, str]] = []
-    partial_ungate: list[tuple[str, str]] = []
+    partial_ungate: list[tuple[str, str, str]] = []
+    held_pools: dict[GroupKey, str] = {}
     revisions: list[tuple[str, str, str]] = []
     readmitted: dict[GroupKey, str] = {}
     state_of: dict[GroupKey, GroupState] = {}
@@ -244,7 +253,7 @@ def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMem
             if not (staying or admitted):
                 continue  # leaving and holding nothing: its record (if any) goes now
             changed = (
-                _changed_template(record, demand, pods, gs, order, created)
+                changed_template(record, demand, pods, gs, order, created)
                 if record is not None and admitted and isinstance(demand, GroupDemand)
                 else None
             )
@@ -261,13 +270,13 @@ def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMem
                     readmitted[key] = format_resources(was[0]) if was else ""
                 else:
                     admitted_groups.append(changed[0])
-                    partial_ungate.extend((ns, pod) for pod in changed[1])
+                    partial_ungate.extend((ns, pod, changed[0].pool) for pod in changed[1])
                     if changed[2] is not None:
                         held_changed.append(changed[2])
-                    elif record is not None and _said_changed(record):
+                    elif record is not None and _said_changed(record) and key not in stranger_pods:
                         restore.append(_restored(gs, record))
             elif record is not None and admitted:
-                if _said_changed(record):
+                if _said_changed(record) and key not in stranger_pods:
                     restore.append(_restored(gs, record))
                 status = as_map(record.get("status"))
                 held_pool = str(status.get("pool") or pool)
@@ -283,6 +292,7 @@ def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMem
                     )
                     if staying:
                         ungate_keys.append(key)
+                        held_pools[key] = held_pool
                         recorded_revision = str(status.get("templateRevision") or "")
                         if gs.revision and gs.revision != recorded_revision:
                             revisions.append((ns, rname, gs.revision))
@@ -317,7 +327,16 @@ def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMem
         node_usage_skipping(snap.bound_pods, problems, requests),
         admitted_groups,
         waiting_groups,
+        snap.namespaces,
     )
+    by_name = {p.name: p for p in pools}
+    steer: dict[tuple[str, str], Ungate] = {}
+
+    def steered(ns: str, pod: str, pool_name: str) -> bool:
+        pool = by_name.get(pool_name)
+        if pool is not None:  # a pod is never let through to no pool's nodes
+            steer[(ns, pod)] = Ungate(ns, pod, pool.node_selector, pool.tolerations)
+        return pool is not None
 
     create = tuple(g for g in groups if (g.key.namespace, g.record) not in wanted_records)
     admit: list[Admit] = []
@@ -325,8 +344,15 @@ def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMem
         gs = state_of[a.key]
         summary = format_resources(gs.demand.total) if isinstance(gs.demand, GroupDemand) else ""
         admit.append(Admit(group=gs, nodes=tuple(a.nodes), summary=summary))
+        for pod in gs.gated:
+            steered(gs.key.namespace, pod, gs.pool)
     ungate = tuple(
-        sorted({(k.namespace, pod) for k in ungate_keys for pod in state_of[k].gated} | set(partial_ungate))
+        (ns, pod)
+        for ns, pod, pool_name in sorted(
+            {(k.namespace, pod, held_pools[k]) for k in ungate_keys for pod in state_of[k].gated}
+            | set(partial_ungate)
+        )
+        if steered(ns, pod, pool_name)
     )
     waiting: list[WaitStatus] = []
     for w in result.waiting:
@@ -341,6 +367,13 @@ def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMem
             )
         waiting.append(WaitStatus(state_of[w.key], w.reason, message, w.position))
     release = tuple(sorted(k for k in records if k not in wanted_records))
+    said: list[WaitStatus] = []
+    for key, names in sorted(stranger_pods.items()):
+        if key in state_of:
+            gs = state_of[key]
+            record = records.get((key.namespace, gs.record))
+            holds = f"{_restored(gs, record)[2]}; " if record is not None and is_admitted(record) else ""
+            said.append(WaitStatus(gs, Reason.NOT_MADE_BY_LWS, holds + not_made_by(names, key.name), 0))
     return Actions(
         create_records=create,
         admit=tuple(admit),
@@ -355,6 +388,8 @@ def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMem
         restore_admitted=tuple(sorted(restore)),
         revisions=tuple(sorted(revisions)),
         problems=tuple(sorted(problems)),
+        strangers=tuple(said),
+        steer=steer,
     )
 
 
@@ -401,7 +436,9 @@ def _holds_pods(
 
 
 def _said_changed(record: Mapping[str, Any]) -> bool:
-    return condition(record, ADMITTED).get("reason") == str(Reason.TEMPLATE_CHANGED)
+    """Does an admitted record say why some of its group's pods wait?"""
+    reason = condition(record, ADMITTED).get("reason")
+    return reason in (str(Reason.TEMPLATE_CHANGED), str(Reason.NOT_MADE_BY_LWS))
 
 
 def _restored(group: GroupState, record: Mapping[str, Any]) -> tuple[str, str, str]:
@@ -410,51 +447,3 @@ def _restored(group: GroupState, record: Mapping[str, Any]) -> tuple[str, str, s
     pool = str(status.get("pool") or group.pool)
     message = f"group {group.key.index} holds its admission into pool {pool}: {held}"
     return group.key.namespace, group.record, message
-
-
-def _changed_template(
-    record: Mapping[str, Any],
-    demand: GroupDemand,
-    pods: Sequence[GroupPod],
-    gs: GroupState,
-    priority: int,
-    created: datetime,
-) -> WaitingGroup | tuple[AdmittedGroup, list[str], WaitStatus | None] | None:
-    """An admitted group whose LWS now asks another demand than its record holds.
-
-    None: the demand did not change (or the record does not say what it was): as before.
-    A ``WaitingGroup``: only new pods are left; plan it again at its new demand.
-    Otherwise (the group held at its recorded demand, its gated old pods to let through, a
-    status to report when new pods wait).
-    """
-    recorded = recorded_shape(record)
-    if recorded is None or recorded == (without_pod_count(demand.total), demand.pod_count):
-        return None
-    status = as_map(record.get("status"))
-    through = {p.revision for p in pods if p.live and not p.gated}
-    old_revisions = through | {str(status.get("templateRevision") or "")}
-
-    def is_old(pod: GroupPod) -> bool:
-        return not pod.revision or pod.revision in old_revisions
-
-    live = [p for p in pods if p.live]
-    new = [p for p in live if not p.terminating and not is_old(p)]
-    if new and not any(is_old(p) for p in live):
-        return WaitingGroup(key=gs.key, pool=gs.pool, demand=demand, created=created, priority=priority)
-    held = recorded_demand(record)
-    pool = str(status.get("pool") or gs.pool)
-    group = AdmittedGroup(key=gs.key, pool=pool, demand=held, bound=frozenset(range(held.pod_count)))
-    let_through = sorted(p.name for p in live if p.gated and not p.terminating and is_old(p))
-    report = None
-    if new:
-        old_count = sum(1 for p in live if is_old(p))
-        old_pods = f"{old_count} old pod remains" if old_count == 1 else f"{old_count} old pods remain"
-        new_pods = f"{len(new)} new pod waits" if len(new) == 1 else f"{len(new)} new pods wait"
-        message = (
-            f"group {gs.key.index}'s LeaderWorkerSet changed: it now needs {format_resources(demand.total)} "
-            f"for {demand.pod_count} pods (admitted with {format_resources(recorded[0])} for "
-            f"{recorded[1]}); it keeps its admission while its {old_pods}, and its {new_pods} "
-            "to be admitted again when they are gone"
-        )
-        report = WaitStatus(gs, Reason.TEMPLATE_CHANGED, message, 0)
-    return group, let_through, report

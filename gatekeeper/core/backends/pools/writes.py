@@ -245,7 +245,8 @@ def plan_writes(actions: Actions, inputs: PassInputs) -> Plan:
 
     def ungate(namespace: str, pod: str) -> Write | None:
         obj = pods.get((namespace, pod))
-        ops = ungate_patch(obj) if obj is not None else None
+        steer = actions.steer.get((namespace, pod))
+        ops = ungate_patch(obj, steer) if obj is not None and steer is not None else None
         return Write(Op.JSON_PATCH, "pods", namespace, pod, ops, tag="ungate") if ops else None
 
     for admit in actions.admit:
@@ -305,9 +306,12 @@ def plan_writes(actions: Actions, inputs: PassInputs) -> Plan:
         # Its record keeps Admitted=True (the reservation stays); only people are told.
         told = events.once(held.group.key, str(held.reason), held.message, warning=True)
         main.extend([told] if told is not None else [])
-    for held in actions.held_changed:
+    for held, warning in [
+        *((h, False) for h in actions.held_changed),
+        *((h, True) for h in actions.strangers),
+    ]:
         group = held.group
-        told = events.once(group.key, str(held.reason), held.message, warning=False)
+        told = events.once(group.key, str(held.reason), held.message, warning=warning)
         restated = _restate(records, group.key.namespace, group.record, str(held.reason), held.message, now)
         if restated is not None:
             main.append(replace(restated, then=(told,) if told is not None else ()))

@@ -1,0 +1,83 @@
+"""An admitted group whose LWS now asks another demand than its record holds (a rolling update).
+
+Why this exists: the ``pools`` backend's rule for template changes (see ``decide``): while
+any old pod of the group is live it keeps its recorded reservation and its new pods wait;
+once only new pods are left it is planned again at its new demand. This module tells the
+group's pods apart by their revision label and says which of the three cases holds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from gatekeeper.core.demand import GroupDemand
+from gatekeeper.core.groups import GroupState
+from gatekeeper.core.lws import GroupPod
+from gatekeeper.core.objects import as_map
+from gatekeeper.core.quantity import format_resources
+from gatekeeper.core.queue import AdmittedGroup, WaitingGroup
+from gatekeeper.core.reasons import Reason
+from gatekeeper.core.record import recorded_demand, recorded_shape, without_pod_count
+
+__all__ = ["WaitStatus", "changed_template"]
+
+
+@dataclass(frozen=True)
+class WaitStatus:
+    """A group that waits (or whose new pods wait): its record's ``Admitted`` condition."""
+
+    group: GroupState
+    reason: Reason
+    message: str
+    position: int
+
+
+def changed_template(
+    record: Mapping[str, Any],
+    demand: GroupDemand,
+    pods: Sequence[GroupPod],
+    gs: GroupState,
+    priority: int,
+    created: datetime,
+) -> WaitingGroup | tuple[AdmittedGroup, list[str], WaitStatus | None] | None:
+    """An admitted group whose LWS now asks another demand than its record holds.
+
+    None: the demand did not change (or the record does not say what it was): as before.
+    A ``WaitingGroup``: only new pods are left; plan it again at its new demand.
+    Otherwise (the group held at its recorded demand, its gated old pods to let through, a
+    status to report when new pods wait).
+    """
+    recorded = recorded_shape(record)
+    if recorded is None or recorded == (without_pod_count(demand.total), demand.pod_count):
+        return None
+    status = as_map(record.get("status"))
+    through = {p.revision for p in pods if p.live and not p.gated}
+    old_revisions = through | {str(status.get("templateRevision") or "")}
+
+    def is_old(pod: GroupPod) -> bool:
+        return not pod.revision or pod.revision in old_revisions
+
+    live = [p for p in pods if p.live]
+    new = [p for p in live if not p.terminating and not is_old(p)]
+    if new and not any(is_old(p) for p in live):
+        return WaitingGroup(key=gs.key, pool=gs.pool, demand=demand, created=created, priority=priority)
+    held = recorded_demand(record)
+    pool = str(status.get("pool") or gs.pool)
+    group = AdmittedGroup(key=gs.key, pool=pool, demand=held, bound=frozenset(range(held.pod_count)))
+    let_through = sorted(p.name for p in live if p.gated and not p.terminating and is_old(p))
+    report = None
+    if new:
+        old_count = sum(1 for p in live if is_old(p))
+        old_pods = f"{old_count} old pod remains" if old_count == 1 else f"{old_count} old pods remain"
+        new_pods = f"{len(new)} new pod waits" if len(new) == 1 else f"{len(new)} new pods wait"
+        message = (
+            f"group {gs.key.index}'s LeaderWorkerSet changed: it now needs {format_resources(demand.total)} "
+            f"for {demand.pod_count} pods (admitted with {format_resources(recorded[0])} for "
+            f"{recorded[1]}); it keeps its admission while its {old_pods}, and its {new_pods} "
+            "to be admitted again when they are gone"
+        )
+        report = WaitStatus(gs, Reason.TEMPLATE_CHANGED, message, 0)
+    return group, let_through, report
