@@ -244,7 +244,7 @@ def lws(name: str, replicas: int, gpus: int, pool: str, selector: dict[str, str]
 
 
 def pool(name: str, selector: dict[str, str], quota: dict[str, str] | None = None) -> dict[str, Any]:
-    spec: dict[str, Any] = {"nodeSelector": selector}
+    spec: dict[str, Any] = {"nodeSelector": selector, "namespaceSelector": {}}
     if quota:
         spec["quota"] = quota
     return {"apiVersion": GATEKEEPER_API_VERSION, "kind": "Pool", "metadata": {"name": name}, "spec": spec}

@@ -96,7 +96,7 @@ def test_switching_backends_on_a_running_install_deletes_no_pod(gatekeeper_back_
                 "apiVersion": GATEKEEPER_API_VERSION,
                 "kind": POOL_KIND,
                 "metadata": {"name": q.local_queue},
-                "spec": {"nodeSelector": dict(q.labels)},
+                "spec": {"nodeSelector": dict(q.labels), "namespaceSelector": {}},
             }
         ]
     )
