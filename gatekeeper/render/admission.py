@@ -50,7 +50,13 @@ POLICY_FILES = (
 """The policy files (without ``.yaml``): each holds its policies and their bindings."""
 ALLOWED_USERNAMES_VARIABLE = "allowedUsernames"
 """The variable (gate protection, record protection) that lists the gatekeeper's identities."""
-LIST_VARIABLES = (ALLOWED_USERNAMES_VARIABLE, "poolAdminUsernames", "poolAdminGroups", "gatekeeperUsernames")
+LIST_VARIABLES = (
+    ALLOWED_USERNAMES_VARIABLE,
+    "poolAdminUsernames",
+    "poolAdminGroups",
+    "gatekeeperUsernames",
+    "statefulSetControllers",
+)
 """The CEL list variables an installer fills (see each policy file's PLACEHOLDER comment)."""
 
 

@@ -110,7 +110,8 @@ def sandbox_policies() -> list[dict[str, Any]]:
     objects = load_policies(
         [GATE_PROTECTION, "pool-label", RECORD_PROTECTION, GATEKEEPER_SCOPE, MEMBER_LABELS],
         allowed_usernames=["sandbox-admin", chart_account],
-        lists={"gatekeeperUsernames": [chart_account]},
+        # The sandbox's kube-controller-manager runs with the admin's credentials.
+        lists={"gatekeeperUsernames": [chart_account], "statefulSetControllers": ["sandbox-admin"]},
     )
     for obj in objects:
         obj["metadata"]["name"] += "-sandbox"

@@ -274,8 +274,8 @@ def test_default_objects(default: list[dict[str, Any]]) -> None:
             "Service",
             "Service",
             "ServiceAccount",
-            *["ValidatingAdmissionPolicy"] * 6,
-            *["ValidatingAdmissionPolicyBinding"] * 6,
+            *["ValidatingAdmissionPolicy"] * 7,
+            *["ValidatingAdmissionPolicyBinding"] * 7,
         ]
     )
     cluster_scoped = ("ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration")

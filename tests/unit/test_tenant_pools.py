@@ -274,7 +274,12 @@ def test_the_member_labels_policy_protects_every_label_the_gatekeeper_groups_by(
     )
     from gatekeeper.render.admission import MEMBER_LABELS, load_policies
 
-    [policy] = [o for o in load_policies([MEMBER_LABELS]) if o["kind"] == "ValidatingAdmissionPolicy"]
+    [policy] = [
+        o
+        for o in load_policies([MEMBER_LABELS])
+        if o["kind"] == "ValidatingAdmissionPolicy"
+        and o["metadata"]["name"] == "lws-gatekeeper-member-labels"
+    ]
     [listed] = [v["expression"] for v in policy["spec"]["variables"] if v["name"] == "memberLabels"]
     assert set(re.findall(r"'([^']+)'", listed)) == {
         POOL_LABEL,
