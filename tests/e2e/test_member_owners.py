@@ -42,9 +42,16 @@ async def test_a_tenant_cannot_make_a_pod_its_lws_statefulsets(
         return admitted((await records(api, namespace)).get(0, {}))
 
     await eventually(group_0_admitted, what="group 0 admitted")
-    [leader_sts] = [
-        s for s in await list_raw(api, "statefulsets", namespace=namespace) if s["metadata"]["name"] == "lws"
-    ]
+    owner: dict[str, str] = {}
+
+    async def leader_made() -> bool:  # admission may come before the pods: read the leader's owner
+        for pod in await list_raw(api, "pods", namespace=namespace):
+            for ref in pod["metadata"].get("ownerReferences", []):
+                if ref.get("kind") == "StatefulSet" and ref.get("name") == "lws":
+                    owner.update(ref)
+        return bool(owner)
+
+    await eventually(leader_made, what="the leader pod, owned by the leader StatefulSet")
     forged = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -63,7 +70,7 @@ async def test_a_tenant_cannot_make_a_pod_its_lws_statefulsets(
                     "apiVersion": "apps/v1",
                     "kind": "StatefulSet",
                     "name": "lws",
-                    "uid": leader_sts["metadata"]["uid"],
+                    "uid": owner["uid"],
                     "controller": True,
                 }
             ],
