@@ -318,9 +318,10 @@ def test_gatekeeper_killed_mid_scale_up_admits_nothing_twice(kueue_sandbox: Sand
     finally:
         _show(sb, q.namespace)
     print(f"Workloads when the gatekeeper was killed: {mid}")
-    wls = workloads(sb, q.namespace)
-    # The 3 admitted groups and the lowest waiting one have a Workload, none twice; the
-    # others wait behind it without one.
+
+    # The 3 admitted groups and the lowest waiting one keep a Workload, none twice; those of
+    # the window behind it are given back once Kueue finds one of them inadmissible.
+    wls = wait("4 Workloads", lambda: (lambda w: w if len(w) == 4 else None)(workloads(sb, q.namespace)))
     indices = [w["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/group-index"] for w in wls]
     assert sorted(indices) == ["0", "1", "2", "3"], "one Workload per group offered, none twice"
     assert sorted(i for i, w in zip(indices, wls, strict=True) if is_true(w, "Admitted")) == ["0", "1", "2"]
