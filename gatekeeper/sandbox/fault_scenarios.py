@@ -101,6 +101,17 @@ class Stage:
         """The fault in progress ends now: the 30 s and the settling count from here."""
         self.last_fault = time.time()
 
+    def count_late_writes(self, identity: str, *, faulted: float) -> None:
+        """Writes (Lease attempts aside) replica ``identity`` made once its renew deadline had
+        passed, counting from ``faulted``, the moment it stopped renewing (audit log)."""
+        late = [
+            w
+            for w in gatekeeper_writes(self.sb, since=faulted + RENEW_DEADLINE)
+            if w.identity == identity and w.resource != "leases"
+        ]
+        self.tally.late_writes = len(late)
+        self.tally.notes.extend(f"late write: {w}" for w in late[:5])
+
     def leader(self) -> str:
         out = self.sb.kubectl(
             "get", "lease", LEASE[1], "-n", LEASE[0], "-o", "jsonpath={.spec.holderIdentity}", check=False
@@ -195,13 +206,7 @@ async def _pause(st: Stage) -> None:
     st.sb.resume(SECOND)
     st.fault_over()
     await anyio.sleep(5)
-    late = [
-        w
-        for w in gatekeeper_writes(st.sb, since=paused + RENEW_DEADLINE)
-        if w.identity == SECOND and w.resource != "leases"
-    ]
-    st.tally.late_writes = len(late)
-    st.tally.notes.extend(f"late write: {w}" for w in late[:5])
+    st.count_late_writes(SECOND, faulted=paused)
 
 
 def _restart(component: str) -> Scenario:
@@ -237,13 +242,7 @@ async def _black_hole(st: Stage) -> None:
         hole.release()
         st.fault_over()
         await anyio.sleep(5)
-        late = [
-            w
-            for w in gatekeeper_writes(st.sb, since=swallowed + RENEW_DEADLINE)
-            if w.identity == third and w.resource != "leases"
-        ]
-        st.tally.late_writes = len(late)
-        st.tally.notes.extend(f"late write: {w}" for w in late[:5])
+        st.count_late_writes(third, faulted=swallowed)
     finally:
         st.sb.stop(third)
         hole.close()
