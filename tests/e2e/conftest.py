@@ -27,6 +27,16 @@ from gatekeeper.sandbox import build
 from gatekeeper.sandbox.cluster import Sandbox, as_json_list, default_dir, fake_node
 from gatekeeper.sandbox.replay import list_raw
 
+from . import attack_table
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The attack suite's table (``attack_table``), when attacks ran."""
+    if attack_table.ROWS:
+        terminalreporter.write_sep("=", f"attack suite: {len(attack_table.ROWS)} attacks")
+        for line in attack_table.lines(attack_table.ROWS):
+            terminalreporter.write_line(line)
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     here = Path(__file__).parent

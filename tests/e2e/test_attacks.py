@@ -9,15 +9,15 @@ ServiceAccount) tries to do more than it does: change a pod's labels or image, w
 webhook's rules. The sandbox enforces its policies in every namespace, as a chart install
 does; nothing here turns one off.
 
-Each attack adds a row (attack, expected, seen: what the tenant is told) to a table that
-is printed at the end of the module (``pytest -s`` shows it).
+Each attack adds a row (attack, expected, seen: what the tenant is told) to the run's
+attack table (``attack_table``), printed at the end of the run with the rows of the other
+files that attack the boundary.
 """
 
 from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,24 +29,21 @@ from gatekeeper.sandbox.cluster import GATEKEEPER_NAMESPACE, Sandbox
 from gatekeeper.sandbox.replay import list_raw, settle
 from gatekeeper.webhook.config import PODS_PATH
 
+from . import attack_table
 from .attack_support import flood, memory, reset_peak, review, tenants
+from .attack_table import Row
 from .conftest import Cluster, MakeNodes, MakePool, admitted, records
 from .test_admission import create_lws, lws_body
 from .test_policies import get, kubectl, ok, pod, user_kubeconfig
 
-Row = tuple[str, str, str]
 RECORDS = "only the lws-gatekeeper writes its admission records"
 MIB = 1024 * 1024
 
 
-@pytest.fixture(scope="module")
-def table() -> Iterator[list[Row]]:
-    rows: list[Row] = []
-    yield rows
-    width = max((len(r[0]) for r in rows), default=10)
-    print(f"\n{'attack':<{width}} | expected | seen")
-    for attack, expected, seen in rows:
-        print(f"{attack:<{width}} | {expected:<8} | {seen}")
+@pytest.fixture
+def table() -> list[Row]:
+    """The run's attack table (``attack_table``; printed at the end of the run)."""
+    return attack_table.ROWS
 
 
 def sandbox(cluster: Cluster) -> Sandbox:

@@ -21,9 +21,11 @@ import pytest
 
 from gatekeeper.core.keys import POOL_LABEL, SCHEDULING_GATE
 from gatekeeper.sandbox.cluster import Sandbox, fake_node
+from tests.e2e import attack_table
 from tests.e2e.kueue_support import (
     Queue,
     condition,
+    container,
     get,
     group_of,
     group_states,
@@ -498,3 +500,54 @@ def test_rolling_update_to_bigger_pods_gets_a_new_workload_within_quota(kueue_sa
     sb.kubectl("scale", "leaderworkerset", "grow", "-n", q.namespace, "--replicas=1")
     wait("1 whole group Running", lambda: settled(sb, q.namespace, running=1, gated=0, size=2))
     assert running_gpus() == 4
+
+
+def test_a_pod_its_lws_did_not_make_is_never_let_through_on_the_groups_workload(
+    kueue_sandbox: Sandbox,
+) -> None:
+    """A bare pod that claims admitted group 0 by its labels (and asks 2 GPUs) stays gated
+    while Kueue has admitted the group's Workload; the record and a Warning Event say so,
+    and the group keeps running."""
+    sb = kueue_sandbox
+    q = make_queue(sb, gpus=4, nodes=4, gpus_per_node=1, managed=False)
+    sb.apply([lws("vllm", q.namespace, _opted_in(q), replicas=1, size=2, gpus_per_pod=1)])
+    wait("group 0 Running", lambda: settled(sb, q.namespace, running=1, gated=0, size=2))
+    forged = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        # The LWS pod webhook wants the size annotation on any pod with the LWS labels, and a
+        # worker's ordinal in its name: named as a worker of group 0 would be.
+        "metadata": {
+            "name": "vllm-0-7",
+            "namespace": q.namespace,
+            "labels": {
+                **_opted_in(q),
+                "leaderworkerset.sigs.k8s.io/name": "vllm",
+                "leaderworkerset.sigs.k8s.io/group-index": "0",
+                "leaderworkerset.sigs.k8s.io/worker-index": "7",
+            },
+            "annotations": {"leaderworkerset.sigs.k8s.io/size": "2"},
+        },
+        "spec": {"containers": [container("c", 2)]},
+    }
+    sb.apply([forged])
+    try:
+        said = wait(
+            "the record names the forged pod",
+            lambda: (lambda c: c if "vllm-0-7" in c.get("message", "") else None)(
+                condition(records(sb, q.namespace)[0], "Admitted")
+            ),
+        )
+    finally:
+        _show(sb, q.namespace)
+    assert (said["status"], said["reason"]) == ("True", "NotMadeByLeaderWorkerSet"), said
+    assert "pod vllm-0-7 was not made by LeaderWorkerSet vllm" in said["message"], said
+    events = items(sb, "events", "-n", q.namespace, "--field-selector", "reason=NotMadeByLeaderWorkerSet")
+    assert events and events[0]["type"] == "Warning", events
+    time.sleep(5)  # a few passes more: still gated, and the group still whole
+    pod = get(sb, "pod", "vllm-0-7", "-n", q.namespace)
+    assert SCHEDULING_GATE in {g["name"] for g in pod["spec"].get("schedulingGates", [])}, pod["spec"]
+    assert group_states(sb, q.namespace)["0"] == Counter(running=2, gated=1)
+    attack_table.add(
+        "a bare pod claiming admitted group 0 (kueue backend)", "contained", f"stays gated: {said['message']}"
+    )

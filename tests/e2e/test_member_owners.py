@@ -20,6 +20,7 @@ from gatekeeper.core import POOL_LABEL
 from gatekeeper.core.keys import GROUP_INDEX_LABEL, LWS_NAME_LABEL, WORKER_INDEX_LABEL
 from gatekeeper.sandbox.replay import list_raw
 
+from . import attack_table
 from .attack_support import tenants
 from .conftest import Cluster, MakeNodes, MakePool, admitted, eventually, records
 from .test_policies import kubectl
@@ -87,6 +88,11 @@ async def test_a_tenant_cannot_make_a_pod_its_lws_statefulsets(
         )
         assert code != 0, f"{role}: a pod claiming the leader StatefulSet as its controller was created"
         assert "only the StatefulSet controller makes such a pod" in err, err
+        attack_table.add(
+            f"{role}: a pod with a forged controller reference to the leader StatefulSet",
+            "refused",
+            next((line for line in err.splitlines() if line.strip()), err),
+        )
     # The same pod without the forged owner is made (and stays gated: test_tenant_pools.py).
     del forged["metadata"]["ownerReferences"]
     code, _out, err = await kubectl(

@@ -19,6 +19,7 @@ from gatekeeper.core.keys import GROUP_INDEX_LABEL, LWS_NAME_LABEL, SCHEDULING_G
 from gatekeeper.render.admission import MEMBER_LABELS, load_policies
 from gatekeeper.sandbox.replay import LeaderWorkerSet, list_raw
 
+from . import attack_table
 from .conftest import TEST_NODES_KEY, Cluster, MakeNodes, MakePool, admitted, condition, eventually, records
 from .test_policies import for_test
 
@@ -92,6 +93,12 @@ async def test_pods_bind_only_on_their_own_pools_nodes(
     b_pods = await pods_of(api, namespace, "b")
     assert {p["spec"].get("nodeName") for p in b_pods} <= set(tb_nodes.names)
     assert all(tolerate(tb_nodes.id)[0] in p["spec"]["tolerations"] for p in b_pods)
+    attack_table.add(
+        "an LWS whose pods tolerate every node, charged to a 2-node pool",
+        "contained",
+        f"its pods bound on that pool's nodes only ({len([n for n in on.values() if n])} of 2), "
+        "the pool's nodeSelector added with the gate's removal",
+    )
 
 
 async def test_a_namespace_the_pool_does_not_admit_waits_with_a_warning(
@@ -112,6 +119,11 @@ async def test_a_namespace_the_pool_does_not_admit_waits_with_a_warning(
     await eventually(says_not_allowed, what="group 0 waits with NamespaceNotAllowed")
     record = (await records(api, namespace))[0]
     assert condition(record)["message"] == f"group 0 waits: namespace {namespace} may not use pool {pool}"
+    attack_table.add(
+        "an LWS in a namespace another team's pool does not admit",
+        "contained",
+        f"waits, NamespaceNotAllowed: {condition(record)['message']}",
+    )
     events = [
         e
         for e in await list_raw(api, "events", namespace=namespace)
@@ -178,6 +190,9 @@ async def test_a_pod_the_lws_did_not_make_is_never_let_through(
         if e.get("reason") == "NotMadeByLeaderWorkerSet"
     ]
     assert events and events[0]["type"] == "Warning"
+    attack_table.add(
+        "a bare pod claiming admitted group 0 (pools backend)", "contained", f"stays gated: {message}"
+    )
 
 
 async def test_a_gated_pods_group_and_pool_labels_cannot_be_changed(
@@ -203,15 +218,19 @@ async def test_a_gated_pods_group_and_pool_labels_cannot_be_changed(
         await pod.refresh()
         assert any(g["name"] == SCHEDULING_GATE for g in pod.raw["spec"].get("schedulingGates", []))
 
+        said: list[str] = []
+
         async def relabel_refused() -> bool:
             try:
                 await pod.patch({"metadata": {"labels": {GROUP_INDEX_LABEL: "0"}}})
             except kr8s.ServerError as err:
+                said[:] = [str(err)]
                 return "may not change while it waits" in str(err.response.text if err.response else err)
             await pod.patch({"metadata": {"labels": {GROUP_INDEX_LABEL: "3"}}})  # not yet enforced
             return False
 
         await eventually(relabel_refused, what="the policy refuses a new group index")
+        attack_table.add("relabel a gated pod into another group", "refused", said[0])
         for change in ({POOL_LABEL: None}, {LWS_NAME_LABEL: "other"}, {WORKER_INDEX_LABEL: "1"}):
             refused = False
             try:

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from core_builders import lws, lws_pod, record
+from core_builders import lws, lws_pod, lws_statefulsets, record
 
 from gatekeeper.core.backends.kueue import (
     KueueActions,
@@ -117,7 +117,10 @@ def decide(
     records: list[dict[str, Any]] = (),  # type: ignore[assignment]
     workloads: list[dict[str, Any]] = (),  # type: ignore[assignment]
 ) -> KueueActions:
-    return decide_kueue(KueueSnapshot(lwss, list(pods), list(records), list(workloads), [FLAVOR]))
+    made = lws_statefulsets(lwss, list(pods))  # the pods are the LWSs' own
+    return decide_kueue(
+        KueueSnapshot(lwss, list(pods), list(records), list(workloads), [FLAVOR], statefulsets=made)
+    )
 
 
 def names(items: Any) -> list[str]:
@@ -234,6 +237,59 @@ def test_workers_that_appear_later_go_through_at_once() -> None:
     wl = workload(obj, 0, conditions=ADMITTED, flavors={"leader": "h100", "worker": "h100"})
     acts = decide([obj], pods, [rec(obj, 0, admitted=True)], [wl])
     assert sorted(u.pod for u in acts.ungate) == ["vllm-0-1", "vllm-0-2"]
+
+
+def _forged_worker(gpus: int = 4) -> dict[str, Any]:
+    """A pod that claims worker 1 of group 0 by its labels, made by a tenant (no owner)."""
+    pod = lws_pod("vllm", 0, 1, pool=LQ, gpu_limit=gpus)
+    pod["metadata"].update(name="forged", uid="forged-uid", ownerReferences=[])
+    return pod
+
+
+def test_a_forged_pod_of_an_admitted_group_stays_gated_and_the_record_and_an_event_say_so() -> None:
+    obj = vllm(replicas=1, size=2)
+    pods = [lws_pod("vllm", 0, w, pool=LQ, gated=False, node_name=f"n{w}", phase="Running") for w in (0, 1)]
+    wl = workload(obj, 0, conditions=ADMITTED, flavors={"leader": "h100", "worker": "h100"})
+    made = lws_statefulsets([obj], pods)
+    snap = KueueSnapshot([obj], [*pods, _forged_worker()], [rec(obj, 0, admitted=True)], [wl], [FLAVOR],
+                         statefulsets=made)  # fmt: skip
+    acts = decide_kueue(snap)
+    assert acts.ungate == () and acts.stop == ()
+    [st] = acts.statuses
+    assert (st.admitted, st.reason, st.warning) == (True, "NotMadeByLeaderWorkerSet", True)
+    assert st.message.endswith(
+        "; pod forged was not made by LeaderWorkerSet vllm: it claims the group by its labels and stays gated"
+    )
+    assert st.message.startswith("group 0 admitted by Kueue: ClusterQueue cq-gpu, flavor h100")
+    writes = list(walk(plan_writes(acts, snap, Memory(), datetime(2026, 12, 1, tzinfo=UTC))))
+    [status] = [w for w in writes if w.resource == "groupadmissions"]
+    cond_ = status.body["conditions"][0]
+    assert (cond_["status"], cond_["reason"]) == ("True", "NotMadeByLeaderWorkerSet")
+    assert status.tag == "status", "the group was admitted before: not counted as a new admission"
+    events = [w.body for w in writes if w.op.name == "EVENT"]
+    assert [(e.reason, e.warning) for e in events] == [("NotMadeByLeaderWorkerSet", True)]
+    assert not [w for w in writes if w.tag == "ungate"]
+
+
+def test_a_forged_pod_is_not_let_through_when_its_claimed_group_is_admitted() -> None:
+    """The group's own pods go through; the forged one, gated with them, stays gated."""
+    obj = vllm(replicas=1, size=3)
+    pods = [lws_pod("vllm", 0, w, pool=LQ) for w in (0, 2)]
+    wl = workload(obj, 0, conditions=ADMITTED, flavors={"leader": "h100", "worker": "h100"})
+    snap = KueueSnapshot([obj], [*pods, _forged_worker()], [rec(obj, 0, admitted=False)], [wl], [FLAVOR],
+                         statefulsets=lws_statefulsets([obj], pods))  # fmt: skip
+    acts = decide_kueue(snap)
+    assert sorted(u.pod for u in acts.ungate) == ["vllm-0", "vllm-0-2"]
+
+
+def test_once_the_forged_pod_is_gone_the_record_says_admitted_again() -> None:
+    obj = vllm(replicas=1, size=2)
+    pods = [lws_pod("vllm", 0, w, pool=LQ, gated=False, node_name=f"n{w}", phase="Running") for w in (0, 1)]
+    wl = workload(obj, 0, conditions=ADMITTED, flavors={"leader": "h100", "worker": "h100"})
+    record_ = rec(obj, 0, admitted=True)
+    record_["status"]["conditions"][0]["reason"] = "NotMadeByLeaderWorkerSet"
+    [st] = decide([obj], pods, [record_], [wl]).statuses
+    assert (st.admitted, st.reason, st.warning) == (True, "Admitted", False)
 
 
 def test_a_waiting_workload_keeps_every_gate_and_passes_on_kueues_words() -> None:
@@ -548,7 +604,15 @@ def _never_scene(
     record_obj = rec(obj, 0, admitted=False)
     record_obj["status"] |= record_status or {}
     pods = [lws_pod("vllm", 0, w, pool=LQ) for w in (0, 1)]
-    snap = KueueSnapshot([obj], pods, [record_obj], wls if workload_there else [], [FLAVOR], now=NOW)
+    snap = KueueSnapshot(
+        [obj],
+        pods,
+        [record_obj],
+        wls if workload_there else [],
+        [FLAVOR],
+        statefulsets=lws_statefulsets([obj], pods),
+        now=NOW,
+    )
     return decide_kueue(snap)
 
 
@@ -629,7 +693,14 @@ def test_pods_and_records_are_deleted_by_uid_not_by_name_alone() -> None:
         pod["metadata"]["uid"] = f"pod-uid-{i}"
     gone = rec(vllm(replicas=1), 0, admitted=True)
     gone["metadata"]["uid"] = "rec-uid"
-    snap = KueueSnapshot([obj], running, [rec(obj, 0, admitted=True)], [], [FLAVOR])
+    snap = KueueSnapshot(
+        [obj],
+        running,
+        [rec(obj, 0, admitted=True)],
+        [],
+        [FLAVOR],
+        statefulsets=lws_statefulsets([obj], running),
+    )
     plan = plan_writes(decide_kueue(snap), snap, Memory(), datetime(2026, 12, 1, tzinfo=UTC))
     stops = sorted((w.name, w.uid) for w in walk(plan) if w.tag == "stop")
     assert stops == [("vllm-0", "pod-uid-0"), ("vllm-0-1", "pod-uid-1")]

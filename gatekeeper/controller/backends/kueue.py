@@ -34,7 +34,7 @@ from gatekeeper.core.backends.kueue import (
     plan_writes,
 )
 from gatekeeper.core.groups import DemandMemo
-from gatekeeper.core.keys import POOL_LABEL
+from gatekeeper.core.keys import LWS_NAME_LABEL, POOL_LABEL
 from gatekeeper.core.writes import Memory, Write
 
 __all__ = ["KueueBackend"]
@@ -72,10 +72,19 @@ class KueueBackend:
         self.workloads = caches.informer(r.WORKLOADS, label_selector=POOL_LABEL)
         self.flavors = caches.informer(r.RESOURCE_FLAVORS)
         self.priorities = caches.informer(r.PRIORITY_CLASSES)
+        self.statefulsets = caches.informer(r.STATEFULSETS, label_selector=LWS_NAME_LABEL)
 
     @property
     def informers(self) -> list[Informer]:
-        return [self.lws, self.pods, self.records, self.workloads, self.flavors, self.priorities]
+        return [
+            self.lws,
+            self.pods,
+            self.records,
+            self.workloads,
+            self.flavors,
+            self.priorities,
+            self.statefulsets,
+        ]
 
     def snapshot(self, now: datetime) -> KueueSnapshot:
         return KueueSnapshot(
@@ -85,6 +94,7 @@ class KueueBackend:
             workloads=self.workloads.values(),
             flavors=self.flavors.values(),
             priorities=self.caches.priorities(),
+            statefulsets=self.statefulsets.values(),
             now=now,
             retry_seconds=self.retry_seconds,
         )

@@ -1,7 +1,8 @@
 """The ``kueue`` backend: one Kueue Workload per LWS group, and gates that follow it.
 
 ``decide`` is the pass (``decide_kueue``); ``workload`` is what a Workload of ours is;
-``writes`` is the record patch that mirrors it (or none, when the record already says so).
+``status`` is what a record says (``RecordStatus``); ``writes`` is the record patch that
+mirrors it (or none, when the record already says so).
 """
 
 from gatekeeper.core.backends.kueue.decide import (
@@ -9,9 +10,9 @@ from gatekeeper.core.backends.kueue.decide import (
     NEVER_FIT_RETRY_SECONDS,
     KueueActions,
     KueueSnapshot,
-    RecordStatus,
     decide_kueue,
 )
+from gatekeeper.core.backends.kueue.status import RecordStatus
 from gatekeeper.core.backends.kueue.workload import clear_admission_status, new_workload
 from gatekeeper.core.backends.kueue.writes import plan_writes, record_status_patch
 

@@ -47,6 +47,10 @@ LocalQueue in the LWS's namespace):
 * An LWS's groups are offered to Kueue lowest index first (``order``): Kueue breaks ties of
   Workloads made in the same second by UID, so a window of new Workloads widens with the
   groups that hold quota, and a higher group never goes before a lower one of the same spec.
+* Only pods the LWS made count (``core.members``: the owner chain up to the LWS, by UID).
+  A gated pod that claims a group by its labels and was made by anyone else stays gated,
+  is never let through on the group's Workload, and the record says so (reason
+  ``NotMadeByLeaderWorkerSet``, a Warning Event); the group's own pods go on.
 * A group admitted by the ``pools`` backend (record ``Admitted`` without ``status.workload``)
   whose pods run is adopted (``adopt``): its Workload is made, its pods are kept, reason
   ``Adopting``, until Kueue admits it.
@@ -72,8 +76,8 @@ from typing import Any
 
 from gatekeeper.core.backends.kueue.adopt import adopted_elsewhere, adopting_message, old_pods
 from gatekeeper.core.backends.kueue.order import Offers, queue_state, unreserved
+from gatekeeper.core.backends.kueue.status import RecordStatus, said_strangers
 from gatekeeper.core.backends.kueue.workload import (
-    PERMANENT_REASONS,
     demand_changed,
     flavor_steering,
     never_fits,
@@ -95,6 +99,7 @@ from gatekeeper.core.keys import (
     WAITING_FOR_KUEUE,
 )
 from gatekeeper.core.lws import GroupPod
+from gatekeeper.core.members import split_members
 from gatekeeper.core.objects import (
     as_list,
     as_map,
@@ -107,14 +112,13 @@ from gatekeeper.core.objects import (
     parse_time,
 )
 from gatekeeper.core.quantity import format_resources
-from gatekeeper.core.queue import InvalidDemand
+from gatekeeper.core.queue import GroupKey, InvalidDemand
 
 __all__ = [
     "NEVER_FIT_RETRY_MAX_SECONDS",
     "NEVER_FIT_RETRY_SECONDS",
     "KueueActions",
     "KueueSnapshot",
-    "RecordStatus",
     "decide_kueue",
 ]
 
@@ -138,32 +142,12 @@ class KueueSnapshot:
     """Kueue ResourceFlavors."""
     priorities: Mapping[str, int] = field(default_factory=dict)
     """PriorityClass name -> value."""
+    statefulsets: Sequence[Mapping[str, Any]] = ()
+    """StatefulSets of LWSs: which pods an LWS made (``core.members``)."""
     now: datetime | None = None
     """The time of the pass, for retry delays (None: every delay is over)."""
     retry_seconds: int = NEVER_FIT_RETRY_SECONDS
     """First delay before a Workload that can never fit is made again (doubled per retry)."""
-
-
-@dataclass(frozen=True)
-class RecordStatus:
-    """What a group's record should say: ``Admitted`` True/False, Kueue's reason and message."""
-
-    group: GroupState
-    workload: str
-    admitted: bool
-    reason: str
-    message: str
-    revision: str | None = None
-    """The LWS template revision the admitted group's pods run (``status.templateRevision``)."""
-    retry_at: str | None = None
-    """When the Workload of a group that could never fit is made again (RFC 3339)."""
-    retries: int | None = None
-    """How many times the group's Workload was deleted because it could never fit."""
-
-    @property
-    def warning(self) -> bool:
-        """Waiting will not fix it: the LWS, the queue or the ClusterQueue must change."""
-        return not self.admitted and self.reason in PERMANENT_REASONS
 
 
 @dataclass(frozen=True)
@@ -231,7 +215,12 @@ def decide_kueue(snap: KueueSnapshot, memo: DemandMemo | None = None) -> KueueAc
     workloads = index_by_key(snap.workloads)
     flavors = {str(meta(f).get("name")): f for f in snap.flavors}
 
-    pods_of = pods_by_group(snap.pods)
+    lws_uids = {key: str(meta(obj).get("uid") or "") for obj in snap.lwss if (key := object_key(obj))}
+    members_only, strangers = split_members(snap.pods, lws_uids, snap.statefulsets)
+    pods_of = pods_by_group(members_only)
+    stranger_pods: dict[GroupKey, list[str]] = {}
+    for one in strangers:
+        stranger_pods.setdefault(GroupKey(one.namespace, one.lws, one.index), []).append(one.pod)
 
     create_records: list[GroupState] = []
     create_workloads: list[tuple[GroupState, str]] = []
@@ -436,6 +425,7 @@ def decide_kueue(snap: KueueSnapshot, memo: DemandMemo | None = None) -> KueueAc
             else:
                 reason, message = waiting_reason(wl, index, queue)
                 statuses.append(RecordStatus(gs, rname, False, reason, message))
+    statuses = [said_strangers(st, stranger_pods) for st in statuses]
     wanted |= _still_running(records, {k for lws in snap.lwss if (k := object_key(lws))}, pods_of)
     release = tuple(sorted(k for k in records if k not in wanted))
     # Workloads of ours without a wanted record (their record was deleted by hand): delete them too.

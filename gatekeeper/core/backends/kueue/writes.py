@@ -13,7 +13,8 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from gatekeeper.core.backends.kueue.decide import KueueActions, KueueSnapshot, RecordStatus
+from gatekeeper.core.backends.kueue.decide import KueueActions, KueueSnapshot
+from gatekeeper.core.backends.kueue.status import RecordStatus
 from gatekeeper.core.backends.kueue.workload import clear_admission_status, new_workload
 from gatekeeper.core.demand import GroupDemand
 from gatekeeper.core.finalizers import FINALIZER_WRITES_PER_PASS, hold_patch, release_writes
@@ -133,7 +134,8 @@ def plan_writes(actions: KueueActions, snap: KueueSnapshot, memory: Memory, now:
             if changed
             else None
         )
-        tag = "admitted" if st.admitted and changed else "status"
+        was_admitted = condition(record, ADMITTED).get("status") == "True"
+        tag = "admitted" if st.admitted and not was_admitted else "status"
         second.append(
             Write(
                 Op.MERGE_STATUS,

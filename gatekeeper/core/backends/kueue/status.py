@@ -1,0 +1,56 @@
+"""What a ``kueue`` backend record says: its ``Admitted`` state, Kueue's reason and words.
+
+Why this exists: ``decide`` works out, per group, what the group's record should say
+(``RecordStatus``); ``writes`` turns that into the record's status patch and Event. The
+words for a group that pods its LWS did not make claim by their labels
+(``said_strangers``) are added here, after the group's own state is known.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from gatekeeper.core.backends.kueue.workload import PERMANENT_REASONS
+from gatekeeper.core.groups import GroupState
+from gatekeeper.core.messages import not_made_by
+from gatekeeper.core.queue import GroupKey
+from gatekeeper.core.reasons import Reason
+
+__all__ = ["RecordStatus", "said_strangers"]
+
+
+@dataclass(frozen=True)
+class RecordStatus:
+    """What a group's record should say: ``Admitted`` True/False, Kueue's reason and message."""
+
+    group: GroupState
+    workload: str
+    admitted: bool
+    reason: str
+    message: str
+    revision: str | None = None
+    """The LWS template revision the admitted group's pods run (``status.templateRevision``)."""
+    retry_at: str | None = None
+    """When the Workload of a group that could never fit is made again (RFC 3339)."""
+    retries: int | None = None
+    """How many times the group's Workload was deleted because it could never fit."""
+
+    @property
+    def warning(self) -> bool:
+        """Waiting will not fix it: the LWS, the queue or the ClusterQueue must change; or
+        pods its LWS did not make claim the group."""
+        return self.reason == Reason.NOT_MADE_BY_LWS or (
+            not self.admitted and self.reason in PERMANENT_REASONS
+        )
+
+
+def said_strangers(st: RecordStatus, stranger_pods: Mapping[GroupKey, list[str]]) -> RecordStatus:
+    """The record's words for a group that pods its LWS did not make claim by their labels:
+    reason ``NotMadeByLeaderWorkerSet`` (a Warning), what the group is otherwise doing, and
+    which pods stay gated. Its ``Admitted`` status is unchanged: the group's own pods go on."""
+    names = stranger_pods.get(st.group.key)
+    if not names:
+        return st
+    said = f"{st.message}; {not_made_by(sorted(names), st.group.key.name)}"
+    return replace(st, reason=Reason.NOT_MADE_BY_LWS, message=said)
