@@ -1,7 +1,8 @@
 """The ``lws-gatekeeper`` command line.
 
 Why this exists: one program for everything the project runs: the controller
-(``run``), ``render``, the sandbox cluster (``sandbox up|down|status|build``) and the
+(``run``), ``render``, ``why`` (why an LWS or a pool waits), the sandbox
+cluster (``sandbox up|down|status|build``) and the
 demo that replays the LWS issue.
 Each sub-command is a thin wrapper; the work lives in the modules it calls.
 """
@@ -32,6 +33,48 @@ def _say(msg: str) -> None:
 @click.version_option(package_name="lws-gatekeeper")
 def main() -> None:
     """All-or-nothing admission of LeaderWorkerSet groups into shared GPU pools."""
+
+
+@main.command("why")
+@click.argument("target")
+@click.option("-n", "--namespace", default=None, help="The LWS's namespace (default: the context's).")
+@click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--kubeconfig", default=None, help="Kubeconfig file (default: $KUBECONFIG or ~/.kube/config).")
+def why_cmd(target: str, namespace: str | None, output: str, kubeconfig: str | None) -> None:
+    """Why an LWS or a pool waits: TARGET is lws/NAME (or just NAME) or pool/NAME.
+
+    For an LWS: each group's state and the gatekeeper's reason, the pool's usage and who
+    holds it, and what must free up for its next group. For a pool: its usage, the groups
+    that hold it and those that wait, in the order they are served. Reads only.
+    Also installed as the kubectl plugin ``kubectl lws-gatekeeper why``.
+    """
+    import asyncio
+    import json
+
+    from gatekeeper import why
+    from gatekeeper.core.explain import lines_for_lws, lines_for_pool
+
+    kind, _, name = target.rpartition("/")
+    kind = kind.lower() or "lws"
+    if kind not in ("lws", "leaderworkerset", "leaderworkersets", "pool", "pools") or not name:
+        raise click.UsageError(f"TARGET is lws/NAME, NAME or pool/NAME, not {target!r}")
+
+    async def answer() -> why.LwsAnswer | why.PoolView:
+        if kind.startswith("pool"):
+            return await why.why_pool(kubeconfig, name)
+        ns = namespace or await why.default_namespace(kubeconfig)
+        return await why.why_lws(kubeconfig, ns, name)
+
+    try:
+        result = asyncio.run(answer())
+    except why.NotFound as exc:
+        _say(f"error: {exc}")
+        sys.exit(1)
+    if output == "json":
+        click.echo(json.dumps(why.as_json(result), indent=2))
+        return
+    lines = lines_for_lws(result) if isinstance(result, why.LwsAnswer) else lines_for_pool(result)
+    click.echo("\n".join(lines))
 
 
 @main.command("run")
