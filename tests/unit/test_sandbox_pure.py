@@ -162,6 +162,18 @@ def test_summarize_counts_whole_groups_and_stranded_gpus() -> None:
     assert "whole groups running: 1" in v.line(4)
 
 
+def test_summarize_skips_pods_with_unreadable_labels_or_gpus() -> None:
+    """The fault tests make malformed objects: the judge must not fail on them."""
+    bad_index = _pod(0, "x", node="n9", ready=True)
+    bad_index["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/group-index"] = "x"
+    bad_gpus = _pod(1, "l", node="n8", ready=True)
+    bad_gpus["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "lots"
+    v = summarize(
+        [_pod(0, "l", node="n0", ready=True), _pod(0, "w", node="n1", ready=True), bad_index, bad_gpus], 2
+    )
+    assert (v.whole_groups, v.gpus_held, len(v.groups)) == (1, 2, 2)
+
+
 def test_fake_node_is_kwok_managed_with_gpus() -> None:
     node = fake_node("n", gpus=8, labels={"pool": "p"})
     assert node["metadata"]["annotations"]["kwok.x-k8s.io/node"] == "fake"
