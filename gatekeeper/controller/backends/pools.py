@@ -47,6 +47,17 @@ WAIT_SECONDS = Histogram(
     buckets=(0.1, 0.5, 1, 2, 5, 10, 30, 60, 300, 1800, 7200),
 )
 PASS_SECONDS = Histogram("gatekeeper_reconcile_seconds", "Duration of one planning pass")
+STAGE_SECONDS = Counter(
+    "gatekeeper_reconcile_stage_seconds_total",
+    "Seconds spent in each stage of the planning passes (snapshot, decide, plan, execute)",
+    ["stage"],
+)
+
+
+def _stage(name: str, since: float) -> float:
+    now = time.monotonic()
+    STAGE_SECONDS.labels(name).inc(now - since)
+    return now
 
 
 class PoolsBackend:
@@ -102,12 +113,17 @@ class PoolsBackend:
         """One pass: decide and plan (pure), then execute the plan through ``write``."""
         start = time.monotonic()
         snap = self.snapshot()
+        took = time.monotonic()
+        STAGE_SECONDS.labels("snapshot").inc(took - start)
         # The decision runs in a worker thread: a pass over a large cluster must not hold up
         # the webhook, the probes and the Lease renewals served by this event loop.
         actions = await anyio.to_thread.run_sync(decide, snap, self.demands, self.caches.requests)
+        took = _stage("decide", took)
         inputs = PassInputs(snap, self.memory, datetime.now(UTC), start)
         plan = await anyio.to_thread.run_sync(plan_writes, actions, inputs)
+        took = _stage("plan", took)
         await execute(self.kube, plan, write, self.memory, self._done)
+        _stage("execute", took)
         for name, st in actions.pools.items():
             WAITING.labels(name).set(st.waiting + st.inadmissible)
             for resource, amount in st.quota.items():
