@@ -163,32 +163,22 @@ def _pct(values: list[float], q: float) -> float:
 
 
 def print_timeline(label: str, t: Timeline) -> None:
+    """Each stage's time since the LWS was made, and its own step: the time from the latest
+    earlier stage the group had reached (so a group admitted before its pods exist waits,
+    at "ungated", on its last pod's creation, not on its admission)."""
     print(f"\n{label}: seconds from the LWS's creation (p50 / p90 / max over {len(t.stages)} groups)")
-    previous: list[float] | None = None
-    for stage in STAGES:
+    print(f"  {'stage':13} {'p50':>7} {'p90':>7} {'max':>7}   own step: p50, p90, max")
+    for i, stage in enumerate(STAGES):
         at = [s[stage] - t.start for s in t.stages.values() if stage in s]
         if not at:
             continue
-        step = ""
-        if previous is not None:
-            prev_stage = STAGES[STAGES.index(stage) - 1]
-            deltas = [
-                s[stage] - s[p]
-                for s in t.stages.values()
-                for p in [_last_before(s, prev_stage)]
-                if stage in s and p is not None
-            ]
-            step = f"   step p50 {_pct(deltas, 0.5):6.2f}  max {max(deltas, default=float('nan')):6.2f}"
+        steps = [
+            s[stage] - max(s[p] for p in STAGES[:i] if p in s)
+            for s in t.stages.values()
+            if stage in s and any(p in s for p in STAGES[:i])
+        ]
+        step = f"   {_pct(steps, 0.5):6.2f} {_pct(steps, 0.9):6.2f} {max(steps):6.2f}" if steps else ""
         print(f"  {stage:13} {_pct(at, 0.5):7.2f} {_pct(at, 0.9):7.2f} {max(at):7.2f}{step}")
-        previous = at
-
-
-def _last_before(s: dict[str, float], stage: str) -> str | None:
-    """The stage itself if the group reached it, else the one before it that it did reach."""
-    for name in reversed(STAGES[: STAGES.index(stage) + 1]):
-        if name in s:
-            return name
-    return None
 
 
 def print_clients(label: str, events: list[Event]) -> None:
