@@ -85,6 +85,10 @@ GROUP_INDEX_LABEL: Final = "leaderworkerset.sigs.k8s.io/group-index"
 on its records and Workloads too."""
 WORKER_INDEX_LABEL: Final = "leaderworkerset.sigs.k8s.io/worker-index"
 """On every pod of an LWS: its index in the group; 0 is the leader."""
+POD_INDEX_LABEL: Final = "apps.kubernetes.io/pod-index"
+"""Set by the StatefulSet controller on each pod it makes: its ordinal (a leader's is its
+group index). The webhook may see a leader before LWS's pod webhook gives it the group
+index label."""
 REVISION_LABEL: Final = "leaderworkerset.sigs.k8s.io/template-revision-hash"
 """The LWS template revision a pod was made from (the leader's, copied to its workers)."""
 

@@ -26,11 +26,13 @@ from gatekeeper.controller.act import execute
 from gatekeeper.controller.caches import BOUND_PODS, Caches
 from gatekeeper.controller.informer import Informer
 from gatekeeper.controller.loop import Write as Writer
+from gatekeeper.core import pass_through as admitted
 from gatekeeper.core.backends.pools import Actions, PassInputs, Snapshot, decide, plan_writes
 from gatekeeper.core.groups import DemandMemo
 from gatekeeper.core.keys import LWS_NAME_LABEL, POOL_LABEL
-from gatekeeper.core.objects import labels, name_of
+from gatekeeper.core.objects import labels, name_of, object_key
 from gatekeeper.core.writes import Memory, Write
+from gatekeeper.webhook.pass_through import PassThrough
 
 __all__ = ["PoolsBackend"]
 
@@ -65,9 +67,16 @@ class PoolsBackend:
 
     log = log
 
-    def __init__(self, kube: k.Kube, caches: Caches) -> None:
+    def __init__(self, kube: k.Kube, caches: Caches, *, pass_through: PassThrough | None = None) -> None:
         self.kube = kube
         self.caches = caches
+        self.pass_through = pass_through
+        self._admitted_now: dict[tuple[str, str], Any] = {}
+        """(namespace, record) -> the status patch of each admission this pass made."""
+        self._created_now: list[Any] = []
+        """The records this pass made (some are admitted in the same pass)."""
+        self._index: admitted.Index | None = None
+        self._records: dict[tuple[str, str], Any] = {}
         self.memory = Memory()
         self.demands = DemandMemo()
 
@@ -122,8 +131,22 @@ class PoolsBackend:
         inputs = PassInputs(snap, self.memory, datetime.now(UTC), start)
         plan = await anyio.to_thread.run_sync(plan_writes, actions, inputs)
         took = _stage("plan", took)
+        self._admitted_now, self._created_now = {}, []
+        if self.pass_through is not None:
+            self._index = await anyio.to_thread.run_sync(
+                admitted.index, snap.lwss, snap.pods, snap.statefulsets, snap.pools, self.demands.demand
+            )
+            self._records = {k: r for r in snap.records if (k := object_key(r)) is not None}
         await execute(self.kube, plan, write, self.memory, self._done)
-        _stage("execute", took)
+        took = _stage("execute", took)
+        if self.pass_through is not None and self._index is not None:
+            records = admitted.with_admissions([*snap.records, *self._created_now], self._admitted_now)
+            entry = self._index.entry
+            table = await anyio.to_thread.run_sync(
+                lambda: dict(e for e in map(entry, records) if e is not None)
+            )
+            self.pass_through.publish(table, self.statefulsets.get)
+            _stage("publish", took)
         for name, st in actions.pools.items():
             WAITING.labels(name).set(st.waiting + st.inadmissible)
             for resource, amount in st.quota.items():
@@ -133,8 +156,33 @@ class PoolsBackend:
         PASS_SECONDS.observe(time.monotonic() - start)
         return actions
 
+    def _tell_webhook(self, key: tuple[str, str], admission: Any) -> None:
+        """A group admitted by this pass: its new pods are made ungated from now on, not
+        from the end of the pass (a LeaderReady group's workers follow its leader closely)."""
+        if self.pass_through is None or self._index is None:
+            return
+        record = self._records.get(key) or next(
+            (
+                r
+                for r in self._created_now
+                if (r["metadata"].get("namespace", ""), r["metadata"]["name"]) == key
+            ),
+            None,
+        )
+        if record is None:
+            return
+        [after] = admitted.with_admissions([record], {key: admission})
+        entry = self._index.entry(after)
+        if entry is not None:
+            self.pass_through.add(*entry)
+
     def _done(self, one: Write) -> None:
+        if one.tag == "create":
+            self._created_now.append(one.body)
         if one.tag == "admit":
+            key = (one.namespace or "", one.name)
+            self._admitted_now[key] = one.body
+            self._tell_webhook(key, one.body)
             log.info("admitted %s/%s into %s", one.namespace, one.name, one.labels[0])
             ADMISSIONS.labels(one.labels[0]).inc()
             WAIT_SECONDS.labels(one.labels[0]).observe(one.measure)
