@@ -189,6 +189,12 @@ def _parse_labels(labels: tuple[str, ...]) -> dict[str, str]:
     help="Also run the real Kueue (its webhooks act in namespaces labelled kueue.x-k8s.io/managed=true).",
 )
 @click.option(
+    "--with-karpenter",
+    is_flag=True,
+    help="Also run the real Karpenter with its KWOK cloud provider (GPU instance types; "
+    "it buys nodes for the NodePools you make).",
+)
+@click.option(
     "--audit",
     is_flag=True,
     help="Have the API server log every write (who, which user agent, when) to logs/audit.log.",
@@ -200,6 +206,7 @@ def sandbox_up(
     labels: tuple[str, ...],
     no_gatekeeper: bool,
     with_kueue: bool,
+    with_karpenter: bool,
     audit: bool,
 ) -> None:
     """Start the sandbox in the background and print how to reach it.
@@ -215,6 +222,7 @@ def sandbox_up(
             labels=_parse_labels(labels),
             gatekeeper=not no_gatekeeper,
             with_kueue=with_kueue,
+            with_karpenter=with_karpenter,
             audit=audit,
         )
     except (SandboxError, sandbox_build.BuildError) as exc:
