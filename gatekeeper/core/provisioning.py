@@ -1,0 +1,495 @@
+"""What a pool's Karpenter NodePools can still launch, and the nodes they are launching now.
+
+Why this exists: a Pool whose nodes Karpenter buys (``spec.nodePools``) must admit a group
+only when its whole demand fits the free room of the existing nodes plus what those
+NodePools can still launch; otherwise Karpenter, which acts on the Pending pods of the
+admitted groups, buys nodes for part of a group and the rest waits for ever. The planner
+(``planner.py``) calls this module; the ``pools`` controller reads the NodePools and
+NodeClaims from the API and the instance types from a file (Karpenter publishes no
+object that lists them) and passes them in. No I/O here.
+
+The model follows Karpenter v1.14.1's provisioner (``pkg/controllers/provisioning/
+scheduling``):
+
+* A NodePool holds what its NodeClaims hold: each claim's ``status.capacity`` (before it
+  is launched, ``spec.resources.requests``) and one ``nodes``. ``spec.limits`` minus that
+  is what it may still launch; a NodePool without limits has no cap.
+* An instance type can be launched by a NodePool when the NodePool's requirements allow
+  its labels (instance type, architecture, OS), it has an *available* offering whose
+  capacity type and zone the requirements allow, and its whole capacity is within what
+  the NodePool may still launch (Karpenter's ``filterByRemainingResources``).
+* A launched node has the NodePool's template labels, the single values its
+  requirements name, the type's labels, the offering's capacity type and zone, and the
+  template's taints; a pod goes there only if its node selector, required node affinity
+  and tolerations allow it and its requests fit the type's allocatable.
+
+A group's pods that find no free room on existing nodes are placed, largest first, on
+nodes opened for the group (a pod first tries the nodes already opened for it, then opens
+the cheapest type that holds it). Like the fit check this is a greedy heuristic, and it
+is on the safe side of Karpenter's: Karpenter may pack two pods on one larger node where
+this opens two, never the other way round. A NodeClaim whose node is not ready for pods
+yet (not there, NotReady, or still tainted ``karpenter.sh/unregistered``) is a node
+*coming up*: :func:`coming_up` makes it a node of the pass with the claim's allocatable,
+so the admitted group it was bought for holds its room (see ``planner.Pass.hold``).
+
+Every number read from a user's object is bounded (:data:`MAX_INSTANCE_TYPES`,
+:data:`MAX_OFFERINGS`, :data:`MAX_REQUIREMENTS`, quantities by ``quantity.parse_units``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gatekeeper.core.demand import PodDemand, Resources
+from gatekeeper.core.fields import mapping, sequence, string
+from gatekeeper.core.nodes import Node
+from gatekeeper.core.quantity import format_amount, parse_units
+from gatekeeper.core.selectors import Requirement, Taint, parse_label_map, parse_taints
+
+__all__ = [
+    "CAPACITY_TYPE_LABEL",
+    "KWOK_OVERHEAD",
+    "NODE_POOL_LABEL",
+    "UNREGISTERED_TAINT",
+    "ZONE_LABEL",
+    "InstanceType",
+    "Launch",
+    "Launcher",
+    "NodeClaim",
+    "NodePool",
+    "Offering",
+    "coming_up",
+    "parse_instance_types",
+    "parse_node_claim",
+    "parse_node_pool",
+]
+
+NODE_POOL_LABEL = "karpenter.sh/nodepool"
+CAPACITY_TYPE_LABEL = "karpenter.sh/capacity-type"
+ZONE_LABEL = "topology.kubernetes.io/zone"
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+ARCH_LABEL = "kubernetes.io/arch"
+OS_LABEL = "kubernetes.io/os"
+#: Karpenter taints a node it made until it has registered it.
+UNREGISTERED_TAINT = "karpenter.sh/unregistered"
+#: What Karpenter's KWOK provider reserves on each node (``helpers.go``: kube-reserved).
+KWOK_OVERHEAD: Resources = {"cpu": 100, "memory": 10 * 1024 * 1024}
+
+MAX_INSTANCE_TYPES = 1000
+MAX_OFFERINGS = 100
+MAX_REQUIREMENTS = 100
+MAX_VALUES = 100
+MAX_NAME = 253
+_OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"})
+
+
+@dataclass(frozen=True)
+class Offering:
+    """One way to buy an instance type: capacity type, zone, price, and whether it is offered now."""
+
+    capacity_type: str
+    zone: str
+    price: float
+    available: bool = True
+
+
+@dataclass(frozen=True)
+class InstanceType:
+    """A type Karpenter can launch: its labels, its capacity and allocatable, its offerings."""
+
+    name: str
+    capacity: Resources
+    allocatable: Resources
+    labels: Mapping[str, str] = field(default_factory=dict)
+    offerings: tuple[Offering, ...] = ()
+
+
+@dataclass(frozen=True)
+class NodePool:
+    """A parsed Karpenter NodePool: what its nodes look like and how much it may hold."""
+
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    requirements: tuple[Requirement, ...] = ()
+    taints: tuple[Taint, ...] = ()
+    limits: Resources | None = None
+    """``spec.limits``; None: no cap."""
+
+    def allows(self, key: str, value: str | None) -> bool:
+        return all(r.matches(value) for r in self.requirements if r.key == key)
+
+
+@dataclass(frozen=True)
+class NodeClaim:
+    """A parsed NodeClaim: the NodePool it counts against, what it holds, the node it becomes."""
+
+    name: str
+    node_pool: str
+    capacity: Resources
+    allocatable: Resources
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    node_name: str = ""
+    deleting: bool = False
+
+
+def _name(value: object, where: str) -> str:
+    text = string(value, where)
+    if not text or len(text) > MAX_NAME:
+        raise ValueError(f"{where}: expected a name of 1-{MAX_NAME} characters, got {value!r}")
+    return text
+
+
+def _resources(value: object, where: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for resource, raw in mapping(value, where).items():
+        try:
+            out[str(resource)] = parse_units(str(resource), raw)
+        except ValueError as err:
+            raise ValueError(f"{where}[{resource}]: {err}") from None
+        if out[str(resource)] < 0:
+            raise ValueError(f"{where}[{resource}]: {raw!r} is negative")
+    return out
+
+
+def _requirements(value: object, where: str) -> tuple[Requirement, ...]:
+    items = sequence(value, where)
+    if len(items) > MAX_REQUIREMENTS:
+        raise ValueError(f"{where}: {len(items)} requirements, at most {MAX_REQUIREMENTS}")
+    out = []
+    for i, item in enumerate(items):
+        entry = mapping(item, f"{where}[{i}]")
+        op = string(entry.get("operator"), f"{where}[{i}].operator")
+        if op not in _OPERATORS:
+            raise ValueError(f"{where}[{i}].operator: {op!r} is not one of {', '.join(sorted(_OPERATORS))}")
+        values = sequence(entry.get("values"), f"{where}[{i}].values")
+        if len(values) > MAX_VALUES:
+            raise ValueError(f"{where}[{i}].values: {len(values)} values, at most {MAX_VALUES}")
+        out.append(
+            Requirement(
+                key=_name(entry.get("key"), f"{where}[{i}].key"),
+                operator=op,
+                values=tuple(string(v, f"{where}[{i}].values") for v in values),
+            )
+        )
+    return tuple(out)
+
+
+def parse_node_pool(obj: Mapping[str, Any]) -> NodePool:
+    """A ``NodePool`` from a ``karpenter.sh/v1`` NodePool dict; ValueError names the field."""
+    name = string(mapping(obj.get("metadata"), "metadata").get("name"), "metadata.name")
+    try:
+        spec = mapping(obj.get("spec"), "spec")
+        template = mapping(spec.get("template"), "spec.template")
+        tmeta = mapping(template.get("metadata"), "spec.template.metadata")
+        tspec = mapping(template.get("spec"), "spec.template.spec")
+        return NodePool(
+            name=_name(name, "metadata.name"),
+            labels=parse_label_map(tmeta.get("labels"), "spec.template.metadata.labels"),
+            requirements=_requirements(tspec.get("requirements"), "spec.template.spec.requirements"),
+            taints=parse_taints(tspec.get("taints"), "spec.template.spec.taints"),
+            limits=_resources(spec["limits"], "spec.limits") if spec.get("limits") is not None else None,
+        )
+    except ValueError as err:
+        raise ValueError(f"NodePool {name}: {err}") from None
+
+
+def parse_node_claim(obj: Mapping[str, Any]) -> NodeClaim:
+    """A ``NodeClaim`` from a ``karpenter.sh/v1`` NodeClaim dict; ValueError names the field."""
+    meta = mapping(obj.get("metadata"), "metadata")
+    name = string(meta.get("name"), "metadata.name")
+    try:
+        labels = parse_label_map(meta.get("labels"), "metadata.labels")
+        spec = mapping(obj.get("spec"), "spec")
+        status = mapping(obj.get("status"), "status")
+        capacity = _resources(status.get("capacity"), "status.capacity")
+        if not capacity:
+            requests = mapping(spec.get("resources"), "spec.resources").get("requests")
+            capacity = _resources(requests, "spec.resources.requests")
+        # The single values its requirements name are labels of the node it becomes.
+        for req in _requirements(spec.get("requirements"), "spec.requirements"):
+            if req.operator == "In" and len(req.values) == 1:
+                labels.setdefault(req.key, req.values[0])
+        return NodeClaim(
+            name=_name(name, "metadata.name"),
+            node_pool=labels.get(NODE_POOL_LABEL, ""),
+            capacity=capacity,
+            allocatable=_resources(status.get("allocatable"), "status.allocatable"),
+            labels=labels,
+            taints=parse_taints(spec.get("taints"), "spec.taints"),
+            node_name=string(status.get("nodeName"), "status.nodeName"),
+            deleting=meta.get("deletionTimestamp") is not None,
+        )
+    except ValueError as err:
+        raise ValueError(f"NodeClaim {name}: {err}") from None
+
+
+def parse_instance_types(data: object, overhead: Resources = KWOK_OVERHEAD) -> tuple[InstanceType, ...]:
+    """Instance types from the JSON Karpenter's KWOK provider reads (``--instance-types-file-path``).
+
+    Each entry: ``name``, ``architecture``, ``operatingSystems``, ``resources`` (capacity)
+    and ``offerings`` (``Price``, ``Available``, ``Requirements`` naming the capacity type
+    and zone). Allocatable is capacity minus ``overhead``. Unlike the KWOK provider (which
+    makes every offering available), ``Available: false`` is kept: a type offered nowhere
+    is never planned on.
+    """
+    entries = sequence(data, "instance types")
+    if len(entries) > MAX_INSTANCE_TYPES:
+        raise ValueError(f"instance types: {len(entries)}, at most {MAX_INSTANCE_TYPES}")
+    out = []
+    for i, raw in enumerate(entries):
+        where = f"instance types[{i}]"
+        entry = mapping(raw, where)
+        name = _name(entry.get("name"), f"{where}.name")
+        capacity = _resources(entry.get("resources"), f"{where}.resources")
+        capacity.setdefault("pods", 110)
+        allocatable = {r: max(a - overhead.get(r, 0), 0) for r, a in capacity.items()}
+        labels = {INSTANCE_TYPE_LABEL: name}
+        arch = string(entry.get("architecture"), f"{where}.architecture")
+        if arch:
+            labels[ARCH_LABEL] = arch
+        systems = [
+            string(s, f"{where}.operatingSystems") for s in sequence(entry.get("operatingSystems"), where)
+        ]
+        if systems:
+            labels[OS_LABEL] = systems[0]
+        offers = sequence(entry.get("offerings"), f"{where}.offerings")
+        if len(offers) > MAX_OFFERINGS:
+            raise ValueError(f"{where}.offerings: {len(offers)}, at most {MAX_OFFERINGS}")
+        offerings = []
+        for j, offer in enumerate(offers):
+            o = mapping(offer, f"{where}.offerings[{j}]")
+            reqs = {r.key: r.values for r in _requirements(o.get("Requirements"), f"{where}.offerings[{j}]")}
+            price = o.get("Price", 0.0)
+            if isinstance(price, bool) or not isinstance(price, int | float) or not math.isfinite(price):
+                raise ValueError(f"{where}.offerings[{j}].Price: expected a number, got {price!r}")
+            offerings.append(
+                Offering(
+                    capacity_type=(reqs.get(CAPACITY_TYPE_LABEL) or ("",))[0],
+                    zone=(reqs.get(ZONE_LABEL) or ("",))[0],
+                    price=float(price),
+                    available=o.get("Available", True) is not False,
+                )
+            )
+        out.append(InstanceType(name, capacity, allocatable, labels, tuple(offerings)))
+    return tuple(out)
+
+
+def held(claims: Iterable[NodeClaim]) -> dict[str, dict[str, int]]:
+    """What each NodePool's NodeClaims hold (Karpenter's count against ``spec.limits``)."""
+    out: dict[str, dict[str, int]] = {}
+    for claim in claims:
+        into = out.setdefault(claim.node_pool, {})
+        for resource, amount in {**claim.capacity, "nodes": 1}.items():
+            into[resource] = into.get(resource, 0) + amount
+    return out
+
+
+def coming_up(claims: Iterable[NodeClaim], nodes: Iterable[Node]) -> tuple[Node, ...]:
+    """The NodeClaims whose node cannot take pods yet, as nodes of the pass (their room to come).
+
+    A claim stands for its node until that node is there, Ready and registered (no
+    ``karpenter.sh/unregistered`` taint); a claim being deleted is no room. A claim not
+    launched yet has the room it asked for (``spec.resources.requests``). The node's
+    name is the claim's with `` (launching)`` added, so it never meets a real one.
+    """
+    usable = {
+        n.name
+        for n in nodes
+        if n.schedulable and n.ready is True and not any(t.key == UNREGISTERED_TAINT for t in n.taints)
+    }
+    out = []
+    for claim in claims:
+        if claim.deleting or (claim.node_name and claim.node_name in usable):
+            continue
+        out.append(
+            Node(
+                name=f"{claim.name} (launching)",
+                labels=dict(claim.labels),
+                # Before launch a claim knows only what it asked for: room for those pods.
+                allocatable=dict(claim.allocatable or claim.capacity),
+                taints=tuple(t for t in claim.taints if t.key != UNREGISTERED_TAINT),
+            )
+        )
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A node the plan would have a NodePool launch: type, offering, and its node shape."""
+
+    node_pool: str
+    instance_type: str
+    offering: Offering
+    node: Node
+
+
+@dataclass
+class _Opened:
+    launch: Launch
+    free: dict[str, int]
+
+
+def _within(capacity: Mapping[str, int], remaining: Mapping[str, int] | None) -> bool:
+    if remaining is None:
+        return True
+    return all(capacity.get(r, 0) <= left for r, left in remaining.items())
+
+
+def _fits(free: Mapping[str, int], req: Mapping[str, int]) -> bool:
+    return all(free.get(r, 0) >= amount for r, amount in req.items())
+
+
+class Launcher:
+    """What the NodePools can still launch during one planning pass.
+
+    Built from the NodePools, their NodeClaims and the instance types; :meth:`launch`
+    places pods on nodes it would launch and, when kept, counts them against the
+    NodePools' limits for the rest of the pass.
+    """
+
+    def __init__(
+        self,
+        node_pools: Iterable[NodePool],
+        claims: Iterable[NodeClaim],
+        instance_types: Iterable[InstanceType],
+    ) -> None:
+        self.pools = {p.name: p for p in node_pools}
+        holding = held(claims)
+        self.remaining: dict[str, dict[str, int] | None] = {}
+        for pool in self.pools.values():
+            if pool.limits is None:
+                self.remaining[pool.name] = None
+            else:
+                have = holding.get(pool.name, {})
+                self.remaining[pool.name] = {r: lim - have.get(r, 0) for r, lim in pool.limits.items()}
+        self._shapes = {p.name: self._candidates(p, instance_types) for p in self.pools.values()}
+
+    @staticmethod
+    def _candidates(pool: NodePool, types: Iterable[InstanceType]) -> list[tuple[InstanceType, Launch]]:
+        """Each (type, cheapest allowed available offering) the NodePool may launch, cheapest first."""
+        out = []
+        for it in types:
+            if not all(pool.allows(key, value) for key, value in it.labels.items()):
+                continue
+            offers = [
+                o
+                for o in it.offerings
+                if o.available
+                and pool.allows(CAPACITY_TYPE_LABEL, o.capacity_type)
+                and pool.allows(ZONE_LABEL, o.zone)
+            ]
+            for offer in sorted(offers, key=lambda o: (o.price, o.capacity_type, o.zone)):
+                labels = dict(pool.labels)
+                for req in pool.requirements:
+                    if req.operator == "In" and len(req.values) == 1:
+                        labels.setdefault(req.key, req.values[0])
+                labels.update(it.labels)
+                labels.update({CAPACITY_TYPE_LABEL: offer.capacity_type, ZONE_LABEL: offer.zone})
+                labels[NODE_POOL_LABEL] = pool.name
+                node = Node(
+                    f"{pool.name}/{it.name}/{offer.capacity_type}", labels, dict(it.allocatable), pool.taints
+                )
+                out.append((it, Launch(pool.name, it.name, offer, node)))
+        return sorted(out, key=lambda c: (c[1].offering.price, c[0].name, c[1].offering.capacity_type))
+
+    def known(self, name: str) -> bool:
+        return name in self.pools
+
+    def launch(
+        self,
+        node_pools: Sequence[str],
+        pods: Sequence[PodDemand],
+        accepts: Callable[[Node], bool],
+        *,
+        keep: bool = True,
+        fresh: bool = False,
+    ) -> tuple[Launch, ...] | PodDemand:
+        """Nodes for ``pods`` (largest first) from ``node_pools``: one ``Launch`` per pod, in
+        pod order, or the first pod that none can hold. ``accepts`` says whether the pool
+        takes a node (its node selector). With ``fresh`` the NodePools count as holding
+        nothing (could it *ever* launch them). Nothing is counted unless ``keep``."""
+        remaining = {
+            n: (None if self.remaining.get(n) is None else dict(self.remaining[n] or {}))
+            for n in node_pools
+            if n in self.pools
+        }
+        if fresh:
+            remaining = {
+                n: (None if self.pools[n].limits is None else dict(self.pools[n].limits or {}))
+                for n in remaining
+            }
+        opened: list[_Opened] = []
+        chosen: list[Launch | None] = [None] * len(pods)
+        order = sorted(range(len(pods)), key=lambda i: (-sum(pods[i].requests.values()), i))
+        for i in order:
+            pod = pods[i]
+            req = {**pod.requests, "pods": pod.requests.get("pods", 0) + 1}
+            spot = next(
+                (o for o in opened if self._takes(o.launch.node, pod, accepts) and _fits(o.free, req)), None
+            )
+            if spot is None:
+                spot = self._open(remaining, pod, req, accepts)
+                if spot is None:
+                    return pod
+                opened.append(spot)
+            for r, amount in req.items():
+                spot.free[r] = spot.free.get(r, 0) - amount
+            chosen[i] = spot.launch
+        if keep:
+            for name, left in remaining.items():
+                self.remaining[name] = left
+        return tuple(c for c in chosen if c is not None)
+
+    @staticmethod
+    def _takes(node: Node, pod: PodDemand, accepts: Callable[[Node], bool]) -> bool:
+        c = pod.constraints
+        return accepts(node) and c.matches_labels(node.name, node.labels) and c.tolerates(node.taints)
+
+    def _open(
+        self,
+        remaining: dict[str, dict[str, int] | None],
+        pod: PodDemand,
+        req: Mapping[str, int],
+        accepts: Callable[[Node], bool],
+    ) -> _Opened | None:
+        for name, left in remaining.items():
+            for it, launch in self._shapes[name]:
+                capacity = {**it.capacity, "nodes": 1}
+                if not _within(capacity, left) or not _fits(launch.node.allocatable, req):
+                    continue
+                if not self._takes(launch.node, pod, accepts):
+                    continue
+                if left is not None:
+                    for r in left:
+                        left[r] -= capacity.get(r, 0)
+                return _Opened(launch, dict(launch.node.allocatable))
+        return None
+
+    def describe(self, node_pools: Sequence[str]) -> str:
+        """What the NodePools may still launch, for people: ``np-a: 2 nvidia.com/gpu left of 4``."""
+        parts = []
+        for name in node_pools:
+            pool = self.pools.get(name)
+            if pool is None:
+                parts.append(f"{name}: no such NodePool")
+                continue
+            left = self.remaining.get(name)
+            if left is None or pool.limits is None:
+                parts.append(f"{name}: no limits")
+                continue
+            shown = [r for r in sorted(pool.limits) if r not in ("cpu", "memory", "pods")] or sorted(
+                pool.limits
+            )
+            parts.append(
+                f"{name}: "
+                + ", ".join(
+                    f"{format_amount(r, max(left.get(r, 0), 0))} {r} left "
+                    f"of {format_amount(r, pool.limits[r])}"
+                    for r in shown
+                )
+            )
+        return "; ".join(parts)
