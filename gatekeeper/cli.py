@@ -8,6 +8,7 @@ Each sub-command is a thin wrapper; the work lives in the modules it calls.
 
 from __future__ import annotations
 
+import json
 import sys
 import warnings
 from pathlib import Path
@@ -93,6 +94,15 @@ def main() -> None:
     "its quota back (the Workload deleted) and tried again after this many seconds, doubled "
     "each time up to 30 minutes.",
 )
+@click.option(
+    "--karpenter-instance-types",
+    "karpenter_instance_types",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    default=None,
+    help="pools backend: the instance types Karpenter can launch, as the JSON file Karpenter's "
+    "KWOK provider reads. Turns on reading Karpenter's NodePools and NodeClaims, so that "
+    "Pools with spec.nodePools count what those can still launch.",
+)
 @click.option("--log-level", default="INFO", show_default=True)
 @click.option(
     "--log-format",
@@ -119,6 +129,7 @@ def run_cmd(
     backend: str,
     node_fit: bool | None,
     never_fit_retry_seconds: int,
+    karpenter_instance_types: Path | None,
     log_level: str,
     log_format: str,
 ) -> None:
@@ -128,6 +139,14 @@ def run_cmd(
     import anyio
 
     from gatekeeper.controller.app import Options, run
+    from gatekeeper.core.provisioning import parse_instance_types
+
+    instance_types = None
+    if karpenter_instance_types is not None:
+        try:
+            instance_types = parse_instance_types(json.loads(karpenter_instance_types.read_text()))
+        except (OSError, ValueError) as exc:
+            raise click.BadParameter(str(exc), param_hint="--karpenter-instance-types") from exc
     from gatekeeper.controller.logs import setup_logging
 
     setup_logging(log_level, log_format)
@@ -149,6 +168,7 @@ def run_cmd(
         backend=backend,
         node_fit=backend == "kueue" if node_fit is None else node_fit,
         never_fit_retry_seconds=never_fit_retry_seconds,
+        instance_types=instance_types,
     )
     anyio.run(run, opts)
 

@@ -376,10 +376,15 @@ class Sandbox:
         runs it with another identity than the admin's (the chart's ServiceAccount, say).
         ``backend`` is ``pools`` or ``kueue``; by default ``kueue`` when the sandbox runs
         Kueue, else ``pools`` (a restart keeps what the sandbox was started with).
-        ``args`` are further flags of ``lws-gatekeeper run``.
+        ``args`` are further flags of ``lws-gatekeeper run``. With Karpenter running, the
+        ``pools`` backend is given Karpenter's instance-type file.
         """
+        processes = self.state()["processes"]
         if backend is None:
-            backend = "kueue" if kueue.COMPONENT in self.state()["processes"] else "pools"
+            backend = "kueue" if kueue.COMPONENT in processes else "pools"
+        if backend == "pools" and karpenter.COMPONENT in processes:
+            # The instance types Karpenter reads: Pools with spec.nodePools plan on them.
+            args = [f"--karpenter-instance-types={karpenter.types_file_of(self.runner)}", *args]
         gk.start(
             self.runner,
             self.pki,

@@ -26,6 +26,7 @@ How it is run, as read from the module's source (v1.14.1):
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from gatekeeper.sandbox import build
@@ -43,6 +44,7 @@ __all__ = [
     "karpenter_crds",
     "node_class",
     "start_karpenter",
+    "types_file_of",
 ]
 
 #: The process name in the sandbox's state and logs (``logs/karpenter.log``).
@@ -117,6 +119,11 @@ def karpenter_crds(installed: build.Installed) -> list[str]:
     return [str(p) for folder in folders for p in sorted(folder.glob("*.yaml"))]
 
 
+def types_file_of(runner: Runner) -> Path:
+    """Where ``up`` writes the instance-type file (the gatekeeper reads it too)."""
+    return runner.run_dir / "karpenter-instance-types.json"
+
+
 def karpenter_argv(runner: Runner, ports: dict[str, int], types_file: str) -> list[str]:
     """The command that runs Karpenter with the KWOK provider against the sandbox."""
     return [
@@ -157,9 +164,8 @@ def start_karpenter(
         "crd/kwoknodeclasses.karpenter.kwok.sh",
     )
     kubectl.apply([node_class()])
-    run = runner.run_dir
-    run.mkdir(exist_ok=True)
-    types_file = run / "karpenter-instance-types.json"
+    runner.run_dir.mkdir(exist_ok=True)
+    types_file = types_file_of(runner)
     types_file.write_text(instance_types())
     runner.start(state, COMPONENT, karpenter_argv(runner, ports, str(types_file)))
     readyz = f"http://127.0.0.1:{ports['karpenter_health']}/readyz"

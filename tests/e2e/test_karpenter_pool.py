@@ -1,0 +1,119 @@
+"""A Pool that knows its Karpenter NodePool: nodes are bought for whole groups only.
+
+Why this exists: it is the seed's first case against the real Karpenter (v1.14.1, KWOK
+provider) on a sandbox with no static nodes (``karpenter_sandbox``). A NodePool may buy at
+most 4 GPUs; an LWS of groups of two one-GPU pods runs one group and is scaled to 3 through
+its scale subresource, as the HPA would. The Pool names the NodePool (``spec.nodePools``),
+so the gatekeeper admits a group only when all its pods fit free room plus what the
+NodePool can still launch: exactly two whole groups run, the third stays gated and
+Karpenter buys no node for it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from gatekeeper.core.keys import GATEKEEPER_API_VERSION, POOL_KIND, POOL_LABEL, SCHEDULING_GATE
+from gatekeeper.sandbox.cluster import Sandbox
+from tests.e2e.karpenter_support import TEST_LABEL, delete_node_pool, node_claims, node_pool, toleration
+from tests.e2e.kueue_support import group_of, items, lws, make_namespace, new_tag, records, wait
+
+#: How long the third group is watched for a NodeClaim that must not come.
+QUIET_SECONDS = 20
+
+
+@pytest.fixture
+def tag(karpenter_sandbox: Sandbox) -> Iterator[str]:
+    tag = new_tag()
+    make_namespace(karpenter_sandbox, f"kpool-{tag}", managed=False)
+    yield tag
+    sb = karpenter_sandbox
+    sb.kubectl("delete", "leaderworkersets.leaderworkerset.x-k8s.io", "--all", "-n", f"kpool-{tag}")
+    delete_node_pool(sb, f"np-{tag}")
+    sb.kubectl("delete", "pools.lws-gatekeeper.io", f"pool-{tag}", "--ignore-not-found")
+    sb.kubectl("delete", "namespace", f"kpool-{tag}", "--wait=false")
+
+
+def _gated(pod: dict[str, Any]) -> bool:
+    return any(g.get("name") == SCHEDULING_GATE for g in pod["spec"].get("schedulingGates", []))
+
+
+def _by_group(sb: Sandbox, ns: str) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for pod in items(sb, "pods", "-n", ns):
+        out.setdefault(group_of(pod), []).append(pod)
+    return out
+
+
+def _running(pods: list[dict[str, Any]]) -> bool:
+    return len(pods) == 2 and all(
+        p["spec"].get("nodeName") and p.get("status", {}).get("phase") == "Running" for p in pods
+    )
+
+
+def test_node_pool_limit_of_4_gpus_runs_exactly_two_whole_groups(
+    karpenter_sandbox: Sandbox, tag: str
+) -> None:
+    sb, ns, np_name, pool = karpenter_sandbox, f"kpool-{tag}", f"np-{tag}", f"pool-{tag}"
+    sb.apply([node_pool(np_name, tag, gpu_limit=4)])
+    sb.apply(
+        [
+            {
+                "apiVersion": GATEKEEPER_API_VERSION,
+                "kind": POOL_KIND,
+                "metadata": {"name": pool},
+                "spec": {
+                    "nodeSelector": {TEST_LABEL: tag},
+                    "tolerations": [toleration(tag)],
+                    "namespaceSelector": {},
+                    "nodePools": [np_name],
+                },
+            }
+        ]
+    )
+    start = time.monotonic()
+    sb.apply([lws("vllm", ns, {POOL_LABEL: pool}, replicas=1, size=2, gpus_per_pod=1)])
+    wait("group 0 Running on nodes Karpenter bought", lambda: _running(_by_group(sb, ns).get("0", [])), 120)
+    print(
+        f"\ngroup 0 Running after {time.monotonic() - start:.1f}s "
+        f"on {len(node_claims(sb, np_name))} new nodes"
+    )
+
+    start = time.monotonic()
+    sb.kubectl("scale", "leaderworkersets.leaderworkerset.x-k8s.io", "vllm", "-n", ns, "--replicas=3")
+    wait("group 1 Running", lambda: _running(_by_group(sb, ns).get("1", [])), 120)
+    print(f"group 1 Running {time.monotonic() - start:.1f}s after the scale to 3")
+
+    def third_waits() -> list[dict[str, Any]] | None:
+        pods = _by_group(sb, ns).get("2", [])
+        return pods if len(pods) == 2 and all(_gated(p) for p in pods) else None
+
+    wait("group 2's two pods, gated", third_waits, 60)
+    quiet_from = time.monotonic()
+    while time.monotonic() - quiet_from < QUIET_SECONDS:
+        claims = node_claims(sb, np_name)
+        assert len(claims) <= 4, f"Karpenter bought {len(claims)} nodes; the NodePool's limit holds 4"
+        groups = _by_group(sb, ns)
+        assert all(_gated(p) and not p["spec"].get("nodeName") for p in groups.get("2", [])), (
+            "group 2 let through"
+        )
+        time.sleep(1)
+
+    groups = _by_group(sb, ns)
+    assert _running(groups["0"]) and _running(groups["1"])
+    assert len(groups["2"]) == 2 and all(_gated(p) for p in groups["2"])
+    claims = node_claims(sb, np_name)
+    assert len(claims) == 4, [c["metadata"]["name"] for c in claims]
+    nodes_of_groups = {p["spec"]["nodeName"] for g in ("0", "1") for p in groups[g]}
+    assert len(nodes_of_groups) == 4, "each pod on a node of its own (one GPU each)"
+
+    by_index = {int(r["spec"]["groupIndex"]): r for r in records(sb, ns)}
+    cond = next(c for c in by_index[2]["status"]["conditions"] if c["type"] == "Admitted")
+    print(f"group 2: {cond['reason']}: {cond['message']}")
+    assert cond["status"] == "False"
+    assert cond["reason"] == "WaitingForNodes"
+    assert "NodePools can still launch" in cond["message"]
