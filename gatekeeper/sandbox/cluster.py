@@ -164,7 +164,8 @@ class Sandbox:
         sandbox whose etcd data is gone starts afresh. ``with_kueue`` also builds and runs
         the real Kueue (``kueue.py``), after LWS; on a running sandbox without it, Kueue is
         added. ``with_karpenter`` likewise builds and runs the real Karpenter
-        (``karpenter.py``), which buys KWOK nodes for the NodePools made in the sandbox.
+        (``karpenter.py``), which buys KWOK nodes for the NodePools made in the sandbox; a
+        gatekeeper already running is started again, with Karpenter's instance types.
         ``audit`` has the API server write an audit log of every write
         (``control_plane.AUDIT_LOG``), restarting it to turn it on if need be.
         """
@@ -188,6 +189,9 @@ class Sandbox:
                 installed = build.build_all(["karpenter"], say=self.say)
                 self._link_bins(installed)
                 karpenter.start_karpenter(runner, self.state(), installed["karpenter"], kubectl)
+                if gk.COMPONENT in self.running():
+                    # Started before Karpenter, it was not given the instance types.
+                    self.stop(gk.COMPONENT)
             if gatekeeper and gk.COMPONENT not in self.running():
                 gk.install_objects(kubectl)
                 self.start_gatekeeper()
