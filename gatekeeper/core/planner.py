@@ -191,6 +191,10 @@ class _Pass:
             else:
                 quota = sum_allocatable(n for n in members if n.schedulable)
                 ceiling = sum_allocatable(members)
+                if pool.node_pools:
+                    # Not checked (the room decides), but shown: what the pool can reach.
+                    for resource, amount in self.launcher.headroom(pool.node_pools).items():
+                        quota[resource] = quota.get(resource, 0) + amount
             self.now.add_view(pool.name, pool.selects)
             self.empty.add_view(pool.name, pool.selects)
             self.states[pool.name] = _PoolState(pool, quota, ceiling, nodes=self.now.view_size(pool.name))

@@ -379,6 +379,7 @@ def test_the_seed_case_two_whole_groups_are_admitted_the_third_waits() -> None:
     assert "np: 0 nvidia.com/gpu left of 4" in third.message
     assert "no node is bought for part of it" in third.message
     assert result.pools["a"].stranded == ()
+    assert result.pools["a"].describe() == "pool a: 4/4 nvidia.com/gpu held; 2 admitted, 1 waiting"
 
 
 def test_nodes_coming_up_for_admitted_groups_are_theirs() -> None:
