@@ -20,8 +20,9 @@ import pytest
 from gatekeeper.core.keys import GATEKEEPER_API_VERSION, POOL_KIND, POOL_LABEL, SCHEDULING_GATE
 from gatekeeper.sandbox.cluster import Sandbox
 from tests.e2e.karpenter_support import TEST_LABEL, delete_node_pool, node_claims, node_pool, toleration
-from tests.e2e.kueue_support import group_of, items, lws, make_namespace, new_tag, records, wait
+from tests.e2e.kueue_support import get, group_of, items, lws, make_namespace, new_tag, records, wait
 
+GPU = "nvidia.com/gpu"
 #: How long the third group is watched for a NodeClaim that must not come.
 QUIET_SECONDS = 20
 
@@ -117,3 +118,12 @@ def test_node_pool_limit_of_4_gpus_runs_exactly_two_whole_groups(
     assert cond["status"] == "False"
     assert cond["reason"] == "WaitingForNodes"
     assert "NodePools can still launch" in cond["message"]
+
+    def pool_status() -> dict[str, Any] | None:
+        status: dict[str, Any] = get(sb, "pools.lws-gatekeeper.io", pool).get("status", {})
+        return status if (status.get("admittedGroups"), status.get("waitingGroups")) == (2, 1) else None
+
+    status = wait("the Pool's status: 2 groups admitted, 1 waiting", pool_status, 30)
+    print(f"Pool status: {status.get('usedSummary')}, {status.get('nodes')} nodes")
+    assert not status.get("strandedGroups"), "the admitted groups have their nodes"
+    assert status["used"][GPU] == status["quota"][GPU] == "4", "4 GPUs: its nodes plus none left to launch"
