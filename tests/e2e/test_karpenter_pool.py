@@ -6,19 +6,26 @@ most 4 GPUs; an LWS of groups of two one-GPU pods runs one group and is scaled t
 its scale subresource, as the HPA would. The Pool names the NodePool (``spec.nodePools``),
 so the gatekeeper admits a group only when all its pods fit free room plus what the
 NodePool can still launch: exactly two whole groups run, the third stays gated and
-Karpenter buys no node for it.
+Karpenter buys no node for it. It runs twice: with the sandbox's gatekeeper (the admin's
+identity), and as the chart's ServiceAccount with the RBAC ``helm template --set-json
+karpenter.instanceTypes=...`` makes, which proves that RBAC is enough (nothing refused).
 """
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gatekeeper.core.keys import GATEKEEPER_API_VERSION, POOL_KIND, POOL_LABEL, SCHEDULING_GATE
-from gatekeeper.sandbox.cluster import Sandbox
+from gatekeeper.sandbox import build
+from gatekeeper.sandbox.cluster import GATEKEEPER_NAMESPACE, Sandbox
+from gatekeeper.sandbox.karpenter import GPU_TYPES
+from tests.e2e.conftest import Cluster
 from tests.e2e.karpenter_support import TEST_LABEL, delete_node_pool, node_claims, node_pool, toleration
 from tests.e2e.kueue_support import get, group_of, items, lws, make_namespace, new_tag, records, wait
 
@@ -39,6 +46,43 @@ def tag(karpenter_sandbox: Sandbox) -> Iterator[str]:
     sb.kubectl("delete", "namespace", f"kpool-{tag}", "--wait=false")
 
 
+@pytest.fixture(params=["admin", "chart"])
+async def identity(
+    request: pytest.FixtureRequest, karpenter_sandbox: Sandbox, tmp_path: Path
+) -> AsyncIterator[str]:
+    """Who the gatekeeper runs as: the sandbox's admin, or the chart's ServiceAccount with the
+    chart's RBAC for ``karpenter.instanceTypes`` (and the chart's flag checked)."""
+    if request.param == "admin":
+        yield "admin"
+        return
+    from tests.e2e.test_chart import RBAC_KINDS, installed, template
+    from tests.e2e.test_policies import user_kubeconfig
+
+    sb = karpenter_sandbox
+    helm = build.build_all(["helm"])["helm"].bin / "helm"
+    values = ["--set-json", f"karpenter.instanceTypes={json.dumps(list(GPU_TYPES))}"]
+    rendered = template(helm, "lws-gatekeeper", GATEKEEPER_NAMESPACE, *values)
+    args = next(o for o in rendered if o["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert any(a.startswith("--karpenter-instance-types=") for a in args["args"])
+    objects = [o for o in rendered if o["kind"] in RBAC_KINDS]
+    cluster = Cluster(kubeconfig=sb.kubeconfig, kind="sandbox", sandbox=sb)
+    log = sb.log_dir / "gatekeeper.log"
+    with installed(cluster, objects):
+        kubeconfig = await user_kubeconfig(cluster, GATEKEEPER_NAMESPACE, "lws-gatekeeper", tmp_path)
+        sb.stop("gatekeeper")
+        sb.kubectl("delete", "lease", "lws-gatekeeper", "-n", GATEKEEPER_NAMESPACE, "--ignore-not-found")
+        start = log.stat().st_size if log.exists() else 0
+        try:
+            sb.start_gatekeeper(kubeconfig=kubeconfig)  # with Karpenter's instance types, as the chart
+            yield "chart"
+        finally:
+            sb.stop("gatekeeper")
+            sb.start_gatekeeper()
+            text = log.read_bytes()[start:].decode(errors="replace")
+            refusals = [line for line in text.splitlines() if " 403" in line or "forbidden" in line.lower()]
+            assert not refusals, "the gatekeeper was refused something it needs:\n" + "\n".join(refusals[:10])
+
+
 def _gated(pod: dict[str, Any]) -> bool:
     return any(g.get("name") == SCHEDULING_GATE for g in pod["spec"].get("schedulingGates", []))
 
@@ -57,7 +101,7 @@ def _running(pods: list[dict[str, Any]]) -> bool:
 
 
 def test_node_pool_limit_of_4_gpus_runs_exactly_two_whole_groups(
-    karpenter_sandbox: Sandbox, tag: str
+    karpenter_sandbox: Sandbox, identity: str, tag: str
 ) -> None:
     sb, ns, np_name, pool = karpenter_sandbox, f"kpool-{tag}", f"np-{tag}", f"pool-{tag}"
     sb.apply([node_pool(np_name, tag, gpu_limit=4)])
