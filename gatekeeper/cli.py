@@ -9,6 +9,7 @@ Each sub-command is a thin wrapper; the work lives in the modules it calls.
 
 from __future__ import annotations
 
+import json
 import sys
 import warnings
 from pathlib import Path
@@ -136,6 +137,15 @@ def why_cmd(target: str, namespace: str | None, output: str, kubeconfig: str | N
     "its quota back (the Workload deleted) and tried again after this many seconds, doubled "
     "each time up to 30 minutes.",
 )
+@click.option(
+    "--karpenter-instance-types",
+    "karpenter_instance_types",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    default=None,
+    help="pools backend: the instance types Karpenter can launch, as the JSON file Karpenter's "
+    "KWOK provider reads. Turns on reading Karpenter's NodePools and NodeClaims, so that "
+    "Pools with spec.nodePools count what those can still launch.",
+)
 @click.option("--log-level", default="INFO", show_default=True)
 @click.option(
     "--log-format",
@@ -162,6 +172,7 @@ def run_cmd(
     backend: str,
     node_fit: bool | None,
     never_fit_retry_seconds: int,
+    karpenter_instance_types: Path | None,
     log_level: str,
     log_format: str,
 ) -> None:
@@ -171,6 +182,14 @@ def run_cmd(
     import anyio
 
     from gatekeeper.controller.app import Options, run
+    from gatekeeper.core.provisioning import parse_instance_types
+
+    instance_types = None
+    if karpenter_instance_types is not None:
+        try:
+            instance_types = parse_instance_types(json.loads(karpenter_instance_types.read_text()))
+        except (OSError, ValueError) as exc:
+            raise click.BadParameter(str(exc), param_hint="--karpenter-instance-types") from exc
     from gatekeeper.controller.logs import setup_logging
 
     setup_logging(log_level, log_format)
@@ -192,6 +211,7 @@ def run_cmd(
         backend=backend,
         node_fit=backend == "kueue" if node_fit is None else node_fit,
         never_fit_retry_seconds=never_fit_retry_seconds,
+        instance_types=instance_types,
     )
     anyio.run(run, opts)
 
@@ -232,6 +252,12 @@ def _parse_labels(labels: tuple[str, ...]) -> dict[str, str]:
     help="Also run the real Kueue (its webhooks act in namespaces labelled kueue.x-k8s.io/managed=true).",
 )
 @click.option(
+    "--with-karpenter",
+    is_flag=True,
+    help="Also run the real Karpenter with its KWOK cloud provider (GPU instance types; "
+    "it buys nodes for the NodePools you make).",
+)
+@click.option(
     "--audit",
     is_flag=True,
     help="Have the API server log every write (who, which user agent, when) to logs/audit.log.",
@@ -243,6 +269,7 @@ def sandbox_up(
     labels: tuple[str, ...],
     no_gatekeeper: bool,
     with_kueue: bool,
+    with_karpenter: bool,
     audit: bool,
 ) -> None:
     """Start the sandbox in the background and print how to reach it.
@@ -258,6 +285,7 @@ def sandbox_up(
             labels=_parse_labels(labels),
             gatekeeper=not no_gatekeeper,
             with_kueue=with_kueue,
+            with_karpenter=with_karpenter,
             audit=audit,
         )
     except (SandboxError, sandbox_build.BuildError) as exc:

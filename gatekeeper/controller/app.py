@@ -31,6 +31,7 @@ from gatekeeper.controller.checks.node_fit import NodeFitCheck
 from gatekeeper.controller.kube import Kube
 from gatekeeper.controller.leader import LeaderElector
 from gatekeeper.controller.loop import Controller, PassLoop
+from gatekeeper.core.provisioning import InstanceType
 from gatekeeper.webhook import WebhookThread
 from gatekeeper.webhook.pass_through import PassThrough
 
@@ -66,6 +67,8 @@ class Options:
     """Also run the controller of Kueue AdmissionChecks ``lws-gatekeeper.io/node-fit``."""
     never_fit_retry_seconds: int = 60
     """kueue backend: first delay before a Workload that could never fit is made again."""
+    instance_types: tuple[InstanceType, ...] | None = None
+    """pools backend: what Karpenter can launch; None: Karpenter's NodePools are not read."""
 
 
 async def _serve_metrics(opts: Options) -> web.AppRunner:
@@ -97,7 +100,7 @@ def controllers(
     if opts.backend == "kueue":
         found.append(KueueBackend(kube, caches, retry_seconds=opts.never_fit_retry_seconds))
     else:
-        found.append(PoolsBackend(kube, caches, pass_through=pass_through))
+        found.append(PoolsBackend(kube, caches, opts.instance_types, pass_through=pass_through))
     if opts.node_fit:
         found.append(NodeFitCheck(kube, caches))
     return found

@@ -95,6 +95,8 @@ REVISION_LABEL: Final = "leaderworkerset.sigs.k8s.io/template-revision-hash"
 # ----- Kueue (sigs.k8s.io/kueue) ---------------------------------------------------------
 
 KUEUE_API_VERSION: Final = "kueue.x-k8s.io/v1beta2"
+#: Karpenter's NodePools and NodeClaims (read by pools with ``spec.nodePools``).
+KARPENTER_API_VERSION: Final = "karpenter.sh/v1"
 """Workload, ResourceFlavor, AdmissionCheck, ClusterQueue, LocalQueue: served by Kueue v0.19 (its
 storage version there; v1beta1 is deprecated) and the only one from v0.20 on."""
 WORKLOAD_PLURAL: Final = "workloads"

@@ -18,7 +18,17 @@ from gatekeeper.sandbox.pki import make_pki
 
 def test_pins_name_every_component_with_a_version() -> None:
     pins = build.load_pins()
-    assert list(pins) == ["kubernetes", "etcd", "kwok", "lws", "helm", "helm-docs", "kueue", "volcano-crds"]
+    assert list(pins) == [
+        "kubernetes",
+        "etcd",
+        "kwok",
+        "lws",
+        "helm",
+        "helm-docs",
+        "kueue",
+        "volcano-crds",
+        "karpenter",
+    ]
     for comp in pins.values():
         assert comp.version.startswith("v"), comp
         assert comp.packages or comp.files, f"{comp.name} builds nothing and brings nothing"

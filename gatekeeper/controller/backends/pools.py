@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -31,6 +31,7 @@ from gatekeeper.core.backends.pools import Actions, PassInputs, Snapshot, decide
 from gatekeeper.core.groups import DemandMemo
 from gatekeeper.core.keys import LWS_NAME_LABEL, POOL_LABEL
 from gatekeeper.core.objects import labels, name_of, object_key
+from gatekeeper.core.provisioning import InstanceType
 from gatekeeper.core.writes import Memory, Write
 from gatekeeper.webhook.pass_through import PassThrough
 
@@ -67,8 +68,21 @@ class PoolsBackend:
 
     log = log
 
-    def __init__(self, kube: k.Kube, caches: Caches, *, pass_through: PassThrough | None = None) -> None:
+    def __init__(
+        self,
+        kube: k.Kube,
+        caches: Caches,
+        instance_types: Sequence[InstanceType] | None = None,
+        *,
+        pass_through: PassThrough | None = None,
+    ) -> None:
         self.kube = kube
+        # Karpenter's NodePools and NodeClaims are read only when the instance types are
+        # known (``--karpenter-instance-types``): without them nothing can be planned on
+        # them, and a cluster without Karpenter serves neither kind.
+        self.instance_types = tuple(instance_types or ())
+        self.node_pools = caches.informer(r.NODE_POOLS) if instance_types is not None else None
+        self.node_claims = caches.informer(r.NODE_CLAIMS) if instance_types is not None else None
         self.caches = caches
         self.pass_through = pass_through
         self._admitted_now: dict[tuple[str, str], Any] = {}
@@ -103,6 +117,7 @@ class PoolsBackend:
             self.priorities,
             self.namespaces,
             self.statefulsets,
+            *(i for i in (self.node_pools, self.node_claims) if i is not None),
         ]
 
     def snapshot(self) -> Snapshot:
@@ -116,6 +131,9 @@ class PoolsBackend:
             priorities=self.caches.priorities(),
             namespaces=namespace_labels(self.namespaces.values()),
             statefulsets=self.statefulsets.values(),
+            node_pools=self.node_pools.values() if self.node_pools is not None else (),
+            node_claims=self.node_claims.values() if self.node_claims is not None else (),
+            instance_types=self.instance_types,
         )
 
     async def reconcile_once(self, write: Writer) -> Actions:
