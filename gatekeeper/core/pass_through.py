@@ -61,7 +61,7 @@ Table = Mapping[tuple[str, str, int], AdmittedGroup]
 """(namespace, LWS name, group index) -> the admitted group."""
 
 StatefulSets = Callable[[str, str], Mapping[str, Any] | None]
-"""Look up a StatefulSet by (namespace, name), as the informer holds it now."""
+"""Look up a StatefulSet (or a pod) by (namespace, name), as the informer holds it now."""
 
 
 @dataclass(frozen=True)
@@ -195,7 +195,11 @@ def _total_of(demand: GroupDemand) -> dict[str, str]:
 
 
 def patch_for(
-    pod: Mapping[str, Any], namespace: str, table: Table, statefulsets: StatefulSets
+    pod: Mapping[str, Any],
+    namespace: str,
+    table: Table,
+    statefulsets: StatefulSets,
+    pods: StatefulSets | None = None,
 ) -> list[dict[str, Any]] | None:
     """The JSON patch that creates ``pod`` (being created in ``namespace``) as if its gate had
     been lifted at once: the pool's node selector and tolerations; None when the pod must be
@@ -218,12 +222,21 @@ def patch_for(
     if leader and ordinal is not None and _ordinal(ordinal) != index:
         return None  # a leader's ordinal is its group index: these labels disagree
     if not leader:
+        # The group's leader pod: as the informer holds it now (``pods``), else as the pass saw it.
+        leader_uid = group.leader_pod_uid
+        live = pods(namespace, f"{name}-{index}") if pods is not None else None
+        if (
+            live is not None
+            and not is_terminating(live)
+            and controller_uid(live, "StatefulSet") == group.leader_sts_uid
+        ):
+            leader_uid = str(meta(live).get("uid") or "")
         sts = statefulsets(namespace, f"{name}-{index}")
         if (
             sts is None
             or str(meta(sts).get("uid") or "") != owner
-            or not group.leader_pod_uid
-            or controller_uid(sts, "Pod") != group.leader_pod_uid
+            or not leader_uid
+            or controller_uid(sts, "Pod") != leader_uid
         ):
             return None
     try:

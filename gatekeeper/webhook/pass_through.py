@@ -37,32 +37,38 @@ class PassThrough:
 
     def __init__(self, may_use: Callable[[], bool] = lambda: True) -> None:
         self.may_use = may_use
-        self._state: tuple[Table, StatefulSets] = ({}, _none)
+        self._state: tuple[Table, StatefulSets, StatefulSets] = ({}, _none, _none)
 
-    def publish(self, table: dict[tuple[str, str, int], AdmittedGroup], statefulsets: StatefulSets) -> None:
-        """Use ``table`` from now on (the holder adds to it: the caller hands it over)."""
-        self._state = (table, statefulsets)
+    def publish(
+        self,
+        table: dict[tuple[str, str, int], AdmittedGroup],
+        statefulsets: StatefulSets,
+        pods: StatefulSets = _none,
+    ) -> None:
+        """Use ``table`` from now on (the holder adds to it: the caller hands it over), with
+        the informers' lookups of StatefulSets and pods."""
+        self._state = (table, statefulsets, pods)
 
     def add(self, key: tuple[str, str, int], group: AdmittedGroup) -> None:
         """A group admitted since the last table: into the current table at once. Only ever
         added to while published (one dict item set: a reader's lookup sees it or not);
         entries go only with a new table."""
-        table, statefulsets = self._state
+        table, statefulsets, _pods = self._state
         if isinstance(table, dict) and statefulsets is not _none:  # published, not cleared
             table[key] = group
 
     def clear(self) -> None:
-        self._state = ({}, _none)
+        self._state = ({}, _none, _none)
 
     def __len__(self) -> int:
         return len(self._state[0])
 
     def patch(self, pod: Mapping[str, Any], namespace: str) -> list[dict[str, Any]] | None:
         """The patch that creates ``pod`` ungated, or None: gate it."""
-        table, statefulsets = self._state
+        table, statefulsets, pods = self._state
         if not table or not self.may_use():
             return None
-        ops = patch_for(pod, namespace, table, statefulsets)
+        ops = patch_for(pod, namespace, table, statefulsets, pods)
         if ops is not None:
             PASSED.inc()
         return ops

@@ -118,6 +118,14 @@ def test_a_forged_owner_is_gated() -> None:
 def test_a_worker_waits_for_the_pass_to_have_seen_its_leader_and_its_statefulset() -> None:
     no_leader = _table([_admitted(0)], pods=[])
     assert patch_for(_new(0, 1), "default", no_leader, _sts(no_leader, [_new(0, 0)])) is None
+    # The informer has seen the leader since the pass: that is enough.
+    leader = _new(0, 0)
+    live = {"vllm-0": leader}
+    sts = _sts(no_leader, [leader])
+    assert patch_for(_new(0, 1), "default", no_leader, sts, lambda ns, n: live.get(n)) is not None
+    impostor = _new(0, 0)
+    impostor["metadata"]["ownerReferences"] = []
+    assert patch_for(_new(0, 1), "default", no_leader, sts, lambda ns, n: {"vllm-0": impostor}.get(n)) is None
     table = _table([_admitted(0)], [_new(0, 0)])
     assert patch_for(_new(0, 1), "default", table, lambda ns, name: None) is None, "StatefulSet not seen"
     # The leader was replaced since: its worker StatefulSet is owned by a new pod.

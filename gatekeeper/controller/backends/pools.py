@@ -163,7 +163,7 @@ class PoolsBackend:
             table = await anyio.to_thread.run_sync(
                 lambda: dict(e for e in map(entry, records) if e is not None)
             )
-            self.pass_through.publish(table, self.statefulsets.get)
+            self.pass_through.publish(table, self.statefulsets.get, self.pods.get)
             _stage("publish", took)
         for name, st in actions.pools.items():
             WAITING.labels(name).set(st.waiting + st.inadmissible)
