@@ -22,6 +22,9 @@ the meaning a Kueue ClusterQueue gives it: absent, none; ``{}``, every namespace
 whose nodes an autoscaler adds when pods are Pending (Cluster Autoscaler, Karpenter):
 autoscalers ignore gated pods, so a pool that waits for free nodes before it ungates
 would never grow. Such a pool needs an explicit quota (its nodes come and go).
+
+``spec.reservation`` names a ``Reservation`` on the hub cluster (``core.reservation``):
+the pool's groups are charged to it as well as to the pool's own quota and node fit.
 """
 
 from __future__ import annotations
@@ -44,6 +47,9 @@ from gatekeeper.core.selectors import (
     parse_label_selector,
     parse_tolerations,
 )
+
+MAX_NAME = 253
+"""The longest object name Kubernetes has (a DNS subdomain)."""
 
 
 class QueueingStrategy(StrEnum):
@@ -77,6 +83,8 @@ class Pool:
     """``spec.tolerations`` as written: added to the pods' tolerations when their gates are lifted."""
     namespace_selector: LabelSelector | None = field(default_factory=LabelSelector)
     """Which namespaces may use the pool; None (the field absent from a Pool object): none."""
+    reservation: str = ""
+    """``spec.reservation``: the hub Reservation the pool's groups are charged to as well; "": none."""
 
     def selects(self, node: Node) -> bool:
         """Does ``spec.nodeSelector`` select this node?"""
@@ -155,6 +163,9 @@ def parse_pool(obj: Mapping[str, Any]) -> Pool:
             if spec.get("namespaceSelector") is not None
             else None
         )
+        reservation = string(spec.get("reservation"), "spec.reservation", "")
+        if len(reservation) > MAX_NAME:
+            raise ValueError(f"spec.reservation: longer than {MAX_NAME} characters")
         if node_fit is NodeFit.QUOTA_ONLY and quota is None:
             raise ValueError(
                 "spec.quota: required when spec.nodeFit is QuotaOnly (the pool's nodes come and go, "
@@ -170,6 +181,7 @@ def parse_pool(obj: Mapping[str, Any]) -> Pool:
         node_fit=node_fit,
         tolerations=tolerations,
         namespace_selector=namespaces,
+        reservation=reservation,
     )
 
 
