@@ -21,6 +21,7 @@ from gatekeeper.core.keys import (
 
 __all__ = [
     "ADMISSION_CHECKS",
+    "CLAIMS",
     "EVENTS",
     "LEASES",
     "LWS",
@@ -29,6 +30,7 @@ __all__ = [
     "POOLS",
     "PRIORITY_CLASSES",
     "RECORDS",
+    "RESERVATIONS",
     "RESOURCE_FLAVORS",
     "SECRETS",
     "WEBHOOK_CONFIGURATIONS",
@@ -68,10 +70,14 @@ WEBHOOK_CONFIGURATIONS = Resource(
 WORKLOADS = Resource("workloads", KUEUE_API_VERSION)
 RESOURCE_FLAVORS = Resource("resourceflavors", KUEUE_API_VERSION, namespaced=False)
 ADMISSION_CHECKS = Resource("admissionchecks", KUEUE_API_VERSION, namespaced=False)
+RESERVATIONS = Resource("reservations", GATEKEEPER_API_VERSION, namespaced=False)
+"""On the hub: the Reservations members share."""
+CLAIMS = Resource("reservationclaims", GATEKEEPER_API_VERSION, namespaced=False)
+"""On the hub: one claim per group of any member."""
 
 _ALL = (
     LWS, PODS, NAMESPACES, STATEFULSETS, NODES, EVENTS, SECRETS, POOLS, RECORDS, PRIORITY_CLASSES, LEASES,
-    WEBHOOK_CONFIGURATIONS, WORKLOADS, RESOURCE_FLAVORS, ADMISSION_CHECKS,
+    WEBHOOK_CONFIGURATIONS, WORKLOADS, RESOURCE_FLAVORS, ADMISSION_CHECKS, RESERVATIONS, CLAIMS,
 )  # fmt: skip
 
 

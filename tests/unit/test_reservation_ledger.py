@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from reservation_builders import claim, reservation
 
 from gatekeeper.core.reservation import (
     BadClaim,
@@ -20,7 +21,6 @@ from gatekeeper.core.reservation import (
     parse_shares,
     status_body,
 )
-from tests.unit.reservation_builders import claim, reservation
 
 GPU = "nvidia.com/gpu"
 

@@ -5,7 +5,9 @@ cluster. Each pass (run by ``loop.PassLoop``) takes a snapshot of the shared cac
 hands it to ``core.backends.pools.decide``, turns what it decided into writes with
 ``plan_writes`` (records released, records made, ``Admitted=True`` on a group's record
 and only then the gates of its pods, why every other group waits, the Pools' status) and
-has ``act.execute`` send them. It keeps only what is safe to lose (which Event it posted,
+has ``act.execute`` send them. With a hub (``hub_link.HubLink``), admissions into Pools
+with ``spec.reservation`` first wait for the hub's grant (``core.hub_member``), and this
+cluster's claims are created and given back there. It keeps only what is safe to lose (which Event it posted,
 when it last rewrote a waiting message); a restarted controller picks up from the records.
 """
 
@@ -24,10 +26,12 @@ from gatekeeper.controller import kube as k
 from gatekeeper.controller import resources as r
 from gatekeeper.controller.act import execute
 from gatekeeper.controller.caches import BOUND_PODS, Caches
+from gatekeeper.controller.hub_link import HubLink
 from gatekeeper.controller.informer import Informer
 from gatekeeper.controller.loop import Write as Writer
 from gatekeeper.core.backends.pools import Actions, PassInputs, Snapshot, decide, plan_writes
 from gatekeeper.core.groups import DemandMemo
+from gatekeeper.core.hub_member import charge_reservations
 from gatekeeper.core.keys import LWS_NAME_LABEL, POOL_LABEL
 from gatekeeper.core.objects import labels, name_of
 from gatekeeper.core.writes import Memory, Write
@@ -54,9 +58,11 @@ class PoolsBackend:
 
     log = log
 
-    def __init__(self, kube: k.Kube, caches: Caches) -> None:
+    def __init__(self, kube: k.Kube, caches: Caches, hub: HubLink | None = None) -> None:
         self.kube = kube
         self.caches = caches
+        self.hub = hub
+        """With ``--hub-kubeconfig``: Pools with spec.reservation are charged to the hub too."""
         self.memory = Memory()
         self.demands = DemandMemo()
 
@@ -85,6 +91,11 @@ class PoolsBackend:
             self.statefulsets,
         ]
 
+    @property
+    def side_informers(self) -> list[Informer]:
+        """The hub's caches: a change there asks for a pass, but the loop never waits for them."""
+        return self.hub.informers if self.hub is not None else []
+
     def snapshot(self) -> Snapshot:
         return Snapshot(
             lwss=self.lws.values(),
@@ -105,9 +116,14 @@ class PoolsBackend:
         # The decision runs in a worker thread: a pass over a large cluster must not hold up
         # the webhook, the probes and the Lease renewals served by this event loop.
         actions = await anyio.to_thread.run_sync(decide, snap, self.demands, self.caches.requests)
+        claims = None
+        if self.hub is not None:
+            actions, claims = charge_reservations(actions, snap, self.hub.view())
         inputs = PassInputs(snap, self.memory, datetime.now(UTC), start)
         plan = await anyio.to_thread.run_sync(plan_writes, actions, inputs)
         await execute(self.kube, plan, write, self.memory, self._done)
+        if self.hub is not None and claims is not None:
+            await self.hub.execute(claims, write)
         for name, st in actions.pools.items():
             WAITING.labels(name).set(st.waiting + st.inadmissible)
             for resource, amount in st.quota.items():

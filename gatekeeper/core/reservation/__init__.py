@@ -19,6 +19,7 @@ from gatekeeper.core.reservation.ledger import (
     Waiting,
     decide,
     order,
+    without_reservation,
 )
 from gatekeeper.core.reservation.objects import (
     CLAIM_KIND,
@@ -34,6 +35,7 @@ from gatekeeper.core.reservation.objects import (
     claim_name,
     parse_claim,
     parse_reservation,
+    valid_cluster_name,
 )
 from gatekeeper.core.reservation.words import Shares, group_waits, hub_unreachable, parse_shares, status_body
 
@@ -64,4 +66,6 @@ __all__ = [
     "parse_reservation",
     "parse_shares",
     "status_body",
+    "valid_cluster_name",
+    "without_reservation",
 ]

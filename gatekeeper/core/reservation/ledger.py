@@ -47,6 +47,7 @@ __all__ = [
     "Waiting",
     "decide",
     "order",
+    "without_reservation",
 ]
 
 
@@ -116,6 +117,18 @@ class Ledger:
     """None when the Reservation cannot be read (its ``invalid`` says why)."""
     invalid: str = ""
     problems: tuple[str, ...] = field(default_factory=tuple)
+
+
+def without_reservation(claims: Iterable[Mapping[str, Any]], names: frozenset[str]) -> tuple[Waiting, ...]:
+    """Pending claims that name no Reservation the hub has: each is told so."""
+    out: list[Waiting] = []
+    for obj in claims:
+        c = parse_claim(obj)
+        if c.reservation in names or c.state is not ClaimState.PENDING or not c.name:
+            continue
+        message = f"claim {c.name}: no Reservation {c.reservation or '(none named)'} on the hub"
+        out.append(Waiting(c.name, c.uid, c.resource_version, ClaimReason.RESERVATION_NOT_FOUND, message))
+    return tuple(out)
 
 
 def order(claim: Claim) -> tuple[int, Any, str, str, str, int, str]:

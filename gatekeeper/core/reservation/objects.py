@@ -43,6 +43,7 @@ __all__ = [
     "claim_name",
     "parse_claim",
     "parse_reservation",
+    "valid_cluster_name",
 ]
 
 RESERVATION_KIND = "Reservation"
@@ -252,6 +253,11 @@ def parse_claim(obj: Mapping[str, Any]) -> Claim | BadClaim:
         reason=str(status.get("reason") or "")[:64],
         message=str(status.get("message") or "")[:1024],
     )
+
+
+def valid_cluster_name(name: str) -> bool:
+    """Is ``name`` a member cluster's name (a DNS label: what ``spec.cluster`` must be)?"""
+    return bool(_CLUSTER.fullmatch(name))
 
 
 def claim_name(cluster: str, namespace: str, lws: str, lws_uid: str, group: int) -> str:

@@ -1,0 +1,118 @@
+"""A member's connection to the hub: its own client, its caches of the hub, its claim writes.
+
+Why this exists: with ``--hub-kubeconfig`` the ``pools`` controller charges Pools with
+``spec.reservation`` to Reservations on the hub (``core.hub_member``). The hub is
+another API server, reached with this member's own identity there, so it has a client
+and informers of its own: the Reservations (their status says who holds what) and this
+cluster's claims (label ``lws-gatekeeper.io/cluster``). They are not among the informers
+the member's loop waits for: an unreachable hub must not stop the member's admission
+loop (admitted groups and their later pods go on); it only makes groups of reservation
+pools wait with ``HubUnreachable``. Made afresh for each term, like the member's caches.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import kr8s.asyncio
+
+from gatekeeper.controller import kube as k
+from gatekeeper.controller import resources as r
+from gatekeeper.controller.caches import Caches
+from gatekeeper.controller.errors import Conflict, NotLeading, TemporaryError
+from gatekeeper.controller.informer import Informer
+from gatekeeper.controller.loop import Write
+from gatekeeper.core.hub_member import ClaimWrites, HubView
+from gatekeeper.core.objects import meta
+from gatekeeper.core.reservation import CLUSTER_LABEL
+
+__all__ = ["HubLink"]
+
+log = logging.getLogger("gatekeeper.hub_link")
+
+WRITE_FAILURE_SECONDS = 30.0
+
+
+class HubLink:
+    """This member's view of the hub and its writes there, for one term."""
+
+    def __init__(self, api: kr8s.asyncio.Api, kube: k.Kube, cluster: str) -> None:
+        self.kube = kube
+        self.cluster = cluster
+        self.caches = Caches(api, kube.credentials)
+        self.reservations = self.caches.informer(r.RESERVATIONS)
+        self.claims = self.caches.informer(r.CLAIMS, label_selector=f"{CLUSTER_LABEL}={cluster}")
+        self.started = time.time()
+        self._write_failed: tuple[float, str, float] | None = None
+        """(since when, why, last time) claim writes failed for a reason that is not the
+        claim's; it counts for WRITE_FAILURE_SECONDS after the last failure, then the
+        writes are tried again."""
+
+    @property
+    def informers(self) -> list[Informer]:
+        return [self.reservations, self.claims]
+
+    def listen(self, poke: Callable[..., None]) -> None:
+        """A change on the hub asks the member's loop for a pass."""
+        for inf in self.informers:
+            inf.listeners.append(poke)
+
+    async def run(self) -> None:
+        await self.caches.run()
+
+    def view(self) -> HubView:
+        """What the member knows of the hub now: reachable only once both caches are listed
+        and neither fails (nor the claim writes)."""
+        synced = all(inf.synced.is_set() for inf in self.informers)
+        failing = [(inf.failing_since, inf.last_error) for inf in self.informers if inf.failing_since]
+        if self._write_failed is not None and time.time() - self._write_failed[2] < WRITE_FAILURE_SECONDS:
+            failing.append(self._write_failed[:2])
+        reachable = synced and not failing
+        since, error = self.started, "not read yet"
+        if failing:
+            since, error = min((f[0] or self.started, f[1]) for f in failing)
+        elif not synced:
+            error = "its Reservations and claims are not listed yet"
+        return HubView(
+            cluster=self.cluster,
+            reachable=reachable,
+            claims=self.claims.values(),
+            reservations={str(meta(o).get("name") or ""): o for o in self.reservations.values()},
+            unreachable_since=None if reachable else datetime.fromtimestamp(since, UTC),
+            error="" if reachable else error,
+        )
+
+    async def execute(self, writes: ClaimWrites, write: Write) -> None:
+        """Delete first (a claim given back frees the hub at once), then create."""
+        for name, uid in writes.delete:
+            await write(self._delete, name, uid)
+        for body in writes.create:
+            await write(self._create, body)
+
+    async def _delete(self, name: str, uid: str) -> None:
+        await self._tracked(self.kube.delete(r.CLAIMS, name, uid=uid or None))
+        log.info("gave claim %s back to the hub", name)
+
+    async def _create(self, body: dict[str, Any]) -> None:
+        try:
+            await self._tracked(self.kube.create(r.CLAIMS, body))
+        except Conflict:  # already there: the cache will show it
+            return
+        log.info("claimed %s on the hub", body["metadata"]["name"])
+
+    async def _tracked(self, call: Any) -> Any:
+        try:
+            result = await call
+        except (Conflict, NotLeading):
+            raise
+        except TemporaryError as exc:
+            now = time.time()
+            first = self._write_failed[0] if self._write_failed is not None else now
+            self._write_failed = (first, str(exc)[:300], now)
+            raise
+        self._write_failed = None
+        return result
