@@ -122,7 +122,7 @@ def _admission_loop(
     api: kr8s.asyncio.Api,
     opts: Options,
     kube: Kube | None = None,
-    hub: tuple[kr8s.asyncio.Api, Kube] | None = None,
+    hub: Callable[[], Coroutine[Any, Any, Kube]] | None = None,
 ) -> Callable[[], Coroutine[Any, Any, None]]:
     """What the leader runs, made afresh for each term: new caches (never the last term's,
     which may be days old), one shared by the term's controllers, and one loop each; with a
@@ -131,7 +131,7 @@ def _admission_loop(
 
     async def lead() -> None:
         caches = Caches(api, kube.credentials)
-        link = HubLink(hub[0], hub[1], opts.cluster_name) if hub is not None else None
+        link = HubLink(hub, opts.cluster_name) if hub is not None else None
         loops = [PassLoop(c, resync=opts.resync_seconds) for c in controllers(kube, caches, opts, link)]
         async with anyio.create_task_group() as tg:
             if link is not None:
@@ -188,13 +188,16 @@ async def run(opts: Options) -> None:
             if certs is not None:
                 tg.start_soon(certs.run)
             fence = elector.may_write
-            hub: tuple[kr8s.asyncio.Api, Kube] | None = None
+            hub: Callable[[], Coroutine[Any, Any, Kube]] | None = None
             if opts.hub_kubeconfig and opts.role == "member":
-                hub_api = await kr8s.asyncio.api(kubeconfig=opts.hub_kubeconfig)
-                hub_kube = Kube(
-                    hub_api, user_agent=f"lws-gatekeeper/{_version()} ({identity}; {opts.cluster_name})"
-                )
-                hub = (hub_api, hub_kube.fenced(fence) if opts.leader_elect else hub_kube)
+                hub_kubeconfig = opts.hub_kubeconfig
+
+                async def hub() -> Kube:
+                    hub_api = await kr8s.asyncio.api(kubeconfig=hub_kubeconfig)
+                    agent = f"lws-gatekeeper/{_version()} ({identity}; {opts.cluster_name})"
+                    hub_kube = Kube(hub_api, user_agent=agent)
+                    return hub_kube.fenced(fence) if opts.leader_elect else hub_kube
+
             loop = _admission_loop(api, opts, kube.fenced(fence) if opts.leader_elect else kube, hub)
             if opts.leader_elect:
                 tg.start_soon(elector.run, loop)

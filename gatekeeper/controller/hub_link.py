@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
-import kr8s.asyncio
+import anyio
 
 from gatekeeper.controller import kube as k
 from gatekeeper.controller import resources as r
@@ -40,10 +40,13 @@ WRITE_FAILURE_SECONDS = 30.0
 class HubLink:
     """This member's view of the hub and its writes there, for one term."""
 
-    def __init__(self, api: kr8s.asyncio.Api, kube: k.Kube, cluster: str) -> None:
-        self.kube = kube
+    def __init__(self, connect: Callable[[], Awaitable[k.Kube]], cluster: str) -> None:
+        self._connect = connect
+        self.kube: k.Kube | None = None
+        """The hub's client, once connected (a hub down at start must not stop the member)."""
+        self._connect_error = "not connected yet"
         self.cluster = cluster
-        self.caches = Caches(api, kube.credentials)
+        self.caches = Caches(None)
         self.reservations = self.caches.informer(r.RESERVATIONS)
         self.claims = self.caches.informer(r.CLAIMS, label_selector=f"{CLUSTER_LABEL}={cluster}")
         self.started = time.time()
@@ -62,6 +65,20 @@ class HubLink:
             inf.listeners.append(poke)
 
     async def run(self) -> None:
+        """Connect (again and again, while the hub cannot be reached), then list and watch."""
+        backoff = 1.0
+        while self.kube is None:
+            try:
+                self.kube = await self._connect()
+            except Exception as exc:  # any failure to reach the hub: the member goes on without it
+                self._connect_error = f"cannot connect: {str(exc)[:200] or type(exc).__name__}"
+                log.warning("hub: %s; trying again in %.0fs", self._connect_error, backoff)
+                await anyio.sleep(backoff)
+                backoff = min(backoff * 2, 30.0)
+        for inf in self.informers:
+            inf.api, inf.credentials = self.kube.api, self.kube.credentials
+        self.caches.api, self.caches.credentials = self.kube.api, self.kube.credentials
+        log.info("hub: connected as member %s", self.cluster)
         await self.caches.run()
 
     def view(self) -> HubView:
@@ -75,6 +92,8 @@ class HubLink:
         since, error = self.started, "not read yet"
         if failing:
             since, error = min((f[0] or self.started, f[1]) for f in failing)
+        elif self.kube is None:
+            error = self._connect_error
         elif not synced:
             error = "its Reservations and claims are not listed yet"
         return HubView(
@@ -93,13 +112,18 @@ class HubLink:
         for body in writes.create:
             await write(self._create, body)
 
+    def _client(self) -> k.Kube:
+        if self.kube is None:  # view() says unreachable until connected: no write is planned
+            raise TemporaryError("the hub is not connected yet")
+        return self.kube
+
     async def _delete(self, name: str, uid: str) -> None:
-        await self._tracked(self.kube.delete(r.CLAIMS, name, uid=uid or None))
+        await self._tracked(self._client().delete(r.CLAIMS, name, uid=uid or None))
         log.info("gave claim %s back to the hub", name)
 
     async def _create(self, body: dict[str, Any]) -> None:
         try:
-            await self._tracked(self.kube.create(r.CLAIMS, body))
+            await self._tracked(self._client().create(r.CLAIMS, body))
         except Conflict:  # already there: the cache will show it
             return
         log.info("claimed %s on the hub", body["metadata"]["name"])

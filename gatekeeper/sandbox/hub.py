@@ -187,6 +187,23 @@ class Hub:
         url = f"http://127.0.0.1:{port}/readyz"
         self.runner.wait(name, lambda: ready(url), timeout=60, what="/readyz")
 
+    def interrupt(self, name: str) -> None:
+        """Stop one of the hub's processes (SIGTERM) but keep its record and data, to be
+        started again by :meth:`start_again`: the hub's API server down, say."""
+        info = self.state()["processes"][name]
+        if ours(info):
+            process.stop(int(info["pid"]))
+
+    def start_again(self, name: str) -> None:
+        """Start an interrupted process with the command it was started with; wait for the API
+        server (it may have been the one)."""
+        state = self.state()
+        self.runner.restart(state, name)
+        port = state["ports"]["apiserver"]
+        self.runner.wait(
+            name, lambda: control_plane.apiserver_ready(port, self.pki), timeout=90, what="the hub to answer"
+        )
+
     def stop(self, name: str, *, kill: bool = False) -> None:
         """Stop one of the hub's processes (SIGKILL: a crash) and forget it."""
         state = self.state()

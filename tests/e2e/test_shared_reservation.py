@@ -335,3 +335,51 @@ def test_a_member_gives_back_a_claim_of_its_name_that_no_group_wants(
 
     took = eventually(gone, 30, "cluster-a's gatekeeper to give the stray claim back")
     print(f"stray claim given back after {took:.1f}s")
+
+
+def test_hub_down_admitted_groups_go_on_new_ones_wait_then_are_admitted(
+    shared_hub: SharedHub, scene: Any
+) -> None:
+    """The hub's API server stopped: an admitted group's recreated pods go through on its
+    admission; a new group waits with HubUnreachable (since when), and is admitted once the
+    hub is back, nothing lost or doubled."""
+    reservation, _, ns = scene
+    member = shared_hub.members["cluster-a"]
+    member.kubectl("scale", "lws", "vllm", "-n", ns, "--replicas=1")
+
+    def whole(groups: int, gated: int) -> bool:
+        got = whole_running_groups(_json(member.kubectl, "get", "pods", "-n", ns)["items"])
+        return got == (groups, 2 * groups, gated)
+
+    eventually(lambda: whole(1, 0), 60, "group 0 running in cluster-a")
+    shared_hub.hub.interrupt("kube-apiserver")
+    try:
+        down = time.monotonic()
+        before = _json(member.kubectl, "get", "pod", "vllm-0", "-n", ns)["metadata"]["uid"]
+        member.kubectl("delete", "pod", "vllm-0", "-n", ns, "--wait=false")  # the LWS makes the group again
+
+        def remade() -> bool:
+            pod = member.kubectl("get", "pod", "vllm-0", "-n", ns, "-o", "json", check=False)
+            return pod.returncode == 0 and json.loads(pod.stdout)["metadata"]["uid"] != before and whole(1, 0)
+
+        eventually(remade, 60, "group 0 made again and running, the hub down")
+        member.kubectl("scale", "lws", "vllm", "-n", ns, "--replicas=2")
+
+        def unreachable() -> bool:
+            for rec in _json(member.kubectl, "get", "groupadmissions", "-n", ns)["items"]:
+                for c in rec.get("status", {}).get("conditions", []):
+                    if c.get("reason") == "HubUnreachable" and "the hub is unreachable since" in c.get(
+                        "message", ""
+                    ):
+                        return True
+            return False
+
+        eventually(unreachable, 60, "group 1 to wait with HubUnreachable")
+        assert whole(1, 2)
+        print(f"hub down for {time.monotonic() - down:.1f}s")
+    finally:
+        shared_hub.hub.start_again("kube-apiserver")
+    took = eventually(lambda: whole(2, 0), 90, "group 1 admitted once the hub is back")
+    print(f"group 1 admitted {took:.1f}s after the hub came back")
+    total, claims = granted_gpus(shared_hub, reservation)
+    assert total == 4 and len(claims) == 2, claims  # one claim per group: none lost, none doubled
