@@ -31,7 +31,7 @@ from gatekeeper.controller.caches import Caches
 from gatekeeper.controller.errors import Conflict, PermanentError, TemporaryError
 from gatekeeper.controller.informer import Informer
 from gatekeeper.controller.loop import Write
-from gatekeeper.core.objects import meta
+from gatekeeper.core.objects import as_map, meta
 from gatekeeper.core.reservation import Grant, Ledger, Waiting, decide, status_body, without_reservation
 
 __all__ = ["HubController", "HubPass"]
@@ -86,7 +86,7 @@ class HubController:
             if now is None or str(meta(now).get("resourceVersion")) != rv:
                 self._unsure.discard(uid)  # changed since: the cache will show what it is
                 continue
-            if (now.get("status") or {}).get("state") != "Granted":
+            if as_map(now.get("status")).get("state") != "Granted":
                 self._sent.pop(uid, None)
                 self._unsure.discard(uid)
 
@@ -118,7 +118,7 @@ class HubController:
                 await write(self._grant, ledger.reservation, grant)
             if ledger.status is not None:
                 body = status_body(ledger.status)
-                old = reservation.get("status") or {}
+                old = as_map(reservation.get("status"))
                 if {key: old.get(key) for key in body} != body:
                     await write(self.kube.patch_status, r.RESERVATIONS, name, None, body)
                 for resource, amount in ledger.status.claimed.items():
@@ -149,7 +149,7 @@ class HubController:
         log.info("granted claim %s (cluster %s) in reservation %s", grant.name, grant.cluster, reservation)
 
     async def _say(self, write: Write, one: Waiting, cached: Mapping[str, Any] | None) -> None:
-        status = (cached or {}).get("status") or {}
+        status = as_map((cached or {}).get("status"))
         if status.get("reason") == str(one.reason) and status.get("message") == one.message:
             return
         said = self._said.get(one.uid)

@@ -29,7 +29,7 @@ from typing import Any
 from gatekeeper.core.backends.pools import Actions, Admit, Snapshot, WaitStatus
 from gatekeeper.core.demand import GroupDemand
 from gatekeeper.core.lws import priority as lws_priority
-from gatekeeper.core.objects import EPOCH, as_map, meta, parse_time
+from gatekeeper.core.objects import as_map, meta, parse_time
 from gatekeeper.core.pool import parse_pool
 from gatekeeper.core.reasons import Reason
 from gatekeeper.core.record import is_admitted
@@ -134,7 +134,7 @@ def charge_reservations(actions: Actions, snap: Snapshot, hub: HubView) -> tuple
         index = gs.key.index
         demand = gs.demand.total if isinstance(gs.demand, GroupDemand) else {}
         if not hub.reachable:
-            since = hub.unreachable_since or EPOCH
+            since = hub.unreachable_since
             waiting.append(
                 WaitStatus(
                     gs, Reason.HUB_UNREACHABLE, hub_unreachable(index, reservation, since, hub.error), 0

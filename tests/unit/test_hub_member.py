@@ -147,3 +147,15 @@ def test_hub_unreachable_admitted_groups_still_let_their_later_pods_through() ->
     actions = decide(snap)
     after, _ = charge_reservations(actions, snap, hub(reachable=False))
     assert after.ungate == actions.ungate and len(after.ungate) == 2
+
+
+def test_without_a_hub_a_reservation_pool_admits_nothing_new() -> None:
+    snap = scene()
+    no_hub = HubView(cluster="", reachable=False, error="this gatekeeper runs without --hub-kubeconfig")
+    after, writes = charge_reservations(decide(snap), snap, no_hub)
+    assert after.admit == () and writes.create == () and writes.delete == ()
+    said = {w.group.key.index: w.message for w in after.waiting if w.reason is Reason.HUB_UNREACHABLE}
+    assert said[0] == (
+        "group 0 waits for reservation p5-odcr: no hub to charge it on "
+        "(this gatekeeper runs without --hub-kubeconfig)"
+    )

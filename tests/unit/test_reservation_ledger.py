@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from reservation_builders import claim, reservation
 
 from gatekeeper.core.reservation import (
@@ -261,3 +263,53 @@ def test_a_pool_names_its_reservation() -> None:
     pool["spec"]["reservation"] = 7
     with pytest.raises(ValueError, match=r"spec\.reservation"):
         parse_pool(pool)
+
+
+JUNK = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=60),
+    st.lists(st.integers(), max_size=3),
+    st.dictionaries(st.text(max_size=8), st.text(max_size=8), max_size=3),
+)
+CLAIM_FIELDS = [
+    "reservation",
+    "cluster",
+    "namespace",
+    "leaderWorkerSet",
+    "groupIndex",
+    "priority",
+    "groupCreated",
+    "demand",
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    breaks=st.lists(st.tuples(st.integers(0, 5), st.sampled_from(CLAIM_FIELDS), JUNK), max_size=6),
+    capacity=JUNK,
+    status=JUNK,
+)
+def test_no_broken_claim_or_reservation_makes_the_ledger_raise(
+    breaks: list[tuple[int, str, Any]], capacity: Any, status: Any
+) -> None:
+    claims = [claim(f"c{i}", gpus=i % 3 + 1, created=f"2026-01-0{i + 1}T00:00:00Z") for i in range(6)]
+    for index, key, value in breaks:
+        claims[index]["spec"][key] = value
+    claims[0]["status"] = status
+    for res in (reservation(), reservation(capacity={GPU: capacity})):
+        ledger = decide(res, claims)
+        if ledger.status is not None:
+            assert ledger.status.claimed[GPU] <= ledger.status.capacity[GPU] or ledger.grants == ()
+            status_body(ledger.status)
+    parse_shares(
+        {
+            "status": {
+                "capacity": capacity,
+                "free": status,
+                "clusters": [status, {"name": "x", "claimed": capacity}],
+            }
+        }
+    )

@@ -31,7 +31,7 @@ from gatekeeper.controller.informer import Informer
 from gatekeeper.controller.loop import Write as Writer
 from gatekeeper.core.backends.pools import Actions, PassInputs, Snapshot, decide, plan_writes
 from gatekeeper.core.groups import DemandMemo
-from gatekeeper.core.hub_member import charge_reservations
+from gatekeeper.core.hub_member import HubView, charge_reservations
 from gatekeeper.core.keys import LWS_NAME_LABEL, POOL_LABEL
 from gatekeeper.core.objects import labels, name_of
 from gatekeeper.core.writes import Memory, Write
@@ -51,6 +51,7 @@ WAIT_SECONDS = Histogram(
     buckets=(0.1, 0.5, 1, 2, 5, 10, 30, 60, 300, 1800, 7200),
 )
 PASS_SECONDS = Histogram("gatekeeper_reconcile_seconds", "Duration of one planning pass")
+NO_HUB = HubView(cluster="", reachable=False, error="this gatekeeper runs without --hub-kubeconfig")
 
 
 class PoolsBackend:
@@ -116,13 +117,13 @@ class PoolsBackend:
         # The decision runs in a worker thread: a pass over a large cluster must not hold up
         # the webhook, the probes and the Lease renewals served by this event loop.
         actions = await anyio.to_thread.run_sync(decide, snap, self.demands, self.caches.requests)
-        claims = None
-        if self.hub is not None:
-            actions, claims = charge_reservations(actions, snap, self.hub.view())
+        # Pools charged to a hub Reservation admit nothing new without a hub to charge it on.
+        view = self.hub.view() if self.hub is not None else NO_HUB
+        actions, claims = charge_reservations(actions, snap, view)
         inputs = PassInputs(snap, self.memory, datetime.now(UTC), start)
         plan = await anyio.to_thread.run_sync(plan_writes, actions, inputs)
         await execute(self.kube, plan, write, self.memory, self._done)
-        if self.hub is not None and claims is not None:
+        if self.hub is not None:
             await self.hub.execute(claims, write)
         for name, st in actions.pools.items():
             WAITING.labels(name).set(st.waiting + st.inadmissible)

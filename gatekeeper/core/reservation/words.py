@@ -125,8 +125,11 @@ def group_waits(
     return f"{head}: {numbers}{who}"
 
 
-def hub_unreachable(index: int, reservation: str, since: datetime, error: str) -> str:
-    """Why a group waits while the hub cannot be reached (reason ``HubUnreachable``)."""
+def hub_unreachable(index: int, reservation: str, since: datetime | None, error: str) -> str:
+    """Why a group waits while the hub cannot be reached (reason ``HubUnreachable``); ``since``
+    None: there is no hub to reach (the gatekeeper runs without one)."""
+    if since is None:
+        return f"group {index} waits for reservation {reservation}: no hub to charge it on ({error[:200]})"
     when = since.strftime("%Y-%m-%dT%H:%M:%SZ")
     return (
         f"group {index} waits for reservation {reservation}: the hub is unreachable since {when} "
