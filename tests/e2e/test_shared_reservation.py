@@ -89,6 +89,27 @@ def whole_running_groups(pods: list[dict[str, Any]]) -> tuple[int, int, int]:
     return sum(1 for n in groups.values() if n == 2), ungated, gated
 
 
+def whole_groups_across(shared: SharedHub, namespace: str) -> tuple[int, int, int]:
+    """``whole_running_groups`` summed over the members."""
+    counts = [whole_running_groups(p) for p in pods_of(shared, namespace).values()]
+    whole, ungated, gated = (sum(c[i] for c in counts) for i in range(3))
+    return whole, ungated, gated
+
+
+def scale_all(shared: SharedHub, namespace: str, replicas: int) -> None:
+    """Scale the LWS in every member at once."""
+    scalers = [
+        threading.Thread(
+            target=sb.kubectl, args=("scale", "lws", "vllm", "-n", namespace, f"--replicas={replicas}")
+        )
+        for sb in shared.members.values()
+    ]
+    for t in scalers:
+        t.start()
+    for t in scalers:
+        t.join()
+
+
 class Sampler(threading.Thread):
     """Every second: the hub's granted GPUs and the GPUs of ungated pods bound in the members."""
 
@@ -184,19 +205,10 @@ def test_two_clusters_scaled_at_once_run_exactly_two_whole_groups(shared_hub: Sh
 
 
 def _scale_and_judge(shared_hub: SharedHub, reservation: str, ns: str) -> None:
-    scalers = [
-        threading.Thread(target=sb.kubectl, args=("scale", "lws", "vllm", "-n", ns, "--replicas=4"))
-        for sb in shared_hub.members.values()
-    ]
-    for t in scalers:
-        t.start()
-    for t in scalers:
-        t.join()
+    scale_all(shared_hub, ns, 4)
 
     def two_whole_groups(gated: int = 12) -> bool:
-        counts = [whole_running_groups(p) for p in pods_of(shared_hub, ns).values()]
-        whole, ungated, waiting = (sum(c[i] for c in counts) for i in range(3))
-        return whole == 2 and ungated == 4 and waiting == gated
+        return whole_groups_across(shared_hub, ns) == (2, 4, gated)
 
     took = eventually(two_whole_groups, 120, "two whole groups running across the clusters, 12 pods gated")
     print(f"two whole groups ran {took:.1f}s after both scale-ups")
@@ -335,6 +347,47 @@ def test_a_member_gives_back_a_claim_of_its_name_that_no_group_wants(
 
     took = eventually(gone, 30, "cluster-a's gatekeeper to give the stray claim back")
     print(f"stray claim given back after {took:.1f}s")
+
+
+def test_the_hub_leader_killed_while_both_clusters_scale(shared_hub: SharedHub, scene: Any) -> None:
+    """Two replicas of the hub's gatekeeper; the leader SIGKILLed right after both clusters
+    scaled up: the other takes the hub's Lease over, the granted total never exceeds 4
+    meanwhile, and exactly two whole groups run once it decides."""
+    reservation, _, ns = scene
+    hub = shared_hub.hub
+    hub.start_gatekeeper(name="hub-gatekeeper-2")
+    sampler = Sampler(shared_hub, reservation, ns)
+    sampler.start()
+    killed = ""
+    try:
+        scale_all(shared_hub, ns, 4)
+        killed = hub.kubectl(
+            "get",
+            "lease",
+            "lws-gatekeeper",
+            "-n",
+            "lws-gatekeeper-system",
+            "-o",
+            "jsonpath={.spec.holderIdentity}",
+        ).stdout.strip()
+        assert killed in ("hub-gatekeeper", "hub-gatekeeper-2")
+        hub.stop(killed, kill=True)
+        took = eventually(lambda: whole_groups_across(shared_hub, ns) == (2, 4, 12), 120, "two whole groups")
+        print(f"two whole groups {took:.1f}s after the hub's leader ({killed}) was killed")
+        time.sleep(3)
+        assert whole_groups_across(shared_hub, ns) == (2, 4, 12)
+        scale_all(shared_hub, ns, 0)
+        eventually(lambda: granted_gpus(shared_hub, reservation)[1] == [], 120, "every claim given back")
+    finally:
+        sampler.stop.set()
+        sampler.join()
+        for name in ("hub-gatekeeper", "hub-gatekeeper-2"):
+            if name != killed and name in hub.running():
+                hub.stop(name)
+        hub.start_gatekeeper()  # the hub as the other tests know it: one replica
+    most, bound = max(sampler.granted), max(sampler.bound)
+    print(f"samples: {len(sampler.granted)}; granted at most {most} GPUs; bound GPUs at most {bound}")
+    assert most <= CAPACITY and bound <= CAPACITY
 
 
 def test_hub_down_admitted_groups_go_on_new_ones_wait_then_are_admitted(
