@@ -30,6 +30,7 @@ from gatekeeper.core.backends.pools import Actions, Admit, Snapshot, WaitStatus
 from gatekeeper.core.demand import GroupDemand
 from gatekeeper.core.lws import priority as lws_priority
 from gatekeeper.core.objects import as_map, meta, parse_time
+from gatekeeper.core.planner import PoolStatus
 from gatekeeper.core.pool import parse_pool
 from gatekeeper.core.reasons import Reason
 from gatekeeper.core.record import is_admitted
@@ -167,10 +168,30 @@ def charge_reservations(actions: Actions, snap: Snapshot, hub: HubView) -> tuple
             index, reservation, demand, shares, claim.reason if claim else "", claim.message if claim else ""
         )
         waiting.append(WaitStatus(gs, Reason.WAITING_FOR_RESERVATION, message, 0))
-    if not hub.reachable:
-        return replace(actions, admit=tuple(admit), waiting=actions.waiting + tuple(waiting)), ClaimWrites()
-    delete = [(c.name, c.uid) for group in claims.values() for c in group if c.name not in keep]
-    return (
-        replace(actions, admit=tuple(admit), waiting=actions.waiting + tuple(waiting)),
-        ClaimWrites(tuple(create), tuple(sorted(set(delete + stray)))),
+    held = replace(
+        actions,
+        admit=tuple(admit),
+        waiting=actions.waiting + tuple(waiting),
+        pools=_held_back(actions.pools, waiting),
     )
+    if not hub.reachable:
+        return held, ClaimWrites()
+    delete = [(c.name, c.uid) for group in claims.values() for c in group if c.name not in keep]
+    return held, ClaimWrites(tuple(create), tuple(sorted(set(delete + stray))))
+
+
+def _held_back(pools: Mapping[str, PoolStatus], waiting: Sequence[WaitStatus]) -> dict[str, PoolStatus]:
+    """The Pools' status with the groups that wait for the hub counted as waiting, holding
+    nothing (the local plan counted them admitted)."""
+    out = dict(pools)
+    for wait in waiting:
+        st = out.get(wait.group.pool)
+        demand = wait.group.demand
+        if st is None or not isinstance(demand, GroupDemand):
+            continue
+        used = {r: max(a - demand.total.get(r, 0), 0) for r, a in st.used.items()}
+        free = {r: max(st.quota.get(r, 0) - used.get(r, 0), 0) for r in st.free}
+        out[wait.group.pool] = replace(
+            st, used=used, free=free, admitted=max(st.admitted - 1, 0), waiting=st.waiting + 1
+        )
+    return out

@@ -159,3 +159,13 @@ def test_without_a_hub_a_reservation_pool_admits_nothing_new() -> None:
         "group 0 waits for reservation p5-odcr: no hub to charge it on "
         "(this gatekeeper runs without --hub-kubeconfig)"
     )
+
+
+def test_the_pool_status_counts_groups_that_wait_for_the_hub_as_waiting() -> None:
+    snap = scene()
+    before = decide(snap)
+    after, _ = charge_reservations(before, snap, hub(claim_of(0, "Granted")))
+    st, was = after.pools[POOL], before.pools[POOL]
+    assert (was.admitted, st.admitted) == (2, 1)
+    assert st.waiting == was.waiting + 1
+    assert st.used["nvidia.com/gpu"] == 2 and st.free["nvidia.com/gpu"] == 2
