@@ -7,7 +7,8 @@ Lease with the same elector and write fence as a member's admission loop. Each p
 (``loop.PassLoop``) reads every Reservation and claim, asks the pure ledger
 (``core.reservation.decide``) what to grant, and writes it: a claim's ``status.state:
 Granted`` guarded by the resourceVersion decided on, the reason of each claim left
-waiting, and each Reservation's status (capacity, claimed, free, per member cluster).
+waiting, and each Reservation's status (capacity, claimed, free, per member cluster, and
+a ``Valid`` condition that names what is wrong with a Reservation it cannot read).
 
 A stale cache must never free capacity twice: a grant this term sent (or may have sent:
 a write that timed out) counts as granted until the cache shows the claim changed or
@@ -116,13 +117,21 @@ class HubController:
             ledgers.append(ledger)
             for grant in ledger.grants:
                 await write(self._grant, ledger.reservation, grant)
-            if ledger.status is not None:
-                body = status_body(ledger.status)
-                old = as_map(reservation.get("status"))
-                if {key: old.get(key) for key in body} != body:
-                    await write(self.kube.patch_status, r.RESERVATIONS, name, None, body)
-                for resource, amount in ledger.status.claimed.items():
-                    CLAIMED.labels(name, resource).set(amount)
+            body: dict[str, Any] = status_body(ledger.status) if ledger.status is not None else {}
+            valid = ledger.status is not None
+            body["conditions"] = [
+                {
+                    "type": "Valid",
+                    "status": "True" if valid else "False",
+                    "reason": "Valid" if valid else "InvalidSpec",
+                    "message": "" if valid else ledger.invalid[:1024],
+                }
+            ]
+            old = as_map(reservation.get("status"))
+            if {key: old.get(key) for key in body} != body:
+                await write(self.kube.patch_status, r.RESERVATIONS, name, None, body)
+            for resource, amount in (ledger.status.claimed if ledger.status is not None else {}).items():
+                CLAIMED.labels(name, resource).set(amount)
         orphans = without_reservation(claims, frozenset(names))
         cached = {str(meta(c).get("uid")): c for c in claims}
         for one in [w for ledger in ledgers for w in ledger.waiting] + list(orphans):

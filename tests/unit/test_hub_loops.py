@@ -82,3 +82,17 @@ async def test_a_hub_not_connected_is_unreachable_and_says_why() -> None:
     view = link.view()
     assert not view.reachable and view.unreachable_since is not None
     assert view.error == "not connected yet"
+
+
+@pytest.mark.anyio
+async def test_a_reservation_it_cannot_read_says_why_and_grants_nothing() -> None:
+    kube = FakeKube()
+    hub = HubController(kube, Caches(None))  # type: ignore[arg-type]
+    fill(hub.reservations, reservation(capacity={"nvidia.com/gpu": "1" * 60}))
+    fill(hub.claims, claim("a", gpus=1))
+    await loop_of(hub).pass_once()
+    assert grants(kube) == []
+    (status,) = [b["status"] for v, p, n, b in kube.writes if p == "reservations"]
+    assert status["conditions"][0]["status"] == "False" and "40 digits" in status["conditions"][0]["message"]
+    (said,) = [b["status"] for v, p, n, b in kube.writes if p == "reservationclaims"]
+    assert said["reason"] == "ReservationInvalid"
