@@ -50,6 +50,8 @@ class HubLink:
         self.reservations = self.caches.informer(r.RESERVATIONS)
         self.claims = self.caches.informer(r.CLAIMS, label_selector=f"{CLUSTER_LABEL}={cluster}")
         self.started = time.time()
+        self._given_back: set[str] = set()
+        """UIDs of claims deleted (or maybe deleted) this term, until the cache shows them gone."""
         self._write_failed: tuple[float, str, float] | None = None
         """(since when, why, last time) claim writes failed for a reason that is not the
         claim's; it counts for WRITE_FAILURE_SECONDS after the last failure, then the
@@ -96,7 +98,10 @@ class HubLink:
             error = self._connect_error
         elif not synced:
             error = "its Reservations and claims are not listed yet"
+        cached = {str(meta(o).get("uid") or "") for o in self.claims.values()}
+        self._given_back &= cached
         return HubView(
+            given_back=frozenset(self._given_back),
             cluster=self.cluster,
             reachable=reachable,
             claims=self.claims.values(),
@@ -118,6 +123,8 @@ class HubLink:
         return self.kube
 
     async def _delete(self, name: str, uid: str) -> None:
+        if uid:
+            self._given_back.add(uid)  # before it is sent: a timeout may still have deleted it
         await self._tracked(self._client().delete(r.CLAIMS, name, uid=uid or None))
         log.info("gave claim %s back to the hub", name)
 

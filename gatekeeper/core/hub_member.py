@@ -8,6 +8,7 @@ runs with ``--hub-kubeconfig``) turns that plan into one that also respects the 
 * a group the local plan admits into such a pool is admitted only once its claim on the
   hub is ``Granted``; until then it waits (reason ``WaitingForReservation``, with the
   Reservation's numbers in words), and a claim is created for it if it has none;
+* a claim this member deleted is never admitted on, even while its cache still shows it;
 * a claim is kept while its group is admitted (its record says ``Admitted=True``) or the
   local plan would admit it; every other claim of this cluster is deleted: a granted
   claim whose group cannot run here is given back rather than held, and a released
@@ -61,6 +62,9 @@ class HubView:
     reservations: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     unreachable_since: datetime | None = None
     error: str = ""
+    given_back: frozenset[str] = frozenset()
+    """UIDs of claims this member deleted that its cache still shows: never admitted on (the
+    hub may have granted their room to another cluster already)."""
 
 
 @dataclass(frozen=True)
@@ -105,6 +109,8 @@ def charge_reservations(actions: Actions, snap: Snapshot, hub: HubView) -> tuple
     claims: dict[GroupId, list[Claim]] = {}
     stray: list[tuple[str, str]] = []
     for obj in hub.claims:
+        if str(meta(obj).get("uid") or "") in hub.given_back:
+            continue
         c = parse_claim(obj)
         if not isinstance(c, Claim):
             if c.cluster == hub.cluster and c.name:

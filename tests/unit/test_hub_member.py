@@ -3,6 +3,7 @@ a claim per group that passes its local checks, given back when it cannot run he
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -169,3 +170,15 @@ def test_the_pool_status_counts_groups_that_wait_for_the_hub_as_waiting() -> Non
     assert (was.admitted, st.admitted) == (2, 1)
     assert st.waiting == was.waiting + 1
     assert st.used["nvidia.com/gpu"] == 2 and st.free["nvidia.com/gpu"] == 2
+
+
+def test_a_claim_given_back_is_never_admitted_on_while_the_cache_still_shows_it() -> None:
+    snap = scene()
+    granted = claim_of(0, "Granted")
+    view = hub(granted)
+    after, writes = charge_reservations(decide(snap), snap, replace(view, given_back=frozenset({"c0"})))
+    assert 0 not in [a.group.key.index for a in after.admit]
+    assert sorted(c["spec"]["groupIndex"] for c in writes.create) == [
+        0,
+        1,
+    ]  # asked again (409 if still there)
