@@ -1,8 +1,9 @@
 """The ``lws-gatekeeper`` command line.
 
 Why this exists: one program for everything the project runs: the controller
-(``run``), ``render``, ``why`` (why an LWS or a pool waits), the sandbox
-cluster (``sandbox up|down|status|build``) and the
+(``run``, as a member or ``--role hub``), ``render``, ``why`` (why an LWS or a pool waits),
+the sandbox cluster (``sandbox up|down|status|build``), the sandbox hub
+(``sandbox hub up|down|status``) and the
 demo that replays the LWS issue.
 Each sub-command is a thin wrapper; the work lives in the modules it calls.
 """
@@ -19,6 +20,7 @@ import click
 from gatekeeper.render.cli import render_cmd
 from gatekeeper.sandbox import build as sandbox_build
 from gatekeeper.sandbox.cluster import Sandbox, SandboxError, default_dir
+from gatekeeper.sandbox.hub import Hub
 
 __all__ = ["main"]
 
@@ -146,6 +148,21 @@ def why_cmd(target: str, namespace: str | None, output: str, kubeconfig: str | N
     "KWOK provider reads. Turns on reading Karpenter's NodePools and NodeClaims, so that "
     "Pools with spec.nodePools count what those can still launch.",
 )
+@click.option(
+    "--role",
+    type=click.Choice(["member", "hub"]),
+    default="member",
+    show_default=True,
+    help="member: the gatekeeper of a cluster (webhook, admission). hub: the decider of a hub "
+    "cluster (--kubeconfig is the hub's): grants the ReservationClaims of every member.",
+)
+@click.option(
+    "--hub-kubeconfig",
+    default=None,
+    help="member: the hub's kubeconfig (this member's own identity there); Pools with "
+    "spec.reservation are charged to that hub's Reservations.",
+)
+@click.option("--cluster-name", default="", help="member: this cluster's name on the hub (a DNS label).")
 @click.option("--log-level", default="INFO", show_default=True)
 @click.option(
     "--log-format",
@@ -173,12 +190,21 @@ def run_cmd(
     node_fit: bool | None,
     never_fit_retry_seconds: int,
     karpenter_instance_types: Path | None,
+    role: str,
+    hub_kubeconfig: str | None,
+    cluster_name: str,
     log_level: str,
     log_format: str,
 ) -> None:
     """Run the gatekeeper: webhook, metrics and (when leading) the admission loop."""
+    from gatekeeper.core.reservation import valid_cluster_name
+
     if self_signed_certs_secret and cert_dir is None:
         raise click.UsageError("--self-signed-certs-secret needs --cert-dir (where the files are written)")
+    if hub_kubeconfig and not valid_cluster_name(cluster_name):
+        raise click.UsageError("--hub-kubeconfig needs --cluster-name, a DNS label such as cluster-a")
+    if role == "hub" and (hub_kubeconfig or backend != "pools"):
+        raise click.UsageError("--role hub takes neither --hub-kubeconfig nor --backend")
     import anyio
 
     from gatekeeper.controller.app import Options, run
@@ -212,6 +238,9 @@ def run_cmd(
         node_fit=backend == "kueue" if node_fit is None else node_fit,
         never_fit_retry_seconds=never_fit_retry_seconds,
         instance_types=instance_types,
+        role=role,
+        hub_kubeconfig=hub_kubeconfig,
+        cluster_name=cluster_name,
     )
     anyio.run(run, opts)
 
@@ -262,6 +291,14 @@ def _parse_labels(labels: tuple[str, ...]) -> dict[str, str]:
     is_flag=True,
     help="Have the API server log every write (who, which user agent, when) to logs/audit.log.",
 )
+@click.option(
+    "--hub",
+    "hub_kubeconfig",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    default=None,
+    help="Join the sandbox hub of this kubeconfig (printed by `sandbox hub up`) as a member.",
+)
+@click.option("--cluster-name", default="", help="With --hub: this member's name on the hub.")
 def sandbox_up(
     directory: Path | None,
     nodes: int,
@@ -271,6 +308,8 @@ def sandbox_up(
     with_kueue: bool,
     with_karpenter: bool,
     audit: bool,
+    hub_kubeconfig: Path | None,
+    cluster_name: str,
 ) -> None:
     """Start the sandbox in the background and print how to reach it.
 
@@ -287,6 +326,8 @@ def sandbox_up(
             with_kueue=with_kueue,
             with_karpenter=with_karpenter,
             audit=audit,
+            hub=hub_kubeconfig,
+            cluster_name=cluster_name,
         )
     except (SandboxError, sandbox_build.BuildError) as exc:
         raise click.ClickException(str(exc)) from exc
@@ -312,6 +353,45 @@ def sandbox_status(directory: Path | None) -> None:
     running = sb.running()
     if not running:
         click.echo(f"no sandbox in {sb.dir}")
+        sys.exit(1)
+    for name, alive in running.items():
+        click.echo(f"{name:26} {'running' if alive else 'STOPPED'}")
+    sys.exit(0 if all(running.values()) else 1)
+
+
+@sandbox.group("hub")
+def sandbox_hub() -> None:
+    """A hub cluster (etcd and kube-apiserver only) where member sandboxes share Reservations."""
+
+
+@sandbox_hub.command("up")
+@_dir_option
+@click.option("--no-gatekeeper", is_flag=True, help="Do not run the gatekeeper's hub role.")
+def sandbox_hub_up(directory: Path | None, no_gatekeeper: bool) -> None:
+    """Start a hub (its CRDs, policies, member RBAC, the hub's gatekeeper); print its kubeconfig."""
+    hub = Hub(directory or default_dir("hub"), say=_say)
+    try:
+        hub.up(gatekeeper=not no_gatekeeper)
+    except (SandboxError, sandbox_build.BuildError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(str(hub.kubeconfig))
+
+
+@sandbox_hub.command("down")
+@_dir_option
+def sandbox_hub_down(directory: Path | None) -> None:
+    """Stop every process of the hub."""
+    Hub(directory or default_dir("hub"), say=_say).down()
+
+
+@sandbox_hub.command("status")
+@_dir_option
+def sandbox_hub_status(directory: Path | None) -> None:
+    """Show each process of the hub and whether it runs."""
+    hub = Hub(directory or default_dir("hub"), say=_say)
+    running = hub.running()
+    if not running:
+        click.echo(f"no hub in {hub.dir}")
         sys.exit(1)
     for name, alive in running.items():
         click.echo(f"{name:26} {'running' if alive else 'STOPPED'}")

@@ -28,6 +28,8 @@ from gatekeeper.controller.backends.pools import PoolsBackend
 from gatekeeper.controller.caches import Caches
 from gatekeeper.controller.certs import SelfSignedCerts
 from gatekeeper.controller.checks.node_fit import NodeFitCheck
+from gatekeeper.controller.hub import HubController
+from gatekeeper.controller.hub_link import HubLink
 from gatekeeper.controller.kube import Kube
 from gatekeeper.controller.leader import LeaderElector
 from gatekeeper.controller.loop import Controller, PassLoop
@@ -69,6 +71,12 @@ class Options:
     """kueue backend: first delay before a Workload that could never fit is made again."""
     instance_types: tuple[InstanceType, ...] | None = None
     """pools backend: what Karpenter can launch; None: Karpenter's NodePools are not read."""
+    role: str = "member"
+    """``member`` (a cluster's gatekeeper) or ``hub`` (grants the claims of every member)."""
+    hub_kubeconfig: str | None = None
+    """member: the hub's kubeconfig; None: no hub (Pools with spec.reservation wait)."""
+    cluster_name: str = ""
+    """member: this cluster's name on the hub."""
 
 
 async def _serve_metrics(opts: Options) -> web.AppRunner:
@@ -93,14 +101,21 @@ async def _serve_metrics(opts: Options) -> web.AppRunner:
 
 
 def controllers(
-    kube: Kube, caches: Caches, opts: Options, pass_through: PassThrough | None = None
+    kube: Kube,
+    caches: Caches,
+    opts: Options,
+    hub: HubLink | None = None,
+    pass_through: PassThrough | None = None,
 ) -> list[Controller]:
-    """The controllers of one term: the backend's and, if asked, the node-fit check's."""
+    """The controllers of one term: the hub's ledger (``--role hub``), or the backend's and, if
+    asked, the node-fit check's."""
+    if opts.role == "hub":
+        return [HubController(kube, caches)]
     found: list[Controller] = []
     if opts.backend == "kueue":
         found.append(KueueBackend(kube, caches, retry_seconds=opts.never_fit_retry_seconds))
     else:
-        found.append(PoolsBackend(kube, caches, opts.instance_types, pass_through=pass_through))
+        found.append(PoolsBackend(kube, caches, hub, opts.instance_types, pass_through=pass_through))
     if opts.node_fit:
         found.append(NodeFitCheck(kube, caches))
     return found
@@ -114,19 +129,27 @@ def _version() -> str:
 
 
 def _admission_loop(
-    api: kr8s.asyncio.Api, opts: Options, kube: Kube | None = None, pass_through: PassThrough | None = None
+    api: kr8s.asyncio.Api,
+    opts: Options,
+    kube: Kube | None = None,
+    hub: Callable[[], Coroutine[Any, Any, Kube]] | None = None,
+    pass_through: PassThrough | None = None,
 ) -> Callable[[], Coroutine[Any, Any, None]]:
     """What the leader runs, made afresh for each term: new caches (never the last term's,
-    which may be days old), one shared by the term's controllers, and one loop each. The
-    webhook's table of admitted groups is the term's: cleared when the term ends."""
+    which may be days old), one shared by the term's controllers, and one loop each; with a
+    hub, new caches of the hub too. The webhook's table of admitted groups is the term's:
+    cleared when the term ends."""
     kube = kube or Kube(api)
 
     async def lead() -> None:
         caches = Caches(api, kube.credentials)
-        found = controllers(kube, caches, opts, pass_through)
+        link = HubLink(hub, opts.cluster_name) if hub is not None else None
+        found = controllers(kube, caches, opts, link, pass_through)
         loops = [PassLoop(c, resync=opts.resync_seconds) for c in found]
         try:
             async with anyio.create_task_group() as tg:
+                if link is not None:
+                    tg.start_soon(link.run)
                 tg.start_soon(caches.run)
                 for loop in loops:
                     tg.start_soon(loop.run)
@@ -188,8 +211,19 @@ async def run(opts: Options) -> None:
             tg.start_soon(stop_on_signal)
             if certs is not None:
                 tg.start_soon(certs.run)
+            fence = elector.may_write
+            hub: Callable[[], Coroutine[Any, Any, Kube]] | None = None
+            if opts.hub_kubeconfig and opts.role == "member":
+                hub_kubeconfig = opts.hub_kubeconfig
+
+                async def hub() -> Kube:
+                    hub_api = await kr8s.asyncio.api(kubeconfig=hub_kubeconfig)
+                    agent = f"lws-gatekeeper/{_version()} ({identity}; {opts.cluster_name})"
+                    hub_kube = Kube(hub_api, user_agent=agent)
+                    return hub_kube.fenced(fence) if opts.leader_elect else hub_kube
+
             loop = _admission_loop(
-                api, opts, kube.fenced(elector.may_write) if opts.leader_elect else kube, pass_through
+                api, opts, kube.fenced(fence) if opts.leader_elect else kube, hub, pass_through
             )
             if opts.leader_elect:
                 tg.start_soon(elector.run, loop)

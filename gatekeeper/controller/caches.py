@@ -60,7 +60,7 @@ class Caches:
         inf = self._informers.get(key)
         if inf is None:
             inf = Informer(
-                self.api,  # type: ignore[arg-type]  # None only in unit tests, which never run it
+                self.api,  # type: ignore[arg-type]  # None: unit tests, or a hub not yet connected (hub_link)
                 resource,
                 label_selector=label_selector,
                 field_selector=field_selector,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -87,6 +88,9 @@ class Informer:
         self.changes = 0
         """Counts every change seen (a list counts as one): a parsed view is fresh while it is the same."""
         self.listeners: list[Callable[[str, dict[str, Any]], None]] = [on_change] if on_change else []
+        self.failing_since: float | None = None
+        """Wall-clock time of the first failure since the last good list or watch (None: fine)."""
+        self.last_error = ""
 
     def __repr__(self) -> str:
         return f"Informer({self.resource.plural}, {len(self.objects)} objects)"
@@ -197,9 +201,13 @@ class Informer:
                 if since is None:
                     since = await self._list()
                     self.synced.set()
+                    self.failing_since = None
                 since = await self._watch(since)
                 backoff = 0.5
             except _RELIST_ON as exc:
+                if self.failing_since is None:
+                    self.failing_since = time.time()
+                self.last_error = str(exc)[:300] or type(exc).__name__
                 if getattr(exc, "code", None) == 401:
                     await self.credentials.refresh()
                 # Every error status is retried with backoff, even a permanent one: a 429

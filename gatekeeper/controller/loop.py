@@ -83,7 +83,8 @@ class PassLoop:
         self.passes = 0
         self._problems: set[str] = set()
         self._dirty = anyio.Event()
-        for inf in controller.informers:
+        # Side informers (a member's caches of the hub) ask for passes but are not waited for.
+        for inf in [*controller.informers, *getattr(controller, "side_informers", ())]:
             inf.listeners.append(self.poke)
 
     def poke(self, _kind: str = "", _obj: Any = None) -> None:

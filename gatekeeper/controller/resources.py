@@ -22,6 +22,7 @@ from gatekeeper.core.keys import (
 
 __all__ = [
     "ADMISSION_CHECKS",
+    "CLAIMS",
     "EVENTS",
     "LEASES",
     "LWS",
@@ -32,6 +33,7 @@ __all__ = [
     "POOLS",
     "PRIORITY_CLASSES",
     "RECORDS",
+    "RESERVATIONS",
     "RESOURCE_FLAVORS",
     "SECRETS",
     "WEBHOOK_CONFIGURATIONS",
@@ -73,10 +75,15 @@ RESOURCE_FLAVORS = Resource("resourceflavors", KUEUE_API_VERSION, namespaced=Fal
 ADMISSION_CHECKS = Resource("admissionchecks", KUEUE_API_VERSION, namespaced=False)
 NODE_POOLS = Resource("nodepools", KARPENTER_API_VERSION, namespaced=False)
 NODE_CLAIMS = Resource("nodeclaims", KARPENTER_API_VERSION, namespaced=False)
+RESERVATIONS = Resource("reservations", GATEKEEPER_API_VERSION, namespaced=False)
+"""On the hub: the Reservations members share."""
+CLAIMS = Resource("reservationclaims", GATEKEEPER_API_VERSION, namespaced=False)
+"""On the hub: one claim per group of any member."""
 
 _ALL = (
     LWS, PODS, NAMESPACES, STATEFULSETS, NODES, EVENTS, SECRETS, POOLS, RECORDS, PRIORITY_CLASSES, LEASES,
     WEBHOOK_CONFIGURATIONS, WORKLOADS, RESOURCE_FLAVORS, ADMISSION_CHECKS, NODE_POOLS, NODE_CLAIMS,
+    RESERVATIONS, CLAIMS,
 )  # fmt: skip
 
 

@@ -29,6 +29,8 @@ free room of the existing nodes, what those NodePools can still launch
 (``provisioning.py``): a group is admitted only when all its pods fit the two together,
 so Karpenter buys nodes for whole groups only. Without ``spec.quota`` such a pool has no
 quota of its own: the room decides. It cannot be combined with ``QuotaOnly``.
+``spec.reservation`` names a ``Reservation`` on the hub cluster (``core.reservation``):
+the pool's groups are charged to it as well as to the pool's own quota and node fit.
 """
 
 from __future__ import annotations
@@ -51,6 +53,9 @@ from gatekeeper.core.selectors import (
     parse_label_selector,
     parse_tolerations,
 )
+
+MAX_NAME = 253
+"""The longest object name Kubernetes has (a DNS subdomain)."""
 
 
 class QueueingStrategy(StrEnum):
@@ -86,6 +91,8 @@ class Pool:
     """Which namespaces may use the pool; None (the field absent from a Pool object): none."""
     node_pools: tuple[str, ...] = ()
     """``spec.nodePools``: the Karpenter NodePools whose nodes belong to the pool (``provisioning.py``)."""
+    reservation: str = ""
+    """``spec.reservation``: the hub Reservation the pool's groups are charged to as well; "": none."""
 
     def selects(self, node: Node) -> bool:
         """Does ``spec.nodeSelector`` select this node?"""
@@ -174,6 +181,9 @@ def parse_pool(obj: Mapping[str, Any]) -> Pool:
             raise ValueError(
                 "spec.nodePools: not with spec.nodeFit QuotaOnly (the NodePools say what nodes can come)"
             )
+        reservation = string(spec.get("reservation"), "spec.reservation", "")
+        if len(reservation) > MAX_NAME:
+            raise ValueError(f"spec.reservation: longer than {MAX_NAME} characters")
         if node_fit is NodeFit.QUOTA_ONLY and quota is None:
             raise ValueError(
                 "spec.quota: required when spec.nodeFit is QuotaOnly (the pool's nodes come and go, "
@@ -190,6 +200,7 @@ def parse_pool(obj: Mapping[str, Any]) -> Pool:
         tolerations=tolerations,
         namespace_selector=namespaces,
         node_pools=node_pools,
+        reservation=reservation,
     )
 
 

@@ -39,6 +39,12 @@ class Reason(StrEnum):
     """A StrictFIFO pool holds the group behind an earlier group that does not fit yet."""
     TEMPLATE_CHANGED = "TemplateChanged"
     """An admitted group's LWS now asks another demand: its new pods wait for its old ones to go."""
+    WAITING_FOR_RESERVATION = "WaitingForReservation"
+    """The group fits its pool, whose ``spec.reservation`` names a hub Reservation: it waits
+    for the hub to grant its claim."""
+    HUB_UNREACHABLE = "HubUnreachable"
+    """The group's pool is charged to a hub Reservation and the hub cannot be reached (or was
+    not read yet): no new group of such a pool is admitted meanwhile."""
 
     @property
     def permanent(self) -> bool:
@@ -56,5 +62,7 @@ _TRANSIENT = frozenset(
         Reason.BLOCKED_BY_STRICT_FIFO,
         Reason.TEMPLATE_CHANGED,
         Reason.NOT_MADE_BY_LWS,
+        Reason.WAITING_FOR_RESERVATION,
+        Reason.HUB_UNREACHABLE,
     }
 )

@@ -24,6 +24,8 @@ __all__ = [
     "ALLOWED_USERNAMES_VARIABLE",
     "GATEKEEPER_SCOPE",
     "GATE_PROTECTION",
+    "HUB_MEMBER_CLAIMS",
+    "HUB_POLICY_FILES",
     "LIST_VARIABLES",
     "MEMBER_LABELS",
     "POLICY_FILES",
@@ -48,6 +50,9 @@ POLICY_FILES = (
     MEMBER_LABELS,
 )
 """The policy files (without ``.yaml``): each holds its policies and their bindings."""
+HUB_MEMBER_CLAIMS = "hub-member-claims"
+HUB_POLICY_FILES = (HUB_MEMBER_CLAIMS,)
+"""Policy files for the hub cluster only (``sandbox hub up`` installs them; not the chart)."""
 ALLOWED_USERNAMES_VARIABLE = "allowedUsernames"
 """The variable (gate protection, record protection) that lists the gatekeeper's identities."""
 LIST_VARIABLES = (
@@ -99,8 +104,9 @@ def load_policies(
     folder = policies_dir()
     objects: list[dict[str, Any]] = []
     for name in names:
-        if name not in POLICY_FILES:
-            raise ValueError(f"unknown policy file {name!r}; known: {', '.join(POLICY_FILES)}")
+        if name not in POLICY_FILES + HUB_POLICY_FILES:
+            known = ", ".join(POLICY_FILES + HUB_POLICY_FILES)
+            raise ValueError(f"unknown policy file {name!r}; known: {known}")
         text = folder.joinpath(f"{name}.yaml").read_text(encoding="utf-8")
         objects.extend(doc for doc in yaml.safe_load_all(text) if doc)
     if allowed_usernames is not None:

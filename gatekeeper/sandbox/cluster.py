@@ -28,8 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gatekeeper.core.reservation import valid_cluster_name
 from gatekeeper.sandbox import build, control_plane, etcd, karpenter, kueue, kwok, lws, process
 from gatekeeper.sandbox import gatekeeper as gk
+from gatekeeper.sandbox.hub import Hub
 from gatekeeper.sandbox.kubectl import Kubectl
 from gatekeeper.sandbox.manifests import (
     GATEKEEPER_NAMESPACE,
@@ -155,6 +157,8 @@ class Sandbox:
         with_kueue: bool = False,
         with_karpenter: bool = False,
         audit: bool = False,
+        hub: Path | None = None,
+        cluster_name: str = "",
     ) -> None:
         """Start the sandbox, or bring back what of it died.
 
@@ -167,8 +171,13 @@ class Sandbox:
         (``karpenter.py``), which buys KWOK nodes for the NodePools made in the sandbox; a
         gatekeeper already running is started again, with Karpenter's instance types.
         ``audit`` has the API server write an audit log of every write
-        (``control_plane.AUDIT_LOG``), restarting it to turn it on if need be.
+        (``control_plane.AUDIT_LOG``), restarting it to turn it on if need be. ``hub`` (a
+        sandbox hub's kubeconfig) joins the sandbox to that hub as member ``cluster_name``:
+        it gets its own identity there (``hub.Hub.join``) and its gatekeeper runs with
+        ``--hub-kubeconfig`` and ``--cluster-name``.
         """
+        if hub is not None and not valid_cluster_name(cluster_name):
+            raise SandboxError(f"--cluster-name {cluster_name!r}: a member needs a DNS label as its name")
         start = time.monotonic()
         runner, kubectl = self.runner, self._kubectl()
         if not self.is_up() and self.state_file.exists():
@@ -192,6 +201,8 @@ class Sandbox:
                 if gk.COMPONENT in self.running():
                     # Started before Karpenter, it was not given the instance types.
                     self.stop(gk.COMPONENT)
+            if hub is not None and self.state().get("hub", {}).get("cluster") != cluster_name:
+                self._join_hub(hub, cluster_name)
             if gatekeeper and gk.COMPONENT not in self.running():
                 gk.install_objects(kubectl)
                 self.start_gatekeeper()
@@ -230,6 +241,8 @@ class Sandbox:
             self._wait_apiservices()
             gk.install_objects(kubectl)
             self.apply(sandbox_policies())
+            if hub is not None:
+                self._join_hub(hub, cluster_name)
             if gatekeeper:
                 self.start_gatekeeper()
             self.create_nodes(
@@ -363,6 +376,21 @@ class Sandbox:
             what="the default service account and the LeaderWorkerSet API",
         )
 
+    # ---- the hub ------------------------------------------------------------------
+    def _join_hub(self, hub: Path, cluster_name: str) -> None:
+        """Give this sandbox an identity of its own on the hub, as member ``cluster_name``."""
+        member = Hub.of_kubeconfig(hub, self.say).join(cluster_name, self.dir / "hub")
+        state = self.state()
+        state["hub"] = {"kubeconfig": str(member), "cluster": cluster_name}
+        self.runner.save(state)
+        self.say(f"joined the hub {hub} as member {cluster_name}")
+
+    def _hub_args(self) -> list[str]:
+        joined = self.state().get("hub")
+        if not joined:
+            return []
+        return [f"--hub-kubeconfig={joined['kubeconfig']}", f"--cluster-name={joined['cluster']}"]
+
     # ---- the gatekeeper -----------------------------------------------------------
     def start_gatekeeper(
         self,
@@ -397,7 +425,7 @@ class Sandbox:
             backend=backend,
             register=register,
             kubeconfig=kubeconfig,
-            args=args,
+            args=[*self._hub_args(), *args],
         )
 
     def stop(self, name: str, *, kill: bool = False) -> None:

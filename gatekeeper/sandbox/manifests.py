@@ -31,12 +31,15 @@ from gatekeeper.sandbox.process import SandboxError
 
 __all__ = [
     "GATEKEEPER_NAMESPACE",
+    "HUB_MEMBERS_GROUP",
+    "HUB_MEMBER_USER_PREFIX",
     "KWOK_NODE_ANNOTATION",
     "POLICIES_LABEL",
     "POLICIES_OFF",
     "as_json_list",
     "crd_manifests",
     "fake_node",
+    "hub_member_rbac",
     "lws_webhooks",
     "sandbox_policies",
     "webhooks_by_url",
@@ -124,14 +127,56 @@ def sandbox_policies() -> list[dict[str, Any]]:
     return objects
 
 
-def crd_manifests() -> str:
-    """The project's CRDs (Pool, GroupAdmission) as one YAML stream."""
-    base = resources.files("gatekeeper").joinpath("crds")
+def crd_manifests(folder: str = "crds") -> str:
+    """The project's CRDs (Pool, GroupAdmission) as one YAML stream; ``crds/hub``: the hub's
+    (Reservation, ReservationClaim)."""
+    base = resources.files("gatekeeper").joinpath(*folder.split("/"))
     return "\n---\n".join(
         base.joinpath(name).read_text()
         for name in sorted(p.name for p in base.iterdir())
         if name.endswith(".yaml")
     )
+
+
+#: The user and group a member cluster's gatekeeper has on the hub (``hub.Hub.join``).
+HUB_MEMBER_USER_PREFIX = "lws-gatekeeper:member:"
+HUB_MEMBERS_GROUP = "lws-gatekeeper:members"
+
+
+def hub_member_rbac() -> list[dict[str, Any]]:
+    """What every member may do on the hub (the policy ``hub-member-claims`` narrows it to its
+    own claims): read Reservations; create, delete and read ReservationClaims; its heartbeat
+    Leases in GATEKEEPER_NAMESPACE."""
+    rules = [
+        {
+            "apiGroups": ["lws-gatekeeper.io"],
+            "resources": ["reservations"],
+            "verbs": ["get", "list", "watch"],
+        },
+        {
+            "apiGroups": ["lws-gatekeeper.io"],
+            "resources": ["reservationclaims"],
+            "verbs": ["get", "list", "watch", "create", "delete"],
+        },
+    ]
+    name = "lws-gatekeeper-member"
+    return [
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": name},
+            "rules": rules,
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+            "subjects": [
+                {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": HUB_MEMBERS_GROUP}
+            ],
+        },
+    ]
 
 
 def lws_webhooks(lws: build.Installed, base_url: str, ca_pem: bytes) -> list[dict[str, Any]]:

@@ -25,6 +25,7 @@ from kr8s.asyncio.objects import Namespace, Node, new_class
 
 from gatekeeper.sandbox import build
 from gatekeeper.sandbox.cluster import Sandbox, as_json_list, default_dir, fake_node
+from gatekeeper.sandbox.hub import Hub
 from gatekeeper.sandbox.replay import list_raw
 
 from . import attack_table
@@ -134,6 +135,50 @@ def kueue_sandbox(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
     finally:
         if not request.config.getoption("--keep-sandbox"):
             sb.down()
+
+
+@dataclass
+class SharedHub:
+    """One sandbox hub and two member sandboxes joined to it (``shared_hub``)."""
+
+    hub: Hub
+    members: dict[str, Sandbox]
+    node_label: str
+    """Every member's fake nodes carry ``pool=<node_label>``."""
+
+
+@pytest.fixture(scope="session")
+def shared_hub(request: pytest.FixtureRequest) -> Iterator[SharedHub]:
+    """A hub (etcd, kube-apiserver, the hub's gatekeeper) and members cluster-a and cluster-b,
+    each a sandbox with four 1-GPU KWOK nodes and its gatekeeper joined to the hub.
+
+    Folders: the session sandbox's with ``-hub``, ``-cluster-a``, ``-cluster-b`` appended.
+    A hub or member that cannot start fails every test that uses them, never a skip.
+    """
+    if request.config.getoption("--cluster") != "sandbox":
+        pytest.fail("the shared-reservation tests run sandbox hubs: use --cluster=sandbox", pytrace=False)
+    where = request.config.getoption("--sandbox-dir")
+    base = where or str(default_dir("pytest"))
+    say = lambda m: print(m, flush=True)  # noqa: E731
+    hub = Hub(Path(f"{base}-hub"), say=say)
+    members = {name: Sandbox(Path(f"{base}-{name}"), say=say) for name in ("cluster-a", "cluster-b")}
+    label = "shared"
+    try:
+        hub.up()
+        for name, sb in members.items():
+            sb.up(nodes=4, labels={"pool": label}, hub=hub.kubeconfig, cluster_name=name)
+    except Exception as exc:  # the reason goes into every test's failure, never a skip
+        for sb in members.values():
+            sb.down(quiet=True)
+        hub.down(quiet=True)
+        pytest.fail(f"the hub and its members could not start: {exc}", pytrace=False)
+    try:
+        yield SharedHub(hub, members, label)
+    finally:
+        if not request.config.getoption("--keep-sandbox"):
+            for sb in members.values():
+                sb.down()
+            hub.down()
 
 
 @pytest.fixture(scope="session")

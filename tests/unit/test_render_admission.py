@@ -16,6 +16,7 @@ import pytest
 from gatekeeper.core.keys import POOL_LABEL, SCHEDULING_GATE
 from gatekeeper.render.admission import (
     ALLOWED_USERNAMES_VARIABLE,
+    HUB_POLICY_FILES,
     POLICY_FILES,
     cel_string_list,
     load_policies,
@@ -30,10 +31,10 @@ POLICY_KINDS = {"ValidatingAdmissionPolicy", "MutatingAdmissionPolicy"}
 
 def test_policy_files_are_exactly_those_in_the_folder() -> None:
     on_disk = {p.stem for p in (ROOT / "policies").glob("*.yaml")}
-    assert on_disk == set(POLICY_FILES)
+    assert on_disk == set(POLICY_FILES) | set(HUB_POLICY_FILES)
 
 
-@pytest.mark.parametrize("name", POLICY_FILES)
+@pytest.mark.parametrize("name", POLICY_FILES + HUB_POLICY_FILES)
 def test_every_policy_is_bound_and_every_binding_names_a_policy(name: str) -> None:
     objects = load_policies([name])
     policies = {o["metadata"]["name"]: o["kind"] for o in objects if o["kind"] in POLICY_KINDS}

@@ -5,7 +5,9 @@ cluster. Each pass (run by ``loop.PassLoop``) takes a snapshot of the shared cac
 hands it to ``core.backends.pools.decide``, turns what it decided into writes with
 ``plan_writes`` (records released, records made, ``Admitted=True`` on a group's record
 and only then the gates of its pods, why every other group waits, the Pools' status) and
-has ``act.execute`` send them. It keeps only what is safe to lose (which Event it posted,
+has ``act.execute`` send them. With a hub (``hub_link.HubLink``), admissions into Pools
+with ``spec.reservation`` first wait for the hub's grant (``core.hub_member``), and this
+cluster's claims are created and given back there. It keeps only what is safe to lose (which Event it posted,
 when it last rewrote a waiting message); a restarted controller picks up from the records.
 """
 
@@ -24,11 +26,13 @@ from gatekeeper.controller import kube as k
 from gatekeeper.controller import resources as r
 from gatekeeper.controller.act import execute
 from gatekeeper.controller.caches import BOUND_PODS, Caches
+from gatekeeper.controller.hub_link import HubLink
 from gatekeeper.controller.informer import Informer
 from gatekeeper.controller.loop import Write as Writer
 from gatekeeper.core import pass_through as admitted
 from gatekeeper.core.backends.pools import Actions, PassInputs, Snapshot, decide, plan_writes
 from gatekeeper.core.groups import DemandMemo
+from gatekeeper.core.hub_member import HubView, charge_reservations
 from gatekeeper.core.keys import LWS_NAME_LABEL, POOL_LABEL
 from gatekeeper.core.objects import labels, name_of, object_key
 from gatekeeper.core.provisioning import InstanceType
@@ -50,6 +54,8 @@ WAIT_SECONDS = Histogram(
     buckets=(0.1, 0.5, 1, 2, 5, 10, 30, 60, 300, 1800, 7200),
 )
 PASS_SECONDS = Histogram("gatekeeper_reconcile_seconds", "Duration of one planning pass")
+NO_HUB = HubView(cluster="", reachable=False, error="this gatekeeper runs without --hub-kubeconfig")
+
 STAGE_SECONDS = Counter(
     "gatekeeper_reconcile_stage_seconds_total",
     "Seconds spent in each stage of the planning passes (snapshot, decide, plan, execute)",
@@ -72,6 +78,7 @@ class PoolsBackend:
         self,
         kube: k.Kube,
         caches: Caches,
+        hub: HubLink | None = None,
         instance_types: Sequence[InstanceType] | None = None,
         *,
         pass_through: PassThrough | None = None,
@@ -84,6 +91,8 @@ class PoolsBackend:
         self.node_pools = caches.informer(r.NODE_POOLS) if instance_types is not None else None
         self.node_claims = caches.informer(r.NODE_CLAIMS) if instance_types is not None else None
         self.caches = caches
+        self.hub = hub
+        """With ``--hub-kubeconfig``: Pools with spec.reservation are charged to the hub too."""
         self.pass_through = pass_through
         self._admitted_now: dict[tuple[str, str], Any] = {}
         """(namespace, record) -> the status patch of each admission this pass made."""
@@ -120,6 +129,11 @@ class PoolsBackend:
             *(i for i in (self.node_pools, self.node_claims) if i is not None),
         ]
 
+    @property
+    def side_informers(self) -> list[Informer]:
+        """The hub's caches: a change there asks for a pass, but the loop never waits for them."""
+        return self.hub.informers if self.hub is not None else []
+
     def snapshot(self) -> Snapshot:
         return Snapshot(
             lwss=self.lws.values(),
@@ -146,6 +160,9 @@ class PoolsBackend:
         # the webhook, the probes and the Lease renewals served by this event loop.
         actions = await anyio.to_thread.run_sync(decide, snap, self.demands, self.caches.requests)
         took = _stage("decide", took)
+        # Pools charged to a hub Reservation admit nothing new without a hub to charge it on.
+        view = self.hub.view() if self.hub is not None else NO_HUB
+        actions, claims = charge_reservations(actions, snap, view)
         inputs = PassInputs(snap, self.memory, datetime.now(UTC), start)
         plan = await anyio.to_thread.run_sync(plan_writes, actions, inputs)
         took = _stage("plan", took)
@@ -157,6 +174,8 @@ class PoolsBackend:
             self._records = {k: r for r in snap.records if (k := object_key(r)) is not None}
         await execute(self.kube, plan, write, self.memory, self._done)
         took = _stage("execute", took)
+        if self.hub is not None:
+            await self.hub.execute(claims, write)
         if self.pass_through is not None and self._index is not None:
             records = admitted.with_admissions([*snap.records, *self._created_now], self._admitted_now)
             entry = self._index.entry

@@ -1,0 +1,170 @@
+"""The gatekeeper in its hub role: the one decider that grants ReservationClaims.
+
+Why this exists: several member clusters share a Reservation on the hub, and at every
+instant the sum of granted claims must stay within its capacity whatever the members do.
+So exactly one process decides: ``lws-gatekeeper run --role hub``, leading on the hub's
+Lease with the same elector and write fence as a member's admission loop. Each pass
+(``loop.PassLoop``) reads every Reservation and claim, asks the pure ledger
+(``core.reservation.decide``) what to grant, and writes it: a claim's ``status.state:
+Granted`` guarded by the resourceVersion decided on, the reason of each claim left
+waiting, and each Reservation's status (capacity, claimed, free, per member cluster, and
+a ``Valid`` condition that names what is wrong with a Reservation it cannot read).
+
+A stale cache must never free capacity twice: a grant this term sent (or may have sent:
+a write that timed out) counts as granted until the cache shows the claim changed or
+gone (``_sent``); a grant whose fate is unknown is read back from the API server on the
+next pass.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from prometheus_client import Counter, Gauge
+
+from gatekeeper.controller import kube as k
+from gatekeeper.controller import resources as r
+from gatekeeper.controller.caches import Caches
+from gatekeeper.controller.errors import Conflict, PermanentError, TemporaryError
+from gatekeeper.controller.informer import Informer
+from gatekeeper.controller.loop import Write
+from gatekeeper.core.objects import as_map, meta
+from gatekeeper.core.reservation import Grant, Ledger, Waiting, decide, status_body, without_reservation
+
+__all__ = ["HubController", "HubPass"]
+
+log = logging.getLogger("gatekeeper.hub")
+
+GRANTS = Counter("gatekeeper_hub_grants_total", "Claims granted by the hub", ["reservation"])
+CLAIMED = Gauge("gatekeeper_hub_claimed", "Held in a Reservation, per resource", ["reservation", "resource"])
+MESSAGE_REFRESH_SECONDS = 60.0
+"""A waiting claim's message is rewritten at once when its reason changes, and when only
+its numbers change at most this often."""
+
+
+class HubPass:
+    """What one pass decided, for the loop (``problems``) and the tests."""
+
+    def __init__(self, ledgers: Sequence[Ledger], orphans: Sequence[Waiting]) -> None:
+        self.ledgers = tuple(ledgers)
+        self.orphans = tuple(orphans)
+        self.problems = tuple(p for ledger in ledgers for p in ledger.problems)
+
+
+class HubController:
+    """The hub's ledger keeper: a ``Controller`` for ``PassLoop``."""
+
+    log = log
+
+    def __init__(self, kube: k.Kube, caches: Caches) -> None:
+        self.kube = kube
+        self.reservations = caches.informer(r.RESERVATIONS)
+        self.claims = caches.informer(r.CLAIMS)
+        self._sent: dict[str, tuple[str, str]] = {}
+        """uid -> (name, resourceVersion decided on) of grants sent this term."""
+        self._unsure: set[str] = set()
+        """uids of grants whose write failed without saying whether it was applied."""
+        self._said: dict[str, tuple[str, float]] = {}
+        """claim uid -> (reason, when its waiting message was last written)."""
+
+    @property
+    def informers(self) -> list[Informer]:
+        return [self.reservations, self.claims]
+
+    async def _settle_unsure(self) -> None:
+        """Read back grants of unknown fate: a claim still at the resourceVersion decided on
+        and not Granted was not granted (the write never applied)."""
+        for uid in list(self._unsure):
+            name, rv = self._sent[uid]
+            try:
+                now = await self.kube.get(r.CLAIMS, name)
+            except Conflict:  # gone
+                now = None
+            if now is None or str(meta(now).get("resourceVersion")) != rv:
+                self._unsure.discard(uid)  # changed since: the cache will show what it is
+                continue
+            if as_map(now.get("status")).get("state") != "Granted":
+                self._sent.pop(uid, None)
+                self._unsure.discard(uid)
+
+    def _forget_seen(self, claims: Sequence[Mapping[str, Any]]) -> None:
+        """Grants the cache now shows (the claim changed since the decision, or is gone)."""
+        cached = {str(meta(c).get("uid")): str(meta(c).get("resourceVersion")) for c in claims}
+        for uid, (_, rv) in list(self._sent.items()):
+            if uid not in self._unsure and cached.get(uid, "") != rv:
+                self._sent.pop(uid, None)
+
+    async def reconcile_once(self, write: Write) -> HubPass:
+        await self._settle_unsure()
+        claims = self.claims.values()
+        self._forget_seen(claims)
+        counted = frozenset(self._sent)
+        by_reservation: dict[str, list[Mapping[str, Any]]] = {}
+        for claim in claims:
+            spec = claim.get("spec")
+            name = spec.get("reservation") if isinstance(spec, Mapping) else None
+            by_reservation.setdefault(name if isinstance(name, str) else "", []).append(claim)
+        ledgers: list[Ledger] = []
+        names: set[str] = set()
+        for reservation in self.reservations.values():
+            name = str(meta(reservation).get("name") or "")
+            names.add(name)
+            ledger = decide(reservation, by_reservation.get(name, ()), counted_granted=counted)
+            ledgers.append(ledger)
+            for grant in ledger.grants:
+                await write(self._grant, ledger.reservation, grant)
+            body: dict[str, Any] = status_body(ledger.status) if ledger.status is not None else {}
+            valid = ledger.status is not None
+            body["conditions"] = [
+                {
+                    "type": "Valid",
+                    "status": "True" if valid else "False",
+                    "reason": "Valid" if valid else "InvalidSpec",
+                    "message": "" if valid else ledger.invalid[:1024],
+                }
+            ]
+            old = as_map(reservation.get("status"))
+            if {key: old.get(key) for key in body} != body:
+                await write(self.kube.patch_status, r.RESERVATIONS, name, None, body)
+            for resource, amount in (ledger.status.claimed if ledger.status is not None else {}).items():
+                CLAIMED.labels(name, resource).set(amount)
+        orphans = without_reservation(claims, frozenset(names))
+        cached = {str(meta(c).get("uid")): c for c in claims}
+        for one in [w for ledger in ledgers for w in ledger.waiting] + list(orphans):
+            await self._say(write, one, cached.get(one.uid))
+        return HubPass(ledgers, orphans)
+
+    async def _grant(self, reservation: str, grant: Grant) -> None:
+        self._sent[grant.uid] = (grant.name, grant.resource_version)
+        status = {
+            "state": "Granted",
+            "reason": "Granted",
+            "message": f"granted by reservation {reservation} to cluster {grant.cluster}",
+            "grantedAt": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        }
+        try:
+            await self.kube.patch_status(r.CLAIMS, grant.name, None, status, grant.resource_version)
+        except (Conflict, PermanentError):
+            self._sent.pop(grant.uid, None)  # refused: certainly not granted
+            raise
+        except TemporaryError:
+            self._unsure.add(grant.uid)
+            raise
+        GRANTS.labels(reservation).inc()
+        log.info("granted claim %s (cluster %s) in reservation %s", grant.name, grant.cluster, reservation)
+
+    async def _say(self, write: Write, one: Waiting, cached: Mapping[str, Any] | None) -> None:
+        status = as_map((cached or {}).get("status"))
+        if status.get("reason") == str(one.reason) and status.get("message") == one.message:
+            return
+        said = self._said.get(one.uid)
+        now = time.monotonic()
+        if status.get("reason") == str(one.reason) and said and now - said[1] < MESSAGE_REFRESH_SECONDS:
+            return
+        self._said[one.uid] = (str(one.reason), now)
+        body = {"state": "Pending", "reason": str(one.reason), "message": one.message}
+        await write(self.kube.patch_status, r.CLAIMS, one.name, None, body, one.resource_version)

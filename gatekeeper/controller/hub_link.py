@@ -1,0 +1,149 @@
+"""A member's connection to the hub: its own client, its caches of the hub, its claim writes.
+
+Why this exists: with ``--hub-kubeconfig`` the ``pools`` controller charges Pools with
+``spec.reservation`` to Reservations on the hub (``core.hub_member``). The hub is
+another API server, reached with this member's own identity there, so it has a client
+and informers of its own: the Reservations (their status says who holds what) and this
+cluster's claims (label ``lws-gatekeeper.io/cluster``). They are not among the informers
+the member's loop waits for: an unreachable hub must not stop the member's admission
+loop (admitted groups and their later pods go on); it only makes groups of reservation
+pools wait with ``HubUnreachable``. Made afresh for each term, like the member's caches.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import anyio
+
+from gatekeeper.controller import kube as k
+from gatekeeper.controller import resources as r
+from gatekeeper.controller.caches import Caches
+from gatekeeper.controller.errors import Conflict, NotLeading, TemporaryError
+from gatekeeper.controller.informer import Informer
+from gatekeeper.controller.loop import Write
+from gatekeeper.core.hub_member import ClaimWrites, HubView
+from gatekeeper.core.objects import meta
+from gatekeeper.core.reservation import CLUSTER_LABEL
+
+__all__ = ["HubLink"]
+
+log = logging.getLogger("gatekeeper.hub_link")
+
+WRITE_FAILURE_SECONDS = 30.0
+
+
+class HubLink:
+    """This member's view of the hub and its writes there, for one term."""
+
+    def __init__(self, connect: Callable[[], Awaitable[k.Kube]], cluster: str) -> None:
+        self._connect = connect
+        self.kube: k.Kube | None = None
+        """The hub's client, once connected (a hub down at start must not stop the member)."""
+        self._connect_error = "not connected yet"
+        self.cluster = cluster
+        self.caches = Caches(None)
+        self.reservations = self.caches.informer(r.RESERVATIONS)
+        self.claims = self.caches.informer(r.CLAIMS, label_selector=f"{CLUSTER_LABEL}={cluster}")
+        self.started = time.time()
+        self._given_back: set[str] = set()
+        """UIDs of claims deleted (or maybe deleted) this term, until the cache shows them gone."""
+        self._write_failed: tuple[float, str, float] | None = None
+        """(since when, why, last time) claim writes failed for a reason that is not the
+        claim's; it counts for WRITE_FAILURE_SECONDS after the last failure, then the
+        writes are tried again."""
+
+    @property
+    def informers(self) -> list[Informer]:
+        return [self.reservations, self.claims]
+
+    def listen(self, poke: Callable[..., None]) -> None:
+        """A change on the hub asks the member's loop for a pass."""
+        for inf in self.informers:
+            inf.listeners.append(poke)
+
+    async def run(self) -> None:
+        """Connect (again and again, while the hub cannot be reached), then list and watch."""
+        backoff = 1.0
+        while self.kube is None:
+            try:
+                self.kube = await self._connect()
+            except Exception as exc:  # any failure to reach the hub: the member goes on without it
+                self._connect_error = f"cannot connect: {str(exc)[:200] or type(exc).__name__}"
+                log.warning("hub: %s; trying again in %.0fs", self._connect_error, backoff)
+                await anyio.sleep(backoff)
+                backoff = min(backoff * 2, 30.0)
+        for inf in self.informers:
+            inf.api, inf.credentials = self.kube.api, self.kube.credentials
+        self.caches.api, self.caches.credentials = self.kube.api, self.kube.credentials
+        log.info("hub: connected as member %s", self.cluster)
+        await self.caches.run()
+
+    def view(self) -> HubView:
+        """What the member knows of the hub now: reachable only once both caches are listed
+        and neither fails (nor the claim writes)."""
+        synced = all(inf.synced.is_set() for inf in self.informers)
+        failing = [(inf.failing_since, inf.last_error) for inf in self.informers if inf.failing_since]
+        if self._write_failed is not None and time.time() - self._write_failed[2] < WRITE_FAILURE_SECONDS:
+            failing.append(self._write_failed[:2])
+        reachable = synced and not failing
+        since, error = self.started, "not read yet"
+        if failing:
+            since, error = min((f[0] or self.started, f[1]) for f in failing)
+        elif self.kube is None:
+            error = self._connect_error
+        elif not synced:
+            error = "its Reservations and claims are not listed yet"
+        cached = {str(meta(o).get("uid") or "") for o in self.claims.values()}
+        self._given_back &= cached
+        return HubView(
+            given_back=frozenset(self._given_back),
+            cluster=self.cluster,
+            reachable=reachable,
+            claims=self.claims.values(),
+            reservations={str(meta(o).get("name") or ""): o for o in self.reservations.values()},
+            unreachable_since=None if reachable else datetime.fromtimestamp(since, UTC),
+            error="" if reachable else error,
+        )
+
+    async def execute(self, writes: ClaimWrites, write: Write) -> None:
+        """Delete first (a claim given back frees the hub at once), then create."""
+        for name, uid in writes.delete:
+            await write(self._delete, name, uid)
+        for body in writes.create:
+            await write(self._create, body)
+
+    def _client(self) -> k.Kube:
+        if self.kube is None:  # view() says unreachable until connected: no write is planned
+            raise TemporaryError("the hub is not connected yet")
+        return self.kube
+
+    async def _delete(self, name: str, uid: str) -> None:
+        if uid:
+            self._given_back.add(uid)  # before it is sent: a timeout may still have deleted it
+        await self._tracked(self._client().delete(r.CLAIMS, name, uid=uid or None))
+        log.info("gave claim %s back to the hub", name)
+
+    async def _create(self, body: dict[str, Any]) -> None:
+        try:
+            await self._tracked(self._client().create(r.CLAIMS, body))
+        except Conflict:  # already there: the cache will show it
+            return
+        log.info("claimed %s on the hub", body["metadata"]["name"])
+
+    async def _tracked(self, call: Any) -> Any:
+        try:
+            result = await call
+        except (Conflict, NotLeading):
+            raise
+        except TemporaryError as exc:
+            now = time.time()
+            first = self._write_failed[0] if self._write_failed is not None else now
+            self._write_failed = (first, str(exc)[:300], now)
+            raise
+        self._write_failed = None
+        return result

@@ -1,0 +1,71 @@
+"""One capacity reservation shared by several member clusters, granted on a hub.
+
+Why this exists: a capacity reservation (a shared cloud reservation of machines) may be
+used by several clusters, and no cluster's own Pool sees what the others took. The hub
+keeps a ledger: a ``Reservation`` (``spec.capacity``) and one ``ReservationClaim`` per
+group of any member. This package is the pure part: reading those objects
+(``objects``), deciding which claims to grant (``ledger``), and the words and status
+both sides show (``words``). Called by the hub's controller (``controller.hub``) and by
+the ``pools`` backend of a member (``core.backends.pools.reserve``). Independent of the
+other backends (the import contract says so).
+"""
+
+from gatekeeper.core.reservation.ledger import (
+    ClaimReason,
+    ClusterShare,
+    Grant,
+    Ledger,
+    ReservationStatus,
+    Waiting,
+    decide,
+    order,
+    without_reservation,
+)
+from gatekeeper.core.reservation.objects import (
+    CLAIM_KIND,
+    CLAIM_PLURAL,
+    CLUSTER_LABEL,
+    RESERVATION_KIND,
+    RESERVATION_PLURAL,
+    BadClaim,
+    Claim,
+    ClaimState,
+    Reservation,
+    claim_body,
+    claim_name,
+    parse_claim,
+    parse_reservation,
+    valid_cluster_name,
+)
+from gatekeeper.core.reservation.words import Shares, group_waits, hub_unreachable, parse_shares, status_body
+
+__all__ = [
+    "CLAIM_KIND",
+    "CLAIM_PLURAL",
+    "CLUSTER_LABEL",
+    "RESERVATION_KIND",
+    "RESERVATION_PLURAL",
+    "BadClaim",
+    "Claim",
+    "ClaimReason",
+    "ClaimState",
+    "ClusterShare",
+    "Grant",
+    "Ledger",
+    "Reservation",
+    "ReservationStatus",
+    "Shares",
+    "Waiting",
+    "claim_body",
+    "claim_name",
+    "decide",
+    "group_waits",
+    "hub_unreachable",
+    "order",
+    "parse_claim",
+    "parse_reservation",
+    "parse_shares",
+    "status_body",
+    "valid_cluster_name",
+    "without_reservation",
+]

@@ -1,0 +1,267 @@
+"""The hub's ledger: which claims of one Reservation to grant, and what the Reservation holds.
+
+Why this exists: several member clusters share one capacity reservation, and each member
+alone cannot see what the others took. One decider on the hub (``controller.hub``, the
+gatekeeper in its hub role, leading on the hub's Lease) calls :func:`decide` on each pass
+with a Reservation and every claim naming it, and writes what it returns. Pure: no I/O.
+
+The rules:
+
+* **Never over-committed.** Granted and Orphaned claims hold their demand; the pass
+  grants a Pending claim only when its whole demand fits what is free after every
+  earlier grant of the pass. A claim is charged only for the resources the Reservation's
+  ``spec.capacity`` lists (a reservation of GPUs is not a cpu quota).
+* **Order:** priority (higher first), then the group's age across all members (its LWS's
+  creation time on its member), then cluster, namespace, LWS, group index and name.
+* **Queueing strategy, as a Pool's:** ``BestEffortFIFO`` lets a later claim that fits pass
+  one that does not; ``StrictFIFO`` holds every later claim behind the first that waits.
+  A claim that could never fit (more than the whole capacity) or cannot be read never
+  blocks the queue.
+* Released claims hold nothing and are never granted again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from gatekeeper.core.pool import QueueingStrategy
+from gatekeeper.core.quantity import format_amount
+from gatekeeper.core.reservation.objects import (
+    BadClaim,
+    Claim,
+    ClaimState,
+    Reservation,
+    parse_claim,
+    parse_reservation,
+)
+
+__all__ = [
+    "ClaimReason",
+    "ClusterShare",
+    "Grant",
+    "Ledger",
+    "ReservationStatus",
+    "Waiting",
+    "decide",
+    "order",
+    "without_reservation",
+]
+
+
+class ClaimReason(StrEnum):
+    """Why a Pending claim was not granted in a pass (``status.reason`` of the claim)."""
+
+    WAITING_FOR_CAPACITY = "WaitingForCapacity"
+    BLOCKED_BY_STRICT_FIFO = "BlockedByStrictFIFO"
+    EXCEEDS_CAPACITY = "ExceedsCapacity"
+    INVALID_SPEC = "InvalidSpec"
+    RESERVATION_NOT_FOUND = "ReservationNotFound"
+    RESERVATION_INVALID = "ReservationInvalid"
+
+
+@dataclass(frozen=True)
+class Grant:
+    """Write ``status.state: Granted`` on this claim, guarded by the resourceVersion decided on."""
+
+    name: str
+    uid: str
+    resource_version: str
+    cluster: str
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """A Pending claim left waiting, with why (written when it changed)."""
+
+    name: str
+    uid: str
+    resource_version: str
+    reason: ClaimReason
+    message: str
+
+
+@dataclass(frozen=True)
+class ClusterShare:
+    """What one member cluster holds in the Reservation, and how many of its claims wait."""
+
+    name: str
+    claimed: Mapping[str, int]
+    granted: int = 0
+    pending: int = 0
+    orphaned: int = 0
+
+
+@dataclass(frozen=True)
+class ReservationStatus:
+    """The Reservation's status after a pass: capacity, claimed, free, per member cluster."""
+
+    capacity: Mapping[str, int]
+    claimed: Mapping[str, int]
+    free: Mapping[str, int]
+    clusters: tuple[ClusterShare, ...]
+    granted: int
+    pending: int
+
+
+@dataclass(frozen=True)
+class Ledger:
+    """Everything a pass decided for one Reservation."""
+
+    reservation: str
+    grants: tuple[Grant, ...]
+    waiting: tuple[Waiting, ...]
+    status: ReservationStatus | None
+    """None when the Reservation cannot be read (its ``invalid`` says why)."""
+    invalid: str = ""
+    problems: tuple[str, ...] = field(default_factory=tuple)
+
+
+def without_reservation(claims: Iterable[Mapping[str, Any]], names: frozenset[str]) -> tuple[Waiting, ...]:
+    """Pending claims that name no Reservation the hub has: each is told so."""
+    out: list[Waiting] = []
+    for obj in claims:
+        c = parse_claim(obj)
+        if c.reservation in names or c.state is not ClaimState.PENDING or not c.name:
+            continue
+        message = f"claim {c.name}: no Reservation {c.reservation or '(none named)'} on the hub"
+        out.append(Waiting(c.name, c.uid, c.resource_version, ClaimReason.RESERVATION_NOT_FOUND, message))
+    return tuple(out)
+
+
+def order(claim: Claim) -> tuple[int, Any, str, str, str, int, str]:
+    """Queue order: priority desc, the group's age, then a stable tie-break."""
+    c = claim
+    return (-c.priority, c.created, c.cluster, c.namespace, c.lws, c.group, c.name)
+
+
+def _charged(claim: Claim, capacity: Mapping[str, int]) -> dict[str, int]:
+    return {r: a for r, a in claim.demand.items() if r in capacity and a > 0}
+
+
+def _fits(demand: Mapping[str, int], free: Mapping[str, int]) -> bool:
+    return all(amount <= free.get(resource, 0) for resource, amount in demand.items())
+
+
+def _words(demand: Mapping[str, int], free: Mapping[str, int], capacity: Mapping[str, int]) -> str:
+    short = [r for r in sorted(demand) if demand[r] > free.get(r, 0)] or sorted(demand) or sorted(capacity)
+    r = short[0]
+    return (
+        f"needs {format_amount(r, demand.get(r, 0))} {r}; "
+        f"{format_amount(r, max(free.get(r, 0), 0))} of {format_amount(r, capacity[r])} {r} free"
+    )
+
+
+def decide(
+    reservation: Mapping[str, Any],
+    claims: Iterable[Mapping[str, Any]],
+    *,
+    counted_granted: frozenset[str] = frozenset(),
+) -> Ledger:
+    """One pass over one Reservation and every claim that names it.
+
+    ``counted_granted``: UIDs of claims this decider granted that its cache may not show
+    yet; they hold as Granted (a stale cache must never free capacity twice).
+    """
+    name = str((reservation.get("metadata") or {}).get("name") or "")
+    parsed = [parse_claim(c) for c in claims]
+    bad = [c for c in parsed if isinstance(c, BadClaim)]
+    good = [c for c in parsed if isinstance(c, Claim)]
+    problems = tuple(b.message for b in bad)
+    try:
+        res = parse_reservation(reservation)
+    except ValueError as err:
+        waiting = tuple(
+            Waiting(c.name, c.uid, c.resource_version, ClaimReason.RESERVATION_INVALID, str(err))
+            for c in good
+            if c.state is ClaimState.PENDING
+        )
+        return Ledger(name, (), waiting + _bad(bad), None, invalid=str(err), problems=problems)
+    return _decide(res, good, bad, counted_granted, problems)
+
+
+def _bad(bad: Iterable[BadClaim]) -> tuple[Waiting, ...]:
+    return tuple(
+        Waiting(b.name, b.uid, b.resource_version, ClaimReason.INVALID_SPEC, b.message)
+        for b in bad
+        if b.state is ClaimState.PENDING and b.name
+    )
+
+
+def _decide(
+    res: Reservation,
+    good: list[Claim],
+    bad: list[BadClaim],
+    counted: frozenset[str],
+    problems: tuple[str, ...],
+) -> Ledger:
+    capacity = res.capacity
+    held: dict[str, int] = dict.fromkeys(capacity, 0)
+    by_cluster: dict[str, dict[str, int]] = {}
+    counts: dict[str, list[int]] = {}  # cluster -> [granted, pending, orphaned]
+
+    def hold(claim: Claim) -> None:
+        for resource, amount in _charged(claim, capacity).items():
+            held[resource] += amount
+            share = by_cluster.setdefault(claim.cluster, {})
+            share[resource] = share.get(resource, 0) + amount
+
+    pending: list[Claim] = []
+    for claim in good:
+        state = ClaimState.GRANTED if claim.uid and claim.uid in counted else claim.state
+        row = counts.setdefault(claim.cluster, [0, 0, 0])
+        if state is ClaimState.GRANTED:
+            hold(claim)
+            row[0] += 1
+        elif state is ClaimState.ORPHANED:
+            hold(claim)
+            row[2] += 1
+        elif state is ClaimState.PENDING:
+            pending.append(claim)
+    grants: list[Grant] = []
+    waiting: list[Waiting] = list(_bad(bad))
+    blocked: Claim | None = None
+
+    def wait(claim: Claim, reason: ClaimReason, message: str) -> None:
+        waiting.append(Waiting(claim.name, claim.uid, claim.resource_version, reason, message))
+        counts[claim.cluster][1] += 1
+
+    for claim in sorted(pending, key=order):
+        demand = _charged(claim, capacity)
+        free = {r: capacity[r] - held[r] for r in capacity}
+        if not _fits(demand, capacity):
+            words = _words(demand, capacity, capacity)
+            wait(claim, ClaimReason.EXCEEDS_CAPACITY, f"can never be granted: {words} with none granted")
+        elif blocked is not None:
+            words = _words(demand, free, capacity)
+            behind = f"waits behind claim {blocked.name} (StrictFIFO): {words}"
+            wait(claim, ClaimReason.BLOCKED_BY_STRICT_FIFO, behind)
+        elif _fits(demand, free):
+            hold(claim)
+            grants.append(Grant(claim.name, claim.uid, claim.resource_version, claim.cluster))
+            counts[claim.cluster][0] += 1
+        else:
+            wait(claim, ClaimReason.WAITING_FOR_CAPACITY, _words(demand, free, capacity))
+            if res.queueing_strategy is QueueingStrategy.STRICT_FIFO:
+                blocked = claim
+    clusters = tuple(
+        ClusterShare(
+            name=cluster,
+            claimed={r: by_cluster.get(cluster, {}).get(r, 0) for r in sorted(capacity)},
+            granted=row[0],
+            pending=row[1],
+            orphaned=row[2],
+        )
+        for cluster, row in sorted(counts.items())
+    )
+    status = ReservationStatus(
+        capacity=dict(capacity),
+        claimed=dict(held),
+        free={r: max(capacity[r] - held[r], 0) for r in capacity},
+        clusters=clusters,
+        granted=sum(s.granted for s in clusters),
+        pending=sum(s.pending for s in clusters),
+    )
+    return Ledger(res.name, tuple(grants), tuple(waiting), status, problems=problems)

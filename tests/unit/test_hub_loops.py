@@ -1,0 +1,98 @@
+"""The hub's controller and a member's hub link against a fake Kube: a stale cache never
+frees capacity twice, a grant of unknown fate is read back, an unconnected hub is unreachable."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from reservation_builders import claim, reservation
+from test_loops import FakeKube, fill, loop_of
+
+from gatekeeper.controller import resources as r
+from gatekeeper.controller.caches import Caches
+from gatekeeper.controller.errors import Conflict, TemporaryError
+from gatekeeper.controller.hub import HubController
+from gatekeeper.controller.hub_link import HubLink
+
+
+class ReadBack(FakeKube):
+    """A FakeKube whose ``get`` answers with what the API server holds now."""
+
+    def __init__(self, held: dict[str, dict[str, Any]], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.held = held
+
+    async def get(self, res: r.Resource, name: str, namespace: str | None = None) -> dict[str, Any]:
+        if name not in self.held:
+            raise Conflict("not found")
+        return self.held[name]
+
+
+def grants(kube: FakeKube) -> list[str]:
+    return [
+        name
+        for verb, plural, name, body in kube.writes
+        if verb == "patch_status" and plural == "reservationclaims" and body["status"]["state"] == "Granted"
+    ]
+
+
+@pytest.mark.anyio
+async def test_a_grant_the_cache_does_not_show_yet_still_holds() -> None:
+    kube = FakeKube()
+    hub = HubController(kube, Caches(None))  # type: ignore[arg-type]
+    fill(hub.reservations, reservation(capacity={"nvidia.com/gpu": 2}))
+    fill(hub.claims, claim("a", gpus=2), claim("b", gpus=2, created="2026-02-01T00:00:00Z"))
+    loop = loop_of(hub)
+    await loop.pass_once()
+    assert grants(kube) == ["a"]
+    # The cache still shows "a" Pending at the version decided on, and an urgent claim comes:
+    # it must not get the place "a" holds (that would be 4 GPUs granted of 2).
+    fill(hub.claims, claim("urgent", gpus=2, priority=1000))
+    await loop.pass_once()
+    assert grants(kube) == ["a"]
+    # The member gives "a" back (the cache shows it gone): now "b" is granted.
+    del hub.claims.objects[("", "a")]
+    await loop.pass_once()
+    assert grants(kube) == ["a", "urgent"]
+
+
+@pytest.mark.anyio
+async def test_a_grant_of_unknown_fate_holds_until_read_back() -> None:
+    pending = claim("a", gpus=2)
+    kube = ReadBack({"a": pending}, fail={"patch_status reservationclaims": TemporaryError("timeout")})
+    hub = HubController(kube, Caches(None))  # type: ignore[arg-type]
+    fill(hub.reservations, reservation(capacity={"nvidia.com/gpu": 2}))
+    fill(hub.claims, pending, claim("b", gpus=2, created="2026-02-01T00:00:00Z"))
+    loop = loop_of(hub)
+    await loop.pass_once()
+    # Read back: "a" is still Pending at the same version, so the write never applied; it is
+    # decided again (first in the queue), never "b" in its place.
+    kube.fail = {}
+    await loop.pass_once()
+    assert grants(kube) == ["a", "a"]
+
+
+@pytest.mark.anyio
+async def test_a_hub_not_connected_is_unreachable_and_says_why() -> None:
+    async def never() -> Any:
+        raise OSError("connection refused")
+
+    link = HubLink(never, "cluster-a")
+    view = link.view()
+    assert not view.reachable and view.unreachable_since is not None
+    assert view.error == "not connected yet"
+
+
+@pytest.mark.anyio
+async def test_a_reservation_it_cannot_read_says_why_and_grants_nothing() -> None:
+    kube = FakeKube()
+    hub = HubController(kube, Caches(None))  # type: ignore[arg-type]
+    fill(hub.reservations, reservation(capacity={"nvidia.com/gpu": "1" * 60}))
+    fill(hub.claims, claim("a", gpus=1))
+    await loop_of(hub).pass_once()
+    assert grants(kube) == []
+    (status,) = [b["status"] for v, p, n, b in kube.writes if p == "reservations"]
+    assert status["conditions"][0]["status"] == "False" and "40 digits" in status["conditions"][0]["message"]
+    (said,) = [b["status"] for v, p, n, b in kube.writes if p == "reservationclaims"]
+    assert said["reason"] == "ReservationInvalid"

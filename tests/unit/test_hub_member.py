@@ -1,0 +1,184 @@
+"""The member side of a shared Reservation (``core.hub_member``): admitted only once granted,
+a claim per group that passes its local checks, given back when it cannot run here."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any
+
+from core_builders import gpu_nodes, lws, lws_pod, lws_statefulsets, pool, record
+from reservation_builders import reservation
+
+from gatekeeper.core.backends.pools import Snapshot, decide
+from gatekeeper.core.hub_member import HubView, charge_reservations
+from gatekeeper.core.reasons import Reason
+from gatekeeper.core.reservation import claim_name, status_body
+from gatekeeper.core.reservation import decide as ledger
+
+POOL = "on-demand"
+RES = "p5-odcr"
+UID = "uid-vllm"
+
+
+def scene(replicas: int = 3, records: list[dict[str, Any]] | None = None, reserved: bool = True) -> Snapshot:
+    the_lws = lws("vllm").pool(POOL).uid(UID).size(2).replicas(replicas).worker(gpu_limit=1).obj()
+    p = pool(POOL).quota(gpu=4).obj()
+    if reserved:
+        p["spec"]["reservation"] = RES
+    pods = [lws_pod("vllm", g, w, pool=POOL) for g in range(replicas) for w in range(2)]
+
+    return Snapshot(
+        lwss=[the_lws],
+        pods=pods,
+        bound_pods=[],
+        nodes=gpu_nodes(4, pool=POOL),
+        pools=[p],
+        records=records if records is not None else [record(the_lws, g) for g in range(replicas)],
+        statefulsets=lws_statefulsets([the_lws], pods),
+    )
+
+
+def claim_of(group: int, state: str | None = None, cluster: str = "cluster-a") -> dict[str, Any]:
+    obj: dict[str, Any] = {
+        "metadata": {
+            "name": claim_name(cluster, "default", "vllm", UID, group),
+            "uid": f"c{group}",
+            "resourceVersion": "1",
+        },
+        "spec": {
+            "reservation": RES,
+            "cluster": cluster,
+            "namespace": "default",
+            "leaderWorkerSet": "vllm",
+            "leaderWorkerSetUID": UID,
+            "groupIndex": group,
+            "demand": {"nvidia.com/gpu": "2"},
+        },
+    }
+    if state:
+        obj["status"] = {"state": state, "reason": "Granted" if state == "Granted" else "WaitingForCapacity"}
+    return obj
+
+
+def hub(*claims: dict[str, Any], reachable: bool = True) -> HubView:
+    res = reservation(RES, capacity={"nvidia.com/gpu": 4})
+    decided = ledger(res, list(claims))
+    assert decided.status is not None
+    res["status"] = status_body(decided.status)
+    return HubView(
+        cluster="cluster-a",
+        reachable=reachable,
+        claims=list(claims),
+        reservations={RES: res},
+        unreachable_since=datetime(2026, 1, 1, 12, 0, tzinfo=UTC),
+        error="connection refused",
+    )
+
+
+def test_a_pool_without_reservation_is_left_alone() -> None:
+    snap = scene(reserved=False)
+    actions = decide(snap)
+    after, writes = charge_reservations(actions, snap, hub())
+    assert after == actions and writes.create == () and writes.delete == ()
+
+
+def test_groups_that_fit_locally_get_claims_and_wait_for_the_grant() -> None:
+    snap = scene()
+    after, writes = charge_reservations(decide(snap), snap, hub())
+    assert after.admit == ()
+    assert [w.reason for w in after.waiting if w.reason is Reason.WAITING_FOR_RESERVATION] == [
+        Reason.WAITING_FOR_RESERVATION
+    ] * 2
+    assert sorted(c["spec"]["groupIndex"] for c in writes.create) == [0, 1]  # group 2 fails locally
+    assert all(c["spec"]["cluster"] == "cluster-a" and c["spec"]["reservation"] == RES for c in writes.create)
+
+
+def test_granted_groups_are_admitted_pending_ones_wait_in_words() -> None:
+    snap = scene()
+    other = claim_of(0, "Granted", cluster="cluster-b")
+    after, writes = charge_reservations(
+        decide(snap), snap, hub(claim_of(0, "Granted"), claim_of(1, "Pending"), other)
+    )
+    assert [a.group.key.index for a in after.admit] == [0]
+    (said,) = [w for w in after.waiting if w.reason is Reason.WAITING_FOR_RESERVATION]
+    assert said.message == (
+        "group 1 waits for reservation p5-odcr on the hub: 0 of 4 nvidia.com/gpu free "
+        "(cluster-a holds 2, cluster-b 2)"
+    )
+    assert writes.create == () and writes.delete == ()  # another cluster's claim is never touched
+
+
+def test_a_claim_the_hub_has_not_judged_gives_no_numbers() -> None:
+    snap = scene()
+    after, _ = charge_reservations(
+        decide(snap), snap, hub(claim_of(0, "Granted", cluster="cluster-b"), claim_of(1))
+    )
+    said = {w.group.key.index: w.message for w in after.waiting if w.reason is Reason.WAITING_FOR_RESERVATION}
+    assert said[1] == "group 1 waits for reservation p5-odcr on the hub: its claim is not decided yet"
+
+
+def test_a_granted_claim_whose_group_cannot_run_here_is_given_back() -> None:
+    snap = scene()
+    after, writes = charge_reservations(decide(snap), snap, hub(claim_of(2, "Granted")))
+    assert writes.delete == ((claim_of(2)["metadata"]["name"], "c2"),)
+    assert 2 not in [a.group.key.index for a in after.admit]
+
+
+def test_an_admitted_group_keeps_its_claim_and_a_released_one_gives_it_back() -> None:
+    the_lws = lws("vllm").pool(POOL).uid(UID).size(2).replicas(1).worker(gpu_limit=1).obj()
+    records = [record(the_lws, 0, admitted=True, pool=POOL)]
+    snap = scene(replicas=1, records=records)
+    _, writes = charge_reservations(decide(snap), snap, hub(claim_of(0, "Granted"), claim_of(5, "Granted")))
+    assert writes.delete == ((claim_of(5)["metadata"]["name"], "c5"),)
+
+
+def test_hub_unreachable_new_groups_wait_and_nothing_is_written() -> None:
+    snap = scene()
+    after, writes = charge_reservations(decide(snap), snap, hub(claim_of(0, "Granted"), reachable=False))
+    assert after.admit == () and writes.create == () and writes.delete == ()
+    reasons = {w.group.key.index: (w.reason, w.message) for w in after.waiting}
+    assert reasons[0][0] is Reason.HUB_UNREACHABLE
+    assert "since 2026-01-01T12:00:00Z" in reasons[0][1] and "connection refused" in reasons[0][1]
+
+
+def test_hub_unreachable_admitted_groups_still_let_their_later_pods_through() -> None:
+    the_lws = lws("vllm").pool(POOL).uid(UID).size(2).replicas(1).worker(gpu_limit=1).obj()
+    snap = scene(replicas=1, records=[record(the_lws, 0, admitted=True, pool=POOL)])
+    actions = decide(snap)
+    after, _ = charge_reservations(actions, snap, hub(reachable=False))
+    assert after.ungate == actions.ungate and len(after.ungate) == 2
+
+
+def test_without_a_hub_a_reservation_pool_admits_nothing_new() -> None:
+    snap = scene()
+    no_hub = HubView(cluster="", reachable=False, error="this gatekeeper runs without --hub-kubeconfig")
+    after, writes = charge_reservations(decide(snap), snap, no_hub)
+    assert after.admit == () and writes.create == () and writes.delete == ()
+    said = {w.group.key.index: w.message for w in after.waiting if w.reason is Reason.HUB_UNREACHABLE}
+    assert said[0] == (
+        "group 0 waits for reservation p5-odcr: no hub to charge it on "
+        "(this gatekeeper runs without --hub-kubeconfig)"
+    )
+
+
+def test_the_pool_status_counts_groups_that_wait_for_the_hub_as_waiting() -> None:
+    snap = scene()
+    before = decide(snap)
+    after, _ = charge_reservations(before, snap, hub(claim_of(0, "Granted")))
+    st, was = after.pools[POOL], before.pools[POOL]
+    assert (was.admitted, st.admitted) == (2, 1)
+    assert st.waiting == was.waiting + 1
+    assert st.used["nvidia.com/gpu"] == 2 and st.free["nvidia.com/gpu"] == 2
+
+
+def test_a_claim_given_back_is_never_admitted_on_while_the_cache_still_shows_it() -> None:
+    snap = scene()
+    granted = claim_of(0, "Granted")
+    view = hub(granted)
+    after, writes = charge_reservations(decide(snap), snap, replace(view, given_back=frozenset({"c0"})))
+    assert 0 not in [a.group.key.index for a in after.admit]
+    assert sorted(c["spec"]["groupIndex"] for c in writes.create) == [
+        0,
+        1,
+    ]  # asked again (409 if still there)
