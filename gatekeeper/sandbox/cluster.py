@@ -349,6 +349,7 @@ class Sandbox:
         kubeconfig: Path | None = None,
         backend: str | None = None,
         args: Sequence[str] = (),
+        image: gk.FromImage | None = None,
     ) -> None:
         """Run ``lws-gatekeeper run`` from this Python against the sandbox and register its webhook.
 
@@ -357,7 +358,8 @@ class Sandbox:
         runs it with another identity than the admin's (the chart's ServiceAccount, say).
         ``backend`` is ``pools`` or ``kueue``; by default ``kueue`` when the sandbox runs
         Kueue, else ``pools`` (a restart keeps what the sandbox was started with).
-        ``args`` are further flags of ``lws-gatekeeper run``.
+        ``args`` are further flags of ``lws-gatekeeper run``. ``image`` runs it instead as a
+        Deployment of the chart runs it, from the image's root file system (``gk.FromImage``).
         """
         if backend is None:
             backend = "kueue" if kueue.COMPONENT in self.state()["processes"] else "pools"
@@ -370,6 +372,7 @@ class Sandbox:
             register=register,
             kubeconfig=kubeconfig,
             args=args,
+            image=image,
         )
 
     def stop(self, name: str, *, kill: bool = False) -> None:
