@@ -205,7 +205,12 @@ def unpack(layout: Path, tag: str, rootfs: Path) -> None:
         data = gzip.decompress(_read_blob(layout, desc["digest"]))
         with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
             for member in tar.getmembers():
-                base = os.path.basename(member.name)
-                if base.startswith(".wh."):
+                parts = member.name.split("/")
+                if member.name.startswith("/") or ".." in parts:
+                    raise ValueError(f"{member.name}: a layer's path must stay inside the root")
+                if parts[-1].startswith(".wh."):
                     raise ValueError(f"{member.name}: whiteouts are not expected in this image")
-            tar.extractall(rootfs, filter="tar")
+            if hasattr(tarfile, "tar_filter"):  # Python 3.11.4 and later
+                tar.extractall(rootfs, filter="tar")
+            else:
+                tar.extractall(rootfs)
