@@ -431,7 +431,20 @@ def build(
         sbom = _sbom(debs, [*wheels, own], _suite(), version, epoch)
     sbom_file.write_text(json.dumps(sbom, indent=2, sort_keys=True) + "\n")
     done.write_text(digest + "\n")
+    if out is None:
+        _prune(dest.parent, keep=dest)
     return Built(layout, version, digest, sbom_file, time.monotonic() - started, False)
+
+
+#: Images kept in the cache (each source change makes a new one).
+KEEP_IMAGES = 3
+
+
+def _prune(images: Path, keep: Path) -> None:
+    """Remove all but the newest KEEP_IMAGES cached images (never ``keep``, the one just built)."""
+    others = sorted((p for p in images.iterdir() if p != keep), key=lambda p: p.stat().st_mtime, reverse=True)
+    for old in others[KEEP_IMAGES - 1 :]:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def _wheel_files(wheel_cache: Path) -> list[str]:
