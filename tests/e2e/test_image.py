@@ -117,7 +117,8 @@ def runs_as_the_chart_runs_it(sb: Sandbox, tmp_path: Path) -> None:
     assert "--identity=gatekeeper" in cmdline and "--cert-dir=/certs" in cmdline, cmdline
     status = dict(line.split(":\t", 1) for line in _proc(pid, "status").splitlines() if ":\t" in line)
     assert status["Uid"].split()[:2] == ["65532", "65532"] and status["Gid"].split()[0] == "65532"
-    assert int(status["CapEff"], 16) == 0 and int(status["CapPrm"], 16) == 0, status
+    caps = {k: int(status[k], 16) for k in ("CapEff", "CapPrm", "CapInh", "CapBnd", "CapAmb")}
+    assert caps == dict.fromkeys(caps, 0), caps
     assert status["NoNewPrivs"].strip() == "1"
     # Its root is the image's, read-only; /tmp is a tmpfs, the Secret and the token are read-only.
     mounts = {fields[4]: fields for fields in (ln.split() for ln in _proc(pid, "mountinfo").splitlines())}
