@@ -206,6 +206,12 @@ def _pip(*args: str, **kw: Any) -> subprocess.CompletedProcess[str]:
 
 
 def _fetch_wheels(into: Path, say: Callable[[str], None]) -> None:
+    """The wheels of requirements.lock into ``into`` (kept there); pip checks each hash."""
+    lines = (_here() / "requirements.lock").read_text().splitlines()
+    files = [ln.removeprefix("# file: ").strip() for ln in lines if ln.startswith("# file: ")]
+    hashes = [ln.split("--hash=sha256:")[1].strip() for ln in lines if "--hash=sha256:" in ln]
+    if all(_ok(into / f, h) for f, h in zip(files, hashes, strict=True)):
+        return
     say("fetching the pinned wheels (requirements.lock)")
     into.mkdir(parents=True, exist_ok=True)
     lockfile = str(_here() / "requirements.lock")
@@ -300,7 +306,9 @@ def _sbom(
                 "bom-ref": f"pypi:{name.lower()}",
                 "name": name,
                 "version": ver,
-                "purl": f"pkg:pypi/{name.lower().replace('_', '-')}@{ver}",
+                # The project's own wheel is not on the Python package index: a generic purl.
+                "purl": f"pkg:{'generic' if name == 'lws_gatekeeper' else 'pypi'}/"
+                f"{name.lower().replace('_', '-')}@{ver}",
                 "hashes": [{"alg": "SHA-256", "content": hashlib.sha256(wheel.read_bytes()).hexdigest()}],
                 "properties": [{"name": "lws-gatekeeper:file", "value": wheel.name}],
             }
@@ -389,7 +397,9 @@ def build(
     dest = out or cache_dir() / "images" / key
     layout, sbom_file, done = dest / "oci", dest / "sbom.cdx.json", dest / "digest"
     if done.exists() and not fresh:
-        return Built(layout, version, done.read_text().strip(), sbom_file, time.monotonic() - started, True)
+        built_key, _, digest = done.read_text().strip().partition(" ")
+        if built_key == key:  # an --out folder may hold the image of other inputs
+            return Built(layout, version, digest, sbom_file, time.monotonic() - started, True)
     debs = read_debian_lock()
     _fetch_debs(debs, cache_dir() / "debs", say)
     wheel_cache = cache_dir() / "wheels"
@@ -430,7 +440,7 @@ def build(
         digest = oci.write_layout(layout, layers, image, version)
         sbom = _sbom(debs, [*wheels, own], _suite(), version, epoch)
     sbom_file.write_text(json.dumps(sbom, indent=2, sort_keys=True) + "\n")
-    done.write_text(digest + "\n")
+    done.write_text(f"{key} {digest}\n")
     if out is None:
         _prune(dest.parent, keep=dest)
     return Built(layout, version, digest, sbom_file, time.monotonic() - started, False)
