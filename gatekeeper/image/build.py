@@ -7,8 +7,8 @@ package registries. So the image is made here from what those serve, all of it p
 - Debian: the packages of ``debian.lock`` (Debian's ``python3.11-minimal`` and
   ``libpython3.11-stdlib`` with their run-time dependencies, each at an exact version and
   SHA-256), fetched with ``apt-get download`` from the machine's own apt sources and
-  unpacked with ``dpkg-deb`` (nothing is configured: no maintainer script runs, so no
-  shell, dpkg or perl is needed or shipped);
+  unpacked with ``dpkg-deb`` (``debian.py``: nothing is configured, no maintainer script
+  runs, so no shell, dpkg or perl is needed or shipped);
 - Python: the wheels of ``requirements.lock`` (exact versions and hashes, for CPython
   3.11 on manylinux x86_64) and the project's own wheel built from the source tree,
   installed by pip into ``/usr/local/lib/python3.11/dist-packages`` and compiled with the
@@ -40,19 +40,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from gatekeeper.image import oci
+from gatekeeper.image import debian, oci
+from gatekeeper.image.debian import USER_ID, Deb, run, sha256_ok
 
-__all__ = ["DEBIAN_ROOTS", "Built", "build", "cache_dir", "lock", "source_epoch"]
-
-#: The Debian packages the image needs; ``lock`` adds their run-time dependencies.
-DEBIAN_ROOTS = ("python3.11-minimal", "libpython3.11-stdlib")
-
-#: Dependencies left out: they serve only the configuration of installed packages
-#: (maintainer scripts, info and alternatives), and nothing is configured here.
-DEBIAN_NOT_NEEDED = frozenset({"dpkg", "install-info", "debconf", "perl-base", "tar"})
-
-#: The chart's user (``manager.podSecurityContext.runAsUser``), the image's USER too.
-USER_ID = 65532
+__all__ = ["Built", "build", "cache_dir", "lock", "source_epoch"]
 
 PYTHON = "/usr/bin/python3.11"
 SITE = "usr/local/lib/python3.11/dist-packages"
@@ -64,9 +55,6 @@ PLATFORM_ARGS = (
     *("--python-version", "3.11", "--implementation", "cp"),
     *("--abi", "cp311", "--abi", "abi3", "--abi", "none", "--only-binary=:all:"),
 )
-
-#: Folders of the Debian packages that a program never reads (copyright files stay).
-TRIM = ("usr/share/man", "usr/share/info", "usr/share/locale", "usr/share/lintian", "usr/share/bug")
 
 
 def _here() -> Path:
@@ -81,128 +69,11 @@ def cache_dir() -> Path:
     return (Path(env) if env else Path(xdg) / "lws-gatekeeper") / "image"
 
 
-def _run(argv: Sequence[str], **kw: Any) -> subprocess.CompletedProcess[str]:
-    res = subprocess.run(list(argv), capture_output=True, text=True, check=False, **kw)
-    if res.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv)} failed ({res.returncode}):\n{res.stderr[-3000:]}")
-    return res
-
-
-# ---- Debian -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Deb:
-    name: str
-    version: str
-    arch: str
-    sha256: str
-
-    @property
-    def file(self) -> str:
-        return f"{self.name}_{self.version.replace(':', '%3a')}_{self.arch}.deb"
-
-
-def read_debian_lock(path: Path | None = None) -> list[Deb]:
-    text = (path or _here() / "debian.lock").read_text()
-    return [Deb(*line.split()) for line in text.splitlines() if line.strip() and not line.startswith("#")]
-
-
-def _apt_show(name: str) -> dict[str, str]:
-    out = _run(["apt-cache", "show", "--no-all-versions", name]).stdout
-    fields: dict[str, str] = {}
-    for line in out.splitlines():
-        if line and not line.startswith(" ") and ":" in line:
-            key, _, value = line.partition(":")
-            fields[key] = value.strip()
-    return fields
-
-
-def _first_alternatives(depends: str) -> list[str]:
-    """``a (>= 1) | b, c`` -> ``[a, c]`` (the name only, no architecture qualifier)."""
-    return [dep.split("|")[0].split()[0].split(":")[0] for dep in depends.split(",") if dep.strip()]
-
-
-def _debian_closure() -> list[Deb]:
-    seen: dict[str, Deb] = {}
-    todo = list(DEBIAN_ROOTS)
-    while todo:
-        name = todo.pop()
-        if name in seen or name in DEBIAN_NOT_NEEDED:
-            continue
-        fields = _apt_show(name)
-        seen[name] = Deb(name, fields["Version"], fields["Architecture"], fields["SHA256"])
-        for key in ("Pre-Depends", "Depends"):
-            todo.extend(_first_alternatives(fields.get(key, "")))
-    return sorted(seen.values(), key=lambda d: d.name)
-
-
-def _suite() -> str:
-    """The Debian release of the machine's apt sources, e.g. ``debian-12 (bookworm)``."""
-    release = dict(
-        line.split("=", 1) for line in Path("/etc/os-release").read_text().splitlines() if "=" in line
-    )
-    version = release.get("VERSION_ID", "").strip('"')
-    return f"debian-{version} ({release.get('VERSION_CODENAME', '')})"
-
-
-def _fetch_debs(debs: Sequence[Deb], into: Path, say: Callable[[str], None]) -> None:
-    """Each pinned .deb into ``into`` (kept there), checked against its SHA-256 from the lock."""
-    into.mkdir(parents=True, exist_ok=True)
-    missing = [d for d in debs if not _ok(into / d.file, d.sha256)]
-    if not missing:
-        return
-    say(f"fetching {len(missing)} Debian packages from the machine's apt sources")
-    want = [f"{d.name}={d.version}" for d in missing]
-    res = subprocess.run(
-        ["apt-get", "download", *want], cwd=into, capture_output=True, text=True, check=False
-    )
-    if res.returncode != 0 and os.geteuid() == 0:
-        say("apt-get download failed; running apt-get update once")
-        _run(["apt-get", "update"])
-        res = subprocess.run(["apt-get", "download", *want], cwd=into, capture_output=True, text=True)
-    if res.returncode != 0:
-        raise RuntimeError(
-            "the pinned Debian packages could not be fetched (is a version of debian.lock no longer "
-            f"served? `lws-gatekeeper image lock` pins what is served now):\n{res.stderr[-2000:]}"
-        )
-    for d in missing:
-        if not _ok(into / d.file, d.sha256):
-            raise RuntimeError(f"{d.file}: its SHA-256 is not the one in debian.lock")
-
-
-def _ok(path: Path, sha256: str) -> bool:
-    return path.is_file() and hashlib.sha256(path.read_bytes()).hexdigest() == sha256
-
-
-def _debian_tree(debs: Sequence[Deb], cache: Path, root: Path) -> None:
-    for d in debs:
-        _run(["dpkg-deb", "-x", str(cache / d.file), str(root)])
-    for rel in TRIM:
-        shutil.rmtree(root / rel, ignore_errors=True)
-    doc = root / "usr/share/doc"
-    for path in sorted(doc.rglob("*"), reverse=True) if doc.exists() else []:
-        if path.is_file() and path.name != "copyright":
-            path.unlink()
-        elif path.is_dir() and not any(path.iterdir()):
-            path.rmdir()
-    etc = root / "etc"
-    etc.mkdir(exist_ok=True)
-    (etc / "passwd").write_text(
-        f"root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:{USER_ID}:{USER_ID}:nonroot:/home/nonroot:/sbin/nologin\n"
-    )
-    (etc / "group").write_text(f"root:x:0:\nnonroot:x:{USER_ID}:\n")
-    for rel in ("tmp", "home/nonroot", "root"):
-        (root / rel).mkdir(parents=True, exist_ok=True)
-    (root / "tmp").chmod(0o1777)
-    (root / "root").chmod(0o700)
-
-
 # ---- Python -------------------------------------------------------------------------------
 
 
 def _pip(*args: str, **kw: Any) -> subprocess.CompletedProcess[str]:
-    return _run([sys.executable, "-m", "pip", "--disable-pip-version-check", *args], **kw)
+    return run([sys.executable, "-m", "pip", "--disable-pip-version-check", *args], **kw)
 
 
 def _fetch_wheels(into: Path, say: Callable[[str], None]) -> None:
@@ -210,7 +81,7 @@ def _fetch_wheels(into: Path, say: Callable[[str], None]) -> None:
     lines = (_here() / "requirements.lock").read_text().splitlines()
     files = [ln.removeprefix("# file: ").strip() for ln in lines if ln.startswith("# file: ")]
     hashes = [ln.split("--hash=sha256:")[1].strip() for ln in lines if "--hash=sha256:" in ln]
-    if all(_ok(into / f, h) for f, h in zip(files, hashes, strict=True)):
+    if all(sha256_ok(into / f, h) for f, h in zip(files, hashes, strict=True)):
         return
     say("fetching the pinned wheels (requirements.lock)")
     into.mkdir(parents=True, exist_ok=True)
@@ -219,7 +90,7 @@ def _fetch_wheels(into: Path, say: Callable[[str], None]) -> None:
 
 
 def _source_files(source: Path) -> list[str]:
-    out = _run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=source).stdout
+    out = run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=source).stdout
     return sorted(p for p in out.split("\0") if p and os.path.lexists(source / p))
 
 
@@ -268,7 +139,7 @@ def _compile(python_root: Path, tree: Path) -> None:
         "-s", str(tree), "-p", "/", str(tree),
     ]  # fmt: skip
     env = {"PYTHONHASHSEED": "0", "PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8"}
-    _run(argv, env=env)
+    run(argv, env=env)
 
 
 def _entry_point(root: Path) -> None:
@@ -360,7 +231,7 @@ def source_epoch(source: Path) -> int:
     """``$SOURCE_DATE_EPOCH``, else the time of the source's last commit."""
     if os.environ.get("SOURCE_DATE_EPOCH"):
         return int(os.environ["SOURCE_DATE_EPOCH"])
-    return int(_run(["git", "log", "-1", "--format=%ct"], cwd=source).stdout.strip())
+    return int(run(["git", "log", "-1", "--format=%ct"], cwd=source).stdout.strip())
 
 
 def _version(source: Path) -> str:
@@ -400,15 +271,15 @@ def build(
         built_key, _, digest = done.read_text().strip().partition(" ")
         if built_key == key:  # an --out folder may hold the image of other inputs
             return Built(layout, version, digest, sbom_file, time.monotonic() - started, True)
-    debs = read_debian_lock()
-    _fetch_debs(debs, cache_dir() / "debs", say)
+    debs = debian.read_lock()
+    debian.fetch(debs, cache_dir() / "debs", say)
     wheel_cache = cache_dir() / "wheels"
     _fetch_wheels(wheel_cache, say)
     with tempfile.TemporaryDirectory(prefix="lws-gatekeeper-image-") as tmp:
         t = Path(tmp)
         base, deps, app = t / "debian", t / "deps", t / "app"
         say(f"unpacking {len(debs)} Debian packages")
-        _debian_tree(debs, cache_dir() / "debs", base)
+        debian.unpack_into(debs, cache_dir() / "debs", base)
         wheels = sorted(wheel_cache / line.split("/")[-1] for line in _wheel_files(wheel_cache))
         say(f"installing {len(wheels)} wheels and the project's wheel")
         _install(wheels, deps)
@@ -431,14 +302,14 @@ def build(
             epoch=epoch,
         )
         layers = [
-            oci.Layer(base, f"Debian {_suite()}: {len(debs)} packages of debian.lock",
+            oci.Layer(base, f"Debian {debian.suite()}: {len(debs)} packages of debian.lock",
                       owners={"home/nonroot": (USER_ID, USER_ID)}),
             oci.Layer(deps, f"{len(wheels)} wheels of requirements.lock"),
             oci.Layer(app, f"lws-gatekeeper {version}"),
         ]  # fmt: skip
         say("writing the OCI layout")
         digest = oci.write_layout(layout, layers, image, version)
-        sbom = _sbom(debs, [*wheels, own], _suite(), version, epoch)
+        sbom = _sbom(debs, [*wheels, own], debian.suite(), version, epoch)
     sbom_file.write_text(json.dumps(sbom, indent=2, sort_keys=True) + "\n")
     done.write_text(f"{key} {digest}\n")
     if out is None:
@@ -477,9 +348,10 @@ def lock(source: Path, say: Callable[[str], None] = print) -> None:
     candidate versions of the machine's apt sources) and ``requirements.lock`` (the project's
     run-time dependencies resolved for the image's Python, with hashes)."""
     here = _here()
-    debs = _debian_closure()
+    debs = debian.closure()
     header = (
-        f"# Debian packages of the image: name, version, architecture, SHA-256 of the .deb ({_suite()}).\n"
+        "# Debian packages of the image: name, version, architecture, SHA-256 of the .deb\n"
+        f"# ({debian.suite()}).\n"
         "# Written by `lws-gatekeeper image lock`; fetched from the machine's apt sources.\n"
     )
     (here / "debian.lock").write_text(
