@@ -30,7 +30,16 @@ from gatekeeper.sandbox.pki import Pki
 from gatekeeper.sandbox.process import Runner, free_ports, ready
 from gatekeeper.webhook.config import mutating_webhook_configuration
 
-__all__ = ["COMPONENT", "PORTS", "FromImage", "install_objects", "metrics", "start"]
+__all__ = [
+    "COMPONENT",
+    "PORTS",
+    "SERVICE_ACCOUNT_DIR",
+    "FromImage",
+    "container_spec",
+    "install_objects",
+    "metrics",
+    "start",
+]
 
 #: The process name of the sandbox's own gatekeeper (extra replicas get other names).
 COMPONENT = "gatekeeper"
@@ -72,10 +81,21 @@ def _expand(value: str, env: Mapping[str, str]) -> str:
     return re.sub(pattern, lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0)), value)
 
 
-def _container_spec(
-    image: FromImage, runner: Runner, pki: Pki, kubectl: Kubectl, name: str, apiserver_port: int
+def container_spec(
+    image: FromImage,
+    name: str,
+    *,
+    apiserver_port: int,
+    folder: Path,
+    secret_files: Mapping[str, bytes],
+    token: str,
+    ca: bytes,
 ) -> Spec:
-    """The :class:`Spec` of the Deployment's container as a kubelet would run it as pod ``name``."""
+    """The :class:`Spec` of the Deployment's container as a kubelet would run it as pod ``name``.
+
+    The volumes' files go under ``folder``: each Secret volume holds ``secret_files`` (the
+    sandbox's loopback webhook certificate), the ServiceAccount volume ``token`` and ``ca``.
+    """
     pod, c = image.pod, image.container
     namespace = str(image.deployment["metadata"]["namespace"])
     fields = {"metadata.name": name, "metadata.namespace": namespace}
@@ -95,26 +115,22 @@ def _container_spec(
     user, _, group = str(image.config.get("User") or "0").partition(":")
     uid, gid = int(ctx.get("runAsUser", user)), int(ctx.get("runAsGroup", group or user))
 
-    run_dir = runner.run_dir / name
-    shutil.rmtree(run_dir, ignore_errors=True)
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
     volumes = {v["name"]: v for v in pod.get("volumes") or []}
     tmpfs, binds = [], []
     for mount in c.get("volumeMounts") or []:
         volume = volumes[mount["name"]]
         if "emptyDir" in volume:
             tmpfs.append(mount["mountPath"])
-        elif "secret" in volume:  # the webhook's certificate Secret: the sandbox's loopback certificate
-            folder = _files(
-                run_dir / mount["name"], {p.name: p.read_bytes() for p in pki.webhook_dir.iterdir()}
-            )
-            binds.append(Bind(str(folder), mount["mountPath"], bool(mount.get("readOnly", False))))
+        elif "secret" in volume:
+            where = _files(folder / mount["name"], secret_files)
+            binds.append(Bind(str(where), mount["mountPath"], bool(mount.get("readOnly", False))))
         else:
             raise ValueError(f"volume {mount['name']}: only emptyDir and secret volumes are run here")
     if pod.get("automountServiceAccountToken", True):
-        account = str(pod.get("serviceAccountName") or "default")
-        token = kubectl.run("create", "token", account, "-n", namespace, "--duration=2h").stdout.strip()
-        files = {"token": token.encode(), "ca.crt": pki.ca_crt.read_bytes(), "namespace": namespace.encode()}
-        binds.append(Bind(str(_files(run_dir / "serviceaccount", files)), SERVICE_ACCOUNT_DIR, True))
+        files = {"token": token.encode(), "ca.crt": ca, "namespace": namespace.encode()}
+        binds.append(Bind(str(_files(folder / "serviceaccount", files)), SERVICE_ACCOUNT_DIR, True))
     return Spec(
         rootfs=str(image.rootfs),
         argv=argv,
@@ -172,7 +188,19 @@ def start(
     metrics_port = p["gk_metrics"] if name == COMPONENT else free_ports(1)[0]
     if image is not None:
         webhook_port, metrics_port = image.port("webhook"), image.port("metrics")
-        spec = _container_spec(image, runner, pki, kubectl, name, p["apiserver"])
+        pod = image.pod
+        account = str(pod.get("serviceAccountName") or "default")
+        namespace = str(image.deployment["metadata"]["namespace"])
+        token = kubectl.run("create", "token", account, "-n", namespace, "--duration=2h").stdout.strip()
+        spec = container_spec(
+            image,
+            name,
+            apiserver_port=p["apiserver"],
+            folder=runner.run_dir / name,
+            secret_files={f.name: f.read_bytes() for f in pki.webhook_dir.iterdir()},
+            token=token,
+            ca=pki.ca_crt.read_bytes(),
+        )
         spec_file = runner.run_dir / name / "spec.json"
         spec.write(spec_file)
         argv = [sys.executable, "-m", "gatekeeper.sandbox.container", str(spec_file)]
