@@ -1,14 +1,15 @@
 """The ``lws-gatekeeper`` command line.
 
 Why this exists: one program for everything the project runs: the controller
-(``run``), ``render``, the sandbox cluster (``sandbox up|down|status|build``), the
-container image (``image build|lock``) and the
-demo that replays the LWS issue.
+(``run``), ``render``, ``why`` (why an LWS or a pool waits), the sandbox
+cluster (``sandbox up|down|status|build``), the container image (``image build|lock``)
+and the demo that replays the LWS issue.
 Each sub-command is a thin wrapper; the work lives in the modules it calls.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 import warnings
 from pathlib import Path
@@ -33,6 +34,48 @@ def _say(msg: str) -> None:
 @click.version_option(package_name="lws-gatekeeper")
 def main() -> None:
     """All-or-nothing admission of LeaderWorkerSet groups into shared GPU pools."""
+
+
+@main.command("why")
+@click.argument("target")
+@click.option("-n", "--namespace", default=None, help="The LWS's namespace (default: the context's).")
+@click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--kubeconfig", default=None, help="Kubeconfig file (default: $KUBECONFIG or ~/.kube/config).")
+def why_cmd(target: str, namespace: str | None, output: str, kubeconfig: str | None) -> None:
+    """Why an LWS or a pool waits: TARGET is lws/NAME (or just NAME) or pool/NAME.
+
+    For an LWS: each group's state and the gatekeeper's reason, the pool's usage and who
+    holds it, and what must free up for its next group. For a pool: its usage, the groups
+    that hold it and those that wait, in the order they are served. Reads only.
+    Also installed as the kubectl plugin ``kubectl lws-gatekeeper why``.
+    """
+    import asyncio
+    import json
+
+    from gatekeeper import why
+    from gatekeeper.core.explain import lines_for_lws, lines_for_pool
+
+    kind, _, name = target.rpartition("/")
+    kind = kind.lower() or "lws"
+    if kind not in ("lws", "leaderworkerset", "leaderworkersets", "pool", "pools") or not name:
+        raise click.UsageError(f"TARGET is lws/NAME, NAME or pool/NAME, not {target!r}")
+
+    async def answer() -> why.LwsAnswer | why.PoolView:
+        if kind.startswith("pool"):
+            return await why.why_pool(kubeconfig, name)
+        ns = namespace or await why.default_namespace(kubeconfig)
+        return await why.why_lws(kubeconfig, ns, name)
+
+    try:
+        result = asyncio.run(answer())
+    except why.NotFound as exc:
+        _say(f"error: {exc}")
+        sys.exit(1)
+    if output == "json":
+        click.echo(json.dumps(why.as_json(result), indent=2))
+        return
+    lines = lines_for_lws(result) if isinstance(result, why.LwsAnswer) else lines_for_pool(result)
+    click.echo("\n".join(lines))
 
 
 @main.command("run")
@@ -94,6 +137,15 @@ def main() -> None:
     "its quota back (the Workload deleted) and tried again after this many seconds, doubled "
     "each time up to 30 minutes.",
 )
+@click.option(
+    "--karpenter-instance-types",
+    "karpenter_instance_types",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    default=None,
+    help="pools backend: the instance types Karpenter can launch, as the JSON file Karpenter's "
+    "KWOK provider reads. Turns on reading Karpenter's NodePools and NodeClaims, so that "
+    "Pools with spec.nodePools count what those can still launch.",
+)
 @click.option("--log-level", default="INFO", show_default=True)
 @click.option(
     "--log-format",
@@ -120,6 +172,7 @@ def run_cmd(
     backend: str,
     node_fit: bool | None,
     never_fit_retry_seconds: int,
+    karpenter_instance_types: Path | None,
     log_level: str,
     log_format: str,
 ) -> None:
@@ -129,6 +182,14 @@ def run_cmd(
     import anyio
 
     from gatekeeper.controller.app import Options, run
+    from gatekeeper.core.provisioning import parse_instance_types
+
+    instance_types = None
+    if karpenter_instance_types is not None:
+        try:
+            instance_types = parse_instance_types(json.loads(karpenter_instance_types.read_text()))
+        except (OSError, ValueError) as exc:
+            raise click.BadParameter(str(exc), param_hint="--karpenter-instance-types") from exc
     from gatekeeper.controller.logs import setup_logging
 
     setup_logging(log_level, log_format)
@@ -150,6 +211,7 @@ def run_cmd(
         backend=backend,
         node_fit=backend == "kueue" if node_fit is None else node_fit,
         never_fit_retry_seconds=never_fit_retry_seconds,
+        instance_types=instance_types,
     )
     anyio.run(run, opts)
 
@@ -190,6 +252,12 @@ def _parse_labels(labels: tuple[str, ...]) -> dict[str, str]:
     help="Also run the real Kueue (its webhooks act in namespaces labelled kueue.x-k8s.io/managed=true).",
 )
 @click.option(
+    "--with-karpenter",
+    is_flag=True,
+    help="Also run the real Karpenter with its KWOK cloud provider (GPU instance types; "
+    "it buys nodes for the NodePools you make).",
+)
+@click.option(
     "--audit",
     is_flag=True,
     help="Have the API server log every write (who, which user agent, when) to logs/audit.log.",
@@ -201,6 +269,7 @@ def sandbox_up(
     labels: tuple[str, ...],
     no_gatekeeper: bool,
     with_kueue: bool,
+    with_karpenter: bool,
     audit: bool,
 ) -> None:
     """Start the sandbox in the background and print how to reach it.
@@ -216,6 +285,7 @@ def sandbox_up(
             labels=_parse_labels(labels),
             gatekeeper=not no_gatekeeper,
             with_kueue=with_kueue,
+            with_karpenter=with_karpenter,
             audit=audit,
         )
     except (SandboxError, sandbox_build.BuildError) as exc:

@@ -31,7 +31,9 @@ from gatekeeper.controller.checks.node_fit import NodeFitCheck
 from gatekeeper.controller.kube import Kube
 from gatekeeper.controller.leader import LeaderElector
 from gatekeeper.controller.loop import Controller, PassLoop
+from gatekeeper.core.provisioning import InstanceType
 from gatekeeper.webhook import WebhookThread
+from gatekeeper.webhook.pass_through import PassThrough
 
 __all__ = ["Options", "run"]
 
@@ -65,6 +67,8 @@ class Options:
     """Also run the controller of Kueue AdmissionChecks ``lws-gatekeeper.io/node-fit``."""
     never_fit_retry_seconds: int = 60
     """kueue backend: first delay before a Workload that could never fit is made again."""
+    instance_types: tuple[InstanceType, ...] | None = None
+    """pools backend: what Karpenter can launch; None: Karpenter's NodePools are not read."""
 
 
 async def _serve_metrics(opts: Options) -> web.AppRunner:
@@ -88,13 +92,15 @@ async def _serve_metrics(opts: Options) -> web.AppRunner:
     return runner
 
 
-def controllers(kube: Kube, caches: Caches, opts: Options) -> list[Controller]:
+def controllers(
+    kube: Kube, caches: Caches, opts: Options, pass_through: PassThrough | None = None
+) -> list[Controller]:
     """The controllers of one term: the backend's and, if asked, the node-fit check's."""
     found: list[Controller] = []
     if opts.backend == "kueue":
         found.append(KueueBackend(kube, caches, retry_seconds=opts.never_fit_retry_seconds))
     else:
-        found.append(PoolsBackend(kube, caches))
+        found.append(PoolsBackend(kube, caches, opts.instance_types, pass_through=pass_through))
     if opts.node_fit:
         found.append(NodeFitCheck(kube, caches))
     return found
@@ -108,19 +114,25 @@ def _version() -> str:
 
 
 def _admission_loop(
-    api: kr8s.asyncio.Api, opts: Options, kube: Kube | None = None
+    api: kr8s.asyncio.Api, opts: Options, kube: Kube | None = None, pass_through: PassThrough | None = None
 ) -> Callable[[], Coroutine[Any, Any, None]]:
     """What the leader runs, made afresh for each term: new caches (never the last term's,
-    which may be days old), one shared by the term's controllers, and one loop each."""
+    which may be days old), one shared by the term's controllers, and one loop each. The
+    webhook's table of admitted groups is the term's: cleared when the term ends."""
     kube = kube or Kube(api)
 
     async def lead() -> None:
         caches = Caches(api, kube.credentials)
-        loops = [PassLoop(c, resync=opts.resync_seconds) for c in controllers(kube, caches, opts)]
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(caches.run)
-            for loop in loops:
-                tg.start_soon(loop.run)
+        found = controllers(kube, caches, opts, pass_through)
+        loops = [PassLoop(c, resync=opts.resync_seconds) for c in found]
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(caches.run)
+                for loop in loops:
+                    tg.start_soon(loop.run)
+        finally:
+            if pass_through is not None:
+                pass_through.clear()
 
     return lead
 
@@ -145,17 +157,24 @@ async def run(opts: Options) -> None:
             cert_dir=opts.cert_dir,
         )
         await certs.ensure_until_done()  # the server below reads the files at start
+    elector = LeaderElector(kube, namespace=opts.lease_namespace, name=opts.lease_name, identity=identity)
+    # Pods of groups that hold their admission are made ungated, on the leader only, while
+    # it may still write (the table is the term's; a replica that cannot renew gates).
+    pass_through = PassThrough(elector.may_write if opts.leader_elect else lambda: True)
     if opts.cert_dir is not None:
         # On a loop and thread of its own: a review never waits behind the controller's work.
         runners.append(
             await WebhookThread.start(
-                opts.webhook_host, opts.webhook_port, opts.cert_dir / "tls.crt", opts.cert_dir / "tls.key"
+                opts.webhook_host,
+                opts.webhook_port,
+                opts.cert_dir / "tls.crt",
+                opts.cert_dir / "tls.key",
+                pass_through,
             )
         )
         log.info("webhook serving on %s:%d (own thread)", opts.webhook_host, opts.webhook_port)
     if opts.metrics_port:
         runners.append(await _serve_metrics(opts))
-    elector = LeaderElector(kube, namespace=opts.lease_namespace, name=opts.lease_name, identity=identity)
     try:
         async with anyio.create_task_group() as tg:
 
@@ -169,7 +188,9 @@ async def run(opts: Options) -> None:
             tg.start_soon(stop_on_signal)
             if certs is not None:
                 tg.start_soon(certs.run)
-            loop = _admission_loop(api, opts, kube.fenced(elector.may_write) if opts.leader_elect else kube)
+            loop = _admission_loop(
+                api, opts, kube.fenced(elector.may_write) if opts.leader_elect else kube, pass_through
+            )
             if opts.leader_elect:
                 tg.start_soon(elector.run, loop)
             else:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from gatekeeper.core.keys import (
     GATEKEEPER_API_VERSION,
+    KARPENTER_API_VERSION,
     KUEUE_API_VERSION,
     LEASE_API_VERSION,
     LWS_API_VERSION,
@@ -25,6 +26,8 @@ __all__ = [
     "LEASES",
     "LWS",
     "NODES",
+    "NODE_CLAIMS",
+    "NODE_POOLS",
     "PODS",
     "POOLS",
     "PRIORITY_CLASSES",
@@ -68,10 +71,12 @@ WEBHOOK_CONFIGURATIONS = Resource(
 WORKLOADS = Resource("workloads", KUEUE_API_VERSION)
 RESOURCE_FLAVORS = Resource("resourceflavors", KUEUE_API_VERSION, namespaced=False)
 ADMISSION_CHECKS = Resource("admissionchecks", KUEUE_API_VERSION, namespaced=False)
+NODE_POOLS = Resource("nodepools", KARPENTER_API_VERSION, namespaced=False)
+NODE_CLAIMS = Resource("nodeclaims", KARPENTER_API_VERSION, namespaced=False)
 
 _ALL = (
     LWS, PODS, NAMESPACES, STATEFULSETS, NODES, EVENTS, SECRETS, POOLS, RECORDS, PRIORITY_CLASSES, LEASES,
-    WEBHOOK_CONFIGURATIONS, WORKLOADS, RESOURCE_FLAVORS, ADMISSION_CHECKS,
+    WEBHOOK_CONFIGURATIONS, WORKLOADS, RESOURCE_FLAVORS, ADMISSION_CHECKS, NODE_POOLS, NODE_CLAIMS,
 )  # fmt: skip
 
 

@@ -9,8 +9,10 @@ Shared concepts: ``keys`` (every label, annotation, API version, condition and r
 ``objects`` and ``fields`` (lenient and strict readers), ``lws`` (what is read of an LWS
 and its pods), ``groups`` (the groups of an LWS), ``record`` (the ``GroupAdmission``),
 ``quantity``, ``demand``, ``selectors``, ``nodes``, ``fit`` (node fit), ``quota``,
-``queue`` (queue order), ``pool`` (the ``Pool`` object), ``planner`` (admission against
-quota and nodes), ``reasons`` and ``messages`` (why a group waits), ``gating`` (the gate).
+``queue`` (queue order), ``pool`` (the ``Pool`` object), ``nodepools`` (Karpenter's
+objects), ``provisioning`` (what a pool's Karpenter NodePools can still launch),
+``planner`` (admission against quota and nodes), ``reasons`` and ``messages`` (why a group
+waits), ``gating`` (the gate).
 Decisions built on them: ``backends.pools``, ``backends.kueue`` (independent of each
 other) and the Kueue AdmissionCheck ``checks.node_fit``.
 """

@@ -160,6 +160,28 @@ class NodeTable:
                 self._change(n, r, +1)
         return tuple(self._nodes[n].name for n in chosen)
 
+    def place_partial(self, view: str, pods: Sequence[PodDemand], *, keep: bool) -> tuple[str | None, ...]:
+        """Place what of ``pods`` fits (largest first, as ``place``); None for each pod that
+        does not. Kept only with ``keep``: the same call then places the same way."""
+        shapes = [self._pod_shape(view, pod) for pod in pods]
+        order = sorted(range(len(pods)), key=lambda i: (-shapes[i][0], i))
+        taken: list[tuple[int, dict[str, int]]] = []
+        chosen: list[str | None] = [None] * len(pods)
+        for i in order:
+            _, primary, req = shapes[i]
+            node = self._best_fit(view, pods[i].constraints, primary, req)
+            if node is None:
+                continue
+            self._change(node, req, -1)
+            taken.append((node, req))
+            chosen[i] = self._nodes[node].name
+        if keep:
+            self.version += 1
+        else:
+            for n, r in reversed(taken):
+                self._change(n, r, +1)
+        return tuple(chosen)
+
     def reserve(self, view: str, pod: PodDemand, preferred: str | None = None) -> str | None:
         """Hold room for one pod of an admitted group, on ``preferred`` if it still fits there.
 

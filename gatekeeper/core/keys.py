@@ -85,12 +85,18 @@ GROUP_INDEX_LABEL: Final = "leaderworkerset.sigs.k8s.io/group-index"
 on its records and Workloads too."""
 WORKER_INDEX_LABEL: Final = "leaderworkerset.sigs.k8s.io/worker-index"
 """On every pod of an LWS: its index in the group; 0 is the leader."""
+POD_INDEX_LABEL: Final = "apps.kubernetes.io/pod-index"
+"""Set by the StatefulSet controller on each pod it makes: its ordinal (a leader's is its
+group index). The webhook may see a leader before LWS's pod webhook gives it the group
+index label."""
 REVISION_LABEL: Final = "leaderworkerset.sigs.k8s.io/template-revision-hash"
 """The LWS template revision a pod was made from (the leader's, copied to its workers)."""
 
 # ----- Kueue (sigs.k8s.io/kueue) ---------------------------------------------------------
 
 KUEUE_API_VERSION: Final = "kueue.x-k8s.io/v1beta2"
+#: Karpenter's NodePools and NodeClaims (read by pools with ``spec.nodePools``).
+KARPENTER_API_VERSION: Final = "karpenter.sh/v1"
 """Workload, ResourceFlavor, AdmissionCheck, ClusterQueue, LocalQueue: served by Kueue v0.19 (its
 storage version there; v1beta1 is deprecated) and the only one from v0.20 on."""
 WORKLOAD_PLURAL: Final = "workloads"

@@ -153,3 +153,21 @@ def waits_for_nodes(pool: str, misfit: Misfit) -> str:
 
 def blocked(pool: str, blocker: str) -> str:
     return f"waits behind {blocker}: pool {pool} is StrictFIFO"
+
+
+def cannot_launch(pool: str, node_pools: Sequence[str], role: str) -> str:
+    """A group of a pool with NodePools that neither its nodes nor its NodePools could ever hold."""
+    names = ", ".join(node_pools)
+    return (
+        f"can never be placed: pod {role} fits none of pool {pool}'s nodes, even empty, and no "
+        f"instance type NodePool {names} may launch holds it (its requirements, taints, limits "
+        "and available offerings)"
+    )
+
+
+def waits_for_launch(pool: str, role: str, launchable: str) -> str:
+    """A group whose pods fit neither the free room of the pool's nodes nor what its NodePools can launch."""
+    return (
+        f"does not fit pool {pool}'s free node room plus what its NodePools can still launch: "
+        f"pod {role} finds no room ({launchable}); no node is bought for part of it"
+    )

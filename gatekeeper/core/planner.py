@@ -30,6 +30,13 @@ A pool with ``nodeFit: QuotaOnly`` (autoscaled nodes) skips the node checks of 2
 a group that fits the quota is admitted, placed tentatively where the existing nodes
 have room, and its other pods (placement ``""``) wait Pending for the nodes an
 autoscaler brings. Its admitted groups with unplaced pods are not called stranded.
+
+A pool with ``spec.nodePools`` (Karpenter) places in 5 what does not fit the free room of
+its existing nodes on nodes its NodePools can still launch (``provisioning.Launcher``),
+all of the group or nothing; 2 asks the same of empty nodes and the NodePools' whole
+limits. Its admitted groups' unbound pods hold room on the nodes coming up (NodeClaims
+not ready yet, passed in as nodes), else on what the NodePools can launch, so no other
+group takes the nodes bought for them. Without ``spec.quota`` it skips 4: the room decides.
 """
 
 from __future__ import annotations
@@ -38,10 +45,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from gatekeeper.core import messages as text
-from gatekeeper.core.demand import GroupDemand, Resources
+from gatekeeper.core.demand import GroupDemand, PodDemand, Resources
 from gatekeeper.core.fit import Misfit, NodeTable, Placement
 from gatekeeper.core.nodes import Node
 from gatekeeper.core.pool import NodeFit, Pool, QueueingStrategy, sum_allocatable
+from gatekeeper.core.provisioning import Launcher
 from gatekeeper.core.quantity import format_amount
 from gatekeeper.core.queue import AdmittedGroup, GroupKey, InvalidDemand, WaitingGroup, queue_order
 from gatekeeper.core.quota import by_importance, check_quota
@@ -163,8 +171,10 @@ class _Pass:
         nodes: Iterable[Node],
         usage: Mapping[str, Mapping[str, int]],
         namespaces: Mapping[str, Mapping[str, str]] | None = None,
+        launcher: Launcher | None = None,
     ):
         node_list = list(nodes)
+        self.launcher = launcher or Launcher((), (), ())
         self.namespaces: Mapping[str, Mapping[str, str]] = namespaces or {}
         self._steered: dict[tuple[str, GroupDemand], GroupDemand] = {}
         self.now = NodeTable(node_list, usage)
@@ -181,6 +191,10 @@ class _Pass:
             else:
                 quota = sum_allocatable(n for n in members if n.schedulable)
                 ceiling = sum_allocatable(members)
+                if pool.node_pools:
+                    # Not checked (the room decides), but shown: what the pool can reach.
+                    for resource, amount in self.launcher.headroom(pool.node_pools).items():
+                        quota[resource] = quota.get(resource, 0) + amount
             self.now.add_view(pool.name, pool.selects)
             self.empty.add_view(pool.name, pool.selects)
             self.states[pool.name] = _PoolState(pool, quota, ceiling, nodes=self.now.view_size(pool.name))
@@ -191,9 +205,14 @@ class _Pass:
         if state is None:
             return
         state.hold(group.demand)
-        for i, pod in enumerate(self._steer(state.pool, group.demand).pods):
+        pool = state.pool
+        for i, pod in enumerate(self._steer(pool, group.demand).pods):
             if i in group.bound or self.now.reserve(group.pool, pod, group.nodes.get(i) or None) is not None:
                 continue
+            if pool.node_pools and not isinstance(
+                self.launcher.launch(pool.node_pools, [pod], pool.selects), PodDemand
+            ):
+                continue  # its node is still to be bought: the NodePools' room is held for it
             if group.key not in state.stranded and state.pool.node_fit is NodeFit.REQUIRED:
                 state.stranded.append(group.key)
 
@@ -219,7 +238,7 @@ class _Pass:
                 state, group, Reason.BLOCKED_BY_STRICT_FIFO, text.blocked(group.pool, str(state.blocker))
             )
         check = check_quota(demand, state.quota, state.used, ceiling=state.ceiling)
-        if not check.fits:
+        if not check.fits and _quota_applies(state.pool):
             detail = text.waits_for_quota(
                 group.pool, demand, check.short, state.quota, state.used, state.holders
             )
@@ -229,6 +248,14 @@ class _Pass:
             if state.pool.node_fit is NodeFit.QUOTA_ONLY:
                 state.hold(demand)
                 return Admission(group.key, group.pool, self._place_some(state, demand))
+            if state.pool.node_pools:
+                launched = self._launch(state, demand)
+                if isinstance(launched, PodDemand):
+                    described = self.launcher.describe(state.pool.node_pools)
+                    detail = text.waits_for_launch(group.pool, launched.role, described)
+                    return self._wait(state, group, Reason.WAITING_FOR_NODES, detail)
+                state.hold(demand)
+                return Admission(group.key, group.pool, launched)
             return self._wait(
                 state, group, Reason.WAITING_FOR_NODES, text.waits_for_nodes(group.pool, outcome)
             )
@@ -242,6 +269,20 @@ class _Pass:
         if steered is None:
             steered = self._steered[key] = pool.steer(demand)
         return steered
+
+    def _launch(self, state: _PoolState, demand: GroupDemand) -> Placement | PodDemand:
+        """All of the group on the free room of the pool's nodes plus nodes its NodePools would
+        launch (kept), or the first pod that finds neither (nothing kept). A pod to launch
+        for has placement ``""``: its node does not exist yet."""
+        pool, pods = state.pool, demand.pods
+        partial = self.now.place_partial(pool.name, pods, keep=False)
+        rest = [pods[i] for i, node in enumerate(partial) if node is None]
+        launched = self.launcher.launch(pool.node_pools, rest, pool.selects, keep=False)
+        if isinstance(launched, PodDemand):
+            return launched
+        self.now.place_partial(pool.name, pods, keep=True)
+        self.launcher.launch(pool.node_pools, rest, pool.selects, keep=True)
+        return tuple(node or "" for node in partial)
 
     def _place_some(self, state: _PoolState, demand: GroupDemand) -> Placement:
         """A QuotaOnly pool's group that does not fit whole: room held for the pods that fit
@@ -262,7 +303,7 @@ class _Pass:
         """Why ``demand`` can never be admitted into the pool as it is, or None (cached per pass)."""
         key = (state.pool.name, demand)
         if key not in self._never_cache:
-            self._never_cache[key] = _never(state, self.empty, demand)
+            self._never_cache[key] = _never(state, self.empty, demand, self.launcher)
         return self._never_cache[key]
 
     def _place(self, state: _PoolState, demand: GroupDemand) -> Placement | Misfit:
@@ -281,19 +322,34 @@ def _say(group: WaitingGroup, detail: str) -> str:
     return f"group {group.key.index} {detail}"
 
 
-def _never(state: _PoolState, hypothetical: NodeTable, demand: GroupDemand) -> tuple[Reason, str] | None:
+def _quota_applies(pool: Pool) -> bool:
+    """A pool with NodePools and no ``spec.quota`` has no quota: the room decides."""
+    return pool.quota is not None or not pool.node_pools
+
+
+def _never(
+    state: _PoolState, hypothetical: NodeTable, demand: GroupDemand, launcher: Launcher
+) -> tuple[Reason, str] | None:
     pool = state.pool
     explicit = pool.quota is not None
     check = check_quota(demand, state.quota, {}, ceiling=state.ceiling)
-    if check.uncovered:
-        return Reason.RESOURCE_NOT_IN_QUOTA, text.not_in_quota(pool.name, check.uncovered, explicit)
-    if check.too_large:
-        resource = by_importance(check.too_large)[0]
-        return Reason.EXCEEDS_QUOTA, text.exceeds_quota(
-            pool.name, demand, resource, state.ceiling[resource], explicit
-        )
+    if _quota_applies(pool):
+        if check.uncovered:
+            return Reason.RESOURCE_NOT_IN_QUOTA, text.not_in_quota(pool.name, check.uncovered, explicit)
+        if check.too_large:
+            resource = by_importance(check.too_large)[0]
+            return Reason.EXCEEDS_QUOTA, text.exceeds_quota(
+                pool.name, demand, resource, state.ceiling[resource], explicit
+            )
     if pool.node_fit is NodeFit.QUOTA_ONLY:
         return None  # the nodes that will hold it may not exist yet
+    if pool.node_pools:
+        partial = hypothetical.place_partial(pool.name, demand.pods, keep=False)
+        rest = [demand.pods[i] for i, node in enumerate(partial) if node is None]
+        never = launcher.launch(pool.node_pools, rest, pool.selects, keep=False, fresh=True)
+        if isinstance(never, PodDemand):
+            return Reason.NODES_TOO_SMALL, text.cannot_launch(pool.name, pool.node_pools, never.role)
+        return None
     placed = hypothetical.place(pool.name, demand.pods, keep=False)
     if isinstance(placed, Misfit):
         reason = Reason.NO_MATCHING_NODE if placed.eligible == 0 else Reason.NODES_TOO_SMALL
@@ -308,15 +364,18 @@ def plan(
     admitted: Iterable[AdmittedGroup],
     waiting: Iterable[WaitingGroup],
     namespaces: Mapping[str, Mapping[str, str]] | None = None,
+    launcher: Launcher | None = None,
 ) -> Plan:
     """Decide which waiting groups to admit now and why each other one waits.
 
     ``usage`` is what bound, non-terminal pods request per node (``nodes.node_usage``).
     ``namespaces`` holds each namespace's labels (for the pools' ``namespaceSelector``).
+    ``launcher`` is what the pools' Karpenter NodePools can still launch (``nodes`` then
+    include the nodes coming up, ``provisioning.coming_up``).
     Waiting groups already in ``admitted`` (same key) are ignored. Raises ValueError if
     two pools share a name.
     """
-    planning = _Pass(pools, nodes, usage, namespaces)
+    planning = _Pass(pools, nodes, usage, namespaces, launcher)
     admitted_keys: set[GroupKey] = set()
     for group in sorted(admitted, key=lambda g: g.key):
         admitted_keys.add(group.key)

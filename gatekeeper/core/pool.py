@@ -22,6 +22,13 @@ the meaning a Kueue ClusterQueue gives it: absent, none; ``{}``, every namespace
 whose nodes an autoscaler adds when pods are Pending (Cluster Autoscaler, Karpenter):
 autoscalers ignore gated pods, so a pool that waits for free nodes before it ungates
 would never grow. Such a pool needs an explicit quota (its nodes come and go).
+
+``spec.nodePools`` names the Karpenter NodePools whose nodes belong to the pool (their
+template labels must carry the pool's ``nodeSelector``). Node fit then counts, beside the
+free room of the existing nodes, what those NodePools can still launch
+(``provisioning.py``): a group is admitted only when all its pods fit the two together,
+so Karpenter buys nodes for whole groups only. Without ``spec.quota`` such a pool has no
+quota of its own: the room decides. It cannot be combined with ``QuotaOnly``.
 """
 
 from __future__ import annotations
@@ -77,6 +84,8 @@ class Pool:
     """``spec.tolerations`` as written: added to the pods' tolerations when their gates are lifted."""
     namespace_selector: LabelSelector | None = field(default_factory=LabelSelector)
     """Which namespaces may use the pool; None (the field absent from a Pool object): none."""
+    node_pools: tuple[str, ...] = ()
+    """``spec.nodePools``: the Karpenter NodePools whose nodes belong to the pool (``provisioning.py``)."""
 
     def selects(self, node: Node) -> bool:
         """Does ``spec.nodeSelector`` select this node?"""
@@ -155,6 +164,16 @@ def parse_pool(obj: Mapping[str, Any]) -> Pool:
             if spec.get("namespaceSelector") is not None
             else None
         )
+        node_pools = tuple(
+            _node_pool_name(n, f"spec.nodePools[{i}]")
+            for i, n in enumerate(sequence(spec.get("nodePools"), "spec.nodePools"))
+        )
+        if len(node_pools) > MAX_NODE_POOLS:
+            raise ValueError(f"spec.nodePools: {len(node_pools)} NodePools, at most {MAX_NODE_POOLS}")
+        if node_pools and node_fit is NodeFit.QUOTA_ONLY:
+            raise ValueError(
+                "spec.nodePools: not with spec.nodeFit QuotaOnly (the NodePools say what nodes can come)"
+            )
         if node_fit is NodeFit.QUOTA_ONLY and quota is None:
             raise ValueError(
                 "spec.quota: required when spec.nodeFit is QuotaOnly (the pool's nodes come and go, "
@@ -170,7 +189,18 @@ def parse_pool(obj: Mapping[str, Any]) -> Pool:
         node_fit=node_fit,
         tolerations=tolerations,
         namespace_selector=namespaces,
+        node_pools=node_pools,
     )
+
+
+#: At most this many NodePools per Pool (the CRD says so too).
+MAX_NODE_POOLS = 16
+
+
+def _node_pool_name(value: object, where: str) -> str:
+    if not isinstance(value, str) or not value or len(value) > 253:
+        raise ValueError(f"{where}: expected a NodePool name of 1-253 characters, got {value!r}")
+    return value
 
 
 def _check_tolerations(tolerations: tuple[Toleration, ...]) -> None:

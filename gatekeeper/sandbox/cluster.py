@@ -5,14 +5,16 @@ machines run no containers. So the sandbox starts the real binaries (built by
 ``build.py``) as background processes that outlive the command that started them:
 etcd, kube-apiserver, kube-scheduler, kube-controller-manager, KWOK (fake nodes whose
 pods turn Running and Ready without a kubelet) and the LeaderWorkerSet controller with
-its webhooks served on loopback; on request also the real Kueue (``kueue.py``).
+its webhooks served on loopback; on request also the real Kueue (``kueue.py``) and the
+real Karpenter with its KWOK cloud provider (``karpenter.py``).
 Everything a sandbox owns lives in one folder: certificates, etcd data, one log per
 component, ``kubeconfig`` and ``state.json`` (ports and process ids), so ``down`` can
 stop exactly what ``up`` started.
 
 This module is the orchestrator the CLI, the demo, the tests and the benchmarks use
 (:class:`Sandbox`); each component is started by its own module (``etcd.py``,
-``control_plane.py``, ``kwok.py``, ``lws.py``, ``kueue.py``, ``gatekeeper.py``), on the
+``control_plane.py``, ``kwok.py``, ``lws.py``, ``kueue.py``, ``karpenter.py``,
+``gatekeeper.py``), on the
 process handling of ``process.py``, with the objects of ``manifests.py``.
 """
 
@@ -26,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gatekeeper.sandbox import build, control_plane, etcd, kueue, kwok, lws, process
+from gatekeeper.sandbox import build, control_plane, etcd, karpenter, kueue, kwok, lws, process
 from gatekeeper.sandbox import gatekeeper as gk
 from gatekeeper.sandbox.kubectl import Kubectl
 from gatekeeper.sandbox.manifests import (
@@ -151,6 +153,7 @@ class Sandbox:
         gatekeeper: bool = True,
         extra: Callable[[Sandbox], None] | None = None,
         with_kueue: bool = False,
+        with_karpenter: bool = False,
         audit: bool = False,
     ) -> None:
         """Start the sandbox, or bring back what of it died.
@@ -160,7 +163,10 @@ class Sandbox:
         they were started with, in their order, so every object of the cluster stays. Only a
         sandbox whose etcd data is gone starts afresh. ``with_kueue`` also builds and runs
         the real Kueue (``kueue.py``), after LWS; on a running sandbox without it, Kueue is
-        added. ``audit`` has the API server write an audit log of every write
+        added. ``with_karpenter`` likewise builds and runs the real Karpenter
+        (``karpenter.py``), which buys KWOK nodes for the NodePools made in the sandbox; a
+        gatekeeper already running is started again, with Karpenter's instance types.
+        ``audit`` has the API server write an audit log of every write
         (``control_plane.AUDIT_LOG``), restarting it to turn it on if need be.
         """
         start = time.monotonic()
@@ -179,12 +185,26 @@ class Sandbox:
                 installed = build.build_all(["kueue"], say=self.say)
                 self._link_bins(installed)
                 kueue.start_kueue(runner, self.state(), installed["kueue"], self.pki, kubectl)
+            if with_karpenter and karpenter.COMPONENT not in self.running():
+                installed = build.build_all(["karpenter"], say=self.say)
+                self._link_bins(installed)
+                karpenter.start_karpenter(runner, self.state(), installed["karpenter"], kubectl)
+                if gk.COMPONENT in self.running():
+                    # Started before Karpenter, it was not given the instance types.
+                    self.stop(gk.COMPONENT)
             if gatekeeper and gk.COMPONENT not in self.running():
                 gk.install_objects(kubectl)
                 self.start_gatekeeper()
             return
 
-        wanted = ["kubernetes", "etcd", "kwok", "lws", *(["kueue"] if with_kueue else [])]
+        wanted = [
+            "kubernetes",
+            "etcd",
+            "kwok",
+            "lws",
+            *(["kueue"] if with_kueue else []),
+            *(["karpenter"] if with_karpenter else []),
+        ]
         installed = build.build_all(wanted, say=self.say)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.log_dir.mkdir(exist_ok=True)
@@ -205,6 +225,8 @@ class Sandbox:
             lws.start(runner, state, installed["lws"], pki, kubectl)
             if with_kueue:
                 kueue.start_kueue(runner, state, installed["kueue"], pki, kubectl)
+            if with_karpenter:
+                karpenter.start_karpenter(runner, state, installed["karpenter"], kubectl)
             self._wait_apiservices()
             gk.install_objects(kubectl)
             self.apply(sandbox_policies())
@@ -277,6 +299,7 @@ class Sandbox:
             etcd.COMPONENT: f"http://127.0.0.1:{p.get('etcd')}/health",
             lws.COMPONENT: f"http://127.0.0.1:{p.get('lws_health')}/readyz",
             kueue.COMPONENT: f"http://127.0.0.1:{p.get('kueue_health')}/readyz",
+            karpenter.COMPONENT: f"http://127.0.0.1:{p.get('karpenter_health')}/readyz",
         }
         if name == control_plane.APISERVER:
             return lambda: control_plane.apiserver_ready(p["apiserver"], self.pki)
@@ -358,11 +381,17 @@ class Sandbox:
         runs it with another identity than the admin's (the chart's ServiceAccount, say).
         ``backend`` is ``pools`` or ``kueue``; by default ``kueue`` when the sandbox runs
         Kueue, else ``pools`` (a restart keeps what the sandbox was started with).
-        ``args`` are further flags of ``lws-gatekeeper run``. ``image`` runs it instead as a
-        Deployment of the chart runs it, from the image's root file system (``gk.FromImage``).
+        ``args`` are further flags of ``lws-gatekeeper run``. With Karpenter running, the
+        ``pools`` backend is given Karpenter's instance-type file. ``image`` runs it instead
+        as a Deployment of the chart runs it, from the image's root file system
+        (``gk.FromImage``: the Deployment's own args, so ``args`` do not apply).
         """
+        processes = self.state()["processes"]
         if backend is None:
-            backend = "kueue" if kueue.COMPONENT in self.state()["processes"] else "pools"
+            backend = "kueue" if kueue.COMPONENT in processes else "pools"
+        if backend == "pools" and karpenter.COMPONENT in processes:
+            # The instance types Karpenter reads: Pools with spec.nodePools plan on them.
+            args = [f"--karpenter-instance-types={karpenter.types_file_of(self.runner)}", *args]
         gk.start(
             self.runner,
             self.pki,

@@ -42,6 +42,7 @@ from gatekeeper.core.keys import (
 )
 from gatekeeper.sandbox.cluster import Sandbox
 from gatekeeper.sandbox.control_plane import AUDIT_LOG
+from gatekeeper.sandbox.observe import summarize
 from gatekeeper.sandbox.replay import list_raw
 
 __all__ = ["GPU", "BlackHole", "Monitor", "Tally", "gatekeeper_writes", "lws_body", "pool_body"]
@@ -207,15 +208,7 @@ class Monitor:
 
     async def whole(self, size: int) -> int:
         """Groups admitted with all ``size`` pods Ready right now."""
-        pods = await list_raw(self.api, "pods", namespace=self.namespace)
-        ready: dict[tuple[str, int], int] = {}
-        for p in pods:
-            labels = p["metadata"].get("labels", {})
-            if p["metadata"].get("deletionTimestamp") or not _is_ready(p) or LWS_NAME_LABEL not in labels:
-                continue
-            key = (labels[LWS_NAME_LABEL], labels.get(GROUP_INDEX_LABEL, ""))
-            ready[key] = ready.get(key, 0) + 1
-        return sum(1 for n in ready.values() if n == size)
+        return summarize(await list_raw(self.api, "pods", namespace=self.namespace), size).whole_groups
 
     async def run(self, stop: anyio.Event) -> None:
         while not stop.is_set():
@@ -226,13 +219,6 @@ class Monitor:
                 self.tally.notes.append(f"sample missed: {type(exc).__name__}")
             with anyio.move_on_after(max(0.0, 1.0 - (time.monotonic() - started))):
                 await stop.wait()
-
-
-def _is_ready(pod: dict[str, Any]) -> bool:
-    status = pod.get("status", {})
-    return status.get("phase") == "Running" and any(
-        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions", []) or []
-    )
 
 
 def _audit_lines(sb: Sandbox) -> Iterator[dict[str, Any]]:

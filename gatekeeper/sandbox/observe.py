@@ -21,12 +21,22 @@ GATE = SCHEDULING_GATE
 GPU = "nvidia.com/gpu"
 
 
+def _index(value: object) -> int | None:
+    try:
+        return int(str(value)) if value is not None else None
+    except ValueError:
+        return None
+
+
 def _gpus(pod: Mapping[str, Any]) -> int:
     total = 0
     for c in pod.get("spec", {}).get("containers", []):
         res = c.get("resources", {})
         val = res.get("requests", {}).get(GPU, res.get("limits", {}).get(GPU, 0))
-        total += int(val)
+        try:
+            total += int(val)
+        except (TypeError, ValueError):
+            continue  # not a whole number of GPUs: the API server would have refused it
     return total
 
 
@@ -97,9 +107,10 @@ def summarize(pods: Iterable[Mapping[str, Any]], size: int) -> Verdict:
     for pod in pods:
         meta = pod.get("metadata", {})
         labels = meta.get("labels", {})
-        if meta.get("deletionTimestamp") or GROUP_INDEX_LABEL not in labels:
-            continue
-        key = (labels.get(LWS_NAME_LABEL, ""), int(labels[GROUP_INDEX_LABEL]))
+        index = _index(labels.get(GROUP_INDEX_LABEL))
+        if meta.get("deletionTimestamp") or index is None:
+            continue  # leaving, or not an LWS group's pod (a forged label the fault tests make)
+        key = (labels.get(LWS_NAME_LABEL, ""), index)
         g = verdict.groups.setdefault(key, GroupView(lws=key[0], index=key[1]))
         g.pods += 1
         if pod.get("spec", {}).get("nodeName") and pod.get("status", {}).get("phase") not in (

@@ -7,11 +7,13 @@ only objects labelled ``lws-gatekeeper.io/pool``:
 
 - ``leaderworkersets.lws-gatekeeper.io`` copies the LWS's opt-in label into its pod
   templates (pods do not inherit an LWS's labels), and removes it when the LWS drops it;
-- ``pods.lws-gatekeeper.io`` adds the gate to every pod created with that label.
+- ``pods.lws-gatekeeper.io`` adds the gate to every pod created with that label, except
+  a pod of a group that already holds its admission (``pass_through``: the leader's
+  table), which it makes as if its gate had been lifted at once.
 
 Unrelated pods never reach the gatekeeper, so its outage cannot block them; opted-in
 objects are refused while it is down (failurePolicy Fail), so none escapes the gate.
-The decisions are pure (``gatekeeper.core.gating``); ``server`` serves them over HTTPS,
+The decisions are pure (``gatekeeper.core.gating``, ``core.pass_through``); ``server`` serves them over HTTPS,
 ``thread`` runs that server on an event loop of its own, and ``config`` builds the
 MutatingWebhookConfiguration.
 """

@@ -30,6 +30,7 @@ import ssl
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,7 @@ from prometheus_client import Counter
 from gatekeeper.core.gating import is_opted_in, lws_label_patch, pod_gate_patch
 from gatekeeper.core.keys import POOL_LABEL, SCHEDULING_GATE
 from gatekeeper.webhook.config import LWS_PATH, PODS_PATH
+from gatekeeper.webhook.pass_through import PassThrough
 
 __all__ = [
     "CERT_CHECK_SECONDS",
@@ -88,6 +90,8 @@ class Review:
     obj: Mapping[str, Any]
     where: str
     """``namespace/name`` of the object, for messages and logs."""
+    namespace: str = ""
+    """The namespace of the request (a pod being created has none of its own yet, often)."""
 
 
 def parse_review(body: bytes) -> Review:
@@ -111,6 +115,7 @@ def parse_review(body: bytes) -> Review:
         operation=str(request.get("operation", "")),
         obj=obj,
         where=_where(request, obj),
+        namespace=str(request.get("namespace") or ""),
     )
 
 
@@ -130,10 +135,18 @@ def _answer(uid: str, patch: Patch | None = None, denied: str | None = None, cod
     return {"apiVersion": _ADMISSION_API_VERSION, "kind": "AdmissionReview", "response": response}
 
 
-def _pod_patch(review: Review) -> Patch:
-    """The gate, on a pod being created with the opt-in label; nothing for any other pod."""
+def _pod_patch(review: Review, pass_through: PassThrough | None = None) -> Patch:
+    """The gate, on a pod being created with the opt-in label; nothing for any other pod.
+
+    A pod of a group that already holds its admission (``pass_through``) is instead made
+    as if its gate had been lifted at once: the pool's node selector and tolerations.
+    """
     if review.operation != "CREATE" or not is_opted_in(review.obj):
         return []
+    if pass_through is not None:
+        ops = pass_through.patch(review.obj, review.namespace)
+        if ops is not None:
+            return ops
     return pod_gate_patch(review.obj)
 
 
@@ -250,15 +263,20 @@ async def _ok(request: web.Request) -> web.Response:
 
 
 def make_app(
-    *, max_body: int = MAX_BODY_BYTES, max_concurrent: int = MAX_CONCURRENT_REVIEWS
+    *,
+    max_body: int = MAX_BODY_BYTES,
+    max_concurrent: int = MAX_CONCURRENT_REVIEWS,
+    pass_through: PassThrough | None = None,
 ) -> web.Application:
     """The webhook application (plain HTTP; ``start_webhook_server`` serves it over TLS).
 
-    Both webhooks share one bound of ``max_concurrent`` reviews at once.
+    Both webhooks share one bound of ``max_concurrent`` reviews at once. ``pass_through``
+    (published by the leader) lets pods of admitted groups be made without the gate.
     """
     app = web.Application(client_max_size=max_body)
     in_flight = _InFlight(max_concurrent)
-    app.router.add_post(PODS_PATH, _handler("pods", _pod_patch, in_flight, max_body))
+    pods = partial(_pod_patch, pass_through=pass_through)
+    app.router.add_post(PODS_PATH, _handler("pods", pods, in_flight, max_body))
     app.router.add_post(LWS_PATH, _handler("leaderworkersets", _lws_patch, in_flight, max_body))
     app.router.add_get("/healthz", _ok)
     app.router.add_get("/readyz", _ok)
@@ -314,14 +332,16 @@ class _ReloadingTLS:
             )
 
 
-async def start_webhook_server(host: str, port: int, cert_file: Path, key_file: Path) -> web.AppRunner:
+async def start_webhook_server(
+    host: str, port: int, cert_file: Path, key_file: Path, pass_through: PassThrough | None = None
+) -> web.AppRunner:
     """Serve ``make_app()`` over HTTPS on ``host:port`` (0: any free port); returns the started runner.
 
     The caller stops it with ``await runner.cleanup()``; ``runner.addresses`` tells the
     bound address.
     """
     tls = _ReloadingTLS(cert_file, key_file)
-    runner = web.AppRunner(make_app(), access_log=None)
+    runner = web.AppRunner(make_app(pass_through=pass_through), access_log=None)
     await runner.setup()
     try:
         await web.TCPSite(runner, host, port, ssl_context=tls.context).start()

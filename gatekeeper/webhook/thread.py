@@ -6,9 +6,9 @@ process's main event loop a review waits behind whatever the loop is doing: deco
 page of 100 pods or a burst of watch events holds it for hundreds of milliseconds at a
 time (measured with 20,000 pods: webhook p99 482 ms). On a loop of its own, a review
 waits only for the interpreter's thread switch at each of its awaits (set to
-:data:`GIL_SWITCH_SECONDS`), whatever the main loop does. The webhook is stateless
-(``server.make_app`` reads nothing the controller holds), so nothing is shared but the
-metrics registry, which is thread-safe.
+:data:`GIL_SWITCH_SECONDS`), whatever the main loop does. The webhook shares
+only the metrics registry (thread-safe) and the leader's table of admitted groups
+(``pass_through``: one reference, swapped whole by the controller's thread).
 
 ``controller/app.py`` starts it with :meth:`WebhookThread.start` and stops it with
 :meth:`WebhookThread.cleanup`, as it does the metrics server's runner.
@@ -25,6 +25,7 @@ from typing import Any
 import anyio.to_thread
 from aiohttp import web
 
+from gatekeeper.webhook.pass_through import PassThrough
 from gatekeeper.webhook.server import start_webhook_server
 
 __all__ = ["GIL_SWITCH_SECONDS", "WebhookThread"]
@@ -49,7 +50,9 @@ class WebhookThread:
         return list(self._runner.addresses) if self._runner else []
 
     @classmethod
-    async def start(cls, host: str, port: int, cert_file: Path, key_file: Path) -> WebhookThread:
+    async def start(
+        cls, host: str, port: int, cert_file: Path, key_file: Path, pass_through: PassThrough | None = None
+    ) -> WebhookThread:
         """Start serving; returns once the server listens (or raises what kept it from it)."""
         self = cls()
         sys.setswitchinterval(GIL_SWITCH_SECONDS)
@@ -61,7 +64,9 @@ class WebhookThread:
             asyncio.set_event_loop(loop)
             self._loop = loop
             try:
-                self._runner = loop.run_until_complete(start_webhook_server(host, port, cert_file, key_file))
+                self._runner = loop.run_until_complete(
+                    start_webhook_server(host, port, cert_file, key_file, pass_through)
+                )
             except BaseException as exc:  # reported to the caller, which fails the start
                 failed.append(exc)
                 started.set()

@@ -137,6 +137,35 @@ def kueue_sandbox(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
 
 
 @pytest.fixture(scope="session")
+def karpenter_sandbox(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
+    """A sandbox with the real Karpenter (KWOK cloud provider) and no static nodes.
+
+    One per session, for every test module that needs Karpenter; stopped at the end unless
+    ``--keep-sandbox``. Its folder is the session sandbox's with ``-karpenter`` appended.
+    Every GPU node in it is one Karpenter bought.
+    """
+    if request.config.getoption("--cluster") != "sandbox":
+        pytest.fail(
+            "the Karpenter tests run the sandbox's own Karpenter: use --cluster=sandbox", pytrace=False
+        )
+    where = request.config.getoption("--sandbox-dir")
+    folder = Path(f"{where}-karpenter") if where else default_dir("pytest-karpenter")
+    sb = Sandbox(folder, say=lambda m: print(m, flush=True))
+    try:
+        sb.up(nodes=0, with_karpenter=True)
+    except Exception as exc:  # the reason goes into every test's failure, never a skip
+        pytest.fail(
+            f"the sandbox with Karpenter could not start (CI={os.environ.get('CI', '')}): {exc}",
+            pytrace=False,
+        )
+    try:
+        yield sb
+    finally:
+        if not request.config.getoption("--keep-sandbox"):
+            sb.down()
+
+
+@pytest.fixture(scope="session")
 async def api(cluster: Cluster) -> kr8s.asyncio.Api:
     return await kr8s.asyncio.api(kubeconfig=str(cluster.kubeconfig))
 

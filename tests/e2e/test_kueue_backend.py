@@ -13,6 +13,7 @@ managed by Kueue: Kueue only ever sees the gatekeeper's Workloads.
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter
 from typing import Any
@@ -42,6 +43,7 @@ from tests.e2e.kueue_support import (
     wait,
     workloads,
 )
+from tests.e2e.test_why import run_why
 
 GPU = "nvidia.com/gpu"
 NEVER_FIT_RETRY = 2
@@ -551,3 +553,34 @@ def test_a_pod_its_lws_did_not_make_is_never_let_through_on_the_groups_workload(
     attack_table.add(
         "a bare pod claiming admitted group 0 (kueue backend)", "contained", f"stays gated: {said['message']}"
     )
+
+
+def test_why_names_the_cluster_queue_its_holders_and_kueues_words(kueue_sandbox: Sandbox) -> None:
+    """``kubectl lws-gatekeeper why`` with the kueue backend: the pool is the ClusterQueue."""
+    sb = kueue_sandbox
+    q = make_queue(sb, gpus=4, nodes=4, gpus_per_node=1, managed=False)
+    sb.apply([lws("vllm", q.namespace, _opted_in(q), replicas=3, size=2, gpus_per_pod=1)])
+    wait("2 whole groups Running, 1 gated", lambda: settled(sb, q.namespace, running=2, gated=1, size=2))
+
+    def answer() -> dict[str, Any] | None:
+        out = run_why(sb.kubeconfig, sb.bin_dir, "lws/vllm", "-n", q.namespace, "-o", "json")
+        assert out.returncode == 0, out.stderr
+        got: dict[str, Any] = json.loads(out.stdout)
+        view = got["pool_view"] or {}
+        return got if len(view.get("admitted", [])) == 2 and len(view.get("waiting", [])) == 1 else None
+
+    got = wait("the ClusterQueue holds 2 groups and 1 waits", answer)
+    assert [(g["group"], g["state"]) for g in got["groups"]] == [
+        (0, "admitted"),
+        (1, "admitted"),
+        (2, "waiting"),
+    ]
+    view = got["pool_view"]
+    assert (view["kind"], view["name"], view["quota"]["nvidia.com/gpu"], view["used"]["nvidia.com/gpu"]) == (
+        "ClusterQueue",
+        q.cluster_queue,
+        "4",
+        "4",
+    ), view
+    assert got["groups"][2]["reason"] != "" and got["groups"][2]["message"], got["groups"][2]
+    assert "2 nvidia.com/gpu must be freed" in got["next_group"], got["next_group"]

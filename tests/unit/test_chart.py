@@ -25,8 +25,10 @@ import pytest
 import yaml
 
 from gatekeeper.core.keys import NODE_FIT_CONTROLLER, POOL_LABEL
+from gatekeeper.core.provisioning import parse_instance_types
 from gatekeeper.render.admission import load_policies, service_account_username
 from gatekeeper.sandbox import build
+from gatekeeper.sandbox.karpenter import GPU_TYPES
 from gatekeeper.webhook import mutating_webhook_configuration
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -162,6 +164,16 @@ NODE_FIT_CLUSTER_RULES: list[Rule] = [
 ]
 
 
+# Pools with spec.nodePools (gatekeeper/controller/backends/pools.py, with instance types):
+# informers on Karpenter's NodePools and NodeClaims.
+KARPENTER_CLUSTER_RULES: list[Rule] = [
+    ("karpenter.sh", "nodeclaims", ("list", "watch"), ()),
+    ("karpenter.sh", "nodepools", ("list", "watch"), ()),
+]
+# The sandbox's instance types, as Karpenter's KWOK provider reads them.
+KARPENTER = ["--set-json", f"karpenter.instanceTypes={json.dumps(list(GPU_TYPES))}"]
+
+
 def merged(*rule_lists: list[Rule]) -> list[Rule]:
     """The rules of several concerns as one ClusterRole grants them: one rule per resource,
     the verbs of the first concern, then the others' that it lacks."""
@@ -191,6 +203,7 @@ def test_helm_is_the_pinned_version(helm: Path) -> None:
         ["--set", "backend=kueue", "--set", "nodeFit.admissionCheck.create=true"],
         ["--set", "backend=kueue", "--set", "nodeFit.enabled=false"],
         ["--set", "nodeFit.enabled=true"],
+        KARPENTER,
     ],
     ids=[
         "default",
@@ -200,6 +213,7 @@ def test_helm_is_the_pinned_version(helm: Path) -> None:
         "kueue-admission-check",
         "kueue-no-node-fit",
         "pools-node-fit",
+        "pools-karpenter",
     ],
 )
 def test_helm_lint_strict(helm: Path, values: list[str]) -> None:
@@ -361,6 +375,8 @@ KUEUE = ["--set", "backend=kueue"]
         ([*KUEUE, "--set", "nodeFit.enabled=true"], merged(KUEUE_CLUSTER_RULES, NODE_FIT_CLUSTER_RULES)),
         ([*KUEUE, "--set", "nodeFit.enabled=false"], KUEUE_CLUSTER_RULES),
         ([*KUEUE, "--set", "gateInjection=policy"], merged(KUEUE_CLUSTER_RULES, NODE_FIT_CLUSTER_RULES)),
+        (KARPENTER, merged(CLUSTER_RULES, KARPENTER_CLUSTER_RULES)),
+        ([*KUEUE, *KARPENTER], merged(KUEUE_CLUSTER_RULES, NODE_FIT_CLUSTER_RULES)),
     ],
     ids=[
         "default",
@@ -373,6 +389,8 @@ KUEUE = ["--set", "backend=kueue"]
         "kueue-node-fit",
         "kueue-no-node-fit",
         "kueue-policy",
+        "pools-karpenter",
+        "kueue-ignores-karpenter",
     ],
 )
 def test_rbac_has_no_wildcards_and_exactly_what_the_controller_uses(
@@ -598,6 +616,24 @@ def test_extra_args_and_image(render: Render) -> None:
     c = container(objects)
     assert c["image"] == "registry.example/gk:1.2.3"
     assert c["args"][-3:] == ["--log-level=DEBUG", "--log-format=text", "--metrics-host=0.0.0.0"]
+
+
+def test_karpenter_instance_types_go_to_the_gatekeeper(render: Render, default: list[dict[str, Any]]) -> None:
+    objects = render(*KARPENTER)
+    [config] = [c for c in by_kind(objects, "ConfigMap") if c["metadata"]["name"].endswith("-karpenter")]
+    types = parse_instance_types(json.loads(config["data"]["instance-types.json"]))
+    assert [t.name for t in types] == ["g4dn.xlarge", "g4dn.metal"]
+    c = container(objects)
+    path = "/etc/lws-gatekeeper/karpenter/instance-types.json"
+    assert f"--karpenter-instance-types={path}" in c["args"]
+    mounts = {m["name"]: m for m in c["volumeMounts"]}
+    assert mounts["karpenter"] == {"name": "karpenter", "mountPath": path.rsplit("/", 1)[0], "readOnly": True}
+    volumes = {v["name"]: v for v in one(objects, "Deployment")["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["karpenter"]["configMap"]["name"] == config["metadata"]["name"]
+    assert not any("karpenter" in a for a in container(default)["args"]), "off without instance types"
+    assert not [
+        c for c in by_kind(render(*KUEUE, *KARPENTER), "ConfigMap") if "karpenter" in c["metadata"]["name"]
+    ]
 
 
 # ---- the kueue backend and the node-fit AdmissionCheck controller ------------------------------

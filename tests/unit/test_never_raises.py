@@ -4,7 +4,8 @@ One exception in a pass once ended the controller, and both replicas met the sam
 in turn. Hypothesis takes a valid cluster (an LWS with its pods and records, a Pool, nodes,
 a Kueue Workload and flavor) and breaks it at random places with random values (None,
 negative, enormous or non-integer numbers, strings, lists, maps, quantities of many
-digits), then runs every decision on it: each must return, never raise. Nodes and Pools
+digits), then runs every decision on it: each must return, never raise. The cluster has
+a Pool over a Karpenter NodePool too, with a NodeClaim and an instance type. Nodes and Pools
 are parsed as the controller parses them, where a ``ValueError`` (or an arithmetic error)
 means "this object is skipped and reported".
 """
@@ -15,7 +16,7 @@ import copy
 from datetime import UTC, datetime
 from typing import Any
 
-from core_builders import lws, lws_pod, node, pool, record
+from core_builders import ctr, lws, lws_pod, node, pod_spec, pool, record
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -25,6 +26,7 @@ from gatekeeper.core.backends.pools import PassInputs, Snapshot, decide, plan_wr
 from gatekeeper.core.checks.node_fit import decide_node_fit
 from gatekeeper.core.checks.node_fit import plan_writes as node_fit_writes
 from gatekeeper.core.nodes import parse_node
+from gatekeeper.core.provisioning import parse_instance_types
 from gatekeeper.core.writes import Memory
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
@@ -81,11 +83,59 @@ def cluster() -> dict[str, Any]:
             "admissionChecks": [{"name": "node-fit", "state": "Pending", "message": ""}],
         },
     }
+    tolerant = pod_spec(ctr(gpu_limit=1), tolerations=[{"key": "gpu", "operator": "Exists"}])
+    on_karpenter = lws("kv", "team").pool("k").uid("u-2").size(2).replicas(2).worker(tolerant).obj()
+    on_karpenter["metadata"]["generation"] = 1
+    karpenter_pool = pool("k").obj()
+    karpenter_pool["spec"]["nodePools"] = ["np"]
+    node_pool = {
+        "metadata": {"name": "np"},
+        "spec": {
+            "template": {
+                "metadata": {"labels": {"pool": "k"}},
+                "spec": {
+                    "requirements": [
+                        {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]}
+                    ],
+                    "taints": [{"key": "gpu", "value": "yes", "effect": "NoSchedule"}],
+                },
+            },
+            "limits": {GPU: "4", "cpu": "100"},
+        },
+    }
+    claim = {
+        "metadata": {"name": "c0", "labels": {"karpenter.sh/nodepool": "np", "pool": "k"}},
+        "spec": {
+            "requirements": [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["t1"]}],
+            "resources": {"requests": {GPU: "1", "cpu": "1"}},
+            "taints": [{"key": "gpu", "value": "yes", "effect": "NoSchedule"}],
+        },
+        "status": {"nodeName": "c0-node", "capacity": {GPU: "1"}, "allocatable": {GPU: "1", "pods": "110"}},
+    }
+    instance_type = {
+        "name": "t1",
+        "architecture": "amd64",
+        "operatingSystems": ["linux"],
+        "resources": {"cpu": "4", "memory": "16Gi", GPU: "1"},
+        "offerings": [
+            {
+                "Price": 0.5,
+                "Available": True,
+                "Requirements": [
+                    {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]},
+                    {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["z"]},
+                ],
+            }
+        ],
+    }
     return {
-        "lwss": [vllm],
+        "node_pools": [node_pool],
+        "node_claims": [claim],
+        "instance_types": [instance_type],
+        "lwss": [vllm, on_karpenter],
         "pods": pods,
         "records": records,
-        "pools": [pool("a").quota(gpu=4).obj()],
+        "pools": [pool("a").quota(gpu=4).obj(), karpenter_pool],
         "nodes": [node(f"n{i}").labels(pool="a").alloc(gpu=2).obj() for i in range(3)],
         "workloads": [workload],
         "flavors": [{"metadata": {"name": "h100"}, "spec": {"nodeLabels": {"pool": "a"}}}],
@@ -137,6 +187,13 @@ def _nodes(objs: list[Any]) -> list[Any]:
     return parsed
 
 
+def _instance_types(data: Any) -> tuple[Any, ...]:
+    try:
+        return parse_instance_types(data)
+    except (ValueError, ArithmeticError):
+        return ()  # refused at start: ``run`` does not start with a bad file
+
+
 def _lst(value: Any) -> list[Any]:
     return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
 
@@ -156,6 +213,9 @@ def test_no_broken_object_makes_a_decision_raise(objs: dict[str, Any]) -> None:
         pools=_lst(objs["pools"]),
         records=_lst(objs["records"]),
         priorities={"high": 1000},
+        node_pools=_lst(objs["node_pools"]),
+        node_claims=_lst(objs["node_claims"]),
+        instance_types=_instance_types(objs["instance_types"]),
     )
     actions = decide(snap)
     plan_writes(actions, PassInputs(snap, Memory(), NOW, 0.0))

@@ -18,7 +18,17 @@ from gatekeeper.sandbox.pki import make_pki
 
 def test_pins_name_every_component_with_a_version() -> None:
     pins = build.load_pins()
-    assert list(pins) == ["kubernetes", "etcd", "kwok", "lws", "helm", "helm-docs", "kueue", "volcano-crds"]
+    assert list(pins) == [
+        "kubernetes",
+        "etcd",
+        "kwok",
+        "lws",
+        "helm",
+        "helm-docs",
+        "kueue",
+        "volcano-crds",
+        "karpenter",
+    ]
     for comp in pins.values():
         assert comp.version.startswith("v"), comp
         assert comp.packages or comp.files, f"{comp.name} builds nothing and brings nothing"
@@ -160,6 +170,18 @@ def test_summarize_counts_whole_groups_and_stranded_gpus() -> None:
     v = summarize(pods, size=2)
     assert (v.whole_groups, v.gpus_held, v.gpus_stranded, v.partial_groups, v.gated_pods) == (1, 4, 2, 2, 2)
     assert "whole groups running: 1" in v.line(4)
+
+
+def test_summarize_skips_pods_with_unreadable_labels_or_gpus() -> None:
+    """The fault tests make malformed objects: the judge must not fail on them."""
+    bad_index = _pod(0, "x", node="n9", ready=True)
+    bad_index["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/group-index"] = "x"
+    bad_gpus = _pod(1, "l", node="n8", ready=True)
+    bad_gpus["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "lots"
+    v = summarize(
+        [_pod(0, "l", node="n0", ready=True), _pod(0, "w", node="n1", ready=True), bad_index, bad_gpus], 2
+    )
+    assert (v.whole_groups, v.gpus_held, len(v.groups)) == (1, 2, 2)
 
 
 def test_fake_node_is_kwok_managed_with_gpus() -> None:

@@ -111,6 +111,11 @@ kueue, off with pools).
 {{- if or (eq $mode "true") (and (eq $mode "auto") (eq .Values.backend "kueue")) }}true{{ end }}
 {{- end }}
 
+{{/* "true" when the pools backend is given Karpenter's instance types (karpenter.instanceTypes), else empty. */}}
+{{- define "lws-gatekeeper.karpenter" -}}
+{{- if and (eq .Values.backend "pools") .Values.karpenter.instanceTypes }}true{{ end }}
+{{- end }}
+
 {{/* The webhook's CA bundle as it is in the cluster (kept across upgrades), else empty. */}}
 {{- define "lws-gatekeeper.liveCABundle" -}}
 {{- $live := lookup "admissionregistration.k8s.io/v1" "MutatingWebhookConfiguration" "" (include "lws-gatekeeper.webhookConfigName" .) }}

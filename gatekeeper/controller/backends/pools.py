@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -26,11 +26,14 @@ from gatekeeper.controller.act import execute
 from gatekeeper.controller.caches import BOUND_PODS, Caches
 from gatekeeper.controller.informer import Informer
 from gatekeeper.controller.loop import Write as Writer
+from gatekeeper.core import pass_through as admitted
 from gatekeeper.core.backends.pools import Actions, PassInputs, Snapshot, decide, plan_writes
 from gatekeeper.core.groups import DemandMemo
 from gatekeeper.core.keys import LWS_NAME_LABEL, POOL_LABEL
-from gatekeeper.core.objects import labels, name_of
+from gatekeeper.core.objects import labels, name_of, object_key
+from gatekeeper.core.provisioning import InstanceType
 from gatekeeper.core.writes import Memory, Write
+from gatekeeper.webhook.pass_through import PassThrough
 
 __all__ = ["PoolsBackend"]
 
@@ -47,6 +50,17 @@ WAIT_SECONDS = Histogram(
     buckets=(0.1, 0.5, 1, 2, 5, 10, 30, 60, 300, 1800, 7200),
 )
 PASS_SECONDS = Histogram("gatekeeper_reconcile_seconds", "Duration of one planning pass")
+STAGE_SECONDS = Counter(
+    "gatekeeper_reconcile_stage_seconds_total",
+    "Seconds spent in each stage of the planning passes (snapshot, decide, plan, execute)",
+    ["stage"],
+)
+
+
+def _stage(name: str, since: float) -> float:
+    now = time.monotonic()
+    STAGE_SECONDS.labels(name).inc(now - since)
+    return now
 
 
 class PoolsBackend:
@@ -54,9 +68,29 @@ class PoolsBackend:
 
     log = log
 
-    def __init__(self, kube: k.Kube, caches: Caches) -> None:
+    def __init__(
+        self,
+        kube: k.Kube,
+        caches: Caches,
+        instance_types: Sequence[InstanceType] | None = None,
+        *,
+        pass_through: PassThrough | None = None,
+    ) -> None:
         self.kube = kube
+        # Karpenter's NodePools and NodeClaims are read only when the instance types are
+        # known (``--karpenter-instance-types``): without them nothing can be planned on
+        # them, and a cluster without Karpenter serves neither kind.
+        self.instance_types = tuple(instance_types or ())
+        self.node_pools = caches.informer(r.NODE_POOLS) if instance_types is not None else None
+        self.node_claims = caches.informer(r.NODE_CLAIMS) if instance_types is not None else None
         self.caches = caches
+        self.pass_through = pass_through
+        self._admitted_now: dict[tuple[str, str], Any] = {}
+        """(namespace, record) -> the status patch of each admission this pass made."""
+        self._created_now: list[Any] = []
+        """The records this pass made (some are admitted in the same pass)."""
+        self._index: admitted.Index | None = None
+        self._records: dict[tuple[str, str], Any] = {}
         self.memory = Memory()
         self.demands = DemandMemo()
 
@@ -83,6 +117,7 @@ class PoolsBackend:
             self.priorities,
             self.namespaces,
             self.statefulsets,
+            *(i for i in (self.node_pools, self.node_claims) if i is not None),
         ]
 
     def snapshot(self) -> Snapshot:
@@ -96,18 +131,40 @@ class PoolsBackend:
             priorities=self.caches.priorities(),
             namespaces=namespace_labels(self.namespaces.values()),
             statefulsets=self.statefulsets.values(),
+            node_pools=self.node_pools.values() if self.node_pools is not None else (),
+            node_claims=self.node_claims.values() if self.node_claims is not None else (),
+            instance_types=self.instance_types,
         )
 
     async def reconcile_once(self, write: Writer) -> Actions:
         """One pass: decide and plan (pure), then execute the plan through ``write``."""
         start = time.monotonic()
         snap = self.snapshot()
+        took = time.monotonic()
+        STAGE_SECONDS.labels("snapshot").inc(took - start)
         # The decision runs in a worker thread: a pass over a large cluster must not hold up
         # the webhook, the probes and the Lease renewals served by this event loop.
         actions = await anyio.to_thread.run_sync(decide, snap, self.demands, self.caches.requests)
+        took = _stage("decide", took)
         inputs = PassInputs(snap, self.memory, datetime.now(UTC), start)
         plan = await anyio.to_thread.run_sync(plan_writes, actions, inputs)
+        took = _stage("plan", took)
+        self._admitted_now, self._created_now = {}, []
+        if self.pass_through is not None:
+            self._index = await anyio.to_thread.run_sync(
+                admitted.index, snap.lwss, snap.pods, snap.statefulsets, snap.pools, self.demands.demand
+            )
+            self._records = {k: r for r in snap.records if (k := object_key(r)) is not None}
         await execute(self.kube, plan, write, self.memory, self._done)
+        took = _stage("execute", took)
+        if self.pass_through is not None and self._index is not None:
+            records = admitted.with_admissions([*snap.records, *self._created_now], self._admitted_now)
+            entry = self._index.entry
+            table = await anyio.to_thread.run_sync(
+                lambda: dict(e for e in map(entry, records) if e is not None)
+            )
+            self.pass_through.publish(table, self.statefulsets.get)
+            _stage("publish", took)
         for name, st in actions.pools.items():
             WAITING.labels(name).set(st.waiting + st.inadmissible)
             for resource, amount in st.quota.items():
@@ -117,8 +174,33 @@ class PoolsBackend:
         PASS_SECONDS.observe(time.monotonic() - start)
         return actions
 
+    def _tell_webhook(self, key: tuple[str, str], admission: Any) -> None:
+        """A group admitted by this pass: its new pods are made ungated from now on, not
+        from the end of the pass (a LeaderReady group's workers follow its leader closely)."""
+        if self.pass_through is None or self._index is None:
+            return
+        record = self._records.get(key) or next(
+            (
+                r
+                for r in self._created_now
+                if (r["metadata"].get("namespace", ""), r["metadata"]["name"]) == key
+            ),
+            None,
+        )
+        if record is None:
+            return
+        [after] = admitted.with_admissions([record], {key: admission})
+        entry = self._index.entry(after)
+        if entry is not None:
+            self.pass_through.add(*entry)
+
     def _done(self, one: Write) -> None:
+        if one.tag == "create":
+            self._created_now.append(one.body)
         if one.tag == "admit":
+            key = (one.namespace or "", one.name)
+            self._admitted_now[key] = one.body
+            self._tell_webhook(key, one.body)
             log.info("admitted %s/%s into %s", one.namespace, one.name, one.labels[0])
             ADMISSIONS.labels(one.labels[0]).inc()
             WAIT_SECONDS.labels(one.labels[0]).observe(one.measure)

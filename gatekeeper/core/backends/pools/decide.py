@@ -97,6 +97,15 @@ from gatekeeper.core.objects import (
 )
 from gatekeeper.core.planner import Plan, PoolStatus, plan
 from gatekeeper.core.pool import Pool, parse_pool
+from gatekeeper.core.provisioning import (
+    InstanceType,
+    Launcher,
+    NodeClaim,
+    NodePool,
+    coming_up,
+    parse_node_claim,
+    parse_node_pool,
+)
 from gatekeeper.core.quantity import format_resources
 from gatekeeper.core.queue import AdmittedGroup, GroupKey, WaitingGroup
 from gatekeeper.core.reasons import Reason
@@ -130,6 +139,12 @@ class Snapshot:
     """Namespace name -> its labels (the pools' ``spec.namespaceSelector``)."""
     statefulsets: Sequence[Mapping[str, Any]] = ()
     """StatefulSets of LWSs: which pods an LWS made (``core.members``)."""
+    node_pools: Sequence[Mapping[str, Any]] = ()
+    """Karpenter NodePools (read only when the gatekeeper knows the instance types)."""
+    node_claims: Sequence[Mapping[str, Any]] = ()
+    """Karpenter NodeClaims: what the NodePools hold, and the nodes coming up."""
+    instance_types: Sequence[InstanceType] = ()
+    """What Karpenter can launch (``--karpenter-instance-types``)."""
 
 
 @dataclass(frozen=True)
@@ -199,6 +214,24 @@ def _parse_pools(objs: Iterable[Mapping[str, Any]]) -> tuple[list[Pool], dict[st
             seen.add(parsed.name)
             pools.append(parsed)
     return pools, invalid
+
+
+def _provisioning(snap: Snapshot, problems: list[str]) -> tuple[Launcher, tuple[Node, ...]]:
+    """What the Karpenter NodePools can still launch, and their NodeClaims coming up as nodes;
+    a NodePool or NodeClaim that cannot be read is skipped and logged."""
+    node_pools: list[NodePool] = []
+    claims: list[NodeClaim] = []
+    for obj in snap.node_pools:
+        try:
+            node_pools.append(parse_node_pool(obj))
+        except (ValueError, ArithmeticError) as exc:
+            problems.append(str(exc))
+    for obj in snap.node_claims:
+        try:
+            claims.append(parse_node_claim(obj))
+        except (ValueError, ArithmeticError) as exc:
+            problems.append(str(exc))
+    return Launcher(node_pools, claims, snap.instance_types), coming_up(claims, snap.nodes)
 
 
 def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMemo | None = None) -> Actions:
@@ -321,13 +354,15 @@ def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMem
         wanted_records.add(rkey)
         admitted_groups.append(running)
 
+    launcher, launching = _provisioning(snap, problems)
     result = plan(
         pools,
-        snap.nodes,
+        [*snap.nodes, *launching],
         node_usage_skipping(snap.bound_pods, problems, requests),
         admitted_groups,
         waiting_groups,
         snap.namespaces,
+        launcher,
     )
     by_name = {p.name: p for p in pools}
     steer: dict[tuple[str, str], Ungate] = {}

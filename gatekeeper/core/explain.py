@@ -1,0 +1,423 @@
+"""Why an LWS is not running, in one answer: what ``lws-gatekeeper why`` says.
+
+Why this exists: the gatekeeper writes each group's state and reason on its record, and
+each pool's usage on the Pool (or Kueue on its ClusterQueue), but the question an
+operator asks ("why is my LWS not running?") spans them all: the LWS's groups and their
+pods, who holds the pool, the queue ahead, and what would have to free up for the next
+group. This module puts those objects together without any I/O; ``gatekeeper.why``
+reads them from the cluster and prints the answer (text, or JSON for scripts). It
+judges nothing afresh: the states and reasons are the gatekeeper's own, from the
+records; only the arithmetic of "what must free up" is done here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from gatekeeper.core.keys import ADMITTED, POOL_LABEL
+from gatekeeper.core.lws import group_index, is_gated, pool_of, priority, replicas, size
+from gatekeeper.core.objects import as_list, as_map, condition, is_terminating, meta, parse_time
+from gatekeeper.core.quantity import format_amount, format_resources, parse_units
+from gatekeeper.core.queue import GroupKey, WaitingGroup, queue_order
+from gatekeeper.core.record import recorded_demand
+
+__all__ = [
+    "GroupView",
+    "Holder",
+    "LwsAnswer",
+    "PoolView",
+    "explain_lws",
+    "explain_pool",
+    "kueue_pool_view",
+    "lines_for_lws",
+    "lines_for_pool",
+]
+
+MAX_LISTED = 20
+"""Holders and waiting groups listed by name in text (JSON lists them all)."""
+
+
+@dataclass(frozen=True)
+class Holder:
+    """A group that holds (or waits for) room in a pool."""
+
+    namespace: str
+    lws: str
+    group: int
+    demand: str
+    reason: str = ""
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class PoolView:
+    """A pool as the gatekeeper (or Kueue) last reported it."""
+
+    name: str
+    kind: str
+    """``Pool``, ``ClusterQueue`` (the kueue backend), or ``missing``."""
+    quota: Mapping[str, str] = field(default_factory=dict)
+    used: Mapping[str, str] = field(default_factory=dict)
+    free: Mapping[str, str] = field(default_factory=dict)
+    admitted: tuple[Holder, ...] = ()
+    """Groups that hold room, oldest admission first."""
+    waiting: tuple[Holder, ...] = ()
+    """Groups that wait, in the order the gatekeeper serves them."""
+
+
+@dataclass(frozen=True)
+class GroupView:
+    """One group of the LWS: its state, the gatekeeper's reason and words, its pods."""
+
+    group: int
+    state: str
+    """``admitted``, ``waiting`` or ``unrecorded`` (the gatekeeper has not written its record yet)."""
+    reason: str
+    message: str
+    demand: str
+    since: str
+    pods: Mapping[str, int]
+    """running, bound (not running yet), pending (ungated, not bound), gated, terminating."""
+
+
+@dataclass(frozen=True)
+class LwsAnswer:
+    """Everything ``why`` says about one LWS."""
+
+    namespace: str
+    name: str
+    pool: str
+    replicas: int
+    size: int
+    groups: tuple[GroupView, ...]
+    pool_view: PoolView | None
+    next_group: str
+    """What would have to free up for this LWS's next waiting group (empty: none waits)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _amounts(raw: object) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for resource, value in as_map(raw).items():
+        try:
+            out[str(resource)] = parse_units(str(resource), value)
+        except (ValueError, TypeError, ArithmeticError):
+            continue
+    return out
+
+
+def _summary(raw: object) -> str:
+    return format_resources(_amounts(raw))
+
+
+def _holder(record: Mapping[str, Any]) -> Holder:
+    spec, status = as_map(record.get("spec")), as_map(record.get("status"))
+    said = condition(record, ADMITTED)
+    index = spec.get("groupIndex")
+    return Holder(
+        namespace=str(meta(record).get("namespace") or ""),
+        lws=str(spec.get("leaderWorkerSet") or ""),
+        group=index if type(index) is int else -1,
+        demand=str(status.get("demandSummary") or "") or format_resources(recorded_demand(record).total),
+        reason=str(said.get("reason") or ""),
+        message=str(said.get("message") or ""),
+    )
+
+
+def _admitted(record: Mapping[str, Any]) -> bool:
+    return condition(record, ADMITTED).get("status") == "True"
+
+
+def _waiting_order(
+    records: Iterable[Mapping[str, Any]],
+    lwss: Mapping[tuple[str, str], Mapping[str, Any]],
+    classes: Mapping[str, int],
+) -> list[Mapping[str, Any]]:
+    """Waiting records in the order the planner serves their groups (``core.queue``)."""
+    keyed: list[tuple[tuple[int, Any, str, str, int], Mapping[str, Any]]] = []
+    for record in records:
+        h = _holder(record)
+        lws = lwss.get((h.namespace, h.lws))
+        created = parse_time(meta(lws or record).get("creationTimestamp"))
+        order = priority(lws, classes).order if lws is not None else 0
+        group = WaitingGroup(
+            GroupKey(h.namespace, h.lws, h.group), "", recorded_demand(record), created, order
+        )
+        keyed.append((queue_order(group), record))
+    return [r for _, r in sorted(keyed, key=lambda kr: kr[0])]
+
+
+def explain_pool(
+    pool: Mapping[str, Any] | None,
+    name: str,
+    records: Iterable[Mapping[str, Any]],
+    lwss: Iterable[Mapping[str, Any]] = (),
+    classes: Mapping[str, int] | None = None,
+) -> PoolView:
+    """The ``pools`` backend's pool ``name``: its reported usage, who holds it, who waits.
+
+    ``records`` are every namespace's records; those whose ``status.pool`` is ``name``
+    count. ``lwss`` (the opted-in LWSs) give the waiting groups their queue order.
+    """
+    mine = [r for r in records if as_map(r.get("status")).get("pool") == name and not is_terminating(r)]
+    by_key = {(str(meta(o).get("namespace") or ""), str(meta(o).get("name") or "")): o for o in lwss}
+    held = sorted(
+        (r for r in mine if _admitted(r)),
+        key=lambda r: (
+            str(as_map(r.get("status")).get("admittedAt") or ""),
+            _holder(r).namespace,
+            _holder(r).lws,
+        ),
+    )
+    waiting = _waiting_order((r for r in mine if not _admitted(r)), by_key, classes or {})
+    if pool is None:
+        return PoolView(
+            name, "missing", admitted=tuple(map(_holder, held)), waiting=tuple(map(_holder, waiting))
+        )
+    status = as_map(pool.get("status"))
+    quota = as_map(status.get("quota")) or as_map(as_map(pool.get("spec")).get("quota"))
+    return PoolView(
+        name,
+        "Pool",
+        quota={str(k): str(v) for k, v in quota.items()},
+        used={str(k): str(v) for k, v in as_map(status.get("used")).items()},
+        free={str(k): str(v) for k, v in as_map(status.get("free")).items()},
+        admitted=tuple(map(_holder, held)),
+        waiting=tuple(map(_holder, waiting)),
+    )
+
+
+def kueue_pool_view(
+    cluster_queue: Mapping[str, Any] | None,
+    name: str,
+    workloads: Iterable[Mapping[str, Any]],
+    records: Iterable[Mapping[str, Any]],
+) -> PoolView:
+    """With the ``kueue`` backend: the ClusterQueue ``name`` behind the LWS's LocalQueue,
+    its nominal quota and usage summed over flavors, and the groups of ours it admitted
+    (our Workloads, read with their records) or that wait in it."""
+    if cluster_queue is None:
+        return PoolView(name, "missing")
+    quota: dict[str, int] = {}
+    for group in as_list(as_map(cluster_queue.get("spec")).get("resourceGroups")):
+        for flavor in as_list(as_map(group).get("flavors")):
+            for res in as_list(as_map(flavor).get("resources")):
+                res = as_map(res)
+                amount = _amounts({str(res.get("name")): res.get("nominalQuota")})
+                for k, v in amount.items():
+                    quota[k] = quota.get(k, 0) + v
+    used: dict[str, int] = {}
+    for flavor in as_list(as_map(cluster_queue.get("status")).get("flavorsUsage")):
+        for res in as_list(as_map(flavor).get("resources")):
+            res = as_map(res)
+            for k, v in _amounts({str(res.get("name")): res.get("total")}).items():
+                used[k] = used.get(k, 0) + v
+    by_name = {(str(meta(r).get("namespace")), str(meta(r).get("name"))): r for r in records}
+    held: list[Holder] = []
+    waiting: list[Holder] = []
+    for wl in workloads:
+        key = (str(meta(wl).get("namespace")), str(meta(wl).get("name")))
+        record = by_name.get(key)
+        if record is None:
+            continue
+        admission = as_map(as_map(wl.get("status")).get("admission"))
+        if admission.get("clusterQueue") == name and _admitted(record):
+            held.append(_holder(record))
+        elif not _admitted(record) and as_map(record.get("status")).get("workload"):
+            waiting.append(_holder(record))
+    fmt = _formatted
+    return PoolView(
+        name,
+        "ClusterQueue",
+        quota=fmt(quota),
+        used=fmt(used),
+        free=fmt({k: max(0, v - used.get(k, 0)) for k, v in quota.items()}),
+        admitted=tuple(sorted(held, key=lambda h: (h.namespace, h.lws, h.group))),
+        waiting=tuple(sorted(waiting, key=lambda h: (h.namespace, h.lws, h.group))),
+    )
+
+
+def _formatted(amounts: Mapping[str, int]) -> dict[str, str]:
+    return {k: format_amount(k, v) for k, v in sorted(amounts.items())}
+
+
+def _pod_counts(pods: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    counts = {"running": 0, "bound": 0, "pending": 0, "gated": 0, "terminating": 0}
+    for pod in pods:
+        if is_terminating(pod):
+            counts["terminating"] += 1
+        elif is_gated(pod):
+            counts["gated"] += 1
+        elif as_map(pod.get("status")).get("phase") == "Running":
+            counts["running"] += 1
+        elif as_map(pod.get("spec")).get("nodeName"):
+            counts["bound"] += 1
+        else:
+            counts["pending"] += 1
+    return {k: v for k, v in counts.items() if v}
+
+
+def _next_group(namespace: str, lws: str, group: GroupView, view: PoolView | None) -> str:
+    """What must free up before ``group`` (the LWS's first waiting group) can go."""
+    if view is None or view.kind == "missing":
+        return f"group {group.group} waits: {group.message or group.reason}"
+    need = _amounts(_demand_map(group.demand))
+    limited = _amounts(view.quota)
+    # Only what the group asks and the pool limits: the rest is not why it waits.
+    free = {r: _amounts(view.free).get(r, 0) for r in need if r in limited}
+    short = {r: n - free[r] for r, n in need.items() if r in free and n > free[r]}
+    ahead = next(
+        (
+            i
+            for i, w in enumerate(view.waiting)
+            if (w.namespace, w.lws, w.group) == (namespace, lws, group.group)
+        ),
+        None,
+    )
+    queue = f"; {_count(ahead, 'waiting group')} ahead of it" if ahead else ""
+    if short:
+        return (
+            f"group {group.group} needs {group.demand}; {view.kind.lower()} {view.name} has "
+            f"{format_resources(free) or 'nothing'} free: {format_resources(short)} must be freed "
+            f"(a group that holds it scales away or ends, or the quota grows){queue}"
+        )
+    return (
+        f"group {group.group} needs {group.demand}, within what {view.kind.lower()} {view.name} has free "
+        f"({format_resources(free) or 'nothing'}); it waits for: {group.message or group.reason}{queue}"
+    )
+
+
+def _demand_map(summary: str) -> dict[str, str]:
+    """``"2 cpu, 2 nvidia.com/gpu"`` -> ``{"cpu": "2", "nvidia.com/gpu": "2"}``."""
+    out: dict[str, str] = {}
+    for part in summary.split(","):
+        amount, _, resource = part.strip().partition(" ")
+        if resource:
+            out[resource] = amount
+    return out
+
+
+def explain_lws(
+    lws: Mapping[str, Any],
+    records: Iterable[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]],
+    pool_view: PoolView | None,
+) -> LwsAnswer:
+    """One LWS: each group's state and the gatekeeper's words, and what its next group needs.
+
+    ``records`` and ``pods`` may hold other LWSs' too: only this LWS's count (by name and,
+    for records, UID).
+    """
+    m = meta(lws)
+    ns, name, uid = str(m.get("namespace") or ""), str(m.get("name") or ""), str(m.get("uid") or "")
+    mine: dict[int, Mapping[str, Any]] = {}
+    for rec in records:
+        spec = as_map(rec.get("spec"))
+        index = spec.get("groupIndex")
+        if (
+            spec.get("leaderWorkerSet") == name
+            and spec.get("leaderWorkerSetUID") in (None, uid)
+            and type(index) is int
+            and str(meta(rec).get("namespace") or "") == ns
+        ):
+            mine[index] = rec
+    pods_of: dict[int, list[Mapping[str, Any]]] = {}
+    for pod in pods:
+        index = group_index(pod)
+        lbl = as_map(meta(pod).get("labels"))
+        if index is not None and lbl.get("leaderworkerset.sigs.k8s.io/name") == name:
+            pods_of.setdefault(index, []).append(pod)
+    try:
+        count = replicas(lws)
+    except ValueError:
+        count = 0  # unreadable or too many: the records say so (InvalidSpec); list what exists
+    indices = sorted(set(range(count)) | set(mine) | set(pods_of))
+    groups: list[GroupView] = []
+    for index in indices:
+        record: Mapping[str, Any] | None = mine.get(index)
+        said = condition(record, ADMITTED)
+        if record is None:
+            state, reason, message, demand, since = "unrecorded", "", "no record yet", "", ""
+        else:
+            h = _holder(record)
+            state = "admitted" if _admitted(record) else "waiting"
+            reason, message, demand = h.reason, h.message, h.demand
+            since = str(said.get("lastTransitionTime") or "")
+        groups.append(
+            GroupView(index, state, reason, message, demand, since, _pod_counts(pods_of.get(index, [])))
+        )
+    first_waiting = next((g for g in groups if g.state == "waiting"), None)
+    return LwsAnswer(
+        namespace=ns,
+        name=name,
+        pool=pool_of(lws),
+        replicas=count,
+        size=size(lws),
+        groups=tuple(groups),
+        pool_view=pool_view,
+        next_group=_next_group(ns, name, first_waiting, pool_view) if first_waiting is not None else "",
+    )
+
+
+def _resources(values: Mapping[str, str]) -> str:
+    return ", ".join(f"{v} {k}" for k, v in sorted(values.items())) or "-"
+
+
+def _listed(holders: Sequence[Holder], words: bool) -> list[str]:
+    out = []
+    for h in holders[:MAX_LISTED]:
+        line = f"    {h.namespace}/{h.lws} group {h.group}: {h.demand or '?'}"
+        out.append(f"{line} ({h.reason}: {h.message})" if words and h.message else line)
+    if len(holders) > MAX_LISTED:
+        out.append(f"    ... and {len(holders) - MAX_LISTED} more (-o json lists them all)")
+    return out
+
+
+def lines_for_pool(view: PoolView, *, waiting_words: bool = True) -> list[str]:
+    """A pool's usage, the groups that hold it and those that wait, as text lines."""
+    if view.kind == "missing":
+        return [f"pool {view.name}: not found (no Pool or ClusterQueue of that name)"]
+    out = [
+        f"{view.kind} {view.name}: quota {_resources(view.quota)}; used {_resources(view.used)}; "
+        f"free {_resources(view.free)}; {len(view.admitted)} admitted, {len(view.waiting)} waiting"
+    ]
+    if view.admitted:
+        out.append("  held by:")
+        out.extend(_listed(view.admitted, False))
+    if view.waiting:
+        out.append("  waiting, in the order they are served:" if view.kind == "Pool" else "  waiting:")
+        out.extend(_listed(view.waiting, waiting_words))
+    return out
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+def _since(value: str) -> str:
+    return f" since {value}" if value else ""
+
+
+def lines_for_lws(answer: LwsAnswer) -> list[str]:
+    """The whole answer for an LWS as text lines."""
+    out = [
+        f"LeaderWorkerSet {answer.namespace}/{answer.name}: {_count(answer.replicas, 'group')} of "
+        f"{_count(answer.size, 'pod')}, {POOL_LABEL}={answer.pool or '(none)'}"
+    ]
+    for g in answer.groups:
+        pods = ", ".join(f"{n} {k}" for k, n in g.pods.items()) or "no pods"
+        head = f"  group {g.group}: {g.state}{' (' + g.reason + ')' if g.reason else ''}{_since(g.since)}"
+        out.append(f"{head}; {g.demand or 'demand unknown'}; {pods}")
+        if g.message:
+            out.append(f"    {g.message}")
+    if answer.pool_view is not None:
+        out.extend(lines_for_pool(answer.pool_view, waiting_words=False))
+    if answer.next_group:
+        out.append(f"next: {answer.next_group}")
+    elif answer.groups and all(g.state == "admitted" for g in answer.groups):
+        out.append("every group is admitted")
+    return out

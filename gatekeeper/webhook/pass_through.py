@@ -1,0 +1,68 @@
+"""The table of admitted groups the webhook reads, published by the leader after each pass.
+
+Why this exists: ``core.pass_through`` decides whether a pod being created belongs to a
+group that holds its admission, so that it is made without the gate; this is where the
+table lives between the controller's thread (which publishes it after a pass) and the
+webhook's (which reads it at each pod CREATE). One reference is swapped whole, so a
+reader sees one pass's table or the next, never half of one. The table is used only
+while ``may_use`` says the process leads (the elector's renew deadline, the same fence
+its writes have): a replica that lost its Lease, or cannot renew it, gates every pod as
+before, so a stale table never outlives the term that made it. Made by
+``controller/app.py``; published and cleared by ``controller/backends/pools.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from prometheus_client import Counter
+
+from gatekeeper.core.pass_through import AdmittedGroup, StatefulSets, Table, patch_for
+
+__all__ = ["PassThrough"]
+
+PASSED = Counter(
+    "gatekeeper_webhook_pass_through_total",
+    "Pods created without the gate because their group already held its admission",
+)
+
+
+def _none(_namespace: str, _name: str) -> Mapping[str, Any] | None:
+    return None
+
+
+class PassThrough:
+    """The last published table, and whether it may be used now."""
+
+    def __init__(self, may_use: Callable[[], bool] = lambda: True) -> None:
+        self.may_use = may_use
+        self._state: tuple[Table, StatefulSets] = ({}, _none)
+
+    def publish(self, table: dict[tuple[str, str, int], AdmittedGroup], statefulsets: StatefulSets) -> None:
+        """Use ``table`` from now on (the holder adds to it: the caller hands it over)."""
+        self._state = (table, statefulsets)
+
+    def add(self, key: tuple[str, str, int], group: AdmittedGroup) -> None:
+        """A group admitted since the last table: into the current table at once. Only ever
+        added to while published (one dict item set: a reader's lookup sees it or not);
+        entries go only with a new table."""
+        table, statefulsets = self._state
+        if isinstance(table, dict) and statefulsets is not _none:  # published, not cleared
+            table[key] = group
+
+    def clear(self) -> None:
+        self._state = ({}, _none)
+
+    def __len__(self) -> int:
+        return len(self._state[0])
+
+    def patch(self, pod: Mapping[str, Any], namespace: str) -> list[dict[str, Any]] | None:
+        """The patch that creates ``pod`` ungated, or None: gate it."""
+        table, statefulsets = self._state
+        if not table or not self.may_use():
+            return None
+        ops = patch_for(pod, namespace, table, statefulsets)
+        if ops is not None:
+            PASSED.inc()
+        return ops

@@ -1,0 +1,128 @@
+"""Helpers for end-to-end tests against the sandbox's real Karpenter.
+
+Why this exists: the tests of Karpenter itself and of pools that know their provisioner
+set up the same things: a NodePool of the sandbox's GPU instance types whose nodes carry a
+test's own label and taint (so no other test's pods land there), pods that select and
+tolerate them, and reads of the NodeClaims and nodes Karpenter made. One sandbox with
+Karpenter serves the whole session (``karpenter_sandbox`` in ``conftest.py``); each test
+makes its own NodePool under a random tag and deletes it after.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from gatekeeper.sandbox.cluster import Sandbox
+from gatekeeper.sandbox.karpenter import NODE_CLASS, NODE_CLASS_GROUP, NODE_CLASS_KIND
+from tests.e2e.kueue_support import items, wait
+
+#: The label (and taint key) that ties a test's Karpenter nodes to it.
+TEST_LABEL = "lws-gatekeeper.io/test-nodes"
+#: Karpenter's label on its NodeClaims and nodes: the NodePool they belong to.
+NODE_POOL_LABEL = "karpenter.sh/nodepool"
+KARPENTER_API = "karpenter.sh/v1"
+
+
+def node_pool(
+    name: str,
+    tag: str,
+    *,
+    gpu_limit: int,
+    capacity_types: Sequence[str] = ("on-demand",),
+    consolidate_after: str = "10s",
+) -> dict[str, Any]:
+    """A NodePool of the sandbox's GPU types: nodes labelled and tainted ``TEST_LABEL=tag``,
+    at most ``gpu_limit`` nvidia.com/gpu in all, empty nodes removed after ``consolidate_after``."""
+    return {
+        "apiVersion": KARPENTER_API,
+        "kind": "NodePool",
+        "metadata": {"name": name},
+        "spec": {
+            "template": {
+                "metadata": {"labels": {TEST_LABEL: tag}},
+                "spec": {
+                    "nodeClassRef": {"group": NODE_CLASS_GROUP, "kind": NODE_CLASS_KIND, "name": NODE_CLASS},
+                    "requirements": [
+                        {
+                            "key": "karpenter.sh/capacity-type",
+                            "operator": "In",
+                            "values": list(capacity_types),
+                        }
+                    ],
+                    "taints": [{"key": TEST_LABEL, "value": tag, "effect": "NoSchedule"}],
+                    "expireAfter": "Never",
+                },
+            },
+            "limits": {"nvidia.com/gpu": str(gpu_limit)},
+            "disruption": {"consolidationPolicy": "WhenEmpty", "consolidateAfter": consolidate_after},
+        },
+    }
+
+
+def toleration(tag: str) -> dict[str, str]:
+    return {"key": TEST_LABEL, "operator": "Equal", "value": tag, "effect": "NoSchedule"}
+
+
+def gpu_pod(name: str, namespace: str, tag: str, *, gpus: int = 1) -> dict[str, Any]:
+    """A plain pod asking ``gpus`` GPUs (1 CPU, 1 GiB) on the nodes of NodePools tagged ``tag``."""
+    res = {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": str(gpus)}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.example/fake:1",
+                    "resources": {"requests": res, "limits": res},
+                }
+            ],
+            "nodeSelector": {TEST_LABEL: tag},
+            "tolerations": [toleration(tag)],
+        },
+    }
+
+
+def node_claims(sb: Sandbox, pool: str) -> list[dict[str, Any]]:
+    return items(sb, "nodeclaims.karpenter.sh", "-l", f"{NODE_POOL_LABEL}={pool}")
+
+
+def nodes(sb: Sandbox, pool: str) -> list[dict[str, Any]]:
+    return items(sb, "nodes", "-l", f"{NODE_POOL_LABEL}={pool}")
+
+
+def ready(node: dict[str, Any]) -> bool:
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in node.get("status", {}).get("conditions", [])
+    )
+
+
+def delete_node_pool(sb: Sandbox, name: str, timeout: float = 120) -> None:
+    """Delete a NodePool and wait until Karpenter has removed its NodeClaims and nodes."""
+    sb.kubectl("delete", "nodepools.karpenter.sh", name, "--ignore-not-found", "--wait=false")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not node_claims(sb, name) and not nodes(sb, name):
+            return
+        time.sleep(1)
+    raise AssertionError(f"NodePool {name}'s NodeClaims and nodes still there after {timeout:.0f}s")
+
+
+def wait_bound(sb: Sandbox, namespace: str, pod: str, timeout: float = 120) -> dict[str, Any]:
+    """Wait until ``pod`` is bound to a node and Running; return it."""
+
+    def bound() -> dict[str, Any] | None:
+        found = items(sb, "pods", "-n", namespace, f"--field-selector=metadata.name={pod}")
+        if (
+            found
+            and found[0]["spec"].get("nodeName")
+            and found[0].get("status", {}).get("phase") == "Running"
+        ):
+            return found[0]
+        return None
+
+    return wait(f"pod {pod} bound and Running", bound, timeout=timeout)

@@ -1,0 +1,176 @@
+"""``core.pass_through``: which new pods the webhook may make without the gate.
+
+Table tests on plain dicts; the webhook with the real API server is in
+``tests/e2e/test_pass_through.py``.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from core_builders import lws, lws_pod, lws_statefulsets, pool, record
+
+from gatekeeper.core.groups import DemandMemo
+from gatekeeper.core.pass_through import Table, build, patch_for, with_admissions
+from gatekeeper.webhook.pass_through import PassThrough
+
+VLLM = lws("vllm").uid("u-1").pool("a").replicas(2).size(2).leader(gpu_limit=1).worker(gpu_limit=1).obj()
+POOL = pool("a").selector(pool="a").tolerations({"key": "gpu", "operator": "Exists"}).obj()
+
+
+def _admitted(index: int, reason: str = "Admitted", **kw: Any) -> dict[str, Any]:
+    kw.setdefault("demand", {"nvidia.com/gpu": "2"})
+    r = record(VLLM, index, admitted=True, pods=2, **kw)
+    r["status"]["conditions"][0]["reason"] = reason
+    return r
+
+
+def _new(group: int, worker: int, **kw: Any) -> dict[str, Any]:
+    """A pod as the StatefulSet controller sends it to the webhook: not gated yet."""
+    return lws_pod("vllm", group, worker, gated=False, **kw)
+
+
+def _table(
+    records: list[dict[str, Any]],
+    pods: list[dict[str, Any]] | None = None,
+    lwss: list[dict[str, Any]] | None = None,
+) -> Table:
+    pods = pods if pods is not None else [_new(0, 0), _new(1, 0)]
+    lwss = lwss if lwss is not None else [VLLM]
+    return build(lwss, records, pods, lws_statefulsets(lwss, pods), [POOL], DemandMemo().demand)
+
+
+def _sts(table: Table, pods: list[dict[str, Any]]) -> Any:
+    by = {(s["metadata"]["namespace"], s["metadata"]["name"]): s for s in lws_statefulsets([VLLM], pods)}
+    return lambda ns, name: by.get((ns, name))
+
+
+def test_a_pod_of_an_admitted_group_is_made_with_the_pools_selector_and_tolerations() -> None:
+    pods = [_new(0, 0)]
+    table = _table([_admitted(0)], pods)
+    for pod in (_new(0, 0), _new(0, 1)):
+        ops = patch_for(pod, "default", table, _sts(table, pods))
+        assert ops is not None, pod["metadata"]["name"]
+        assert {"op": "add", "path": "/spec/nodeSelector", "value": {"pool": "a"}} in ops
+        assert {
+            "op": "add",
+            "path": "/spec/tolerations",
+            "value": [{"key": "gpu", "operator": "Exists"}],
+        } in ops
+        assert not [op for op in ops if "schedulingGates" in op["path"]]
+
+
+def test_a_pod_not_yet_labelled_by_lws_is_told_apart_by_its_statefulset() -> None:
+    """Our webhook may run before LWS's pod webhook: a leader then has no group index label
+    (the StatefulSet's ordinal is it), a worker no worker index."""
+    pods = [_new(0, 0), _new(1, 0)]
+    table = _table([_admitted(1)], pods)
+    leader = _new(1, 0)
+    del leader["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/group-index"]
+    del leader["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/worker-index"]
+    assert patch_for(leader, "default", table, _sts(table, pods)) is None, "no index at all: gated"
+    leader["metadata"]["labels"]["apps.kubernetes.io/pod-index"] = "1"
+    assert patch_for(leader, "default", table, _sts(table, pods)) is not None
+    worker = _new(1, 1)
+    del worker["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/worker-index"]
+    worker["metadata"]["labels"]["apps.kubernetes.io/pod-index"] = "1"
+    assert patch_for(worker, "default", table, _sts(table, pods)) is not None
+    wrong = _new(0, 0)
+    wrong["metadata"]["labels"]["apps.kubernetes.io/pod-index"] = "0"
+    wrong["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/group-index"] = "1"  # claims group 1
+    assert patch_for(wrong, "default", table, _sts(table, pods)) is None, "ordinal 0 is not group 1"
+    forged_worker = _new(1, 1)
+    forged_worker["metadata"]["ownerReferences"][0]["uid"] = "sts/default/vllm-0"  # group 0's StatefulSet
+    assert patch_for(forged_worker, "default", table, _sts(table, pods)) is None
+
+
+@pytest.mark.parametrize(
+    ("why", "records", "pod"),
+    [
+        ("no record", [], _new(0, 0)),
+        ("waiting", [record(VLLM, 0, admitted=False)], _new(0, 0)),
+        ("template changed", [_admitted(0, "TemplateChanged")], _new(0, 0)),
+        ("a stranger's claim", [_admitted(0, "NotMadeByLeaderWorkerSet")], _new(0, 0)),
+        ("another group", [_admitted(1)], _new(0, 0)),
+        ("an earlier LWS of the name", [_admitted(0, uid="u-old")], _new(0, 0)),
+        ("another namespace", [_admitted(0)], lws_pod("vllm", 0, 0, gated=False, namespace="other")),
+        ("asks more than admitted", [_admitted(0)], lws_pod("vllm", 0, 0, gated=False, gpu_limit=2)),
+        ("recorded demand differs", [_admitted(0, demand={"nvidia.com/gpu": "4"})], _new(0, 0)),
+    ],
+)
+def test_anything_else_is_gated(why: str, records: list[dict[str, Any]], pod: dict[str, Any]) -> None:
+    table = _table(records)
+    assert patch_for(pod, pod["metadata"]["namespace"], table, _sts(table, [pod])) is None, why
+
+
+def test_a_forged_owner_is_gated() -> None:
+    table = _table([_admitted(0)])
+    leader = _new(0, 0)
+    leader["metadata"]["ownerReferences"][0]["uid"] = "someone-elses"
+    assert patch_for(leader, "default", table, _sts(table, [])) is None
+    bare = _new(0, 0)
+    bare["metadata"]["ownerReferences"] = []
+    assert patch_for(bare, "default", table, _sts(table, [])) is None
+
+
+def test_a_worker_waits_for_the_pass_to_have_seen_its_leader_and_its_statefulset() -> None:
+    no_leader = _table([_admitted(0)], pods=[])
+    assert patch_for(_new(0, 1), "default", no_leader, _sts(no_leader, [_new(0, 0)])) is None
+    table = _table([_admitted(0)], [_new(0, 0)])
+    assert patch_for(_new(0, 1), "default", table, lambda ns, name: None) is None, "StatefulSet not seen"
+    # The leader was replaced since: its worker StatefulSet is owned by a new pod.
+    newer = _new(0, 0)
+    newer["metadata"]["uid"] = "a-new-leader"
+    sts = {s["metadata"]["name"]: s for s in lws_statefulsets([VLLM], [newer])}
+    sts["vllm-0"]["metadata"]["ownerReferences"][0]["uid"] = "a-new-leader"
+    assert patch_for(_new(0, 1), "default", table, lambda ns, name: sts.get(name)) is None
+
+
+def test_a_group_beyond_replicas_or_an_unreadable_pool_is_not_in_the_table() -> None:
+    fewer = copy.deepcopy(VLLM)
+    fewer["spec"]["replicas"] = 1
+    assert set(_table([_admitted(0), _admitted(1)], lwss=[fewer])) == {("default", "vllm", 0)}
+    bad_pool = copy.deepcopy(POOL)
+    bad_pool["spec"]["queueingStrategy"] = "Sometimes"
+    pods = [_new(0, 0)]
+    table = build(
+        [VLLM], [_admitted(0)], pods, lws_statefulsets([VLLM], pods), [bad_pool], DemandMemo().demand
+    )
+    assert table == {}
+
+
+def test_the_webhooks_holder_uses_the_table_only_while_it_may() -> None:
+    leading = [True]
+    holder = PassThrough(lambda: leading[0])
+    pods = [_new(0, 0)]
+    table = _table([_admitted(0)], pods)
+    assert holder.patch(_new(0, 0), "default") is None, "nothing published yet"
+    holder.publish(table, _sts(table, pods))
+    assert holder.patch(_new(0, 0), "default") is not None
+    leading[0] = False
+    assert holder.patch(_new(0, 0), "default") is None, "a replica that may not write gates"
+    leading[0] = True
+    holder.clear()
+    assert holder.patch(_new(0, 0), "default") is None and len(holder) == 0
+
+
+def test_a_pod_without_the_opt_in_label_is_not_touched() -> None:
+    table = _table([_admitted(0)])
+    pod = _new(0, 0)
+    del pod["metadata"]["labels"]["lws-gatekeeper.io/pool"]
+    assert patch_for(pod, "default", table, _sts(table, [])) is None
+
+
+def test_this_passs_admissions_count_before_the_cache_shows_them() -> None:
+    waiting = record(VLLM, 0, admitted=False, demand={"nvidia.com/gpu": "2"}, pods=2)
+    patch = {
+        "pool": "a",
+        "demand": {"nvidia.com/gpu": "2", "cpu": None},
+        "conditions": [{"type": "Admitted", "status": "True", "reason": "Admitted", "message": "m"}],
+    }
+    [after] = with_admissions([waiting], {("default", waiting["metadata"]["name"]): patch})
+    assert after["status"]["demand"] == {"nvidia.com/gpu": "2"}
+    assert set(_table([after])) == {("default", "vllm", 0)}
+    assert with_admissions([waiting], {}) == [waiting]
