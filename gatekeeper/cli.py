@@ -3,7 +3,7 @@
 Why this exists: one program for everything the project runs: the controller
 (``run``, as a member or ``--role hub``), ``render``, ``why`` (why an LWS or a pool waits),
 the sandbox cluster (``sandbox up|down|status|build``), the sandbox hub
-(``sandbox hub up|down|status``) and the
+(``sandbox hub up|down|status``), the container image (``image build|lock``) and the
 demo that replays the LWS issue.
 Each sub-command is a thin wrapper; the work lives in the modules it calls.
 """
@@ -423,3 +423,39 @@ def demo(directory: Path | None) -> None:
 
 
 main.add_command(render_cmd, "render")
+
+
+@main.group()
+def image() -> None:
+    """The project's container image: an OCI layout built from pinned Debian packages and wheels."""
+
+
+@image.command("build")
+@click.option("--out", type=click.Path(path_type=Path), default=None, help="Folder for the layout and SBOM.")
+@click.option("--fresh", is_flag=True, help="Build again even when the cache has this image.")
+def image_build(out: Path | None, fresh: bool) -> None:
+    """Build the image of this source tree (cached by its inputs) and print where it is."""
+    from gatekeeper.image import build as image_builder
+
+    source = Path(__file__).resolve().parents[1]
+    if not (source / "pyproject.toml").is_file():
+        raise click.ClickException(f"{source} is not a source tree of the project: build from a clone")
+    try:
+        built = image_builder.build(source, say=_say, fresh=fresh, out=out)
+    except RuntimeError as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(f"image      oci:{built.layout}:{built.tag}")
+    click.echo(f"digest     {built.digest}")
+    click.echo(
+        f"size       {built.size / 1e6:.1f} MB compressed, {built.unpacked_size / 1e6:.1f} MB unpacked"
+    )
+    click.echo(f"sbom       {built.sbom}")
+    click.echo(f"seconds    {built.seconds:.1f}{' (cached)' if built.cached else ''}")
+
+
+@image.command("lock")
+def image_lock() -> None:
+    """Pin the Debian packages and wheels the registries serve now (debian.lock, requirements.lock)."""
+    from gatekeeper.image import build as image_builder
+
+    image_builder.lock(Path(__file__).resolve().parents[1], say=_say)

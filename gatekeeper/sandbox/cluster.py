@@ -400,6 +400,7 @@ class Sandbox:
         kubeconfig: Path | None = None,
         backend: str | None = None,
         args: Sequence[str] = (),
+        image: gk.FromImage | None = None,
     ) -> None:
         """Run ``lws-gatekeeper run`` from this Python against the sandbox and register its webhook.
 
@@ -409,7 +410,9 @@ class Sandbox:
         ``backend`` is ``pools`` or ``kueue``; by default ``kueue`` when the sandbox runs
         Kueue, else ``pools`` (a restart keeps what the sandbox was started with).
         ``args`` are further flags of ``lws-gatekeeper run``. With Karpenter running, the
-        ``pools`` backend is given Karpenter's instance-type file.
+        ``pools`` backend is given Karpenter's instance-type file. ``image`` runs it instead
+        as a Deployment of the chart runs it, from the image's root file system
+        (``gk.FromImage``: the Deployment's own args, so ``args`` do not apply).
         """
         processes = self.state()["processes"]
         if backend is None:
@@ -426,6 +429,7 @@ class Sandbox:
             register=register,
             kubeconfig=kubeconfig,
             args=[*self._hub_args(), *args],
+            image=image,
         )
 
     def stop(self, name: str, *, kill: bool = False) -> None:

@@ -319,7 +319,7 @@ def test_deployment_is_highly_available_and_restricted(default: list[dict[str, A
     assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"webhook": 9443, "metrics": 8080}
     assert c["resources"]["requests"] == {"cpu": "100m", "memory": "128Mi"}
     assert c["resources"]["limits"] == {"memory": "512Mi"}
-    assert c["image"] == "lws-gatekeeper:0.1.0"
+    assert c["image"] == "lws-gatekeeper/lws-gatekeeper:0.1.0"
     assert c["args"] == [
         "run",
         "--backend=pools",

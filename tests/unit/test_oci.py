@@ -1,0 +1,80 @@
+"""The OCI layout writer: the same trees give the same digest, and what is written unpacks back.
+
+Why this exists: the image's reproducibility (``gatekeeper/image/oci.py``) rests on layers
+whose bytes depend only on the files; these tests change what must not matter (file
+times, creation order, the folder's name) and what must (a byte, the epoch).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from gatekeeper.image import oci
+
+IMAGE = oci.Image(
+    entrypoint=["/usr/local/bin/x"], cmd=["run"], env=["PATH=/usr/bin"], user="65532:65532",
+    workdir="/", labels={"a": "b"}, epoch=1_700_000_000,
+)  # fmt: skip
+
+
+def tree(root: Path, names: list[str], content: bytes = b"hello") -> Path:
+    for name in names:
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content)
+    (root / "usr/bin").mkdir(parents=True, exist_ok=True)
+    (root / "usr/bin/link").symlink_to("../lib/a.txt")
+    return root
+
+
+def write(tmp: Path, src: Path, image: oci.Image = IMAGE) -> str:
+    layer = oci.Layer(src, "test", owners={"home": (65532, 65532)})
+    return oci.write_layout(tmp / "layout", [layer], image, "1.0")
+
+
+def test_file_times_order_and_folder_do_not_change_the_digest(tmp_path: Path) -> None:
+    a = tree(tmp_path / "a", ["usr/lib/a.txt", "home/x", "etc/z"])
+    first = write(tmp_path / "out-a", a)
+    time.sleep(0.01)
+    b = tree(tmp_path / "other-name", ["etc/z", "home/x", "usr/lib/a.txt"])
+    os.utime(b / "etc/z", (1, 1))
+    assert write(tmp_path / "out-b", b) == first
+
+
+def test_a_changed_byte_or_epoch_changes_the_digest(tmp_path: Path) -> None:
+    base = write(tmp_path / "1", tree(tmp_path / "a", ["usr/lib/a.txt"]))
+    assert write(tmp_path / "2", tree(tmp_path / "b", ["usr/lib/a.txt"], b"hellp")) != base
+    later = oci.Image(**{**IMAGE.__dict__, "epoch": IMAGE.epoch + 1})
+    assert write(tmp_path / "3", tree(tmp_path / "c", ["usr/lib/a.txt"]), later) != base
+
+
+def test_unpack_gives_back_the_files_and_the_config(tmp_path: Path) -> None:
+    src = tree(tmp_path / "a", ["usr/lib/a.txt", "home/x"])
+    (src / "usr/lib/a.txt").chmod(0o755)
+    write(tmp_path, src)
+    layout = tmp_path / "layout"
+    oci.unpack(layout, "1.0", tmp_path / "rootfs")
+    root = tmp_path / "rootfs"
+    assert (root / "usr/lib/a.txt").read_bytes() == b"hello"
+    assert (root / "usr/lib/a.txt").stat().st_mode & 0o777 == 0o755
+    assert os.readlink(root / "usr/bin/link") == "../lib/a.txt"
+    assert (root / "usr/lib/a.txt").stat().st_mtime == IMAGE.epoch
+    config = oci.read_config(layout, "1.0")
+    assert config["config"]["User"] == "65532:65532"
+    assert config["created"] == "2023-11-14T22:13:20Z"
+    index = json.loads((layout / "index.json").read_text())
+    assert index["manifests"][0]["annotations"][oci.REF_NAME] == "1.0"
+
+
+def test_a_blob_that_does_not_match_its_digest_is_refused(tmp_path: Path) -> None:
+    write(tmp_path, tree(tmp_path / "a", ["usr/lib/a.txt"]))
+    layout = tmp_path / "layout"
+    blobs = sorted((layout / "blobs/sha256").iterdir(), key=lambda p: p.stat().st_size)
+    blobs[-1].write_bytes(blobs[-1].read_bytes() + b"x")  # the largest blob: the layer
+    with pytest.raises(ValueError, match="does not match its digest"):
+        oci.unpack(layout, "1.0", tmp_path / "rootfs")
