@@ -137,11 +137,12 @@ LEASE_RULES: list[Rule] = [
 ]
 SECRET_RULE: Rule = ("", "secrets", ("get", "update"), ("lws-gatekeeper-webhook-cert",))
 # The kueue backend (gatekeeper/controller/backends/kueue.py) instead of Pools and nodes: its
-# informers, its Workloads (created, their finalizer lifted and deleted when a group goes), the
+# informers (StatefulSets too: which pods an LWS made), its Workloads (created, their finalizer lifted and deleted when a group goes), the
 # quota reservation of an evicted Workload cleared (status patch) and that group's pods stopped.
 KUEUE_CLUSTER_RULES: list[Rule] = [
     ("", "events", ("create",), ()),
     ("", "pods", ("list", "watch", "patch", "delete"), ()),
+    ("apps", "statefulsets", ("list", "watch"), ()),
     ("kueue.x-k8s.io", "resourceflavors", ("list", "watch"), ()),
     ("kueue.x-k8s.io", "workloads", ("list", "watch", "create", "patch", "delete"), ()),
     ("kueue.x-k8s.io", "workloads/status", ("patch",), ()),
