@@ -232,6 +232,11 @@ def _parse_labels(labels: tuple[str, ...]) -> dict[str, str]:
     help="Also run the real Kueue (its webhooks act in namespaces labelled kueue.x-k8s.io/managed=true).",
 )
 @click.option(
+    "--with-volcano",
+    is_flag=True,
+    help="Also run Volcano's scheduler (scheduler name volcano) and its CRDs.",
+)
+@click.option(
     "--audit",
     is_flag=True,
     help="Have the API server log every write (who, which user agent, when) to logs/audit.log.",
@@ -243,6 +248,7 @@ def sandbox_up(
     labels: tuple[str, ...],
     no_gatekeeper: bool,
     with_kueue: bool,
+    with_volcano: bool,
     audit: bool,
 ) -> None:
     """Start the sandbox in the background and print how to reach it.
@@ -258,6 +264,7 @@ def sandbox_up(
             labels=_parse_labels(labels),
             gatekeeper=not no_gatekeeper,
             with_kueue=with_kueue,
+            with_volcano=with_volcano,
             audit=audit,
         )
     except (SandboxError, sandbox_build.BuildError) as exc:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gatekeeper.sandbox import build, control_plane, etcd, kueue, kwok, lws, process
+from gatekeeper.sandbox import build, control_plane, etcd, kueue, kwok, lws, process, volcano
 from gatekeeper.sandbox import gatekeeper as gk
 from gatekeeper.sandbox.kubectl import Kubectl
 from gatekeeper.sandbox.manifests import (
@@ -151,6 +151,7 @@ class Sandbox:
         gatekeeper: bool = True,
         extra: Callable[[Sandbox], None] | None = None,
         with_kueue: bool = False,
+        with_volcano: bool = False,
         audit: bool = False,
     ) -> None:
         """Start the sandbox, or bring back what of it died.
@@ -160,7 +161,8 @@ class Sandbox:
         they were started with, in their order, so every object of the cluster stays. Only a
         sandbox whose etcd data is gone starts afresh. ``with_kueue`` also builds and runs
         the real Kueue (``kueue.py``), after LWS; on a running sandbox without it, Kueue is
-        added. ``audit`` has the API server write an audit log of every write
+        added. ``with_volcano`` does the same for Volcano's scheduler (``volcano.py``).
+        ``audit`` has the API server write an audit log of every write
         (``control_plane.AUDIT_LOG``), restarting it to turn it on if need be.
         """
         start = time.monotonic()
@@ -179,12 +181,17 @@ class Sandbox:
                 installed = build.build_all(["kueue"], say=self.say)
                 self._link_bins(installed)
                 kueue.start_kueue(runner, self.state(), installed["kueue"], self.pki, kubectl)
+            if with_volcano and volcano.COMPONENT not in self.running():
+                installed = build.build_all(["volcano"], say=self.say)
+                self._link_bins(installed)
+                volcano.start_volcano(runner, self.state(), installed["volcano"], kubectl)
             if gatekeeper and gk.COMPONENT not in self.running():
                 gk.install_objects(kubectl)
                 self.start_gatekeeper()
             return
 
-        wanted = ["kubernetes", "etcd", "kwok", "lws", *(["kueue"] if with_kueue else [])]
+        optional = [*(["kueue"] if with_kueue else []), *(["volcano"] if with_volcano else [])]
+        wanted = ["kubernetes", "etcd", "kwok", "lws", *optional]
         installed = build.build_all(wanted, say=self.say)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.log_dir.mkdir(exist_ok=True)
@@ -205,6 +212,8 @@ class Sandbox:
             lws.start(runner, state, installed["lws"], pki, kubectl)
             if with_kueue:
                 kueue.start_kueue(runner, state, installed["kueue"], pki, kubectl)
+            if with_volcano:
+                volcano.start_volcano(runner, state, installed["volcano"], kubectl)
             self._wait_apiservices()
             gk.install_objects(kubectl)
             self.apply(sandbox_policies())
@@ -277,6 +286,7 @@ class Sandbox:
             etcd.COMPONENT: f"http://127.0.0.1:{p.get('etcd')}/health",
             lws.COMPONENT: f"http://127.0.0.1:{p.get('lws_health')}/readyz",
             kueue.COMPONENT: f"http://127.0.0.1:{p.get('kueue_health')}/readyz",
+            volcano.COMPONENT: f"http://127.0.0.1:{p.get('volcano_health')}/healthz",
         }
         if name == control_plane.APISERVER:
             return lambda: control_plane.apiserver_ready(p["apiserver"], self.pki)
