@@ -114,11 +114,12 @@ def why_cmd(target: str, namespace: str | None, output: str, kubeconfig: str | N
 )
 @click.option(
     "--backend",
-    type=click.Choice(["pools", "kueue"]),
+    type=click.Choice(["pools", "kueue", "volcano"]),
     default="pools",
     show_default=True,
     help="pools: the gatekeeper's own Pool objects decide. kueue: the pool label names a Kueue "
-    "LocalQueue; one Kueue Workload per group, Kueue's ClusterQueue decides.",
+    "LocalQueue; one Kueue Workload per group, Kueue's ClusterQueue decides. volcano: the pool "
+    "label names a Volcano Queue; one PodGroup per group, Volcano's scheduler decides and places.",
 )
 @click.option(
     "--node-fit/--no-node-fit",

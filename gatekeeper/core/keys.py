@@ -147,6 +147,8 @@ SANDBOX_POLICIES_OFF: Final = "off"
 VOLCANO_API_VERSION: Final = "scheduling.volcano.sh/v1beta1"
 """Volcano ``Queue`` objects (``render --backend volcano``) and ``PodGroup`` objects (the
 ``volcano`` backend)."""
+POD_GROUP_PLURAL: Final = "podgroups"
+"""Volcano's ``PodGroup`` (``scheduling.volcano.sh/v1beta1``), one per group with the volcano backend."""
 VOLCANO_SCHEDULER_NAME: Final = "volcano"
 """``spec.schedulerName`` of the pods Volcano's scheduler schedules (its default name)."""
 VOLCANO_GROUP_ANNOTATION: Final = "scheduling.k8s.io/group-name"

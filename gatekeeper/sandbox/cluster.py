@@ -365,12 +365,20 @@ class Sandbox:
         Extra replicas (another ``name``) serve no webhook of the sandbox's own; they only
         campaign for the Lease, as a second replica of the chart would. ``kubeconfig``
         runs it with another identity than the admin's (the chart's ServiceAccount, say).
-        ``backend`` is ``pools`` or ``kueue``; by default ``kueue`` when the sandbox runs
-        Kueue, else ``pools`` (a restart keeps what the sandbox was started with).
+        ``backend`` is ``pools``, ``kueue`` or ``volcano``; by default ``kueue`` when the
+        sandbox runs Kueue, ``volcano`` when it runs Volcano, else ``pools`` (a restart
+        keeps what the sandbox was started with).
         ``args`` are further flags of ``lws-gatekeeper run``.
         """
         if backend is None:
-            backend = "kueue" if kueue.COMPONENT in self.state()["processes"] else "pools"
+            running = self.state()["processes"]
+            backend = (
+                "kueue"
+                if kueue.COMPONENT in running
+                else "volcano"
+                if volcano.COMPONENT in running
+                else "pools"
+            )
         gk.start(
             self.runner,
             self.pki,

@@ -36,6 +36,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import Counter
 
+from gatekeeper.core.backends.volcano import volcano_pod_patch
 from gatekeeper.core.gating import is_opted_in, lws_label_patch, pod_gate_patch
 from gatekeeper.core.keys import POOL_LABEL, SCHEDULING_GATE
 from gatekeeper.webhook.config import LWS_PATH, PODS_PATH
@@ -135,6 +136,17 @@ def _pod_patch(review: Review) -> Patch:
     if review.operation != "CREATE" or not is_opted_in(review.obj):
         return []
     return pod_gate_patch(review.obj)
+
+
+def _volcano_pod_patch(review: Review) -> Patch:
+    """With the volcano backend: the gate, and the pod handed to Volcano (its scheduler name
+    and its group's PodGroup, ``core.backends.volcano``)."""
+    gate = _pod_patch(review)
+    if review.operation != "CREATE" or not is_opted_in(review.obj):
+        return gate
+    if review.obj.get("spec") is None:
+        return gate  # the gate's patch makes the spec; such a pod is no LWS's anyway
+    return [*gate, *volcano_pod_patch(review.obj)]
 
 
 def _lws_patch(review: Review) -> Patch:
@@ -250,15 +262,17 @@ async def _ok(request: web.Request) -> web.Response:
 
 
 def make_app(
-    *, max_body: int = MAX_BODY_BYTES, max_concurrent: int = MAX_CONCURRENT_REVIEWS
+    *, max_body: int = MAX_BODY_BYTES, max_concurrent: int = MAX_CONCURRENT_REVIEWS, volcano: bool = False
 ) -> web.Application:
     """The webhook application (plain HTTP; ``start_webhook_server`` serves it over TLS).
 
-    Both webhooks share one bound of ``max_concurrent`` reviews at once.
+    Both webhooks share one bound of ``max_concurrent`` reviews at once. ``volcano``: the
+    pods hook also hands opted-in pods to Volcano (the volcano backend).
     """
     app = web.Application(client_max_size=max_body)
     in_flight = _InFlight(max_concurrent)
-    app.router.add_post(PODS_PATH, _handler("pods", _pod_patch, in_flight, max_body))
+    pods = _volcano_pod_patch if volcano else _pod_patch
+    app.router.add_post(PODS_PATH, _handler("pods", pods, in_flight, max_body))
     app.router.add_post(LWS_PATH, _handler("leaderworkersets", _lws_patch, in_flight, max_body))
     app.router.add_get("/healthz", _ok)
     app.router.add_get("/readyz", _ok)
@@ -314,14 +328,16 @@ class _ReloadingTLS:
             )
 
 
-async def start_webhook_server(host: str, port: int, cert_file: Path, key_file: Path) -> web.AppRunner:
+async def start_webhook_server(
+    host: str, port: int, cert_file: Path, key_file: Path, *, volcano: bool = False
+) -> web.AppRunner:
     """Serve ``make_app()`` over HTTPS on ``host:port`` (0: any free port); returns the started runner.
 
     The caller stops it with ``await runner.cleanup()``; ``runner.addresses`` tells the
     bound address.
     """
     tls = _ReloadingTLS(cert_file, key_file)
-    runner = web.AppRunner(make_app(), access_log=None)
+    runner = web.AppRunner(make_app(volcano=volcano), access_log=None)
     await runner.setup()
     try:
         await web.TCPSite(runner, host, port, ssl_context=tls.context).start()

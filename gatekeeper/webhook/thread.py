@@ -49,7 +49,9 @@ class WebhookThread:
         return list(self._runner.addresses) if self._runner else []
 
     @classmethod
-    async def start(cls, host: str, port: int, cert_file: Path, key_file: Path) -> WebhookThread:
+    async def start(
+        cls, host: str, port: int, cert_file: Path, key_file: Path, *, volcano: bool = False
+    ) -> WebhookThread:
         """Start serving; returns once the server listens (or raises what kept it from it)."""
         self = cls()
         sys.setswitchinterval(GIL_SWITCH_SECONDS)
@@ -61,7 +63,9 @@ class WebhookThread:
             asyncio.set_event_loop(loop)
             self._loop = loop
             try:
-                self._runner = loop.run_until_complete(start_webhook_server(host, port, cert_file, key_file))
+                self._runner = loop.run_until_complete(
+                    start_webhook_server(host, port, cert_file, key_file, volcano=volcano)
+                )
             except BaseException as exc:  # reported to the caller, which fails the start
                 failed.append(exc)
                 started.set()

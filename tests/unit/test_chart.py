@@ -744,7 +744,7 @@ def test_the_notes_say_how_to_use_each_backend(helm: Path) -> None:
     [
         ("manager.replicas=two", "at '/manager/replicas': got string, want integer"),
         ("gateInjection=sometimes", "at '/gateInjection': value must be one of 'webhook', 'policy', 'auto'"),
-        ("backend=volcano", "at '/backend': value must be one of 'pools', 'kueue'"),
+        ("backend=yunikorn", "at '/backend': value must be one of 'pools', 'kueue', 'volcano'"),
         ("nodeFit.enabled=sometimes", "at '/nodeFit/enabled': value must be one of 'auto', true, false"),
         (
             "nodeFit.admissionCheck.create=yes",
