@@ -149,7 +149,7 @@ def volcano_sandbox(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
     folder = Path(f"{where}-volcano") if where else default_dir("pytest-volcano")
     sb = Sandbox(folder, say=lambda m: print(m, flush=True))
     try:
-        sb.up(nodes=0, with_volcano=True, gatekeeper=False)
+        sb.up(nodes=0, with_volcano=True)
     except Exception as exc:  # the reason goes into every test's failure, never a skip
         pytest.fail(f"the sandbox with Volcano could not start: {exc}", pytrace=False)
     try:
