@@ -10,9 +10,10 @@ writes (the gatekeeper leaves them alone: they carry no pool label): Volcano pla
 PodGroups within their Queue's capability and says why the others wait; and it reserves
 no room in a Queue for pods that carry a scheduling gate (``DeductSchGatedResources`` in
 its proportion plugin), which is why the backend lets only one of its PodGroups wait per
-Queue. The last two are the backend's: the issue's case (a Queue of 4 GPUs, groups of 2
+Queue. The last three are the backend's: the issue's case (a Queue of 4 GPUs, groups of 2
 one-GPU pods scaled to 3: two whole groups run, the third waits gated in Volcano's
-words), and LeaderReady groups that stay whole beside an LWS that is not opted in.
+words), LeaderReady groups that stay whole beside an LWS that is not opted in, and two
+Queues side by side.
 
 Each test makes its own nodes (with more GPUs than the Queue, so that the Queue, not the
 nodes, is what limits), under a random tag and a taint its pods tolerate, and its own
@@ -273,3 +274,37 @@ def settled_groups(
     groups = group_states(sb, ns, lws_name)
     whole = [g for g, c in groups.items() if c == Counter({"running": size})]
     return groups if len(whole) == running else {}
+
+
+def test_two_queues_side_by_side_each_admits_within_its_own_capability(volcano_sandbox: Sandbox) -> None:
+    """Queues of 2 GPUs each on 12 GPUs of nodes, an LWS of 2 groups of 2 in each: one whole
+    group runs per Queue, the other waits gated; neither Queue's waiting group blocks the other."""
+    sb = volcano_sandbox
+    ns = _setup(sb, new_tag(), nodes=3, gpus_per_node=4, queue_gpus=2)
+    other = f"{ns}-b"
+    sb.apply(
+        [
+            {
+                "apiVersion": VOLCANO_API_VERSION,
+                "kind": "Queue",
+                "metadata": {"name": other},
+                "spec": {"weight": 1, "reclaimable": False, "capability": {GPU: "2"}},
+            }
+        ]
+    )
+    second = _lws(ns, "b", replicas=2, size=2)
+    second["metadata"]["labels"][POOL_LABEL] = other
+    sb.apply([_lws(ns, "a", replicas=2, size=2), second])
+    try:
+        wait(
+            "per LWS (per Queue): 1 whole group Running, 1 whole group gated",
+            lambda: all(settled(sb, ns, running=1, gated=1, size=2, lws_name=name) for name in ("a", "b")),
+            timeout=120,
+        )
+    finally:
+        _show(sb, ns)
+    queues = {
+        pg["metadata"]["name"]: pg["spec"]["queue"]
+        for pg in items(sb, "podgroups.scheduling.volcano.sh", "-n", ns)
+    }
+    assert queues == {"a-0-gk": ns, "a-1-gk": ns, "b-0-gk": other, "b-1-gk": other}

@@ -328,3 +328,29 @@ def test_the_webhook_hands_an_opted_in_lws_pod_to_volcano_with_its_podgroup(
 )
 def test_a_pod_that_is_no_lws_groups_is_not_handed_to_volcano(pod: dict[str, Any]) -> None:
     assert volcano_pod_patch(pod) == []
+
+
+def test_the_highest_priority_waiting_group_of_a_queue_is_offered_first_then_the_oldest_lws() -> None:
+    low = lws("batch").uid("b" * 36).pool(QUEUE).size(1).leader(gpu_limit=1).age(10).obj()
+    high = (
+        lws("chat")
+        .uid("c" * 36)
+        .pool(QUEUE)
+        .size(1)
+        .leader(gpu_limit=1)
+        .priority_class("urgent")
+        .age(10)
+        .obj()
+    )
+    old = lws("aaa").uid("a" * 36).pool(QUEUE).size(1).leader(gpu_limit=1).age(50).obj()
+    lwss = [low, high, old]
+    recs = [rec(o, 0) for o in lwss]
+
+    def offered(priorities: dict[str, int]) -> list[str]:
+        snap = VolcanoSnapshot(
+            lwss=lwss, pods=[], records=recs, pod_groups=[], nodes=gpu_nodes(4), priorities=priorities
+        )
+        return [g.key.name for g, _ in decide_volcano(snap).create_pod_groups]
+
+    assert offered({"urgent": 1000}) == ["chat"]
+    assert offered({}) == ["batch"], "no class known: the oldest LWS first"

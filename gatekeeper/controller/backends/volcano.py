@@ -61,10 +61,20 @@ class VolcanoBackend:
         self.events = caches.informer(r.EVENTS, field_selector="involvedObject.kind=PodGroup")
         self.bound = caches.informer(r.PODS, field_selector=BOUND_PODS)
         self.nodes = caches.informer(r.NODES)
+        self.priorities = caches.informer(r.PRIORITY_CLASSES)
 
     @property
     def informers(self) -> list[Informer]:
-        return [self.lws, self.pods, self.records, self.pod_groups, self.events, self.bound, self.nodes]
+        return [
+            self.lws,
+            self.pods,
+            self.records,
+            self.pod_groups,
+            self.events,
+            self.bound,
+            self.nodes,
+            self.priorities,
+        ]
 
     def snapshot(self) -> VolcanoSnapshot:
         return VolcanoSnapshot(
@@ -75,6 +85,7 @@ class VolcanoBackend:
             events=self.events.values(),
             nodes=self.caches.nodes(),
             bound_pods=self.bound.values(),
+            priorities=self.caches.priorities(),
         )
 
     async def reconcile_once(self, write: Writer) -> VolcanoActions:

@@ -19,8 +19,9 @@ Volcano Queue):
   scheduling gate (its proportion plugin deducts them from an Inqueue PodGroup's
   ``minResources``), so two gated PodGroups in one Queue would both be let in, whatever
   the Queue's capability (``tests/e2e/test_volcano_backend.py`` shows it). Offered one at
-  a time, each is judged against the room the others hold. Groups are offered in order of
-  namespace, LWS and index.
+  a time, each is judged against the room the others hold. Groups are offered highest
+  priority first (the LWS's PriorityClass, as its pods get it), then oldest LWS, then
+  namespace, LWS name and index.
 * Volcano puts the PodGroup ``Inqueue``: the group's gated pods lose their gate together,
   if the whole group fits the nodes now (``core.fit``, placements of this pass kept so that
   two groups do not count the same room). Pods of an admitted group that come later
@@ -39,7 +40,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gatekeeper.core.backends.volcano.podgroup import (
@@ -52,6 +53,7 @@ from gatekeeper.core.fit import Misfit, NodeTable
 from gatekeeper.core.gating import Ungate
 from gatekeeper.core.groups import DemandMemo, GroupState, LwsGroup, lws_groups, pods_by_group
 from gatekeeper.core.keys import INVALID_SPEC_REASON
+from gatekeeper.core.lws import priority
 from gatekeeper.core.nodes import Node, node_usage_skipping
 from gatekeeper.core.objects import as_map, index_by_key, meta, object_key
 from gatekeeper.core.queue import InvalidDemand
@@ -90,6 +92,8 @@ class VolcanoSnapshot:
     nodes: Sequence[Node] = ()
     bound_pods: Sequence[Mapping[str, Any]] = ()
     """Every pod on a node, anyone's: the room they take."""
+    priorities: Mapping[str, int] = field(default_factory=dict)
+    """PriorityClass name -> value: which waiting group of a Queue is offered first."""
 
 
 @dataclass(frozen=True)
@@ -144,10 +148,15 @@ def decide_volcano(snap: VolcanoSnapshot, demands: DemandMemo | None = None) -> 
     table.add_view(_ALL, lambda _node: True)
 
     groups: list[LwsGroup] = []
+    rank: dict[tuple[str, str], tuple[int, str]] = {}
+    """Per LWS: (minus its priority, its creation time), the order its groups are offered in."""
     for lws in sorted(snap.lwss, key=lambda o: object_key(o) or ("", "")):
         key = object_key(lws)
         if key is None:
             continue
+        value = priority(lws, snap.priorities).value or 0
+        created = meta(lws).get("creationTimestamp")
+        rank[key] = (-max(min(value, 10**9), -(10**9)), created if isinstance(created, str) else "")
         try:
             groups.extend(lws_groups(key[0], key[1], lws, pods_of, records, lambda *_: set(), memo))
         except (ValueError, TypeError) as exc:  # one bad LWS never stops the others
@@ -244,6 +253,9 @@ def decide_volcano(snap: VolcanoSnapshot, demands: DemandMemo | None = None) -> 
 
     create_pod_groups: list[tuple[GroupState, str]] = []
     for pool, waiting in sorted(offers.items()):
+        waiting.sort(
+            key=lambda g: (rank.get((g.state.key.namespace, g.state.key.name), (0, "")), g.state.key)
+        )
         for i, g in enumerate(waiting):
             st = g.state
             if i == 0 and pool not in busy:
