@@ -1,10 +1,11 @@
-"""Side by side on one sandbox with the real Kueue: four ways to admit LWS groups.
+"""Side by side on one sandbox with the real Kueue and Volcano: five ways to admit LWS groups.
 
 Modes:
   default    the default scheduler alone (no queue, no gate)
   kueue-lws  Kueue's own LWS integration (LWS labelled kueue.x-k8s.io/queue-name)
   gk-kueue   the gatekeeper's kueue backend, with its node-fit AdmissionCheck on the ClusterQueue
   gk-pools   the gatekeeper's pools backend (its own Pool object)
+  gk-volcano the gatekeeper's volcano backend (a Volcano Queue with the nodes' GPUs as capability)
 
 Scenarios (every pod asks 1 CPU and its GPUs; one-GPU nodes unless said):
   seed        the LWS issue: 4 one-GPU nodes, groups of 2, scaled 0 -> 10
@@ -18,9 +19,10 @@ that cannot run: Kueue's documented gap), API requests the API server served mea
 scheduler, controllers, Kueue, KWOK, gatekeeper) and those the gatekeeper made.
 
 Usage: python benchmarks/bench_backends.py [--groups 100] [--size 4]
-           [--scenarios seed,scale,fragmented] [--modes default,kueue-lws,gk-kueue,gk-pools] [--keep]
-It starts its own sandbox with Kueue (folder sandboxes/bench-kueue in the cache) and stops it
-at the end unless --keep.
+           [--scenarios seed,scale,fragmented] [--modes default,kueue-lws,gk-kueue,gk-pools,gk-volcano]
+           [--keep] [--dir FOLDER]
+It starts its own sandbox with Kueue and Volcano's scheduler (folder sandboxes/bench-kueue in
+the cache) and stops it at the end unless --keep.
 """
 
 from __future__ import annotations
@@ -31,12 +33,13 @@ import re
 import time
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import anyio
 import kr8s.asyncio
 
-from gatekeeper.core.keys import POOL_LABEL
+from gatekeeper.core.keys import POOL_LABEL, VOLCANO_API_VERSION
 from gatekeeper.sandbox.cluster import Sandbox, default_dir, fake_node
 from gatekeeper.sandbox.kueue import MANAGED_NAMESPACE_LABEL
 from gatekeeper.sandbox.observe import Verdict
@@ -44,7 +47,8 @@ from gatekeeper.sandbox.replay import LeaderWorkerSet, settle
 
 KUEUE = "kueue.x-k8s.io/v1beta2"
 NODE_FIT_CHECK = "bench-node-fit"
-MODES = ("default", "kueue-lws", "gk-kueue", "gk-pools")
+MODES = ("default", "kueue-lws", "gk-kueue", "gk-pools", "gk-volcano")
+BACKENDS = {"gk-pools": "pools", "gk-volcano": "volcano"}
 
 
 @dataclass(frozen=True)
@@ -166,7 +170,7 @@ def kueue_queue(sb: Sandbox, sc: Scenario, tag: str, ns: str, *, node_fit: bool)
 async def one_run(sb: Sandbox, sc: Scenario, mode: str) -> str:
     tag = "b" + uuid.uuid4().hex[:6]
     ns = f"bench-{sc.name}-{mode}-{tag}"
-    use_backend(sb, "pools" if mode == "gk-pools" else "kueue")
+    use_backend(sb, BACKENDS.get(mode, "kueue"))
     sb.create_nodes(
         [fake_node(f"{tag}-{i}", gpus=sc.gpus_per_node, labels={"bench": tag}) for i in range(sc.nodes)]
     )
@@ -183,6 +187,12 @@ async def one_run(sb: Sandbox, sc: Scenario, mode: str) -> str:
               "spec": {"nodeSelector": {"bench": tag}, "namespaceSelector": {}}}]
         )  # fmt: skip
         lws_labels[POOL_LABEL] = f"p-{tag}"
+    elif mode == "gk-volcano":
+        sb.apply(
+            [{"apiVersion": VOLCANO_API_VERSION, "kind": "Queue", "metadata": {"name": f"vq-{tag}"},
+              "spec": {"weight": 1, "reclaimable": False, "capability": {"nvidia.com/gpu": str(sc.gpus)}}}]
+        )  # fmt: skip
+        lws_labels[POOL_LABEL] = f"vq-{tag}"
     await anyio.sleep(3)  # nodes Ready, service account made
     api = await kr8s.asyncio.api(kubeconfig=str(sb.kubeconfig))
     served, made = apiserver_requests(sb), gatekeeper_requests(sb)
@@ -209,6 +219,7 @@ async def one_run(sb: Sandbox, sc: Scenario, mode: str) -> str:
         ("clusterqueue.kueue.x-k8s.io", f"cq-{tag}"),
         ("resourceflavor.kueue.x-k8s.io", f"f-{tag}"),
         ("pool", f"p-{tag}"),
+        ("queue.scheduling.volcano.sh", f"vq-{tag}"),
     ):
         sb.kubectl("delete", kind, name, "--ignore-not-found", "--wait=false", check=False)
     return line
@@ -221,10 +232,13 @@ def main() -> None:
     ap.add_argument("--scenarios", default="seed,scale,fragmented")
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--keep", action="store_true", help="leave the sandbox running")
+    ap.add_argument(
+        "--dir", type=Path, default=None, help="the sandbox's folder (default: bench-kueue in the cache)"
+    )
     args = ap.parse_args()
     table = scenarios(args.groups, args.size)
-    sb = Sandbox(default_dir("bench-kueue"), say=lambda m: print(m, flush=True))
-    sb.up(nodes=0, with_kueue=True)
+    sb = Sandbox(args.dir or default_dir("bench-kueue"), say=lambda m: print(m, flush=True))
+    sb.up(nodes=0, with_kueue=True, with_volcano=True)
     rows = [
         "| scenario   | mode      | settle s | whole groups | GPUs held | stranded | unplaced "
         "| API reqs | by gk  |",

@@ -117,11 +117,12 @@ def why_cmd(target: str, namespace: str | None, output: str, kubeconfig: str | N
 )
 @click.option(
     "--backend",
-    type=click.Choice(["pools", "kueue"]),
+    type=click.Choice(["pools", "kueue", "volcano"]),
     default="pools",
     show_default=True,
     help="pools: the gatekeeper's own Pool objects decide. kueue: the pool label names a Kueue "
-    "LocalQueue; one Kueue Workload per group, Kueue's ClusterQueue decides.",
+    "LocalQueue; one Kueue Workload per group, Kueue's ClusterQueue decides. volcano: the pool "
+    "label names a Volcano Queue; one PodGroup per group, Volcano's scheduler decides and places.",
 )
 @click.option(
     "--node-fit/--no-node-fit",
@@ -287,6 +288,11 @@ def _parse_labels(labels: tuple[str, ...]) -> dict[str, str]:
     "it buys nodes for the NodePools you make).",
 )
 @click.option(
+    "--with-volcano",
+    is_flag=True,
+    help="Also run Volcano's scheduler (scheduler name volcano) and its CRDs.",
+)
+@click.option(
     "--audit",
     is_flag=True,
     help="Have the API server log every write (who, which user agent, when) to logs/audit.log.",
@@ -307,6 +313,7 @@ def sandbox_up(
     no_gatekeeper: bool,
     with_kueue: bool,
     with_karpenter: bool,
+    with_volcano: bool,
     audit: bool,
     hub_kubeconfig: Path | None,
     cluster_name: str,
@@ -325,6 +332,7 @@ def sandbox_up(
             gatekeeper=not no_gatekeeper,
             with_kueue=with_kueue,
             with_karpenter=with_karpenter,
+            with_volcano=with_volcano,
             audit=audit,
             hub=hub_kubeconfig,
             cluster_name=cluster_name,

@@ -25,6 +25,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gatekeeper.controller.backends.kueue import KueueBackend
 from gatekeeper.controller.backends.pools import PoolsBackend
+from gatekeeper.controller.backends.volcano import VolcanoBackend
 from gatekeeper.controller.caches import Caches
 from gatekeeper.controller.certs import SelfSignedCerts
 from gatekeeper.controller.checks.node_fit import NodeFitCheck
@@ -64,7 +65,8 @@ class Options:
     webhook_service_name: str = "lws-gatekeeper-webhook"
     """The webhook Service, whose DNS names the self-signed serving certificate carries."""
     backend: str = "pools"
-    """``pools`` (our Pool objects decide) or ``kueue`` (a Kueue Workload per group)."""
+    """``pools`` (our Pool objects decide), ``kueue`` (a Kueue Workload per group) or
+    ``volcano`` (a Volcano PodGroup per group)."""
     node_fit: bool = False
     """Also run the controller of Kueue AdmissionChecks ``lws-gatekeeper.io/node-fit``."""
     never_fit_retry_seconds: int = 60
@@ -114,6 +116,8 @@ def controllers(
     found: list[Controller] = []
     if opts.backend == "kueue":
         found.append(KueueBackend(kube, caches, retry_seconds=opts.never_fit_retry_seconds))
+    elif opts.backend == "volcano":
+        found.append(VolcanoBackend(kube, caches))
     else:
         found.append(PoolsBackend(kube, caches, hub, opts.instance_types, pass_through=pass_through))
     if opts.node_fit:
@@ -193,6 +197,7 @@ async def run(opts: Options) -> None:
                 opts.cert_dir / "tls.crt",
                 opts.cert_dir / "tls.key",
                 pass_through,
+                volcano=opts.backend == "volcano",
             )
         )
         log.info("webhook serving on %s:%d (own thread)", opts.webhook_host, opts.webhook_port)

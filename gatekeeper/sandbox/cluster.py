@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from gatekeeper.core.reservation import valid_cluster_name
-from gatekeeper.sandbox import build, control_plane, etcd, karpenter, kueue, kwok, lws, process
+from gatekeeper.sandbox import build, control_plane, etcd, karpenter, kueue, kwok, lws, process, volcano
 from gatekeeper.sandbox import gatekeeper as gk
 from gatekeeper.sandbox.hub import Hub
 from gatekeeper.sandbox.kubectl import Kubectl
@@ -156,6 +156,7 @@ class Sandbox:
         extra: Callable[[Sandbox], None] | None = None,
         with_kueue: bool = False,
         with_karpenter: bool = False,
+        with_volcano: bool = False,
         audit: bool = False,
         hub: Path | None = None,
         cluster_name: str = "",
@@ -170,6 +171,7 @@ class Sandbox:
         added. ``with_karpenter`` likewise builds and runs the real Karpenter
         (``karpenter.py``), which buys KWOK nodes for the NodePools made in the sandbox; a
         gatekeeper already running is started again, with Karpenter's instance types.
+        ``with_volcano`` does the same for Volcano's scheduler (``volcano.py``).
         ``audit`` has the API server write an audit log of every write
         (``control_plane.AUDIT_LOG``), restarting it to turn it on if need be. ``hub`` (a
         sandbox hub's kubeconfig) joins the sandbox to that hub as member ``cluster_name``:
@@ -194,6 +196,10 @@ class Sandbox:
                 installed = build.build_all(["kueue"], say=self.say)
                 self._link_bins(installed)
                 kueue.start_kueue(runner, self.state(), installed["kueue"], self.pki, kubectl)
+            if with_volcano and volcano.COMPONENT not in self.running():
+                installed = build.build_all(["volcano"], say=self.say)
+                self._link_bins(installed)
+                volcano.start_volcano(runner, self.state(), installed["volcano"], kubectl)
             if with_karpenter and karpenter.COMPONENT not in self.running():
                 installed = build.build_all(["karpenter"], say=self.say)
                 self._link_bins(installed)
@@ -215,6 +221,7 @@ class Sandbox:
             "lws",
             *(["kueue"] if with_kueue else []),
             *(["karpenter"] if with_karpenter else []),
+            *(["volcano"] if with_volcano else []),
         ]
         installed = build.build_all(wanted, say=self.say)
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -238,6 +245,8 @@ class Sandbox:
                 kueue.start_kueue(runner, state, installed["kueue"], pki, kubectl)
             if with_karpenter:
                 karpenter.start_karpenter(runner, state, installed["karpenter"], kubectl)
+            if with_volcano:
+                volcano.start_volcano(runner, state, installed["volcano"], kubectl)
             self._wait_apiservices()
             gk.install_objects(kubectl)
             self.apply(sandbox_policies())
@@ -313,6 +322,7 @@ class Sandbox:
             lws.COMPONENT: f"http://127.0.0.1:{p.get('lws_health')}/readyz",
             kueue.COMPONENT: f"http://127.0.0.1:{p.get('kueue_health')}/readyz",
             karpenter.COMPONENT: f"http://127.0.0.1:{p.get('karpenter_health')}/readyz",
+            volcano.COMPONENT: f"http://127.0.0.1:{p.get('volcano_health')}/healthz",
         }
         if name == control_plane.APISERVER:
             return lambda: control_plane.apiserver_ready(p["apiserver"], self.pki)
@@ -407,16 +417,23 @@ class Sandbox:
         Extra replicas (another ``name``) serve no webhook of the sandbox's own; they only
         campaign for the Lease, as a second replica of the chart would. ``kubeconfig``
         runs it with another identity than the admin's (the chart's ServiceAccount, say).
-        ``backend`` is ``pools`` or ``kueue``; by default ``kueue`` when the sandbox runs
-        Kueue, else ``pools`` (a restart keeps what the sandbox was started with).
-        ``args`` are further flags of ``lws-gatekeeper run``. With Karpenter running, the
-        ``pools`` backend is given Karpenter's instance-type file. ``image`` runs it instead
-        as a Deployment of the chart runs it, from the image's root file system
-        (``gk.FromImage``: the Deployment's own args, so ``args`` do not apply).
+        ``backend`` is ``pools``, ``kueue`` or ``volcano``; by default ``kueue`` when the
+        sandbox runs Kueue, ``volcano`` when it runs Volcano, else ``pools`` (a restart
+        keeps what the sandbox was started with). ``args`` are further flags of
+        ``lws-gatekeeper run``. With Karpenter running, the ``pools`` backend is given
+        Karpenter's instance-type file. ``image`` runs it instead as a Deployment of the
+        chart runs it, from the image's root file system (``gk.FromImage``: the
+        Deployment's own args, so ``args`` do not apply).
         """
         processes = self.state()["processes"]
         if backend is None:
-            backend = "kueue" if kueue.COMPONENT in processes else "pools"
+            backend = (
+                "kueue"
+                if kueue.COMPONENT in processes
+                else "volcano"
+                if volcano.COMPONENT in processes
+                else "pools"
+            )
         if backend == "pools" and karpenter.COMPONENT in processes:
             # The instance types Karpenter reads: Pools with spec.nodePools plan on them.
             args = [f"--karpenter-instance-types={karpenter.types_file_of(self.runner)}", *args]

@@ -37,6 +37,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import Counter
 
+from gatekeeper.core.backends.volcano import volcano_pod_patch
 from gatekeeper.core.gating import is_opted_in, lws_label_patch, pod_gate_patch
 from gatekeeper.core.keys import POOL_LABEL, SCHEDULING_GATE
 from gatekeeper.webhook.config import LWS_PATH, PODS_PATH
@@ -148,6 +149,17 @@ def _pod_patch(review: Review, pass_through: PassThrough | None = None) -> Patch
         if ops is not None:
             return ops
     return pod_gate_patch(review.obj)
+
+
+def _volcano_pod_patch(review: Review) -> Patch:
+    """With the volcano backend: the gate, and the pod handed to Volcano (its scheduler name
+    and its group's PodGroup, ``core.backends.volcano``)."""
+    gate = _pod_patch(review)
+    if review.operation != "CREATE" or not is_opted_in(review.obj):
+        return gate
+    if review.obj.get("spec") is None:
+        return gate  # the gate's patch makes the spec; such a pod is no LWS's anyway
+    return [*gate, *volcano_pod_patch(review.obj)]
 
 
 def _lws_patch(review: Review) -> Patch:
@@ -267,15 +279,17 @@ def make_app(
     max_body: int = MAX_BODY_BYTES,
     max_concurrent: int = MAX_CONCURRENT_REVIEWS,
     pass_through: PassThrough | None = None,
+    volcano: bool = False,
 ) -> web.Application:
     """The webhook application (plain HTTP; ``start_webhook_server`` serves it over TLS).
 
     Both webhooks share one bound of ``max_concurrent`` reviews at once. ``pass_through``
     (published by the leader) lets pods of admitted groups be made without the gate.
+    ``volcano``: the pods hook also hands opted-in pods to Volcano (the volcano backend).
     """
     app = web.Application(client_max_size=max_body)
     in_flight = _InFlight(max_concurrent)
-    pods = partial(_pod_patch, pass_through=pass_through)
+    pods = _volcano_pod_patch if volcano else partial(_pod_patch, pass_through=pass_through)
     app.router.add_post(PODS_PATH, _handler("pods", pods, in_flight, max_body))
     app.router.add_post(LWS_PATH, _handler("leaderworkersets", _lws_patch, in_flight, max_body))
     app.router.add_get("/healthz", _ok)
@@ -333,7 +347,13 @@ class _ReloadingTLS:
 
 
 async def start_webhook_server(
-    host: str, port: int, cert_file: Path, key_file: Path, pass_through: PassThrough | None = None
+    host: str,
+    port: int,
+    cert_file: Path,
+    key_file: Path,
+    pass_through: PassThrough | None = None,
+    *,
+    volcano: bool = False,
 ) -> web.AppRunner:
     """Serve ``make_app()`` over HTTPS on ``host:port`` (0: any free port); returns the started runner.
 
@@ -341,7 +361,7 @@ async def start_webhook_server(
     bound address.
     """
     tls = _ReloadingTLS(cert_file, key_file)
-    runner = web.AppRunner(make_app(pass_through=pass_through), access_log=None)
+    runner = web.AppRunner(make_app(pass_through=pass_through, volcano=volcano), access_log=None)
     await runner.setup()
     try:
         await web.TCPSite(runner, host, port, ssl_context=tls.context).start()

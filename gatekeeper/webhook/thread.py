@@ -51,7 +51,14 @@ class WebhookThread:
 
     @classmethod
     async def start(
-        cls, host: str, port: int, cert_file: Path, key_file: Path, pass_through: PassThrough | None = None
+        cls,
+        host: str,
+        port: int,
+        cert_file: Path,
+        key_file: Path,
+        pass_through: PassThrough | None = None,
+        *,
+        volcano: bool = False,
     ) -> WebhookThread:
         """Start serving; returns once the server listens (or raises what kept it from it)."""
         self = cls()
@@ -65,7 +72,7 @@ class WebhookThread:
             self._loop = loop
             try:
                 self._runner = loop.run_until_complete(
-                    start_webhook_server(host, port, cert_file, key_file, pass_through)
+                    start_webhook_server(host, port, cert_file, key_file, pass_through, volcano=volcano)
                 )
             except BaseException as exc:  # reported to the caller, which fails the start
                 failed.append(exc)

@@ -211,6 +211,29 @@ def karpenter_sandbox(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
 
 
 @pytest.fixture(scope="session")
+def volcano_sandbox(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
+    """A sandbox of its own with Volcano's scheduler (``sandbox up --with-volcano``).
+
+    One per session, for every test module that needs Volcano; stopped at the end unless
+    ``--keep-sandbox``. Its folder is the session sandbox's with ``-volcano`` appended.
+    """
+    if request.config.getoption("--cluster") != "sandbox":
+        pytest.fail("the Volcano tests run the sandbox's own Volcano: use --cluster=sandbox", pytrace=False)
+    where = request.config.getoption("--sandbox-dir")
+    folder = Path(f"{where}-volcano") if where else default_dir("pytest-volcano")
+    sb = Sandbox(folder, say=lambda m: print(m, flush=True))
+    try:
+        sb.up(nodes=0, with_volcano=True)
+    except Exception as exc:  # the reason goes into every test's failure, never a skip
+        pytest.fail(f"the sandbox with Volcano could not start: {exc}", pytrace=False)
+    try:
+        yield sb
+    finally:
+        if not request.config.getoption("--keep-sandbox"):
+            sb.down()
+
+
+@pytest.fixture(scope="session")
 async def api(cluster: Cluster) -> kr8s.asyncio.Api:
     return await kr8s.asyncio.api(kubeconfig=str(cluster.kubeconfig))
 

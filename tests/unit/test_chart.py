@@ -137,7 +137,8 @@ LEASE_RULES: list[Rule] = [
 ]
 SECRET_RULE: Rule = ("", "secrets", ("get", "update"), ("lws-gatekeeper-webhook-cert",))
 # The kueue backend (gatekeeper/controller/backends/kueue.py) instead of Pools and nodes: its
-# informers (StatefulSets too: which pods an LWS made), its Workloads (created, their finalizer lifted and deleted when a group goes), the
+# informers (StatefulSets too: which pods an LWS made), its Workloads (created, their
+# finalizer lifted and deleted when a group goes), the
 # quota reservation of an evicted Workload cleared (status patch) and that group's pods stopped.
 KUEUE_CLUSTER_RULES: list[Rule] = [
     ("", "events", ("create",), ()),
@@ -781,7 +782,7 @@ def test_the_notes_say_how_to_use_each_backend(helm: Path) -> None:
     [
         ("manager.replicas=two", "at '/manager/replicas': got string, want integer"),
         ("gateInjection=sometimes", "at '/gateInjection': value must be one of 'webhook', 'policy', 'auto'"),
-        ("backend=volcano", "at '/backend': value must be one of 'pools', 'kueue'"),
+        ("backend=yunikorn", "at '/backend': value must be one of 'pools', 'kueue', 'volcano'"),
         ("nodeFit.enabled=sometimes", "at '/nodeFit/enabled': value must be one of 'auto', true, false"),
         (
             "nodeFit.admissionCheck.create=yes",

@@ -14,6 +14,7 @@ from gatekeeper.sandbox import build
 from gatekeeper.sandbox.cluster import fake_node, lws_webhooks
 from gatekeeper.sandbox.observe import GATE, summarize
 from gatekeeper.sandbox.pki import make_pki
+from gatekeeper.sandbox.volcano import scheduler_config
 
 
 def test_pins_name_every_component_with_a_version() -> None:
@@ -28,11 +29,15 @@ def test_pins_name_every_component_with_a_version() -> None:
         "kueue",
         "volcano-crds",
         "karpenter",
+        "volcano",
     ]
     for comp in pins.values():
         assert comp.version.startswith("v"), comp
         assert comp.packages or comp.files, f"{comp.name} builds nothing and brings nothing"
     assert not pins["volcano-crds"].packages, "files only: Volcano's CRDs"
+    volcano = pins["volcano"]
+    assert (volcano.module, volcano.version) == (pins["volcano-crds"].module, pins["volcano-crds"].version)
+    assert volcano.packages == ("volcano.sh/volcano/cmd/scheduler",), "the scheduler alone gangs PodGroups"
     k8s = pins["kubernetes"]
     assert k8s.staging == "v0" + k8s.version[2:], "staging modules are published as v0.<minor>.<patch>"
     assert int(k8s.version.split(".")[1]) >= 36, "Kubernetes 1.36 or newer"
@@ -189,3 +194,11 @@ def test_fake_node_is_kwok_managed_with_gpus() -> None:
     assert node["metadata"]["annotations"]["kwok.x-k8s.io/node"] == "fake"
     assert node["status"]["allocatable"]["nvidia.com/gpu"] == "8"
     assert node["metadata"]["labels"]["pool"] == "p"
+
+
+def test_volcano_scheduler_config_enqueues_gangs_and_shares_queues() -> None:
+    conf = scheduler_config()
+    assert [a.strip() for a in conf["actions"].split(",")] == ["enqueue", "allocate", "backfill"]
+    plugins = [p["name"] for tier in conf["tiers"] for p in tier["plugins"]]
+    assert {"gang", "proportion", "predicates"} <= set(plugins)
+    assert "overcommit" not in plugins, "enqueue would admit PodGroups beyond the Queue"

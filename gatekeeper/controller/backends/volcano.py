@@ -1,0 +1,108 @@
+"""The ``volcano`` backend's controller: Volcano PodGroups for LWS groups, and gates that follow them.
+
+Why this exists: with ``--backend=volcano`` Volcano's Queues decide admission; the
+gatekeeper turns each group of an opted-in LWS into one PodGroup and keeps the group's
+pods behind its own gate until Volcano puts that PodGroup ``Inqueue`` and the whole group
+fits the nodes. Every decision is made by ``core.backends.volcano`` from the shared
+caches (``decide_volcano``, then ``plan_writes``); this module only has ``act.execute``
+send the plan. ``app.controllers`` makes it. It keeps nothing only in memory: a
+restarted gatekeeper picks up from the records and PodGroups in the cluster.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import UTC, datetime
+
+import anyio.to_thread
+from prometheus_client import Counter, Gauge, Histogram
+
+from gatekeeper.controller import kube as k
+from gatekeeper.controller import resources as r
+from gatekeeper.controller.act import execute
+from gatekeeper.controller.caches import BOUND_PODS, Caches
+from gatekeeper.controller.informer import Informer
+from gatekeeper.controller.loop import Write as Writer
+from gatekeeper.core.backends.volcano import VolcanoActions, VolcanoSnapshot, decide_volcano, plan_writes
+from gatekeeper.core.groups import DemandMemo
+from gatekeeper.core.keys import POOL_LABEL
+from gatekeeper.core.writes import Memory, Write
+
+__all__ = ["VolcanoBackend"]
+
+log = logging.getLogger("gatekeeper.volcano")
+
+VOLCANO_ADMISSIONS = Counter(
+    "gatekeeper_volcano_admissions_total",
+    "Groups whose PodGroup Volcano put Inqueue and whose gates were lifted",
+)
+VOLCANO_WAITING = Gauge("gatekeeper_volcano_waiting_groups", "Groups whose gates stay: Volcano or the nodes")
+VOLCANO_PASS_SECONDS = Histogram(
+    "gatekeeper_volcano_reconcile_seconds", "Duration of one volcano-backend pass"
+)
+
+
+class VolcanoBackend:
+    """The ``volcano`` backend's parts for a ``PassLoop``: LWSs, their pods, records, our
+    PodGroups and Volcano's Events on them, nodes and bound pods; decide and plan; execute."""
+
+    log = log
+
+    def __init__(self, kube: k.Kube, caches: Caches) -> None:
+        self.kube = kube
+        self.caches = caches
+        self.memory = Memory()
+        self.demands = DemandMemo()
+        self.lws = caches.informer(r.LWS, label_selector=POOL_LABEL)
+        self.pods = caches.informer(r.PODS, label_selector=POOL_LABEL)
+        self.records = caches.informer(r.RECORDS)
+        self.pod_groups = caches.informer(r.POD_GROUPS, label_selector=POOL_LABEL)
+        self.events = caches.informer(r.EVENTS, field_selector="involvedObject.kind=PodGroup")
+        self.bound = caches.informer(r.PODS, field_selector=BOUND_PODS)
+        self.nodes = caches.informer(r.NODES)
+        self.priorities = caches.informer(r.PRIORITY_CLASSES)
+
+    @property
+    def informers(self) -> list[Informer]:
+        return [
+            self.lws,
+            self.pods,
+            self.records,
+            self.pod_groups,
+            self.events,
+            self.bound,
+            self.nodes,
+            self.priorities,
+        ]
+
+    def snapshot(self) -> VolcanoSnapshot:
+        return VolcanoSnapshot(
+            lwss=self.lws.values(),
+            pods=self.pods.values(),
+            records=self.records.values(),
+            pod_groups=self.pod_groups.values(),
+            events=self.events.values(),
+            nodes=self.caches.nodes(),
+            bound_pods=self.bound.values(),
+            priorities=self.caches.priorities(),
+        )
+
+    async def reconcile_once(self, write: Writer) -> VolcanoActions:
+        """One pass: decide and plan (pure, off the event loop), then execute through ``write``."""
+        start, now = time.monotonic(), datetime.now(UTC)
+        snap = self.snapshot()
+        actions = await anyio.to_thread.run_sync(decide_volcano, snap, self.demands)
+        plan = await anyio.to_thread.run_sync(plan_writes, actions, snap, self.memory, now)
+        await execute(self.kube, plan, write, self.memory, self._done)
+        VOLCANO_WAITING.set(sum(1 for st in actions.statuses if not st.admitted))
+        VOLCANO_PASS_SECONDS.observe(time.monotonic() - start)
+        return actions
+
+    def _done(self, one: Write) -> None:
+        if one.tag == "admitted":
+            VOLCANO_ADMISSIONS.inc()
+        elif one.tag == "podgroup":
+            log.info("created PodGroup %s/%s in Volcano Queue %s", one.namespace, one.name, one.labels[0])
+        elif one.tag == "release":
+            log.info("released %s %s/%s", one.resource, one.namespace, one.name)

@@ -1,0 +1,280 @@
+"""The ``volcano`` backend's whole decision: one Volcano PodGroup per LWS group, gates follow it.
+
+Why this exists: with ``--backend=volcano`` Volcano's scheduler, by its Queues, decides
+which group may start, and the gatekeeper keeps only its own gate, lifted for a whole
+group at once. This module turns a snapshot (opted-in LWSs, their pods, our records, our
+PodGroups and Volcano's Events about them, nodes and bound pods) into ``VolcanoActions``
+without any I/O; ``VolcanoBackend`` (``controller.backends.volcano``) executes them. What
+a PodGroup of ours is, and how Volcano's answer is read, is in ``podgroup``.
+
+The model, per group of an opted-in LWS (label ``lws-gatekeeper.io/pool`` naming a
+Volcano Queue):
+
+* Groups are enumerated by ``core.groups``; each has a ``GroupAdmission`` record (owned
+  by the LWS) and at most one PodGroup named by ``pod_group_name`` (the webhook writes
+  that name on the group's pods, ``scheduling.k8s.io/group-name``), owned by the record.
+* A PodGroup is offered to Volcano one at a time per Queue: a group's PodGroup is made only
+  when every other PodGroup of ours in that Queue is ``Inqueue`` (or later) with none of
+  its pods gated. Volcano v1.10 reserves no room in a Queue for pods that carry a
+  scheduling gate (its proportion plugin deducts them from an Inqueue PodGroup's
+  ``minResources``), so two gated PodGroups in one Queue would both be let in, whatever
+  the Queue's capability (``tests/e2e/test_volcano_backend.py`` shows it). Offered one at
+  a time, each is judged against the room the others hold. Groups are offered highest
+  priority first (the LWS's PriorityClass, as its pods get it), then oldest LWS, then
+  namespace, LWS name and index.
+* Volcano puts the PodGroup ``Inqueue``: the group's gated pods lose their gate together,
+  if the whole group fits the nodes now (``core.fit``, placements of this pass kept so that
+  two groups do not count the same room). Pods of an admitted group that come later
+  (LeaderReady workers, restarts) lose theirs as they come: the group's room is reserved
+  by ``minResources``. A group Volcano let in that does not fit the nodes stays gated,
+  and its record says so.
+* Volcano leaves it ``Pending``: its pods stay gated, and its record says why in
+  Volcano's words (the PodGroup's ``Unschedulable`` condition, or Volcano's latest Event
+  on it, e.g. "queue resource quota insufficient").
+* A leaving group (scaled down, LWS deleted) keeps its record (and so its PodGroup) until
+  its last pod is gone, terminating ones included; then the record's finalizer is removed
+  and it is deleted (``core.finalizers``), and the PodGroup goes with it.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gatekeeper.core.backends.volcano.podgroup import (
+    pod_group_belongs,
+    pod_group_name,
+    volcano_state,
+)
+from gatekeeper.core.demand import GroupDemand
+from gatekeeper.core.fit import Misfit, NodeTable
+from gatekeeper.core.gating import Ungate
+from gatekeeper.core.groups import DemandMemo, GroupState, LwsGroup, lws_groups, pods_by_group
+from gatekeeper.core.keys import INVALID_SPEC_REASON
+from gatekeeper.core.lws import priority
+from gatekeeper.core.nodes import Node, node_usage_skipping
+from gatekeeper.core.objects import as_map, index_by_key, meta, object_key
+from gatekeeper.core.queue import InvalidDemand
+from gatekeeper.core.record import is_admitted
+
+__all__ = [
+    "NOT_ON_NODES",
+    "VOLCANO_INQUEUE_REASON",
+    "WAITING_FOR_VOLCANO",
+    "VolcanoActions",
+    "VolcanoSnapshot",
+    "VolcanoStatus",
+    "decide_volcano",
+]
+
+#: Record reasons of the volcano backend.
+VOLCANO_INQUEUE_REASON = "Inqueue"
+WAITING_FOR_VOLCANO = "WaitingForVolcano"
+NOT_ON_NODES = "NoNodeFitsNow"
+
+_ALL = "all"
+
+
+@dataclass(frozen=True)
+class VolcanoSnapshot:
+    """What one pass of the ``volcano`` backend sees (API-shaped dicts, as informers hold them)."""
+
+    lwss: Sequence[Mapping[str, Any]]
+    pods: Sequence[Mapping[str, Any]]
+    """Pods of opted-in LWSs."""
+    records: Sequence[Mapping[str, Any]]
+    pod_groups: Sequence[Mapping[str, Any]]
+    """PodGroups made by the gatekeeper (they carry ``lws-gatekeeper.io/pool``)."""
+    events: Sequence[Mapping[str, Any]] = ()
+    """Events whose involved object is a PodGroup (Volcano's words)."""
+    nodes: Sequence[Node] = ()
+    bound_pods: Sequence[Mapping[str, Any]] = ()
+    """Every pod on a node, anyone's: the room they take."""
+    priorities: Mapping[str, int] = field(default_factory=dict)
+    """PriorityClass name -> value: which waiting group of a Queue is offered first."""
+
+
+@dataclass(frozen=True)
+class VolcanoStatus:
+    """What a group's record says this pass."""
+
+    group: GroupState
+    admitted: bool
+    reason: str
+    message: str
+    pod_group: str = ""
+    warning: bool = False
+
+
+@dataclass(frozen=True)
+class VolcanoActions:
+    """Everything one pass decided, in the order the I/O layer carries it out."""
+
+    create_records: tuple[GroupState, ...] = ()
+    create_pod_groups: tuple[tuple[GroupState, str], ...] = ()
+    """(group, record UID): PodGroups to create, owned by the record."""
+    release: tuple[tuple[str, str], ...] = ()
+    """(namespace, record): groups gone; their record is deleted (the PodGroup follows)."""
+    ungate: tuple[Ungate, ...] = ()
+    statuses: tuple[VolcanoStatus, ...] = ()
+    problems: tuple[str, ...] = ()
+
+
+def _events_by_object(events: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], list[Mapping[str, Any]]]:
+    out: dict[tuple[str, str], list[Mapping[str, Any]]] = defaultdict(list)
+    for ev in events:
+        obj = as_map(ev.get("involvedObject"))
+        if obj.get("kind") == "PodGroup" and isinstance(obj.get("name"), str):
+            out[(str(obj.get("namespace") or meta(ev).get("namespace") or ""), str(obj["name"]))].append(ev)
+    return out
+
+
+def _misfit(m: Misfit) -> str:
+    what = m.resource or "room on one node"
+    return f"pod {m.pod} ({m.role}) finds no node with {what}; {m.placed} pods placed of the group"
+
+
+def decide_volcano(snap: VolcanoSnapshot, demands: DemandMemo | None = None) -> VolcanoActions:
+    """One pass of the ``volcano`` backend (see the module docstring)."""
+    memo = demands or DemandMemo()
+    problems: list[str] = []
+    records = index_by_key(snap.records)
+    pgs = index_by_key(snap.pod_groups)
+    said = _events_by_object(snap.events)
+    pods_of = pods_by_group(snap.pods)
+    table = NodeTable(snap.nodes, node_usage_skipping(snap.bound_pods, problems))
+    table.add_view(_ALL, lambda _node: True)
+
+    groups: list[LwsGroup] = []
+    rank: dict[tuple[str, str], tuple[int, str]] = {}
+    """Per LWS: (minus its priority, its creation time), the order its groups are offered in."""
+    for lws in sorted(snap.lwss, key=lambda o: object_key(o) or ("", "")):
+        key = object_key(lws)
+        if key is None:
+            continue
+        value = priority(lws, snap.priorities).value or 0
+        created = meta(lws).get("creationTimestamp")
+        rank[key] = (-max(min(value, 10**9), -(10**9)), created if isinstance(created, str) else "")
+        try:
+            groups.extend(lws_groups(key[0], key[1], lws, pods_of, records, lambda *_: set(), memo))
+        except (ValueError, TypeError) as exc:  # one bad LWS never stops the others
+            problems.append(f"LeaderWorkerSet {key[0]}/{key[1]}: {exc}")
+
+    create_records: list[GroupState] = []
+    release: list[tuple[str, str]] = []
+    ungate: list[Ungate] = []
+    statuses: list[VolcanoStatus] = []
+    busy: set[str] = set()
+    """Queues with a PodGroup of ours that Volcano has not let in, or let in with gated pods."""
+    offers: dict[str, list[LwsGroup]] = defaultdict(list)
+
+    live: list[tuple[LwsGroup, Mapping[str, Any]]] = []
+    for g in groups:
+        st = g.state
+        ns = st.key.namespace
+        if not g.staying:
+            continue  # released below once no pod of it lives, terminating ones included
+        if g.record is None:
+            create_records.append(st)
+            continue
+        if isinstance(st.demand, InvalidDemand):
+            statuses.append(VolcanoStatus(st, False, INVALID_SPEC_REASON, st.demand.message, warning=True))
+            continue
+        pg_name = pod_group_name(st.key.name, st.key.index)
+        pg = pgs.get((ns, pg_name))
+        if pg is not None and not pod_group_belongs(pg, st.key.name, st.lws_uid, st.key.index):
+            pg = None  # an earlier incarnation's, going with its record
+        if pg is None:
+            offers[st.pool].append(g)
+            continue
+        live.append((g, pg))
+        answer = volcano_state(pg, tuple(said.get((ns, pg_name), ())))
+        if not answer.admitted or st.gated:
+            busy.add(st.pool)
+
+    for g, pg in live:
+        st = g.state
+        ns, pg_name = st.key.namespace, str(meta(pg).get("name"))
+        answer = volcano_state(pg, tuple(said.get((ns, pg_name), ())))
+        if not answer.admitted:
+            words = f": {answer.message}" if answer.message else ""
+            statuses.append(
+                VolcanoStatus(
+                    st,
+                    False,
+                    answer.reason if answer.message else WAITING_FOR_VOLCANO,
+                    f"group {st.key.index} waits in Volcano Queue {st.pool} (PodGroup {pg_name}, "
+                    f"{answer.phase}){words}",
+                    pod_group=pg_name,
+                )
+            )
+            continue
+        started = any(p.live and not p.gated for p in g.present) or is_admitted(g.record)
+        if st.gated and not started:
+            assert isinstance(st.demand, GroupDemand)
+            placed = table.place(_ALL, st.demand.pods)
+            if isinstance(placed, Misfit):
+                statuses.append(
+                    VolcanoStatus(
+                        st,
+                        False,
+                        NOT_ON_NODES,
+                        f"group {st.key.index} is Inqueue in Volcano Queue {st.pool} but the whole group "
+                        f"does not fit the nodes now ({_misfit(placed)})",
+                        pod_group=pg_name,
+                    )
+                )
+                continue
+        ungate.extend(Ungate(ns, name, {}) for name in st.gated)
+        statuses.append(
+            VolcanoStatus(
+                st,
+                True,
+                VOLCANO_INQUEUE_REASON,
+                f"group {st.key.index} admitted by Volcano Queue {st.pool} "
+                f"(PodGroup {pg_name}, {answer.phase})",
+                pod_group=pg_name,
+            )
+        )
+
+    # Records no group of a present LWS claims (a group scaled away whose last pod went, an
+    # LWS deleted): released once no live pod of their group is left.
+    claimed = {(g.state.key.namespace, g.state.record) for g in groups if g.staying}
+    for (ns, name), rec in sorted(records.items()):
+        spec = as_map(rec.get("spec"))
+        lws_name, index = spec.get("leaderWorkerSet"), spec.get("groupIndex")
+        if (ns, name) in claimed or (ns, name) in release or not isinstance(lws_name, str):
+            continue
+        members = pods_of.get((ns, lws_name), {}).get(index, []) if isinstance(index, int) else []
+        if not any(p.live for p in members):
+            release.append((ns, name))
+
+    create_pod_groups: list[tuple[GroupState, str]] = []
+    for pool, waiting in sorted(offers.items()):
+        waiting.sort(
+            key=lambda g: (rank.get((g.state.key.namespace, g.state.key.name), (0, "")), g.state.key)
+        )
+        for i, g in enumerate(waiting):
+            st = g.state
+            if i == 0 and pool not in busy:
+                uid = str(meta(g.record).get("uid") or "") if g.record is not None else ""
+                if uid:
+                    create_pod_groups.append((st, uid))
+                message = f"group {st.key.index}: its PodGroup is being made in Volcano Queue {pool}"
+            else:
+                message = (
+                    f"group {st.key.index} waits for its turn in Volcano Queue {pool}: one PodGroup "
+                    "at a time is offered to Volcano"
+                )
+            statuses.append(VolcanoStatus(st, False, WAITING_FOR_VOLCANO, message))
+
+    return VolcanoActions(
+        create_records=tuple(create_records),
+        create_pod_groups=tuple(create_pod_groups),
+        release=tuple(release),
+        ungate=tuple(ungate),
+        statuses=tuple(statuses),
+        problems=tuple(problems),
+    )

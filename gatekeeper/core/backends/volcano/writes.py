@@ -1,0 +1,119 @@
+"""What the ``volcano`` backend writes for what it decided, and when it writes nothing.
+
+Why this exists: the order of a pass's writes (a PodGroup after the record that owns it,
+gates lifted before the records say so) and whether a record must be rewritten are
+decisions; they are made here, pure, as a plan (``plan_writes``) that
+``controller.backends.volcano`` hands to ``act.execute``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from gatekeeper.core.backends.volcano.decide import VolcanoActions, VolcanoSnapshot, VolcanoStatus
+from gatekeeper.core.backends.volcano.podgroup import new_pod_group
+from gatekeeper.core.finalizers import FINALIZER_WRITES_PER_PASS, release_writes
+from gatekeeper.core.gating import ungate_patch
+from gatekeeper.core.keys import ADMITTED, POD_GROUP_PLURAL, RECORD_PLURAL
+from gatekeeper.core.objects import as_map, condition, index_by_key, resource_version
+from gatekeeper.core.record import admitted_condition, demand_status, new_record
+from gatekeeper.core.writes import EventsOnce, Memory, Op, Plan, Write, rfc3339
+
+__all__ = ["plan_writes", "record_status_patch"]
+
+
+def record_status_patch(
+    st: VolcanoStatus, record: Mapping[str, Any], now: str
+) -> tuple[dict[str, Any] | None, bool]:
+    """(status patch, whether the state or reason changed); no patch when the record says it all."""
+    current = condition(record, ADMITTED)
+    want = "True" if st.admitted else "False"
+    same = current.get("status") == want and current.get("reason") == st.reason
+    if same and current.get("message") == st.message:
+        return None, False
+    status: dict[str, Any] = {
+        **demand_status(st.group.pool, st.group.demand, as_map(record.get("status"))),
+        "conditions": [admitted_condition(st.admitted, st.reason, st.message, current, now)],
+    }
+    if st.admitted and current.get("status") != "True":
+        status["admittedAt"] = now
+    return status, not same
+
+
+def plan_writes(actions: VolcanoActions, snap: VolcanoSnapshot, memory: Memory, now: datetime) -> Plan:
+    """Every write of one pass, in order: records released and made, PodGroups made; then
+    gates lifted, and the records' words."""
+    stamp = rfc3339(now)
+    lwss = index_by_key(snap.lwss)
+    records = index_by_key(snap.records)
+    pods = index_by_key(snap.pods)
+    events = EventsOnce(memory, lwss)
+
+    first: list[Write] = []
+    for ns, name in actions.release:
+        if len(first) >= FINALIZER_WRITES_PER_PASS:
+            break  # the rest in the next pass (these writes' watch events ask for it)
+        first.extend(release_writes(RECORD_PLURAL, ns, name, records.get((ns, name)), tag="release"))
+    for group in actions.create_records:
+        lws = lwss.get((group.key.namespace, group.key.name))
+        if lws is not None:
+            body = new_record(lws, group.key.index)
+            first.append(
+                Write(Op.CREATE, RECORD_PLURAL, group.key.namespace, group.record, body, tag="create")
+            )
+    for group, record_uid in actions.create_pod_groups:
+        lws = lwss.get((group.key.namespace, group.key.name))
+        if lws is None:
+            continue
+        try:
+            body = new_pod_group(group, lws, record_uid)
+        except ValueError:
+            continue  # its demand is unreadable: the record says so
+        name = str(body["metadata"]["name"])
+        first.append(
+            Write(
+                Op.CREATE,
+                POD_GROUP_PLURAL,
+                group.key.namespace,
+                name,
+                body,
+                tag="podgroup",
+                labels=(group.pool,),
+            )
+        )
+
+    second: list[Write] = []
+    for one in actions.ungate:
+        pod = pods.get((one.namespace, one.pod))
+        ops = ungate_patch(pod, one) if pod is not None else None
+        if ops is not None:
+            second.append(Write(Op.JSON_PATCH, "pods", one.namespace, one.pod, ops, tag="ungate"))
+    for st in actions.statuses:
+        group = st.group
+        record = records.get((group.key.namespace, group.record))
+        if record is None:
+            continue
+        status, changed = record_status_patch(st, record, stamp)
+        if status is None:
+            continue
+        told = (
+            events.once(group.key, st.reason, st.message, warning=st.warning, force=st.admitted)
+            if changed
+            else None
+        )
+        was = condition(record, ADMITTED).get("status") == "True"
+        second.append(
+            Write(
+                Op.MERGE_STATUS,
+                RECORD_PLURAL,
+                group.key.namespace,
+                group.record,
+                status,
+                guard=resource_version(record),
+                then=(told,) if told is not None else (),
+                tag="admitted" if st.admitted and not was else "status",
+            )
+        )
+    return (tuple(first), tuple(second))

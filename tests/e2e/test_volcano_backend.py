@@ -1,0 +1,310 @@
+"""The ``volcano`` backend beside the real Volcano scheduler, on Kubernetes 1.37.
+
+Why this exists: with ``--backend=volcano`` the gatekeeper hands the quota decision to
+Volcano's Queues and reads it back from PodGroups. These tests run on a sandbox of their
+own with Volcano's scheduler (``volcano_sandbox``: ``sandbox up --with-volcano``, v1.10.0
+built from its module, against kube-apiserver v1.37.2) and the gatekeeper on that backend.
+
+The first two prove the facts the backend builds on, with PodGroups and pods the test
+writes (the gatekeeper leaves them alone: they carry no pool label): Volcano places whole
+PodGroups within their Queue's capability and says why the others wait; and it reserves
+no room in a Queue for pods that carry a scheduling gate (``DeductSchGatedResources`` in
+its proportion plugin), which is why the backend lets only one of its PodGroups wait per
+Queue. The last three are the backend's: the issue's case (a Queue of 4 GPUs, groups of 2
+one-GPU pods scaled to 3: two whole groups run, the third waits gated in Volcano's
+words), LeaderReady groups that stay whole beside an LWS that is not opted in, and two
+Queues side by side.
+
+Each test makes its own nodes (with more GPUs than the Queue, so that the Queue, not the
+nodes, is what limits), under a random tag and a taint its pods tolerate, and its own
+Queue and namespace.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections import Counter
+from typing import Any
+
+from gatekeeper.core.keys import LWS_NAME_LABEL, POOL_LABEL, VOLCANO_API_VERSION, VOLCANO_GROUP_ANNOTATION
+from gatekeeper.sandbox.cluster import Sandbox, fake_node
+from gatekeeper.sandbox.volcano import SCHEDULER_NAME
+from tests.e2e.kueue_support import (
+    condition,
+    group_states,
+    items,
+    lws,
+    make_namespace,
+    new_tag,
+    pods,
+    records,
+    settled,
+    wait,
+)
+
+GPU = "nvidia.com/gpu"
+TAINT = "lws-gatekeeper.io/test-nodes"
+
+
+def _setup(sb: Sandbox, tag: str, *, nodes: int, gpus_per_node: int, queue_gpus: int) -> str:
+    """Nodes, a Queue with ``queue_gpus`` GPUs of capability, a namespace; returns the namespace."""
+    sb.create_nodes(
+        [
+            fake_node(
+                f"{tag}-{i}",
+                gpus=gpus_per_node,
+                labels={TAINT: tag},
+                taints=[{"key": TAINT, "value": tag, "effect": "NoSchedule"}],
+            )
+            for i in range(nodes)
+        ]
+    )
+    sb.apply(
+        [
+            {
+                "apiVersion": VOLCANO_API_VERSION,
+                "kind": "Queue",
+                "metadata": {"name": tag},
+                "spec": {"weight": 1, "reclaimable": False, "capability": {GPU: str(queue_gpus)}},
+            }
+        ]
+    )
+    make_namespace(sb, tag, managed=False)
+    return tag
+
+
+def _gang(tag: str, name: str, *, size: int, gated: bool) -> list[dict[str, Any]]:
+    """One PodGroup of ``size`` one-GPU pods in Queue ``tag``, and its pods."""
+    objs: list[dict[str, Any]] = [
+        {
+            "apiVersion": VOLCANO_API_VERSION,
+            "kind": "PodGroup",
+            "metadata": {"name": name, "namespace": tag},
+            "spec": {"queue": tag, "minMember": size, "minResources": {GPU: str(size)}},
+        }
+    ]
+    for i in range(size):
+        spec: dict[str, Any] = {
+            "schedulerName": SCHEDULER_NAME,
+            "nodeSelector": {TAINT: tag},
+            "tolerations": [{"key": TAINT, "operator": "Equal", "value": tag, "effect": "NoSchedule"}],
+            "containers": [{"name": "c", "image": "x", "resources": {"limits": {GPU: "1"}}}],
+        }
+        if gated:
+            spec["schedulingGates"] = [{"name": "example.com/hold"}]
+        objs.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": f"{name}-{i}",
+                    "namespace": tag,
+                    "annotations": {VOLCANO_GROUP_ANNOTATION: name},
+                },
+                "spec": spec,
+            }
+        )
+    return objs
+
+
+def _phases(sb: Sandbox, ns: str) -> dict[str, str]:
+    return {
+        pg["metadata"]["name"]: pg.get("status", {}).get("phase", "")
+        for pg in items(sb, "podgroups.scheduling.volcano.sh", "-n", ns)
+    }
+
+
+def _events(sb: Sandbox, ns: str, name: str) -> list[str]:
+    return [
+        f"{e.get('reason')}: {e.get('message')}"
+        for e in items(sb, "events", "-n", ns, f"--field-selector=involvedObject.name={name}")
+    ]
+
+
+def test_volcano_places_whole_podgroups_within_the_queue_and_says_why_the_rest_waits(
+    volcano_sandbox: Sandbox,
+) -> None:
+    """Queue of 4 GPUs on 12 GPUs of nodes, three gangs of 2: two run whole, one waits."""
+    sb = volcano_sandbox
+    ns = _setup(sb, new_tag(), nodes=3, gpus_per_node=4, queue_gpus=4)
+    for name in ("a", "b", "c"):
+        sb.apply(_gang(ns, name, size=2, gated=False))
+
+    def two_running() -> dict[str, str] | None:
+        phases = _phases(sb, ns)
+        return phases if Counter(phases.values()) == Counter({"Running": 2, "Pending": 1}) else None
+
+    phases = wait("2 PodGroups Running, 1 Pending", two_running)
+    pods = items(sb, "pods", "-n", ns)
+    bound = Counter(
+        p["metadata"]["annotations"][VOLCANO_GROUP_ANNOTATION] for p in pods if p["spec"].get("nodeName")
+    )
+    running = {n for n, phase in phases.items() if phase == "Running"}
+    assert bound == Counter(dict.fromkeys(running, 2)), "each running PodGroup is placed whole, no other pod"
+    (waiting,) = set(phases) - running
+    said = wait(f"Volcano's reason on {waiting}", lambda: _events(sb, ns, waiting))
+    assert "Unschedulable: queue resource quota insufficient" in said, said
+
+
+def test_volcano_reserves_no_queue_room_for_gated_pods(volcano_sandbox: Sandbox) -> None:
+    """Same Queue and gangs, every pod gated: Volcano puts all three PodGroups Inqueue.
+
+    Volcano v1.10 deducts the requests of scheduling-gated pods from the room an Inqueue
+    PodGroup holds in its Queue, so gated PodGroups never stop each other. The volcano
+    backend therefore offers Volcano one waiting group per Queue at a time.
+    """
+    sb = volcano_sandbox
+    ns = _setup(sb, new_tag(), nodes=3, gpus_per_node=4, queue_gpus=4)
+    for name in ("a", "b", "c"):
+        sb.apply(_gang(ns, name, size=2, gated=True))
+    wait(
+        "3 PodGroups Inqueue (6 GPUs in a Queue of 4)",
+        lambda: Counter(_phases(sb, ns).values()) == Counter({"Inqueue": 3}),
+    )
+    assert not [p for p in items(sb, "pods", "-n", ns) if p["spec"].get("nodeName")], (
+        "gated pods stay unbound"
+    )
+
+
+# ----- the volcano backend: the gatekeeper's PodGroups, its gates, Volcano's Queue --------
+
+
+def _lws(tag: str, name: str, *, opted_in: bool = True, **kwargs: Any) -> dict[str, Any]:
+    """An LWS of one-GPU pods on this test's nodes, opted in to Volcano Queue ``tag``."""
+    obj = lws(name, tag, {POOL_LABEL: tag} if opted_in else {}, gpus_per_pod=1, **kwargs)
+    lwt = obj["spec"]["leaderWorkerTemplate"]
+    for role in ("leaderTemplate", "workerTemplate"):
+        spec = copy.deepcopy(lwt[role]["spec"])
+        spec["nodeSelector"] = {TAINT: tag}
+        spec["tolerations"] = [{"key": TAINT, "operator": "Equal", "value": tag, "effect": "NoSchedule"}]
+        lwt[role] = {"spec": spec}
+    return obj
+
+
+def _show(sb: Sandbox, ns: str) -> None:
+    print(
+        sb.kubectl(
+            "get", "podgroups.scheduling.volcano.sh,groupadmissions,pods", "-n", ns, "-o", "wide"
+        ).stdout
+    )
+
+
+def test_two_whole_groups_run_in_a_queue_of_4_gpus_and_the_third_waits_gated_in_volcanos_words(
+    volcano_sandbox: Sandbox,
+) -> None:
+    """The issue's case: Queue of 4 GPUs (nodes have 12), groups of 2 one-GPU pods, scaled to 3."""
+    sb = volcano_sandbox
+    ns = _setup(sb, new_tag(), nodes=3, gpus_per_node=4, queue_gpus=4)
+    start = time.monotonic()
+    sb.apply([_lws(ns, "vllm", replicas=3, size=2)])
+    try:
+        wait(
+            "2 whole groups Running, 1 whole group gated",
+            lambda: settled(sb, ns, running=2, gated=1, size=2),
+            timeout=120,
+        )
+        admitted_after = time.monotonic() - start
+        print(f"2 groups of 2 admitted and running {admitted_after:.1f}s after the LWS was applied")
+        waiting = wait(
+            "the waiting group's record in Volcano's words",
+            lambda: [
+                r
+                for r in records(sb, ns)
+                if "queue resource quota insufficient" in condition(r, "Admitted").get("message", "")
+            ],
+        )
+    finally:
+        _show(sb, ns)
+    (rec,) = waiting
+    assert condition(rec, "Admitted")["status"] == "False"
+    all_pods = pods(sb, ns)
+    assert {p["spec"]["schedulerName"] for p in all_pods} == {SCHEDULER_NAME}
+    groups = {p["metadata"]["annotations"][VOLCANO_GROUP_ANNOTATION] for p in all_pods}
+    assert groups == {"vllm-0-gk", "vllm-1-gk", "vllm-2-gk"}
+    phases = _phases(sb, ns)
+    assert Counter(phases.values()) == Counter({"Running": 2, "Pending": 1}), phases
+
+
+def test_leader_ready_stays_whole_and_an_lws_not_opted_in_stays_with_the_default_scheduler(
+    volcano_sandbox: Sandbox,
+) -> None:
+    """LeaderReady groups of 2 in a Queue of 4: two whole groups, the third's leader gated;
+    an LWS without the pool label beside them is not Volcano's."""
+    sb = volcano_sandbox
+    ns = _setup(sb, new_tag(), nodes=3, gpus_per_node=4, queue_gpus=4)
+    sb.apply(
+        [
+            _lws(ns, "ready", replicas=3, size=2, startup_policy="LeaderReady"),
+            _lws(ns, "plain", opted_in=False, replicas=1, size=2),
+        ]
+    )
+    try:
+        wait(
+            "2 whole LeaderReady groups Running, the third's leader gated, the plain LWS running",
+            lambda: (
+                (lambda g: g if g.get("2") == Counter({"gated": 1}) else None)(
+                    settled_groups(sb, ns, "ready", running=2, size=2)
+                )
+                and group_states(sb, ns, "plain") == {"0": Counter({"running": 2})}
+            ),
+            timeout=120,
+        )
+    finally:
+        _show(sb, ns)
+    plain = [p for p in pods(sb, ns) if p["metadata"]["labels"].get(LWS_NAME_LABEL) == "plain"]
+    assert {p["spec"]["schedulerName"] for p in plain} == {"default-scheduler"}
+    assert not [p for p in plain if VOLCANO_GROUP_ANNOTATION in p["metadata"].get("annotations", {})]
+    # The third group's PodGroup is offered once the first two hold their room ungated.
+    pgs = wait(
+        "3 PodGroups",
+        lambda: (lambda p: p if len(p) == 3 else None)(
+            {pg["metadata"]["name"]: pg for pg in items(sb, "podgroups.scheduling.volcano.sh", "-n", ns)}
+        ),
+    )
+    assert set(pgs) == {"ready-0-gk", "ready-1-gk", "ready-2-gk"}
+    assert {pg["spec"]["minMember"] for pg in pgs.values()} == {1}
+    assert {pg["spec"]["minResources"]["nvidia.com/gpu"] for pg in pgs.values()} == {"2"}
+
+
+def settled_groups(
+    sb: Sandbox, ns: str, lws_name: str, *, running: int, size: int
+) -> dict[str, Counter[str]]:
+    """The LWS's groups, when ``running`` of them run whole (else {})."""
+    groups = group_states(sb, ns, lws_name)
+    whole = [g for g, c in groups.items() if c == Counter({"running": size})]
+    return groups if len(whole) == running else {}
+
+
+def test_two_queues_side_by_side_each_admits_within_its_own_capability(volcano_sandbox: Sandbox) -> None:
+    """Queues of 2 GPUs each on 12 GPUs of nodes, an LWS of 2 groups of 2 in each: one whole
+    group runs per Queue, the other waits gated; neither Queue's waiting group blocks the other."""
+    sb = volcano_sandbox
+    ns = _setup(sb, new_tag(), nodes=3, gpus_per_node=4, queue_gpus=2)
+    other = f"{ns}-b"
+    sb.apply(
+        [
+            {
+                "apiVersion": VOLCANO_API_VERSION,
+                "kind": "Queue",
+                "metadata": {"name": other},
+                "spec": {"weight": 1, "reclaimable": False, "capability": {GPU: "2"}},
+            }
+        ]
+    )
+    second = _lws(ns, "b", replicas=2, size=2)
+    second["metadata"]["labels"][POOL_LABEL] = other
+    sb.apply([_lws(ns, "a", replicas=2, size=2), second])
+    try:
+        wait(
+            "per LWS (per Queue): 1 whole group Running, 1 whole group gated",
+            lambda: all(settled(sb, ns, running=1, gated=1, size=2, lws_name=name) for name in ("a", "b")),
+            timeout=120,
+        )
+    finally:
+        _show(sb, ns)
+    queues = {
+        pg["metadata"]["name"]: pg["spec"]["queue"]
+        for pg in items(sb, "podgroups.scheduling.volcano.sh", "-n", ns)
+    }
+    assert queues == {"a-0-gk": ns, "a-1-gk": ns, "b-0-gk": other, "b-1-gk": other}

@@ -1,0 +1,356 @@
+"""The ``volcano`` backend's decision: one PodGroup per group, offered one at a time per Queue,
+gates lifted for a whole group once Volcano put its PodGroup Inqueue and it fits the nodes.
+
+Table tests on plain dicts; the real Volcano is in ``tests/e2e/test_volcano_backend.py``.
+"""
+
+from __future__ import annotations
+
+import copy
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from core_builders import gpu_nodes, lws, lws_pod, record
+
+from gatekeeper.core.backends.volcano import (
+    VolcanoSnapshot,
+    decide_volcano,
+    new_pod_group,
+    plan_writes,
+    pod_group_name,
+    volcano_pod_patch,
+    volcano_state,
+)
+from gatekeeper.core.backends.volcano.podgroup import MAX_MESSAGE, min_member
+from gatekeeper.core.groups import DemandMemo, GroupState, lws_groups, pods_by_group
+from gatekeeper.core.keys import (
+    GROUP_INDEX_LABEL,
+    HOLD_FINALIZER,
+    LWS_NAME_LABEL,
+    LWS_UID_ANNOTATION,
+    POD_GROUP_PLURAL,
+    POOL_LABEL,
+    VOLCANO_API_VERSION,
+)
+from gatekeeper.core.objects import index_by_key
+from gatekeeper.core.writes import Memory, walk
+
+UID = "7a0c2a77-0000-4000-8000-000000000001"
+QUEUE = "q-gpu"
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+LATER = "2026-01-01T00:00:09Z"
+QUOTA = "queue resource quota insufficient"
+"""What Volcano's proportion plugin says (an Event) of a PodGroup its Queue has no room for."""
+GANG = "2/2 tasks in gang unschedulable"
+
+
+def vllm(replicas: int = 3, size: int = 2, leader_ready: bool = False) -> dict[str, Any]:
+    obj = (
+        lws("vllm")
+        .uid(UID)
+        .pool(QUEUE)
+        .replicas(replicas)
+        .size(size)
+        .leader(gpu_limit=1)
+        .worker(gpu_limit=1)
+        .obj()
+    )
+    if leader_ready:
+        obj["spec"]["startupPolicy"] = "LeaderReady"
+    return obj
+
+
+def rec(lws_obj: dict[str, Any], index: int, **kwargs: Any) -> dict[str, Any]:
+    obj = record(lws_obj, index, **kwargs)
+    obj["metadata"]["uid"] = f"rec-uid-{index}"
+    return obj
+
+
+def group_pods(index: int, size: int = 2, *, gated: bool = True, bound: bool = False) -> list[dict[str, Any]]:
+    return [
+        lws_pod(
+            "vllm", index, w, pool=QUEUE, gated=gated, node_name=f"n{index * size + w}" if bound else None
+        )
+        for w in range(size)
+    ]
+
+
+def pg(lws_obj: dict[str, Any], index: int, phase: str | None, **status: Any) -> dict[str, Any]:
+    """The PodGroup of group ``index`` as the backend makes it, with Volcano's ``status``."""
+    state = _state(lws_obj, index)
+    obj = new_pod_group(state, lws_obj, f"rec-uid-{index}")
+    if phase is not None:
+        obj["status"] = {"phase": phase, **status}
+    return obj
+
+
+def _state(lws_obj: dict[str, Any], index: int) -> GroupState:
+    wide = copy.deepcopy(lws_obj)
+    wide["spec"]["replicas"] = index + 1  # a group scaled away had its PodGroup made as this one
+    groups = lws_groups("default", "vllm", wide, pods_by_group([]), {}, lambda *_: set(), DemandMemo())
+    return groups[index].state
+
+
+def event(
+    name: str, message: str, *, warning: bool = False, at: str = "2026-01-01T00:00:01Z"
+) -> dict[str, Any]:
+    return {
+        "metadata": {"namespace": "default"},
+        "involvedObject": {"kind": "PodGroup", "namespace": "default", "name": name},
+        "type": "Warning" if warning else "Normal",
+        "reason": "Unschedulable",
+        "message": message,
+        "lastTimestamp": at,
+    }
+
+
+Objs = list[dict[str, Any]]
+
+
+def snap(
+    lws_obj: dict[str, Any],
+    records: Objs,
+    pgs: Objs,
+    pods: Objs,
+    *,
+    nodes: int = 8,
+    events: Objs | None = None,
+) -> VolcanoSnapshot:
+    return VolcanoSnapshot(
+        lwss=[lws_obj],
+        pods=pods,
+        records=records,
+        pod_groups=pgs,
+        events=events or [],
+        nodes=gpu_nodes(nodes),
+    )
+
+
+def test_a_podgroup_has_the_whole_groups_demand_the_lws_size_and_its_record_for_owner() -> None:
+    obj = pg(vllm(size=4), 1, None)
+    assert obj["apiVersion"] == VOLCANO_API_VERSION and obj["kind"] == "PodGroup"
+    assert obj["metadata"]["name"] == pod_group_name("vllm", 1) == "vllm-1-gk"
+    assert obj["spec"] == {
+        "queue": QUEUE,
+        "minMember": 4,
+        "minResources": {"nvidia.com/gpu": "4", "pods": "4"},
+    }
+    assert obj["metadata"]["labels"] == {LWS_NAME_LABEL: "vllm", GROUP_INDEX_LABEL: "1", POOL_LABEL: QUEUE}
+    assert obj["metadata"]["annotations"] == {LWS_UID_ANNOTATION: UID}
+    (owner,) = obj["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["uid"]) == ("GroupAdmission", "rec-uid-1")
+
+
+def test_under_leader_ready_volcano_places_the_leader_alone_but_reserves_the_whole_group() -> None:
+    obj = pg(vllm(size=4, leader_ready=True), 0, None)
+    assert obj["spec"]["minMember"] == 1 == min_member(vllm(leader_ready=True))
+    assert obj["spec"]["minResources"] == {"nvidia.com/gpu": "4", "pods": "4"}
+
+
+def test_a_long_lws_name_still_gives_a_valid_podgroup_name() -> None:
+    name = pod_group_name("x" * 300, 12)
+    assert len(name) == 253 and name.endswith("-12-gk")
+
+
+def test_new_groups_get_records_first() -> None:
+    acts = decide_volcano(snap(vllm(), [], [], group_pods(0) + group_pods(1)))
+    assert [g.key.index for g in acts.create_records] == [0, 1, 2]
+    assert not acts.create_pod_groups and not acts.ungate
+
+
+def test_only_the_first_waiting_group_of_a_queue_is_offered_to_volcano() -> None:
+    obj = vllm()
+    recs = [rec(obj, i) for i in range(3)]
+    acts = decide_volcano(snap(obj, recs, [], group_pods(0) + group_pods(1)))
+    assert [(g.key.index, uid) for g, uid in acts.create_pod_groups] == [(0, "rec-uid-0")]
+    said = {st.group.key.index: st.message for st in acts.statuses}
+    assert "one PodGroup at a time" in said[1] and "one PodGroup at a time" in said[2]
+    writes = [
+        w
+        for w in walk(plan_writes(acts, snap(obj, recs, [], []), Memory(), NOW))
+        if w.resource == POD_GROUP_PLURAL
+    ]
+    assert [w.name for w in writes] == ["vllm-0-gk"]
+
+
+@pytest.mark.parametrize(
+    ("status", "events", "reason", "words"),
+    [
+        ({}, [], "WaitingForVolcano", "(PodGroup vllm-0-gk, Pending)"),
+        ({}, [event("vllm-0-gk", QUOTA)], "Unschedulable", QUOTA),
+        (
+            {"conditions": [{"type": "Unschedulable", "status": "True", "reason": "Gang", "message": GANG}]},
+            [event("vllm-0-gk", QUOTA)],
+            "Unschedulable",
+            f"{QUOTA}; {GANG}",
+        ),
+        ({}, [event("vllm-0-gk", "old"), event("vllm-0-gk", "newer", at=LATER)], "Unschedulable", "newer"),
+        # As Volcano writes them: the gang plugin's Warning after the enqueue action's words.
+        ({}, [event("vllm-0-gk", GANG, warning=True, at=LATER), event("vllm-0-gk", QUOTA)], "Unschedulable", QUOTA),  # noqa: E501
+        (
+            {"conditions": [{"type": "Unschedulable", "status": "True", "reason": "Gang", "message": GANG}]},
+            [],
+            "Gang",
+            GANG,
+        ),
+        ({}, [event("other-0-gk", "not ours")], "WaitingForVolcano", "(PodGroup vllm-0-gk, Pending)"),
+    ],
+)  # fmt: skip
+def test_a_pending_podgroup_keeps_every_gate_and_the_record_says_why_in_volcanos_words(
+    status: dict[str, Any], events: list[dict[str, Any]], reason: str, words: str
+) -> None:
+    obj = vllm()
+    recs = [rec(obj, i) for i in range(3)]
+    acts = decide_volcano(snap(obj, recs, [pg(obj, 0, "Pending", **status)], group_pods(0), events=events))
+    assert not acts.ungate and not acts.create_pod_groups, "the Queue is busy with group 0"
+    st = next(s for s in acts.statuses if s.group.key.index == 0)
+    assert (st.admitted, st.reason) == (False, reason)
+    assert words in st.message and f"Volcano Queue {QUEUE}" in st.message
+
+
+def test_inqueue_and_the_whole_group_fits_lifts_every_gate_of_the_group_together() -> None:
+    obj = vllm()
+    recs = [rec(obj, i) for i in range(3)]
+    acts = decide_volcano(snap(obj, recs, [pg(obj, 0, "Inqueue")], group_pods(0)))
+    assert sorted(u.pod for u in acts.ungate) == ["vllm-0", "vllm-0-1"]
+    st = next(s for s in acts.statuses if s.group.key.index == 0)
+    assert st.admitted and st.reason == "Inqueue"
+    assert not acts.create_pod_groups, "group 0's pods were gated at the pass's start: next pass"
+    plan = plan_writes(acts, snap(obj, recs, [pg(obj, 0, "Inqueue")], group_pods(0)), Memory(), NOW)
+    assert sorted(w.name for w in walk(plan) if w.tag == "ungate") == ["vllm-0", "vllm-0-1"]
+
+
+def test_inqueue_but_the_nodes_are_full_keeps_the_gates_and_says_so() -> None:
+    obj = vllm()
+    recs = [rec(obj, i) for i in range(3)]
+    acts = decide_volcano(snap(obj, recs, [pg(obj, 0, "Inqueue")], group_pods(0), nodes=1))
+    assert not acts.ungate
+    st = next(s for s in acts.statuses if s.group.key.index == 0)
+    assert (st.admitted, st.reason) == (False, "NoNodeFitsNow")
+    assert "does not fit the nodes now" in st.message
+
+
+def test_once_a_groups_gates_are_lifted_the_next_group_is_offered() -> None:
+    obj = vllm()
+    recs = [rec(obj, 0, admitted=True), rec(obj, 1), rec(obj, 2)]
+    pods = group_pods(0, gated=False, bound=True) + group_pods(1)
+    acts = decide_volcano(snap(obj, recs, [pg(obj, 0, "Running")], pods))
+    assert [g.key.index for g, _ in acts.create_pod_groups] == [1]
+
+
+def test_leader_ready_leader_goes_only_when_the_whole_group_fits_and_workers_follow() -> None:
+    obj = vllm(size=4, leader_ready=True)
+    recs = [rec(obj, i) for i in range(3)]
+    leader = group_pods(0, size=1)
+    # Inqueue, but only 3 one-GPU nodes: the 4 pods of the group do not fit, the leader waits.
+    acts = decide_volcano(snap(obj, recs, [pg(obj, 0, "Inqueue")], leader, nodes=3))
+    assert not acts.ungate
+    acts = decide_volcano(snap(obj, recs, [pg(obj, 0, "Inqueue")], leader, nodes=4))
+    assert [u.pod for u in acts.ungate] == ["vllm-0"]
+    # The leader runs; its workers come gated and go through at once (their room is reserved).
+    recs[0] = rec(obj, 0, admitted=True)
+    running = [lws_pod("vllm", 0, 0, pool=QUEUE, gated=False, node_name="n0", phase="Running")]
+    workers = [lws_pod("vllm", 0, w, pool=QUEUE) for w in (1, 2, 3)]
+    acts = decide_volcano(snap(obj, recs, [pg(obj, 0, "Running")], running + workers, nodes=1))
+    assert sorted(u.pod for u in acts.ungate) == ["vllm-0-1", "vllm-0-2", "vllm-0-3"]
+
+
+def test_a_group_scaled_away_keeps_its_record_until_its_last_pod_is_gone() -> None:
+    obj = vllm(replicas=1)
+    recs = [rec(obj, 0, admitted=True), rec(obj, 1, admitted=True, finalizers=[HOLD_FINALIZER], version="7")]
+    running = group_pods(0, gated=False, bound=True)
+    leaving = [lws_pod("vllm", 1, 0, pool=QUEUE, gated=False, node_name="n5", phase="Running", deleting=True)]
+    acts = decide_volcano(snap(obj, recs, [pg(obj, 0, "Running"), pg(obj, 1, "Running")], running + leaving))
+    assert not acts.release
+    acts = decide_volcano(snap(obj, recs, [pg(obj, 0, "Running"), pg(obj, 1, "Running")], running))
+    assert acts.release == (("default", recs[1]["metadata"]["name"]),)
+    plan = plan_writes(acts, snap(obj, recs, [], running), Memory(), NOW)
+    assert [(str(w.op), w.name) for w in walk(plan) if w.tag in ("unhold", "release")] == [
+        ("json-patch", recs[1]["metadata"]["name"]),
+        ("delete", recs[1]["metadata"]["name"]),
+    ], "its finalizer removed, then deleted"
+
+
+def test_volcanos_words_are_bounded_and_a_malformed_status_reads_as_not_evaluated() -> None:
+    long = {
+        "status": {
+            "phase": "Pending",
+            "conditions": [{"type": "Unschedulable", "status": "True", "message": "x" * 5000}],
+        }
+    }
+    assert len(volcano_state(long).message) == MAX_MESSAGE
+    for bad in ({"status": "nope"}, {"status": {"phase": 7, "conditions": "x"}}, {}):
+        state = volcano_state(bad)
+        assert (state.admitted, state.phase) == (False, "Pending")
+
+
+def test_one_unreadable_lws_never_stops_another() -> None:
+    good = vllm()
+    bad = lws("broken").uid("b" * 36).pool(QUEUE).obj()
+    bad["spec"]["replicas"] = "many"
+    acts = decide_volcano(
+        VolcanoSnapshot(lwss=[bad, good], pods=[], records=[], pod_groups=[], nodes=gpu_nodes(4))
+    )
+    assert [g.key.name for g in acts.create_records] == ["broken", "vllm", "vllm", "vllm"] or [
+        g.key.name for g in acts.create_records if g.key.name == "vllm"
+    ] == ["vllm"] * 3
+    assert index_by_key([good])
+
+
+@pytest.mark.parametrize(
+    ("pod", "group"),
+    [
+        (lws_pod("vllm", 3, 1, pool=QUEUE), "vllm-3-gk"),
+        # A leader before LWS's own webhook gave it its group-index label: read from its name.
+        ({"metadata": {"name": "vllm-7", "labels": {LWS_NAME_LABEL: "vllm"}}, "spec": {}}, "vllm-7-gk"),
+    ],
+)  # fmt: skip
+def test_the_webhook_hands_an_opted_in_lws_pod_to_volcano_with_its_podgroup(
+    pod: dict[str, Any], group: str
+) -> None:
+    ops = volcano_pod_patch(pod)
+    assert ops[0] == {"op": "add", "path": "/spec/schedulerName", "value": "volcano"}
+    assert ops[1]["value"] in (group, {"scheduling.k8s.io/group-name": group})
+
+
+@pytest.mark.parametrize(
+    "pod",
+    [
+        {"metadata": {"name": "web-1", "labels": {POOL_LABEL: QUEUE}}, "spec": {}},  # no LWS's
+        {"metadata": {"name": "vllm-x", "labels": {LWS_NAME_LABEL: "vllm"}}, "spec": {}},  # no index
+        {
+            "metadata": {"name": "vllm-9999999999", "labels": {LWS_NAME_LABEL: "vllm"}},
+            "spec": {},
+        },  # unbounded
+        {"metadata": {"name": "v-1", "labels": {LWS_NAME_LABEL: "v", GROUP_INDEX_LABEL: "-1"}}, "spec": {}},
+    ],
+)
+def test_a_pod_that_is_no_lws_groups_is_not_handed_to_volcano(pod: dict[str, Any]) -> None:
+    assert volcano_pod_patch(pod) == []
+
+
+def test_the_highest_priority_waiting_group_of_a_queue_is_offered_first_then_the_oldest_lws() -> None:
+    low = lws("batch").uid("b" * 36).pool(QUEUE).size(1).leader(gpu_limit=1).age(10).obj()
+    high = (
+        lws("chat")
+        .uid("c" * 36)
+        .pool(QUEUE)
+        .size(1)
+        .leader(gpu_limit=1)
+        .priority_class("urgent")
+        .age(10)
+        .obj()
+    )
+    old = lws("aaa").uid("a" * 36).pool(QUEUE).size(1).leader(gpu_limit=1).age(50).obj()
+    lwss = [low, high, old]
+    recs = [rec(o, 0) for o in lwss]
+
+    def offered(priorities: dict[str, int]) -> list[str]:
+        snap = VolcanoSnapshot(
+            lwss=lwss, pods=[], records=recs, pod_groups=[], nodes=gpu_nodes(4), priorities=priorities
+        )
+        return [g.key.name for g, _ in decide_volcano(snap).create_pod_groups]
+
+    assert offered({"urgent": 1000}) == ["chat"]
+    assert offered({}) == ["batch"], "no class known: the oldest LWS first"
