@@ -135,7 +135,8 @@ def why_cmd(target: str, namespace: str | None, output: str, kubeconfig: str | N
     envvar="LWS_GATEKEEPER_NEVER_FIT_RETRY_SECONDS",
     help="kueue backend: a group whose Workload the node-fit check finds can never fit is given "
     "its quota back (the Workload deleted) and tried again after this many seconds, doubled "
-    "each time up to 30 minutes.",
+    "each time up to 30 minutes. pools backend: the same delay for a group given back because "
+    "its pods were not all bound within its Pool's spec.admissionTimeout.",
 )
 @click.option(
     "--karpenter-instance-types",

@@ -39,6 +39,9 @@ class Reason(StrEnum):
     """A StrictFIFO pool holds the group behind an earlier group that does not fit yet."""
     TEMPLATE_CHANGED = "TemplateChanged"
     """An admitted group's LWS now asks another demand: its new pods wait for its old ones to go."""
+    ADMISSION_TIMEOUT = "AdmissionTimeout"
+    """An admitted group's pods were not all bound within its pool's ``spec.admissionTimeout``:
+    it was given back (its pods deleted) and is tried again after a delay."""
 
     @property
     def permanent(self) -> bool:
@@ -56,5 +59,6 @@ _TRANSIENT = frozenset(
         Reason.BLOCKED_BY_STRICT_FIFO,
         Reason.TEMPLATE_CHANGED,
         Reason.NOT_MADE_BY_LWS,
+        Reason.ADMISSION_TIMEOUT,
     }
 )
