@@ -333,13 +333,24 @@ def sandbox_build_cmd(components: tuple[str, ...]) -> None:
 
 @main.command("demo")
 @_dir_option
-def demo(directory: Path | None) -> None:
+@click.option(
+    "--karpenter",
+    is_flag=True,
+    help="Replay the issue's autoscaled case instead, with the real Karpenter (its own sandbox, "
+    "no static node): a NodePool of 4 GPUs, an LWS of size 2 scaled from 1 to 3.",
+)
+def demo(directory: Path | None, karpenter: bool) -> None:
     """Replay the LWS gang-scheduling issue on the sandbox, step by step."""
-    from gatekeeper.demo import run_demo
-
     try:
-        run_demo(directory or default_dir("demo"), say=_say)
-    except (SandboxError, sandbox_build.BuildError) as exc:
+        if karpenter:
+            from gatekeeper import demo_karpenter
+
+            demo_karpenter.run_demo(directory or default_dir("demo-karpenter"), say=_say)
+        else:
+            from gatekeeper.demo import run_demo
+
+            run_demo(directory or default_dir("demo"), say=_say)
+    except (SandboxError, sandbox_build.BuildError, TimeoutError) as exc:
         raise click.ClickException(str(exc)) from exc
 
 
