@@ -138,7 +138,8 @@ def why_cmd(target: str, namespace: str | None, output: str, kubeconfig: str | N
     envvar="LWS_GATEKEEPER_NEVER_FIT_RETRY_SECONDS",
     help="kueue backend: a group whose Workload the node-fit check finds can never fit is given "
     "its quota back (the Workload deleted) and tried again after this many seconds, doubled "
-    "each time up to 30 minutes.",
+    "each time up to 30 minutes. pools backend: the same delay for a group given back because "
+    "its pods were not all bound within its Pool's spec.admissionTimeout.",
 )
 @click.option(
     "--karpenter-instance-types",
@@ -420,13 +421,24 @@ def sandbox_build_cmd(components: tuple[str, ...]) -> None:
 
 @main.command("demo")
 @_dir_option
-def demo(directory: Path | None) -> None:
+@click.option(
+    "--karpenter",
+    is_flag=True,
+    help="Replay the issue's autoscaled case instead, with the real Karpenter (its own sandbox, "
+    "no static node): a NodePool of 4 GPUs, an LWS of size 2 scaled from 1 to 3.",
+)
+def demo(directory: Path | None, karpenter: bool) -> None:
     """Replay the LWS gang-scheduling issue on the sandbox, step by step."""
-    from gatekeeper.demo import run_demo
-
     try:
-        run_demo(directory or default_dir("demo"), say=_say)
-    except (SandboxError, sandbox_build.BuildError) as exc:
+        if karpenter:
+            from gatekeeper import demo_karpenter
+
+            demo_karpenter.run_demo(directory or default_dir("demo-karpenter"), say=_say)
+        else:
+            from gatekeeper.demo import run_demo
+
+            run_demo(directory or default_dir("demo"), say=_say)
+    except (SandboxError, sandbox_build.BuildError, TimeoutError) as exc:
         raise click.ClickException(str(exc)) from exc
 
 

@@ -70,7 +70,8 @@ class Options:
     node_fit: bool = False
     """Also run the controller of Kueue AdmissionChecks ``lws-gatekeeper.io/node-fit``."""
     never_fit_retry_seconds: int = 60
-    """kueue backend: first delay before a Workload that could never fit is made again."""
+    """First delay before a group is tried again: kueue, a Workload that could never fit made
+    again; pools, a group given back after its Pool's ``spec.admissionTimeout``."""
     instance_types: tuple[InstanceType, ...] | None = None
     """pools backend: what Karpenter can launch; None: Karpenter's NodePools are not read."""
     role: str = "member"
@@ -119,7 +120,16 @@ def controllers(
     elif opts.backend == "volcano":
         found.append(VolcanoBackend(kube, caches))
     else:
-        found.append(PoolsBackend(kube, caches, hub, opts.instance_types, pass_through=pass_through))
+        found.append(
+            PoolsBackend(
+                kube,
+                caches,
+                hub,
+                opts.instance_types,
+                pass_through=pass_through,
+                retry_seconds=opts.never_fit_retry_seconds,
+            )
+        )
     if opts.node_fit:
         found.append(NodeFitCheck(kube, caches))
     return found

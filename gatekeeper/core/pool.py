@@ -35,6 +35,7 @@ the pool's groups are charged to it as well as to the pool's own quota and node 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -93,6 +94,9 @@ class Pool:
     """``spec.nodePools``: the Karpenter NodePools whose nodes belong to the pool (``provisioning.py``)."""
     reservation: str = ""
     """``spec.reservation``: the hub Reservation the pool's groups are charged to as well; "": none."""
+    admission_timeout: int | None = None
+    """``spec.admissionTimeout`` in seconds: an admitted group whose pods are not all bound by
+    then is given back; None: never."""
 
     def selects(self, node: Node) -> bool:
         """Does ``spec.nodeSelector`` select this node?"""
@@ -177,6 +181,11 @@ def parse_pool(obj: Mapping[str, Any]) -> Pool:
         )
         if len(node_pools) > MAX_NODE_POOLS:
             raise ValueError(f"spec.nodePools: {len(node_pools)} NodePools, at most {MAX_NODE_POOLS}")
+        timeout = (
+            parse_duration(spec["admissionTimeout"], "spec.admissionTimeout")
+            if spec.get("admissionTimeout") is not None
+            else None
+        )
         if node_pools and node_fit is NodeFit.QUOTA_ONLY:
             raise ValueError(
                 "spec.nodePools: not with spec.nodeFit QuotaOnly (the NodePools say what nodes can come)"
@@ -201,11 +210,36 @@ def parse_pool(obj: Mapping[str, Any]) -> Pool:
         namespace_selector=namespaces,
         node_pools=node_pools,
         reservation=reservation,
+        admission_timeout=timeout,
     )
 
 
 #: At most this many NodePools per Pool (the CRD says so too).
 MAX_NODE_POOLS = 16
+
+
+#: ``spec.admissionTimeout`` is between these, in seconds (the CRD says so too): a group needs
+#: some seconds to be bound, and a day is longer than any cloud takes to launch a node.
+MIN_ADMISSION_TIMEOUT = 1
+MAX_ADMISSION_TIMEOUT = 86400
+
+_DURATION = re.compile(r"(?:(\d{1,5})h)?(?:(\d{1,5})m)?(?:(\d{1,5})s)?")
+
+
+def parse_duration(value: object, where: str) -> int:
+    """Seconds from a duration as Kubernetes writes one (``90s``, ``2m``, ``1h30m``), bounded
+    by ``MIN_ADMISSION_TIMEOUT`` and ``MAX_ADMISSION_TIMEOUT``."""
+    found = _DURATION.fullmatch(value) if isinstance(value, str) and value else None
+    if found is None or not any(found.groups()):
+        raise ValueError(f"{where}: expected a duration such as 90s, 2m or 1h30m, got {value!r}")
+    hours, minutes, seconds = (int(g or 0) for g in found.groups())
+    total = hours * 3600 + minutes * 60 + seconds
+    if not MIN_ADMISSION_TIMEOUT <= total <= MAX_ADMISSION_TIMEOUT:
+        raise ValueError(
+            f"{where}: {value!r} is {total} s; "
+            f"it must be {MIN_ADMISSION_TIMEOUT} s to {MAX_ADMISSION_TIMEOUT} s"
+        )
+    return total
 
 
 def _node_pool_name(value: object, where: str) -> str:

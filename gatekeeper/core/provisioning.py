@@ -39,6 +39,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from gatekeeper.core.demand import PodDemand
 from gatekeeper.core.nodepools import (
@@ -75,6 +76,7 @@ __all__ = [
     "parse_instance_types",
     "parse_node_claim",
     "parse_node_pool",
+    "read_launcher",
 ]
 
 
@@ -302,3 +304,28 @@ class Launcher:
                 )
             )
         return "; ".join(parts)
+
+
+def read_launcher(
+    node_pools: Iterable[Mapping[str, Any]],
+    node_claims: Iterable[Mapping[str, Any]],
+    instance_types: Sequence[InstanceType],
+    nodes: Iterable[Node],
+    problems: list[str],
+) -> tuple[Launcher, tuple[Node, ...]]:
+    """What the Karpenter NodePools can still launch, and their NodeClaims coming up as nodes
+    (for ``backends.pools.decide``); a NodePool or NodeClaim that cannot be read is skipped
+    and named in ``problems``."""
+    pools: list[NodePool] = []
+    claims: list[NodeClaim] = []
+    for obj in node_pools:
+        try:
+            pools.append(parse_node_pool(obj))
+        except (ValueError, ArithmeticError) as exc:
+            problems.append(str(exc))
+    for obj in node_claims:
+        try:
+            claims.append(parse_node_claim(obj))
+        except (ValueError, ArithmeticError) as exc:
+            problems.append(str(exc))
+    return Launcher(pools, claims, instance_types), coming_up(claims, nodes)

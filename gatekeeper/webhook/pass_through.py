@@ -57,6 +57,14 @@ class PassThrough:
         if isinstance(table, dict) and statefulsets is not _none:  # published, not cleared
             table[key] = group
 
+    def withdraw(self, key: tuple[str, str, int]) -> None:
+        """A group being given back: out of the current table at once, before its record is
+        written and its pods deleted, so the pods its LWS makes again are born gated (one dict
+        item removed: a reader's lookup sees it or not)."""
+        table = self._state[0]
+        if isinstance(table, dict):
+            table.pop(key, None)
+
     def clear(self) -> None:
         self._state = ({}, _none, _none)
 

@@ -182,3 +182,16 @@ def test_this_passs_admissions_count_before_the_cache_shows_them() -> None:
     assert after["status"]["demand"] == {"nvidia.com/gpu": "2"}
     assert set(_table([after])) == {("default", "vllm", 0)}
     assert with_admissions([waiting], {}) == [waiting]
+
+
+def test_a_group_given_back_leaves_the_published_table_at_once() -> None:
+    holder = PassThrough()
+    pods = [_new(0, 0), _new(1, 0)]
+    table = dict(_table([_admitted(0), _admitted(1)], pods))
+    holder.publish(table, _sts(table, pods))
+    assert holder.patch(_new(0, 1), "default") is not None
+    holder.withdraw(("default", "vllm", 0))
+    assert holder.patch(_new(0, 1), "default") is None, "its pods are born gated from now on"
+    assert holder.patch(_new(1, 1), "default") is not None, "other groups stay"
+    holder.withdraw(("default", "vllm", 7))  # not in the table: nothing happens
+    assert len(holder) == 1

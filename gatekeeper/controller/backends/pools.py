@@ -44,6 +44,11 @@ __all__ = ["PoolsBackend"]
 log = logging.getLogger("gatekeeper.reconciler")
 
 ADMISSIONS = Counter("gatekeeper_admissions_total", "Groups admitted", ["pool"])
+GIVE_BACKS = Counter(
+    "gatekeeper_give_backs_total",
+    "Admitted groups given back: their pods not all bound within the Pool's spec.admissionTimeout",
+    ["pool"],
+)
 WAITING = Gauge("gatekeeper_waiting_groups", "Groups waiting for admission", ["pool"])
 POOL_QUOTA = Gauge("gatekeeper_pool_quota", "Pool quota per resource (scheduler units)", ["pool", "resource"])
 POOL_USED = Gauge("gatekeeper_pool_used", "Pool quota held by admitted groups", ["pool", "resource"])
@@ -82,8 +87,11 @@ class PoolsBackend:
         instance_types: Sequence[InstanceType] | None = None,
         *,
         pass_through: PassThrough | None = None,
+        retry_seconds: int = 60,
     ) -> None:
         self.kube = kube
+        self.retry_seconds = retry_seconds
+        """First delay before a group given back (``spec.admissionTimeout``) is tried again."""
         # Karpenter's NodePools and NodeClaims are read only when the instance types are
         # known (``--karpenter-instance-types``): without them nothing can be planned on
         # them, and a cluster without Karpenter serves neither kind.
@@ -148,6 +156,8 @@ class PoolsBackend:
             node_pools=self.node_pools.values() if self.node_pools is not None else (),
             node_claims=self.node_claims.values() if self.node_claims is not None else (),
             instance_types=self.instance_types,
+            now=datetime.now(UTC),
+            retry_seconds=self.retry_seconds,
         )
 
     async def reconcile_once(self, write: Writer) -> Actions:
@@ -167,6 +177,10 @@ class PoolsBackend:
         plan = await anyio.to_thread.run_sync(plan_writes, actions, inputs)
         took = _stage("plan", took)
         self._admitted_now, self._created_now = {}, []
+        if self.pass_through is not None:
+            for give in actions.give_back:  # before the record is written and the pods deleted
+                key = give.group.key
+                self.pass_through.withdraw((key.namespace, key.name, key.index))
         if self.pass_through is not None:
             self._index = await anyio.to_thread.run_sync(
                 admitted.index, snap.lwss, snap.pods, snap.statefulsets, snap.pools, self.demands.demand
@@ -223,6 +237,9 @@ class PoolsBackend:
             log.info("admitted %s/%s into %s", one.namespace, one.name, one.labels[0])
             ADMISSIONS.labels(one.labels[0]).inc()
             WAIT_SECONDS.labels(one.labels[0]).observe(one.measure)
+        elif one.tag == "give-back":
+            log.info("gave back %s/%s of %s", one.namespace, one.name, one.labels[0])
+            GIVE_BACKS.labels(one.labels[0]).inc()
         elif one.tag == "release":
             log.info("released %s/%s", one.namespace, one.name)
 

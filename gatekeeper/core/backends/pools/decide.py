@@ -65,6 +65,12 @@ Decisions:
   very thing this project prevents. A demand that did not change (a new image) lets every
   pod through, as before, and the record's revision follows the leader's
   (``Actions.revisions``).
+* **A group that cannot get all its nodes is given back** (``giveback``): an admitted group
+  of a Pool with ``spec.admissionTimeout`` whose pods are not all bound that long after its
+  admission has its ungated pods deleted and its record set back to ``Admitted=False``
+  (reason ``AdmissionTimeout``, ``status.retryAt``), and is not planned before ``retryAt``;
+  any pod of it made ungated meanwhile is deleted too. ``status.retries`` (the doubling) is
+  cleared once the group has all its pods bound.
 * **Bad input is reported, never fatal.** An object the core cannot read (a bound pod
   with unreadable requests, an LWS without a name) is skipped and named in
   ``Actions.problems``; one bad object must not stop admission for everyone else.
@@ -74,9 +80,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from gatekeeper.core.backends.pools.changed import WaitStatus, changed_template
+from gatekeeper.core.backends.pools.giveback import GiveBack, due, stragglers, waits_for_retry, whole
 from gatekeeper.core.demand import GroupDemand
 from gatekeeper.core.gating import Ungate
 from gatekeeper.core.groups import DemandMemo, GroupState, PodsByGroup, lws_groups, pods_by_group
@@ -97,15 +105,7 @@ from gatekeeper.core.objects import (
 )
 from gatekeeper.core.planner import Plan, PoolStatus, plan
 from gatekeeper.core.pool import Pool, parse_pool
-from gatekeeper.core.provisioning import (
-    InstanceType,
-    Launcher,
-    NodeClaim,
-    NodePool,
-    coming_up,
-    parse_node_claim,
-    parse_node_pool,
-)
+from gatekeeper.core.provisioning import InstanceType, read_launcher
 from gatekeeper.core.quantity import format_resources
 from gatekeeper.core.queue import AdmittedGroup, GroupKey, WaitingGroup
 from gatekeeper.core.reasons import Reason
@@ -145,6 +145,10 @@ class Snapshot:
     """Karpenter NodeClaims: what the NodePools hold, and the nodes coming up."""
     instance_types: Sequence[InstanceType] = ()
     """What Karpenter can launch (``--karpenter-instance-types``)."""
+    now: datetime | None = None
+    """The time of the pass (admission timeouts, retry times); None: no admission times out."""
+    retry_seconds: int = 60
+    """First delay before a given-back group is tried again (doubled per give-back)."""
 
 
 @dataclass(frozen=True)
@@ -198,6 +202,14 @@ class Actions:
     steer: Mapping[tuple[str, str], Ungate] = field(default_factory=dict)
     """(namespace, pod) -> how each pod to ungate (in ``admit`` and ``ungate``) is steered
     to its pool's nodes in the write that lifts its gate."""
+    give_back: tuple[GiveBack, ...] = ()
+    """Admitted groups whose pods were not all bound within their pool's admission timeout:
+    write the record first (``Admitted=False``, ``retryAt``), then delete the pods by UID."""
+    stop: tuple[tuple[str, str], ...] = ()
+    """(namespace, pod): ungated pods of groups given back earlier, to delete by UID."""
+    settled: tuple[tuple[str, str], ...] = ()
+    """(namespace, record): admitted groups now whole whose record still counts give-backs
+    (``status.retries``): cleared."""
 
 
 def _parse_pools(objs: Iterable[Mapping[str, Any]]) -> tuple[list[Pool], dict[str, str]]:
@@ -214,24 +226,6 @@ def _parse_pools(objs: Iterable[Mapping[str, Any]]) -> tuple[list[Pool], dict[st
             seen.add(parsed.name)
             pools.append(parsed)
     return pools, invalid
-
-
-def _provisioning(snap: Snapshot, problems: list[str]) -> tuple[Launcher, tuple[Node, ...]]:
-    """What the Karpenter NodePools can still launch, and their NodeClaims coming up as nodes;
-    a NodePool or NodeClaim that cannot be read is skipped and logged."""
-    node_pools: list[NodePool] = []
-    claims: list[NodeClaim] = []
-    for obj in snap.node_pools:
-        try:
-            node_pools.append(parse_node_pool(obj))
-        except (ValueError, ArithmeticError) as exc:
-            problems.append(str(exc))
-    for obj in snap.node_claims:
-        try:
-            claims.append(parse_node_claim(obj))
-        except (ValueError, ArithmeticError) as exc:
-            problems.append(str(exc))
-    return Launcher(node_pools, claims, snap.instance_types), coming_up(claims, snap.nodes)
 
 
 def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMemo | None = None) -> Actions:
@@ -273,6 +267,13 @@ def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMem
     revisions: list[tuple[str, str, str]] = []
     readmitted: dict[GroupKey, str] = {}
     state_of: dict[GroupKey, GroupState] = {}
+    gives: list[GiveBack] = []
+    stop: list[tuple[str, str]] = []
+    settled: list[tuple[str, str]] = []
+    pool_of = {p.name: p for p in pools}
+    launcher, launching = read_launcher(
+        snap.node_pools, snap.node_claims, snap.instance_types, snap.nodes, problems
+    )
     for (ns, name), lws in sorted(lws_by_key.items()):
         lws_meta = meta(lws)
         created = parse_time(lws_meta.get("creationTimestamp"))
@@ -313,7 +314,16 @@ def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMem
                     restore.append(_restored(gs, record))
                 status = as_map(record.get("status"))
                 held_pool = str(status.get("pool") or pool)
-                if isinstance(demand, GroupDemand):
+                give = (
+                    due(gs, record, pods, pool_of.get(held_pool), launcher, snap.now, snap.retry_seconds)
+                    if staying
+                    else None
+                )
+                if give is not None:
+                    gives.append(give)  # it holds nothing from now on: its pods go
+                elif isinstance(demand, GroupDemand):
+                    if status.get("retries") and whole(pods, demand):
+                        settled.append((ns, rname))
                     admitted_groups.append(
                         AdmittedGroup(
                             key=key,
@@ -347,6 +357,9 @@ def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMem
                     )
                     held_invalid.append(WaitStatus(gs, Reason.INVALID_SPEC, message, 0))
             else:
+                stop.extend((ns, p) for p in stragglers(record, pods))
+                if waits_for_retry(record, snap.now):
+                    continue  # given back: planned again at its status.retryAt
                 waiting_groups.append(
                     WaitingGroup(key=key, pool=pool, demand=demand, created=created, priority=order)
                 )
@@ -354,7 +367,6 @@ def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMem
         wanted_records.add(rkey)
         admitted_groups.append(running)
 
-    launcher, launching = _provisioning(snap, problems)
     result = plan(
         pools,
         [*snap.nodes, *launching],
@@ -425,6 +437,9 @@ def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMem
         problems=tuple(sorted(problems)),
         strangers=tuple(said),
         steer=steer,
+        give_back=tuple(gives),
+        stop=tuple(sorted(stop)),
+        settled=tuple(sorted(settled)),
     )
 
 

@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from gatekeeper.core.backends.pools.decide import Actions, Admit, Snapshot, WaitStatus
+from gatekeeper.core.backends.pools.giveback import give_back_status
 from gatekeeper.core.finalizers import FINALIZER_WRITES_PER_PASS, hold_patch, release_writes
 from gatekeeper.core.gating import ungate_patch
 from gatekeeper.core.groups import GroupState
@@ -36,9 +37,11 @@ from gatekeeper.core.objects import (
     parse_time,
     replacing_map,
     resource_version,
+    uid_of,
 )
 from gatekeeper.core.planner import PoolStatus
 from gatekeeper.core.quantity import format_amount, format_resources
+from gatekeeper.core.reasons import Reason
 from gatekeeper.core.record import admitted_condition, demand_status, new_record
 from gatekeeper.core.writes import EventsOnce, Mark, Memory, Op, Plan, Write, rfc3339
 
@@ -82,6 +85,7 @@ def admit_status(admit: Admit, before: Mapping[str, Any] | None, now: str) -> di
         ),
         "templateRevision": group.revision or None,
         "admittedAt": now,
+        "retryAt": None,  # status.retries stays until the group is whole (the doubling)
         "conditions": [
             admitted_condition(True, ADMITTED, admitted_message(admit), _admitted(status), now),
         ],
@@ -275,6 +279,45 @@ def plan_writes(actions: Actions, inputs: PassInputs) -> Plan:
         )
         add(group, write)
     main.extend(w for w in (ungate(ns, pod) for ns, pod in actions.ungate) if w is not None)
+    for give in actions.give_back:
+        group = give.group
+        record = records.get((group.key.namespace, group.record))
+        if record is None:
+            continue
+        ns = group.key.namespace
+        owner = lwss.get((ns, group.key.name))
+        deletes = tuple(
+            Write(Op.DELETE, "pods", ns, pod, uid=uid_of(pods.get((ns, pod))), tag="give-back-pod")
+            for pod in give.pods
+        )
+        warn = (
+            (events.always(owner, str(Reason.ADMISSION_TIMEOUT), give.message, warning=True),)
+            if owner is not None
+            else ()
+        )
+        main.append(
+            Write(
+                Op.MERGE_STATUS,
+                RECORD_PLURAL,
+                ns,
+                group.record,
+                give_back_status(give, record.get("status"), now),
+                # The record first: only a group whose record no longer says Admitted loses
+                # its pods, and the pods made again are born gated.
+                guard=resource_version(record),
+                then=(*deletes, *warn),
+                tag="give-back",
+                labels=(group.pool,),
+            )
+        )
+    main.extend(
+        Write(Op.DELETE, "pods", ns, pod, uid=uid_of(pods.get((ns, pod))), tag="give-back-pod")
+        for ns, pod in actions.stop
+    )
+    main.extend(
+        Write(Op.MERGE_STATUS, RECORD_PLURAL, ns, name, {"retries": None}, tag="settled")
+        for ns, name in actions.settled
+    )
     for wait in actions.waiting:
         group, where = wait.group, on(wait.group)
         if where is None:

@@ -1,0 +1,176 @@
+"""Giving back an admitted group that cannot get all its nodes: the ``pools`` rule.
+
+Why this exists: a Pool over an autoscaler (``spec.nodePools``) admits a group on what the
+cloud can still launch, and the cloud can run out while the nodes come (an offering has no
+capacity, the NodePool's limit was lowered). The group is then half-placed: some of its pods
+bound, holding nodes that serve nothing, the rest Pending for ever. With
+``spec.admissionTimeout`` on its Pool such a group is given back, as Kueue's
+``waitForPodsReady`` does: its pods are deleted (its LWS makes them again, and they are born
+gated: the record no longer says ``Admitted``, so the webhook's pass-through table drops it),
+its record says ``Admitted=False`` with reason ``AdmissionTimeout`` and why, and it is tried
+again after a delay that doubles with each give-back (``status.retryAt``, ``status.retries``,
+as the ``kueue`` backend's never-fit retry). Karpenter then removes the empty nodes.
+
+Called by ``decide`` (which groups time out, which wait for their retry, which stragglers to
+stop) and by ``writes`` (the record's status patches). Pure: the time is the pass's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from gatekeeper.core.demand import GroupDemand
+from gatekeeper.core.groups import GroupState
+from gatekeeper.core.keys import ADMITTED
+from gatekeeper.core.lws import GroupPod
+from gatekeeper.core.objects import EPOCH, as_map, condition, parse_time
+from gatekeeper.core.pool import Pool
+from gatekeeper.core.provisioning import Launcher
+from gatekeeper.core.reasons import Reason
+from gatekeeper.core.record import admitted_condition
+
+__all__ = [
+    "GIVE_BACK_RETRY_MAX_SECONDS",
+    "GiveBack",
+    "due",
+    "give_back_status",
+    "given_back",
+    "retry_delay",
+    "stragglers",
+    "timed_out",
+    "waits_for_retry",
+    "whole",
+]
+
+GIVE_BACK_RETRY_MAX_SECONDS = 1800
+"""The delay before a given-back group is tried again doubles up to this (30 minutes)."""
+
+_MAX_RETRIES = 1000
+"""A record's ``status.retries`` above this (anyone with rights in the namespace can write it)
+is read as this."""
+
+
+@dataclass(frozen=True)
+class GiveBack:
+    """Give an admitted group back: its record first (``Admitted=False``, ``retryAt``), then its
+    pods deleted by UID."""
+
+    group: GroupState
+    pods: tuple[str, ...]
+    """Its pods to delete: every one that is not terminating and carries no gate."""
+    message: str
+    retry_at: datetime
+    retries: int
+
+
+def retry_delay(retries: int, base: int) -> int:
+    """Seconds before the ``retries``-th retry: ``base``, doubled per earlier one, at most 30 min."""
+    return min(GIVE_BACK_RETRY_MAX_SECONDS, max(1, base) << min(max(retries, 1) - 1, 20))
+
+
+def _retries(record: Mapping[str, Any]) -> int:
+    value = as_map(record.get("status")).get("retries")
+    return min(value, _MAX_RETRIES) if type(value) is int and value > 0 else 0
+
+
+def given_back(record: Mapping[str, Any] | None) -> bool:
+    """Does the record say its group was given back (and is not admitted since)?"""
+    said = condition(record, ADMITTED)
+    return said.get("status") == "False" and said.get("reason") == str(Reason.ADMISSION_TIMEOUT)
+
+
+def waits_for_retry(record: Mapping[str, Any] | None, now: datetime | None) -> bool:
+    """Was the group given back, and is its ``retryAt`` still to come? (``now`` None: never.)"""
+    if record is None or now is None or not given_back(record):
+        return False
+    return now < parse_time(as_map(record.get("status")).get("retryAt"))
+
+
+def timed_out(
+    group: GroupState,
+    record: Mapping[str, Any],
+    pods: Sequence[GroupPod],
+    timeout: int | None,
+    now: datetime | None,
+    *,
+    base: int,
+    why: str = "",
+) -> GiveBack | None:
+    """The give-back of an admitted group whose pods are not all bound ``timeout`` seconds after
+    its admission (``status.admittedAt``); None when it has no timeout, is whole, or has time
+    left. Only a record that says ``Admitted`` (reason ``Admitted``) times out: one that waits
+    for a changed template's old pods, or names a stranger, is not waiting for nodes.
+    ``why`` says what the cloud can still launch."""
+    said = condition(record, ADMITTED)
+    if timeout is None or now is None or said.get("status") != "True" or said.get("reason") != ADMITTED:
+        return None
+    demand = group.demand
+    count = getattr(demand, "pod_count", 0)
+    if not isinstance(count, int) or count <= 0:
+        return None
+    bound = sum(1 for p in pods if p.bound and p.live and not p.terminating)
+    if bound >= count:
+        return None
+    admitted_at = parse_time(as_map(record.get("status")).get("admittedAt"))
+    if admitted_at == EPOCH:
+        admitted_at = parse_time(said.get("lastTransitionTime"))
+    if admitted_at == EPOCH or now - admitted_at < timedelta(seconds=timeout):
+        return None
+    retries = _retries(record) + 1
+    delay = retry_delay(retries, base)
+    cause = f" ({why})" if why else ""
+    message = (
+        f"group {group.key.index} got {bound} of its {count} pods bound in {timeout} s{cause}; "
+        f"given back, retried in {delay} s"
+    )
+    stop = tuple(sorted(p.name for p in pods if not p.terminating and not p.gated))
+    return GiveBack(group, stop, message, now + timedelta(seconds=delay), retries)
+
+
+def due(
+    group: GroupState,
+    record: Mapping[str, Any],
+    pods: Sequence[GroupPod],
+    pool: Pool | None,
+    launcher: Launcher,
+    now: datetime | None,
+    base: int,
+) -> GiveBack | None:
+    """The give-back of an admitted group past its pool's ``spec.admissionTimeout``, if due;
+    its message says what the pool's NodePools can still launch."""
+    if pool is None or pool.admission_timeout is None or not isinstance(group.demand, GroupDemand):
+        return None
+    why = f"its NodePools can still launch {launcher.describe(pool.node_pools)}" if pool.node_pools else ""
+    return timed_out(group, record, pods, pool.admission_timeout, now, base=base, why=why)
+
+
+def whole(pods: Sequence[GroupPod], demand: GroupDemand) -> bool:
+    """Are all the group's pods bound (and live, not terminating)?"""
+    return sum(1 for p in pods if p.bound and p.live and not p.terminating) >= demand.pod_count
+
+
+def stragglers(record: Mapping[str, Any] | None, pods: Sequence[GroupPod]) -> tuple[str, ...]:
+    """Pods of a given-back group that carry no gate and are not terminating: made ungated
+    by a webhook whose table still had the group in the moment it was given back. They are
+    deleted too (no pod runs on an admission given back)."""
+    if not given_back(record):
+        return ()
+    return tuple(sorted(p.name for p in pods if not p.terminating and not p.gated))
+
+
+def give_back_status(give: GiveBack, before: Mapping[str, Any] | None, now: str) -> dict[str, Any]:
+    """The record status patch that gives the group back (written guarded by the version the
+    decision was made on, before any of its pods is deleted)."""
+    current = condition({"status": as_map(before)}, ADMITTED)
+    return {
+        "placement": None,
+        "admittedAt": None,
+        "retryAt": give.retry_at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "retries": give.retries,
+        "conditions": [
+            admitted_condition(False, str(Reason.ADMISSION_TIMEOUT), give.message, current, now),
+        ],
+    }
