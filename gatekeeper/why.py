@@ -69,7 +69,7 @@ async def _pool_view(
     cq_name = str(as_map(as_map(local).get("spec")).get("clusterQueue") or "")
     cq = await _one(api, "clusterqueues.kueue.x-k8s.io", cq_name) if cq_name else None
     workloads = await _list(api, "workloads.kueue.x-k8s.io", namespace=kr8s.ALL, label_selector=POOL_LABEL)
-    return kueue_pool_view(cq, cq_name or pool, workloads, records)
+    return kueue_pool_view(cq, cq_name or pool, workloads, records, (namespace, pool))
 
 
 async def default_namespace(kubeconfig: str | None) -> str:

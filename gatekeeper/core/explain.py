@@ -196,10 +196,13 @@ def kueue_pool_view(
     name: str,
     workloads: Iterable[Mapping[str, Any]],
     records: Iterable[Mapping[str, Any]],
+    local_queue: tuple[str, str] = ("", ""),
 ) -> PoolView:
     """With the ``kueue`` backend: the ClusterQueue ``name`` behind the LWS's LocalQueue,
     its nominal quota and usage summed over flavors, and the groups of ours it admitted
-    (our Workloads, read with their records) or that wait in it."""
+    (our Workloads, read with their records) or that wait in it: those with a Workload,
+    and those of ``local_queue`` (namespace, LocalQueue) that wait for theirs (the
+    gatekeeper offers an LWS's groups to Kueue a few at a time)."""
     if cluster_queue is None:
         return PoolView(name, "missing")
     quota: dict[str, int] = {}
@@ -216,9 +219,11 @@ def kueue_pool_view(
             res = as_map(res)
             for k, v in _amounts({str(res.get("name")): res.get("total")}).items():
                 used[k] = used.get(k, 0) + v
+    records = list(records)
     by_name = {(str(meta(r).get("namespace")), str(meta(r).get("name"))): r for r in records}
     held: list[Holder] = []
     waiting: list[Holder] = []
+    queued: set[tuple[str, str]] = set()
     for wl in workloads:
         key = (str(meta(wl).get("namespace")), str(meta(wl).get("name")))
         record = by_name.get(key)
@@ -228,6 +233,14 @@ def kueue_pool_view(
         if admission.get("clusterQueue") == name and _admitted(record):
             held.append(_holder(record))
         elif not _admitted(record) and as_map(record.get("status")).get("workload"):
+            waiting.append(_holder(record))
+            queued.add(key)
+    for record in records:
+        key = (str(meta(record).get("namespace")), str(meta(record).get("name")))
+        status = as_map(record.get("status"))
+        lq = (key[0], str(status.get("pool") or ""))
+        mine = local_queue[1] and lq == local_queue and key not in queued
+        if mine and not _admitted(record) and not is_terminating(record):
             waiting.append(_holder(record))
     fmt = _formatted
     return PoolView(

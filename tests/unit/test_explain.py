@@ -155,6 +155,10 @@ def test_the_kueue_pool_is_the_cluster_queue_summed_over_flavors() -> None:
         {"nvidia.com/gpu": "2"},
     )
     assert [h.group for h in view.admitted] == [0] and [h.group for h in view.waiting] == [1]
+    # A group waiting for its Workload (offered to Kueue a few at a time) waits in its LocalQueue.
+    later = _rec(VLLM, 2, False)
+    view = kueue_pool_view(cq, "cq", [wl0, wl1], [admitted, waiting, later], ("default", "a"))
+    assert [h.group for h in view.waiting] == [1, 2]
     assert kueue_pool_view(None, "cq", [], []) == PoolView("cq", "missing")
 
 
