@@ -71,10 +71,49 @@ def _write_key(path: Path, key: ec.EllipticCurvePrivateKey) -> None:
     path.chmod(0o600)
 
 
+_RENEW_BEFORE = dt.timedelta(days=1)
+"""A kept sandbox's webhook certificate valid for less than this is issued again."""
+
+
+def _valid_for(crt: Path) -> dt.timedelta:
+    try:
+        cert = x509.load_pem_x509_certificate(crt.read_bytes())
+    except (OSError, ValueError):
+        return dt.timedelta(0)
+    return cert.not_valid_after_utc - dt.datetime.now(dt.UTC)
+
+
+def _renew_webhook(pki: Pki) -> None:
+    """Issue the webhook servers' certificate again, with the sandbox's own CA (which every
+    component already trusts). A kept sandbox folder can hold one about to expire, or a
+    short-lived one a test wrote and could not put back (killed mid-way): every webhook
+    call of the sandbox would fail."""
+    ca_cert = x509.load_pem_x509_certificate(pki.ca_crt.read_bytes())
+    ca_key = serialization.load_pem_private_key(pki.ca_key.read_bytes(), password=None)
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+        raise ValueError(f"{pki.ca_key}: not the EC key the sandbox makes")
+    now = dt.datetime.now(dt.UTC)
+    key = x509util.new_key()
+    cert = x509util.leaf_certificate(
+        ca_cert,
+        ca_key,
+        key,
+        x509util.name("sandbox-webhooks"),
+        not_before=now - dt.timedelta(minutes=5),
+        not_after=min(now + _VALID, ca_cert.not_valid_after_utc),
+        server_names=["127.0.0.1", "localhost"],
+    )
+    _write_key(pki.webhook_dir / "tls.key", key)
+    (pki.webhook_dir / "tls.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+
+
 def make_pki(directory: Path) -> Pki:
-    """Create the PKI in ``directory`` unless it is already there; return its paths."""
+    """Create the PKI in ``directory`` unless it is already there; return its paths. A kept
+    PKI whose webhook certificate is (nearly) expired gets a new one."""
     pki = Pki(directory)
     if (directory / ".complete").exists():
+        if _valid_for(pki.webhook_dir / "tls.crt") < _RENEW_BEFORE:
+            _renew_webhook(pki)
         return pki
     directory.mkdir(parents=True, exist_ok=True)
     pki.webhook_dir.mkdir(exist_ok=True)

@@ -138,6 +138,33 @@ def test_pki_chain_and_identities(tmp_path: Path) -> None:
     assert pki.ca_crt.read_bytes() == before
 
 
+def test_a_kept_pki_whose_webhook_certificate_expired_gets_a_new_one(tmp_path: Path) -> None:
+    """A test killed mid-way can leave a short-lived certificate in a kept sandbox folder;
+    the next start must not serve it (every webhook call of the sandbox would fail)."""
+    import datetime as dt
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    from gatekeeper.controller import x509_build as x509util
+
+    pki = make_pki(tmp_path / "pki")
+    ca = x509.load_pem_x509_certificate(pki.ca_crt.read_bytes())
+    ca_key = serialization.load_pem_private_key(pki.ca_key.read_bytes(), password=None)
+    now = dt.datetime.now(dt.UTC)
+    short = x509util.leaf_certificate(
+        ca, ca_key, x509util.new_key(), x509util.name("x"),  # type: ignore[arg-type]
+        not_before=now - dt.timedelta(minutes=2), not_after=now - dt.timedelta(minutes=1),
+        server_names=["127.0.0.1"],
+    )  # fmt: skip
+    (pki.webhook_dir / "tls.crt").write_bytes(short.public_bytes(serialization.Encoding.PEM))
+    before = pki.ca_crt.read_bytes()
+    make_pki(tmp_path / "pki")
+    renewed = x509.load_pem_x509_certificate((pki.webhook_dir / "tls.crt").read_bytes())
+    assert renewed.not_valid_after_utc - now > dt.timedelta(days=300)
+    assert renewed.issuer == ca.subject and pki.ca_crt.read_bytes() == before, "same CA"
+
+
 def _pod(
     group: int, role: str, *, node: str = "", ready: bool = False, gated: bool = False, gpus: int = 1
 ) -> dict[str, Any]:
