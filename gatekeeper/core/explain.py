@@ -199,10 +199,11 @@ def kueue_pool_view(
     local_queue: tuple[str, str] = ("", ""),
 ) -> PoolView:
     """With the ``kueue`` backend: the ClusterQueue ``name`` behind the LWS's LocalQueue,
-    its nominal quota and usage summed over flavors, and the groups of ours it admitted
-    (our Workloads, read with their records) or that wait in it: those with a Workload,
-    and those of ``local_queue`` (namespace, LocalQueue) that wait for theirs (the
-    gatekeeper offers an LWS's groups to Kueue a few at a time)."""
+    its nominal quota and usage summed over flavors, the groups of ours it admitted (our
+    Workloads, read with their records), and the groups of ``local_queue`` (namespace,
+    LocalQueue) that wait, with a Workload or for one (the gatekeeper offers an LWS's
+    groups to Kueue a few at a time). Other LocalQueues may feed the same ClusterQueue;
+    their waiting groups are not listed (which LocalQueue feeds which is not read)."""
     if cluster_queue is None:
         return PoolView(name, "missing")
     quota: dict[str, int] = {}
@@ -223,7 +224,6 @@ def kueue_pool_view(
     by_name = {(str(meta(r).get("namespace")), str(meta(r).get("name"))): r for r in records}
     held: list[Holder] = []
     waiting: list[Holder] = []
-    queued: set[tuple[str, str]] = set()
     for wl in workloads:
         key = (str(meta(wl).get("namespace")), str(meta(wl).get("name")))
         record = by_name.get(key)
@@ -232,14 +232,11 @@ def kueue_pool_view(
         admission = as_map(as_map(wl.get("status")).get("admission"))
         if admission.get("clusterQueue") == name and _admitted(record):
             held.append(_holder(record))
-        elif not _admitted(record) and as_map(record.get("status")).get("workload"):
-            waiting.append(_holder(record))
-            queued.add(key)
     for record in records:
         key = (str(meta(record).get("namespace")), str(meta(record).get("name")))
         status = as_map(record.get("status"))
         lq = (key[0], str(status.get("pool") or ""))
-        mine = local_queue[1] and lq == local_queue and key not in queued
+        mine = local_queue[1] and lq == local_queue
         if mine and not _admitted(record) and not is_terminating(record):
             waiting.append(_holder(record))
     fmt = _formatted

@@ -147,7 +147,7 @@ def test_the_kueue_pool_is_the_cluster_queue_summed_over_flavors() -> None:
         r["status"]["workload"] = r["metadata"]["name"]
     wl0 = {"metadata": dict(admitted["metadata"]), "status": {"admission": {"clusterQueue": "cq"}}}
     wl1 = {"metadata": dict(waiting["metadata"]), "status": {}}
-    view = kueue_pool_view(cq, "cq", [wl0, wl1], [admitted, waiting])
+    view = kueue_pool_view(cq, "cq", [wl0, wl1], [admitted, waiting], ("default", "a"))
     assert (view.kind, dict(view.quota), dict(view.used), dict(view.free)) == (
         "ClusterQueue",
         {"nvidia.com/gpu": "6"},
@@ -157,7 +157,9 @@ def test_the_kueue_pool_is_the_cluster_queue_summed_over_flavors() -> None:
     assert [h.group for h in view.admitted] == [0] and [h.group for h in view.waiting] == [1]
     # A group waiting for its Workload (offered to Kueue a few at a time) waits in its LocalQueue.
     later = _rec(VLLM, 2, False)
-    view = kueue_pool_view(cq, "cq", [wl0, wl1], [admitted, waiting, later], ("default", "a"))
+    elsewhere = _rec(lws("other", "team-b").uid("u-b").pool("q").obj(), 0, False)
+    elsewhere["status"]["workload"] = elsewhere["metadata"]["name"]  # another LocalQueue's
+    view = kueue_pool_view(cq, "cq", [wl0, wl1], [admitted, waiting, later, elsewhere], ("default", "a"))
     assert [h.group for h in view.waiting] == [1, 2]
     assert kueue_pool_view(None, "cq", [], []) == PoolView("cq", "missing")
 
