@@ -303,8 +303,15 @@ def test_two_queues_side_by_side_each_admits_within_its_own_capability(volcano_s
         )
     finally:
         _show(sb, ns)
-    queues = {
-        pg["metadata"]["name"]: pg["spec"]["queue"]
-        for pg in items(sb, "podgroups.scheduling.volcano.sh", "-n", ns)
-    }
+    # Each Queue's waiting group is offered its PodGroup once the running one holds its room
+    # ungated: a pass after the one that lifted the gates, so wait for it.
+    queues = wait(
+        "4 PodGroups, 2 per Queue",
+        lambda: (lambda q: q if len(q) == 4 else None)(
+            {
+                pg["metadata"]["name"]: pg["spec"]["queue"]
+                for pg in items(sb, "podgroups.scheduling.volcano.sh", "-n", ns)
+            }
+        ),
+    )
     assert queues == {"a-0-gk": ns, "a-1-gk": ns, "b-0-gk": other, "b-1-gk": other}
