@@ -309,10 +309,22 @@ def hub_release_cmd(cluster: str, kubeconfig: str | None, force: bool) -> None:
     help="Replay the issue's autoscaled case instead, with the real Karpenter (its own sandbox, "
     "no static node): a NodePool of 4 GPUs, an LWS of size 2 scaled from 1 to 3.",
 )
-def demo(directory: Path | None, karpenter: bool) -> None:
+@click.option(
+    "--shared",
+    is_flag=True,
+    help="Replay the issue's shared-reservation case instead: a hub and two member clusters "
+    "(their own sandboxes) launching from one reservation of 4 one-GPU machines.",
+)
+def demo(directory: Path | None, karpenter: bool, shared: bool) -> None:
     """Replay the LWS gang-scheduling issue on the sandbox, step by step."""
+    if karpenter and shared:
+        raise click.UsageError("--karpenter and --shared are two demos: choose one")
     try:
-        if karpenter:
+        if shared:
+            from gatekeeper import demo_shared
+
+            demo_shared.run_demo(directory or default_dir("demo-shared"), say=say)
+        elif karpenter:
             from gatekeeper import demo_karpenter
 
             demo_karpenter.run_demo(directory or default_dir("demo-karpenter"), say=say)
