@@ -29,16 +29,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gatekeeper.core.keys import (
-    GATEKEEPER_API_VERSION,
-    GROUP_INDEX_LABEL,
-    POOL_KIND,
-    POOL_LABEL,
-    SCHEDULING_GATE,
-)
+from gatekeeper.core.keys import GATEKEEPER_API_VERSION, POOL_KIND, POOL_LABEL, SCHEDULING_GATE
 from gatekeeper.sandbox.cluster import Sandbox
 from gatekeeper.sandbox.hub import Hub
 from gatekeeper.sandbox.manifests import fake_node
+from gatekeeper.sandbox.observe import summarize
 
 __all__ = ["CLUSTERS", "MACHINES", "Machines", "Verdict", "run", "run_demo"]
 
@@ -62,9 +57,9 @@ class Verdict:
 
     cluster: str
     whole: int
-    """Groups with both pods bound and Running."""
+    """Groups with both pods Running and Ready."""
     half_placed: int
-    """Groups with one pod bound and the other not."""
+    """Groups holding a machine without running whole."""
     gated: int
     machines: int
 
@@ -171,20 +166,9 @@ def reservation() -> dict[str, Any]:
 
 
 def _verdict(cluster: str, sb: Sandbox, namespace: str, part: str) -> Verdict:
-    groups: dict[str, list[dict[str, Any]]] = {}
-    for p in _get(sb, "pods", "-n", namespace):
-        groups.setdefault(p["metadata"]["labels"].get(GROUP_INDEX_LABEL, "?"), []).append(p)
-    whole = half = gated = 0
-    for pods in groups.values():
-        bound = [p for p in pods if p["spec"].get("nodeName")]
-        running = [p for p in bound if p.get("status", {}).get("phase") == "Running"]
-        gated += sum(1 for p in pods if _gated(p))
-        if len(running) == SIZE:
-            whole += 1
-        elif bound:
-            half += 1
+    seen = summarize(_get(sb, "pods", "-n", namespace), SIZE)
     machines = len(_get(sb, "nodes", "-l", f"{MACHINE_LABEL}={part}"))
-    return Verdict(cluster, whole, half, gated, machines)
+    return Verdict(cluster, seen.whole_groups, seen.partial_groups, seen.gated_pods, machines)
 
 
 def _settle(members: Mapping[str, Sandbox], namespace: str, part: str, timeout: float = 120) -> list[Verdict]:

@@ -137,9 +137,13 @@ def sandbox_down(directory: Path | None) -> None:
 def sandbox_status(directory: Path | None) -> None:
     """Show each component and whether it runs."""
     sb = Sandbox(directory or default_dir(), say=say)
-    running = sb.running()
+    _report(sb.running(), f"no sandbox in {sb.dir}")
+
+
+def _report(running: dict[str, bool], nothing: str) -> None:
+    """Print each process and whether it runs; exit 0 only when every one does."""
     if not running:
-        click.echo(f"no sandbox in {sb.dir}")
+        click.echo(nothing)
         sys.exit(1)
     for name, alive in running.items():
         click.echo(f"{name:26} {'running' if alive else 'STOPPED'}")
@@ -176,13 +180,7 @@ def sandbox_hub_down(directory: Path | None) -> None:
 def sandbox_hub_status(directory: Path | None) -> None:
     """Show each process of the hub and whether it runs."""
     hub = Hub(directory or default_dir("hub"), say=say)
-    running = hub.running()
-    if not running:
-        click.echo(f"no hub in {hub.dir}")
-        sys.exit(1)
-    for name, alive in running.items():
-        click.echo(f"{name:26} {'running' if alive else 'STOPPED'}")
-    sys.exit(0 if all(running.values()) else 1)
+    _report(hub.running(), f"no hub in {hub.dir}")
 
 
 @sandbox.command("build")
