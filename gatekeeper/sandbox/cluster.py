@@ -230,6 +230,7 @@ class Sandbox:
         installed = build.build_all(wanted, say=self.say)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.log_dir.mkdir(exist_ok=True)
+        runner.rotate_logs()
         self._link_bins(installed)
         pki = make_pki(self.dir / "pki")
         names = [*etcd.PORTS, *control_plane.PORTS, *lws.PORTS, *gk.PORTS]

@@ -120,6 +120,7 @@ class Hub:
         installed = build.build_all(["kubernetes", "etcd"], say=self.say)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.runner.log_dir.mkdir(exist_ok=True)
+        self.runner.rotate_logs()
         self.bin_dir.mkdir(exist_ok=True)
         for inst in installed.values():
             for prog in inst.bin.iterdir():

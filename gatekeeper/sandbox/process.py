@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "MAX_LOG_BYTES",
     "Runner",
     "SandboxError",
     "alive",
@@ -99,6 +100,10 @@ def ready(
         return False
 
 
+MAX_LOG_BYTES = 32 * 1024 * 1024
+"""A log longer than this at a fresh start is kept as ``<name>.1`` and begun again."""
+
+
 @dataclass(frozen=True)
 class Runner:
     """How one sandbox runs its processes: where they run, log and are recorded.
@@ -142,6 +147,17 @@ class Runner:
         tmp = self.state_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(state, indent=2))
         tmp.replace(self.state_file)
+
+    def rotate_logs(self, max_bytes: int = MAX_LOG_BYTES) -> list[str]:
+        """At a fresh start: each log (the API server's audit log too) over ``max_bytes`` is
+        moved to ``<name>.1`` (the one before it is dropped), so a kept sandbox's logs stay
+        bounded across starts while the last run's stay readable. Returns the names moved."""
+        moved = []
+        for log in sorted(self.log_dir.glob("*.log")):
+            if log.stat().st_size > max_bytes:
+                log.replace(log.with_name(log.name + ".1"))
+                moved.append(log.name)
+        return moved
 
     def start(self, state: dict[str, Any], name: str, argv: list[str]) -> None:
         """Start ``argv`` in its own session as component ``name``; record and save it in ``state``."""

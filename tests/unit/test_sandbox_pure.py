@@ -229,3 +229,17 @@ def test_volcano_scheduler_config_enqueues_gangs_and_shares_queues() -> None:
     plugins = [p["name"] for tier in conf["tiers"] for p in tier["plugins"]]
     assert {"gang", "proportion", "predicates"} <= set(plugins)
     assert "overcommit" not in plugins, "enqueue would admit PodGroups beyond the Queue"
+
+
+def test_a_fresh_start_keeps_logs_bounded(tmp_path: Path) -> None:
+    from gatekeeper.sandbox.process import Runner
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "audit.log").write_bytes(b"x" * 2048)
+    (logs / "audit.log.1").write_bytes(b"old")
+    (logs / "etcd.log").write_bytes(b"y" * 10)
+    runner = Runner(tmp_path, logs, tmp_path / "bin", tmp_path / "kubeconfig", tmp_path / "state.json")
+    assert runner.rotate_logs(max_bytes=1024) == ["audit.log"]
+    assert (logs / "audit.log.1").read_bytes() == b"x" * 2048, "the last run's log is kept, the older dropped"
+    assert not (logs / "audit.log").exists() and (logs / "etcd.log").read_bytes() == b"y" * 10
