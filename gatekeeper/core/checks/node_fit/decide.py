@@ -44,6 +44,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gatekeeper.core.checks.states import CheckUpdate
 from gatekeeper.core.demand import PodDemand, pod_demand
 from gatekeeper.core.fit import Misfit, NodeTable
 from gatekeeper.core.keys import (
@@ -81,17 +82,6 @@ any tenant's Job can ask for billions, and each pod of a check is a placement to
 #: States only Kueue moves on from (after a retry delay, or never): left alone.
 _KUEUE_OWNED = frozenset({CHECK_RETRY, CHECK_REJECTED})
 _VIEW = "*"
-
-
-@dataclass(frozen=True)
-class CheckUpdate:
-    """Set the state of check ``check`` of Workload ``namespace/workload`` to ``state``."""
-
-    namespace: str
-    workload: str
-    check: str
-    state: str
-    message: str
 
 
 @dataclass(frozen=True)
