@@ -176,6 +176,13 @@ def why_cmd(target: str, namespace: str | None, output: str, kubeconfig: str | N
     help="member: the heartbeat's duration (renewed four times in it); the hub marks this "
     "member's granted claims Orphaned when it has not changed for that long.",
 )
+@click.option(
+    "--shared-reservation-check",
+    is_flag=True,
+    help="Also serve Kueue AdmissionChecks whose controllerName is lws-gatekeeper.io/shared-reservation "
+    "(their spec.parameters name a Reservation on the hub): a Workload is admitted once the hub granted "
+    "its claim. Needs --hub-kubeconfig.",
+)
 @click.option("--log-level", default="INFO", show_default=True)
 @click.option(
     "--log-format",
@@ -208,6 +215,7 @@ def run_cmd(
     cluster_name: str,
     hub_namespace: str,
     hub_heartbeat_seconds: int,
+    shared_reservation_check: bool,
     log_level: str,
     log_format: str,
 ) -> None:
@@ -218,6 +226,8 @@ def run_cmd(
         raise click.UsageError("--self-signed-certs-secret needs --cert-dir (where the files are written)")
     if hub_kubeconfig and not valid_cluster_name(cluster_name):
         raise click.UsageError("--hub-kubeconfig needs --cluster-name, a DNS label such as cluster-a")
+    if shared_reservation_check and not hub_kubeconfig:
+        raise click.UsageError("--shared-reservation-check claims on a hub: it needs --hub-kubeconfig")
     if role == "hub" and (hub_kubeconfig or backend != "pools"):
         raise click.UsageError("--role hub takes neither --hub-kubeconfig nor --backend")
     import anyio
@@ -258,6 +268,7 @@ def run_cmd(
         cluster_name=cluster_name,
         hub_namespace=hub_namespace,
         hub_heartbeat_seconds=hub_heartbeat_seconds,
+        shared_reservation_check=shared_reservation_check,
     )
     anyio.run(run, opts)
 

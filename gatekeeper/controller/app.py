@@ -29,6 +29,7 @@ from gatekeeper.controller.backends.volcano import VolcanoBackend
 from gatekeeper.controller.caches import Caches
 from gatekeeper.controller.certs import SelfSignedCerts
 from gatekeeper.controller.checks.node_fit import NodeFitCheck
+from gatekeeper.controller.checks.shared_reservation import SharedReservationCheck
 from gatekeeper.controller.hub import HubController
 from gatekeeper.controller.hub_link import HubLink
 from gatekeeper.controller.kube import Kube
@@ -69,6 +70,9 @@ class Options:
     ``volcano`` (a Volcano PodGroup per group)."""
     node_fit: bool = False
     """Also run the controller of Kueue AdmissionChecks ``lws-gatekeeper.io/node-fit``."""
+    shared_reservation_check: bool = False
+    """Also run the controller of Kueue AdmissionChecks ``lws-gatekeeper.io/shared-reservation``
+    (it claims on the hub of ``hub_kubeconfig``)."""
     never_fit_retry_seconds: int = 60
     """First delay before a group is tried again: kueue, a Workload that could never fit made
     again; pools, a group given back after its Pool's ``spec.admissionTimeout``."""
@@ -137,6 +141,8 @@ def controllers(
         )
     if opts.node_fit:
         found.append(NodeFitCheck(kube, caches))
+    if opts.shared_reservation_check:
+        found.append(SharedReservationCheck(kube, caches, hub))
     return found
 
 

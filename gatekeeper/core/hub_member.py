@@ -23,8 +23,7 @@ Pools without ``spec.reservation`` are left exactly as the local plan has them.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from datetime import datetime
+from dataclasses import replace
 from typing import Any
 
 from gatekeeper.core.backends.pools import Actions, Admit, Snapshot, WaitStatus
@@ -36,8 +35,11 @@ from gatekeeper.core.pool import parse_pool
 from gatekeeper.core.reasons import Reason
 from gatekeeper.core.record import is_admitted
 from gatekeeper.core.reservation import (
+    SOURCE_LABEL,
     Claim,
     ClaimState,
+    ClaimWrites,
+    HubView,
     claim_body,
     group_waits,
     hub_unreachable,
@@ -45,34 +47,10 @@ from gatekeeper.core.reservation import (
     parse_shares,
 )
 
-__all__ = ["ClaimWrites", "HubView", "charge_reservations"]
+__all__ = ["ClaimWrites", "HubView", "charge_reservations"]  # the view's types, for the pools controller
 
 GroupId = tuple[str, str, str, int]
 """(namespace, LWS, LWS UID, group index)."""
-
-
-@dataclass(frozen=True)
-class HubView:
-    """What the member knows of the hub this pass."""
-
-    cluster: str
-    reachable: bool
-    claims: Sequence[Mapping[str, Any]] = ()
-    """This cluster's claims as last seen on the hub."""
-    reservations: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    unreachable_since: datetime | None = None
-    error: str = ""
-    given_back: frozenset[str] = frozenset()
-    """UIDs of claims this member deleted that its cache still shows: never admitted on (the
-    hub may have granted their room to another cluster already)."""
-
-
-@dataclass(frozen=True)
-class ClaimWrites:
-    """Claims to create on the hub (whole objects) and to delete (name, uid)."""
-
-    create: tuple[dict[str, Any], ...] = ()
-    delete: tuple[tuple[str, str], ...] = ()
 
 
 def _reservations(snap: Snapshot) -> dict[str, str]:
@@ -111,6 +89,8 @@ def charge_reservations(actions: Actions, snap: Snapshot, hub: HubView) -> tuple
     for obj in hub.claims:
         if str(meta(obj).get("uid") or "") in hub.given_back:
             continue
+        if as_map(meta(obj).get("labels")).get(SOURCE_LABEL):
+            continue  # the shared-reservation AdmissionCheck's: it gives its own back
         c = parse_claim(obj)
         if not isinstance(c, Claim):
             if c.cluster == hub.cluster and c.name:

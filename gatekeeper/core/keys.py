@@ -132,6 +132,13 @@ NODE_FIT_ACTIVE_MESSAGE: Final = (
     "lws-gatekeeper checks that every pod of a workload fits the free room of its flavor's nodes "
     "before the workload is admitted"
 )
+# The shared-reservation AdmissionCheck, served by the gatekeeper with --hub-kubeconfig.
+SHARED_RESERVATION_CONTROLLER: Final = f"{API_GROUP}/shared-reservation"
+"""``spec.controllerName`` of the AdmissionChecks that admit a Workload once a Reservation on
+the hub (named by the check's ``spec.parameters``) granted its claim."""
+SHARED_RESERVATION_FIELD_MANAGER: Final = "lws-gatekeeper-shared-reservation"
+SHARED_RESERVATION_ACTIVE_REASON: Final = "SharedReservationActive"
+SHARED_RESERVATION_INVALID_REASON: Final = "InvalidParameters"
 NEVER_FITS: Final = "can never fit"
 """How the message of a node-fit check that can never pass begins: "can never fit, even on empty
 nodes: ...". The ``kueue`` backend reads it on its own Workloads to give their quota back."""

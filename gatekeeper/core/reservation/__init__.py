@@ -51,6 +51,7 @@ from gatekeeper.core.reservation.objects import (
     valid_cluster_name,
 )
 from gatekeeper.core.reservation.release import ReleasePlan, plan_release
+from gatekeeper.core.reservation.view import SOURCE_CHECK, SOURCE_LABEL, ClaimWrites, HubView
 from gatekeeper.core.reservation.words import Shares, group_waits, hub_unreachable, parse_shares, status_body
 
 __all__ = [
@@ -61,6 +62,8 @@ __all__ = [
     "HEARTBEAT_PREFIX",
     "RESERVATION_KIND",
     "RESERVATION_PLURAL",
+    "SOURCE_CHECK",
+    "SOURCE_LABEL",
     "BadClaim",
     "Beat",
     "Change",
@@ -68,9 +71,11 @@ __all__ = [
     "ClaimMemo",
     "ClaimReason",
     "ClaimState",
+    "ClaimWrites",
     "ClusterShare",
     "Grant",
     "Heartbeats",
+    "HubView",
     "Ledger",
     "ReleasePlan",
     "Reservation",

@@ -98,10 +98,13 @@ def group_waits(
     shares: Shares | None,
     claim_reason: str = "",
     claim_message: str = "",
+    *,
+    subject: str = "",
 ) -> str:
     """Why a group waits for the hub, in the words users read on their member: the
-    Reservation's numbers, or the claim's own reason when waiting cannot help."""
-    head = f"group {index} waits for reservation {reservation} on the hub"
+    Reservation's numbers, or the claim's own reason when waiting cannot help.
+    ``subject`` names what waits (default ``group <index>``)."""
+    head = f"{subject or f'group {index}'} waits for reservation {reservation} on the hub"
     if claim_reason in _PERMANENT and claim_message:
         return f"{head}: {claim_message}"
     if shares is None:
