@@ -8,9 +8,10 @@ through :func:`targets`, so neither can drift from what Grafana shows; the chart
 test checks that :func:`targets` finds every ``expr`` of the file.
 
 Grafana fills in variables before it sends a query; :func:`promql` does the same for the
-ones the dashboard uses: ``$pool`` (its "All" value, ``.*``, or the Pools given) and
-``$__rate_interval`` (a window the caller picks: Grafana makes it at least four scrape
-intervals). A variable it does not know is an error, not a query sent with a ``$`` in it.
+ones the dashboard uses: its query variables ``$pool`` and ``$resource`` (the values
+chosen, or "All", ``.*``) and ``$__rate_interval`` (a window the caller picks: Grafana
+makes it at least four scrape intervals). A variable it does not know is an error, not a
+query sent with a ``$`` in it.
 """
 
 from __future__ import annotations
@@ -99,13 +100,19 @@ def variables(dashboard: Mapping[str, Any]) -> list[Variable]:
     return out
 
 
-def promql(expr: str, *, rate_interval: str, pools: Sequence[str] = ()) -> str:
-    """``expr`` with Grafana's variables filled in: ``$pool`` (all Pools, or ``pools``) and
-    ``$__rate_interval``. Raises on any other variable."""
-    values = {
-        "pool": "|".join(re.escape(p) for p in pools) if pools else ".*",
-        "__rate_interval": rate_interval,
-    }
+def _regex_escape(value: str) -> str:
+    """A value of a multi-value variable in a ``=~"..."`` matcher, as Grafana writes it: each
+    regex metacharacter after two backslashes (one for the PromQL string, one for the regex)."""
+    return re.sub(r"([\\^$.|?*+()\[\]{}])", r"\\\\\1", value)
+
+
+def promql(expr: str, *, rate_interval: str, chosen: Mapping[str, Sequence[str]] | None = None) -> str:
+    """``expr`` with Grafana's variables filled in: each query variable ``$pool``, ``$resource``
+    with its ``chosen`` values (none chosen: "All", ``.*``) and ``$__rate_interval``. Raises on
+    any other variable."""
+    chosen = chosen or {}
+    values = {v: "|".join(map(_regex_escape, chosen.get(v, ()))) or ".*" for v in ("pool", "resource")}
+    values["__rate_interval"] = rate_interval
 
     def fill(m: re.Match[str]) -> str:
         name = m.group(1) or m.group(2)

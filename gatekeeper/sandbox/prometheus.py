@@ -30,6 +30,7 @@ __all__ = [
     "COMPONENT",
     "JOB",
     "SCRAPE_SECONDS",
+    "label_values",
     "query",
     "query_range",
     "scrape_config",
@@ -122,3 +123,11 @@ def query_range(base: str, expr: str, *, start: float, end: float, step: float) 
     params = {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}
     result: list[dict[str, Any]] = _api(base, "query_range", params)["result"]
     return result
+
+
+def label_values(base: str, label: str, *, match: str, start: float, end: float) -> list[str]:
+    """The values of ``label`` on the series ``match`` selects between ``start`` and ``end``:
+    what Grafana's ``label_values(match, label)`` variable lists."""
+    params = {"match[]": match, "start": f"{start:.3f}", "end": f"{end:.3f}"}
+    found: list[str] = _api(base, f"label/{urllib.parse.quote(label)}/values", params)
+    return found

@@ -87,13 +87,18 @@ def test_the_panels_tile_the_grid_without_overlap(board: dict[str, Any]) -> None
 
 def test_every_variable_is_defined_and_filled_in(board: dict[str, Any]) -> None:
     names = {v["name"] for v in board["templating"]["list"]}
-    assert names == {"datasource", "pool"}
-    assert dashboard.variables(board) == [dashboard.Variable("pool", "gatekeeper_pool_quota", "pool")]
+    assert names == {"datasource", "pool", "resource"}
+    assert dashboard.variables(board) == [
+        dashboard.Variable("pool", "gatekeeper_pool_quota", "pool"),
+        dashboard.Variable("resource", "gatekeeper_pool_quota", "resource"),
+    ]
     for t in dashboard.targets(board):
-        filled = dashboard.promql(t.expr, rate_interval="30s", pools=["a-1", "b.2"])
+        filled = dashboard.promql(t.expr, rate_interval="30s", chosen={"pool": ["a-1", "b.2"]})
         assert "$" not in filled, filled
         if "$pool" in t.expr:
-            assert 'pool=~"a\\-1|b\\.2"' in filled
+            assert 'pool=~"a-1|b\\\\.2"' in filled, "Grafana's escape: a PromQL string of a regex"
+        if "$resource" in t.expr:
+            assert 'resource=~".*"' in filled, "none chosen: All"
     with pytest.raises(ValueError, match=r"\$cluster"):
         dashboard.promql('up{cluster="$cluster"}', rate_interval="1m")
 
