@@ -96,6 +96,7 @@ def test_every_panel_query_returns_data_during_a_scale_up(prometheus_sandbox: Sa
     wait("Prometheus to see none waiting", lambda: [r for r in query(base, waiting) if r["value"][1] == "0"])
     time.sleep(3 * SCRAPE_SECONDS)
     end = time.time()
+    print(f"window for scripts/dashboard-png: --start {start:.0f} --end {end:.0f} --pool {pool}")
 
     board = dashboard.load()
     chosen = {"pool": [pool], "resource": [GPU]}  # the resource variable's default
