@@ -3,8 +3,8 @@
 Why this exists: one program for everything the project runs: the controller
 (``run``, as a member or ``--role hub``), ``render``, ``why`` (why an LWS or a pool waits),
 the sandbox cluster (``sandbox up|down|status|build``), the sandbox hub
-(``sandbox hub up|down|status``), the container image (``image build|lock``) and the
-demo that replays the LWS issue.
+(``sandbox hub up|down|status``), a hub's Reservations (``hub release``), the container
+image (``image build|lock``) and the demo that replays the LWS issue.
 Each sub-command is a thin wrapper; the work lives in the modules it calls.
 """
 
@@ -19,17 +19,13 @@ import click
 
 from gatekeeper.render.cli import render_cmd
 from gatekeeper.sandbox import build as sandbox_build
-from gatekeeper.sandbox.cluster import Sandbox, SandboxError, default_dir
-from gatekeeper.sandbox.hub import Hub
+from gatekeeper.sandbox.cli import dir_option, sandbox, say
+from gatekeeper.sandbox.cluster import SandboxError, default_dir
 
 __all__ = ["main"]
 
 # kr8s warns about Kubernetes versions newer than those it lists; the APIs we use are stable.
 warnings.filterwarnings("ignore", message="Kubernetes version .* is not supported", category=UserWarning)
-
-
-def _say(msg: str) -> None:
-    click.echo(msg, err=True)
 
 
 @click.group()
@@ -71,7 +67,7 @@ def why_cmd(target: str, namespace: str | None, output: str, kubeconfig: str | N
     try:
         result = asyncio.run(answer())
     except why.NotFound as exc:
-        _say(f"error: {exc}")
+        say(f"error: {exc}")
         sys.exit(1)
     if output == "json":
         click.echo(json.dumps(why.as_json(result), indent=2))
@@ -165,6 +161,21 @@ def why_cmd(target: str, namespace: str | None, output: str, kubeconfig: str | N
     "spec.reservation are charged to that hub's Reservations.",
 )
 @click.option("--cluster-name", default="", help="member: this cluster's name on the hub (a DNS label).")
+@click.option(
+    "--hub-namespace",
+    default="lws-gatekeeper-system",
+    show_default=True,
+    help="member: the hub's namespace, where this member renews its heartbeat Lease "
+    "lws-gatekeeper-member-<cluster name>.",
+)
+@click.option(
+    "--hub-heartbeat-seconds",
+    type=click.IntRange(5, 3600),
+    default=40,
+    show_default=True,
+    help="member: the heartbeat's duration (renewed four times in it); the hub marks this "
+    "member's granted claims Orphaned when it has not changed for that long.",
+)
 @click.option("--log-level", default="INFO", show_default=True)
 @click.option(
     "--log-format",
@@ -195,6 +206,8 @@ def run_cmd(
     role: str,
     hub_kubeconfig: str | None,
     cluster_name: str,
+    hub_namespace: str,
+    hub_heartbeat_seconds: int,
     log_level: str,
     log_format: str,
 ) -> None:
@@ -243,215 +256,88 @@ def run_cmd(
         role=role,
         hub_kubeconfig=hub_kubeconfig,
         cluster_name=cluster_name,
+        hub_namespace=hub_namespace,
+        hub_heartbeat_seconds=hub_heartbeat_seconds,
     )
     anyio.run(run, opts)
 
 
-@main.group()
-def sandbox() -> None:
-    """A real Kubernetes control plane as local processes, with KWOK nodes and LWS."""
+@main.group("hub")
+def hub_group() -> None:
+    """Operate a hub's shared Reservations (with the hub's kubeconfig)."""
 
 
-_dir_option = click.option(
-    "--dir",
-    "directory",
-    type=click.Path(path_type=Path, file_okay=False),
-    default=None,
-    help="Folder of the sandbox (default: the cache folder's sandboxes/default).",
-)
-
-
-def _parse_labels(labels: tuple[str, ...]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in labels:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise click.BadParameter(f"{item!r} is not key=value", param_hint="--label")
-        out[key] = value
-    return out
-
-
-@sandbox.command("up")
-@_dir_option
-@click.option("--nodes", default=4, show_default=True, help="Fake GPU nodes to create.")
-@click.option("--gpus-per-node", default=1, show_default=True, help="nvidia.com/gpu on each node.")
-@click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="Label for the fake nodes.")
-@click.option("--no-gatekeeper", is_flag=True, help="Do not run the gatekeeper against the sandbox.")
+@hub_group.command("release")
+@click.option("--cluster", "cluster", required=True, help="The member cluster whose claims are released.")
 @click.option(
-    "--with-kueue",
+    "--kubeconfig", default=None, help="The hub's kubeconfig (default: $KUBECONFIG or ~/.kube/config)."
+)
+@click.option(
+    "--force",
     is_flag=True,
-    help="Also run the real Kueue (its webhooks act in namespaces labelled kueue.x-k8s.io/managed=true).",
+    help="Release even Granted claims (the hub still hears the member's heartbeat): only when "
+    "you know its machines are gone.",
 )
-@click.option(
-    "--with-karpenter",
-    is_flag=True,
-    help="Also run the real Karpenter with its KWOK cloud provider (GPU instance types; "
-    "it buys nodes for the NodePools you make).",
-)
-@click.option(
-    "--with-volcano",
-    is_flag=True,
-    help="Also run Volcano's scheduler (scheduler name volcano) and its CRDs.",
-)
-@click.option(
-    "--with-prometheus",
-    is_flag=True,
-    help="Also run Prometheus, scraping the gatekeeper's /metrics every second (prints its URL).",
-)
-@click.option(
-    "--audit",
-    is_flag=True,
-    help="Have the API server log every write (who, which user agent, when) to logs/audit.log.",
-)
-@click.option(
-    "--hub",
-    "hub_kubeconfig",
-    type=click.Path(path_type=Path, dir_okay=False, exists=True),
-    default=None,
-    help="Join the sandbox hub of this kubeconfig (printed by `sandbox hub up`) as a member.",
-)
-@click.option("--cluster-name", default="", help="With --hub: this member's name on the hub.")
-def sandbox_up(
-    directory: Path | None,
-    nodes: int,
-    gpus_per_node: int,
-    labels: tuple[str, ...],
-    no_gatekeeper: bool,
-    with_kueue: bool,
-    with_karpenter: bool,
-    with_volcano: bool,
-    with_prometheus: bool,
-    audit: bool,
-    hub_kubeconfig: Path | None,
-    cluster_name: str,
-) -> None:
-    """Start the sandbox in the background and print how to reach it.
+def hub_release_cmd(cluster: str, kubeconfig: str | None, force: bool) -> None:
+    """Release every claim of a member cluster gone for good: their room in the Reservations
+    goes to the other members' waiting claims on the hub's next pass.
 
-    On a sandbox that runs it only reports; on one where some components died it starts
-    those again and keeps every object; only a sandbox without its data starts afresh.
+    Refused while the hub still hears the member's heartbeat (any of its claims Granted),
+    unless --force: its groups may still run on that room.
     """
-    sb = Sandbox(directory or default_dir(), say=_say)
-    try:
-        sb.up(
-            nodes=nodes,
-            gpus_per_node=gpus_per_node,
-            labels=_parse_labels(labels),
-            gatekeeper=not no_gatekeeper,
-            with_kueue=with_kueue,
-            with_karpenter=with_karpenter,
-            with_volcano=with_volcano,
-            with_prometheus=with_prometheus,
-            audit=audit,
-            hub=hub_kubeconfig,
-            cluster_name=cluster_name,
-        )
-    except (SandboxError, sandbox_build.BuildError) as exc:
-        raise click.ClickException(str(exc)) from exc
-    click.echo(f"export KUBECONFIG={sb.kubeconfig}")
-    click.echo(f"export PATH={sb.bin_dir}:$PATH")
-    if with_prometheus:
-        click.echo(f"# Prometheus: {sb.prometheus_url()}")
+    import asyncio
 
+    from gatekeeper.hub_release import release_cluster
 
-@sandbox.command("down")
-@_dir_option
-def sandbox_down(directory: Path | None) -> None:
-    """Stop every process the sandbox started."""
-    try:
-        Sandbox(directory or default_dir(), say=_say).down()
-    except SandboxError as exc:
-        raise click.ClickException(str(exc)) from exc
-
-
-@sandbox.command("status")
-@_dir_option
-def sandbox_status(directory: Path | None) -> None:
-    """Show each component and whether it runs."""
-    sb = Sandbox(directory or default_dir(), say=_say)
-    running = sb.running()
-    if not running:
-        click.echo(f"no sandbox in {sb.dir}")
+    done = asyncio.run(release_cluster(kubeconfig, cluster, force=force))
+    if done.refused:
+        say(f"error: {done.refused}")
         sys.exit(1)
-    for name, alive in running.items():
-        click.echo(f"{name:26} {'running' if alive else 'STOPPED'}")
-    sys.exit(0 if all(running.values()) else 1)
-
-
-@sandbox.group("hub")
-def sandbox_hub() -> None:
-    """A hub cluster (etcd and kube-apiserver only) where member sandboxes share Reservations."""
-
-
-@sandbox_hub.command("up")
-@_dir_option
-@click.option("--no-gatekeeper", is_flag=True, help="Do not run the gatekeeper's hub role.")
-def sandbox_hub_up(directory: Path | None, no_gatekeeper: bool) -> None:
-    """Start a hub (its CRDs, policies, member RBAC, the hub's gatekeeper); print its kubeconfig."""
-    hub = Hub(directory or default_dir("hub"), say=_say)
-    try:
-        hub.up(gatekeeper=not no_gatekeeper)
-    except (SandboxError, sandbox_build.BuildError) as exc:
-        raise click.ClickException(str(exc)) from exc
-    click.echo(str(hub.kubeconfig))
-
-
-@sandbox_hub.command("down")
-@_dir_option
-def sandbox_hub_down(directory: Path | None) -> None:
-    """Stop every process of the hub."""
-    Hub(directory or default_dir("hub"), say=_say).down()
-
-
-@sandbox_hub.command("status")
-@_dir_option
-def sandbox_hub_status(directory: Path | None) -> None:
-    """Show each process of the hub and whether it runs."""
-    hub = Hub(directory or default_dir("hub"), say=_say)
-    running = hub.running()
-    if not running:
-        click.echo(f"no hub in {hub.dir}")
-        sys.exit(1)
-    for name, alive in running.items():
-        click.echo(f"{name:26} {'running' if alive else 'STOPPED'}")
-    sys.exit(0 if all(running.values()) else 1)
-
-
-@sandbox.command("build")
-@click.argument("components", nargs=-1)
-def sandbox_build_cmd(components: tuple[str, ...]) -> None:
-    """Build (or find in the cache) the sandbox's components from their pinned Go modules."""
-    try:
-        built = sandbox_build.build_all(list(components) or None, say=_say)
-    except sandbox_build.BuildError as exc:
-        raise click.ClickException(str(exc)) from exc
-    for name, inst in built.items():
-        click.echo(f"{name:12} {inst.component.version:10} {inst.root}")
+    click.echo(
+        f"released {len(done.released)} claim(s) of cluster {cluster}, {done.held} of them holding room"
+        + (f"; {len(done.changed)} changed on the hub meanwhile, left as they are" if done.changed else "")
+    )
+    for name in done.released:
+        click.echo(f"  {name}")
 
 
 @main.command("demo")
-@_dir_option
+@dir_option
 @click.option(
     "--karpenter",
     is_flag=True,
     help="Replay the issue's autoscaled case instead, with the real Karpenter (its own sandbox, "
     "no static node): a NodePool of 4 GPUs, an LWS of size 2 scaled from 1 to 3.",
 )
-def demo(directory: Path | None, karpenter: bool) -> None:
+@click.option(
+    "--shared",
+    is_flag=True,
+    help="Replay the issue's shared-reservation case instead: a hub and two member clusters "
+    "(their own sandboxes) launching from one reservation of 4 one-GPU machines.",
+)
+def demo(directory: Path | None, karpenter: bool, shared: bool) -> None:
     """Replay the LWS gang-scheduling issue on the sandbox, step by step."""
+    if karpenter and shared:
+        raise click.UsageError("--karpenter and --shared are two demos: choose one")
     try:
-        if karpenter:
+        if shared:
+            from gatekeeper import demo_shared
+
+            demo_shared.run_demo(directory or default_dir("demo-shared"), say=say)
+        elif karpenter:
             from gatekeeper import demo_karpenter
 
-            demo_karpenter.run_demo(directory or default_dir("demo-karpenter"), say=_say)
+            demo_karpenter.run_demo(directory or default_dir("demo-karpenter"), say=say)
         else:
             from gatekeeper.demo import run_demo
 
-            run_demo(directory or default_dir("demo"), say=_say)
+            run_demo(directory or default_dir("demo"), say=say)
     except (SandboxError, sandbox_build.BuildError, TimeoutError) as exc:
         raise click.ClickException(str(exc)) from exc
 
 
 main.add_command(render_cmd, "render")
+main.add_command(sandbox, "sandbox")
 
 
 @main.group()
@@ -470,7 +356,7 @@ def image_build(out: Path | None, fresh: bool) -> None:
     if not (source / "pyproject.toml").is_file():
         raise click.ClickException(f"{source} is not a source tree of the project: build from a clone")
     try:
-        built = image_builder.build(source, say=_say, fresh=fresh, out=out)
+        built = image_builder.build(source, say=say, fresh=fresh, out=out)
     except RuntimeError as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo(f"image      oci:{built.layout}:{built.tag}")
@@ -487,4 +373,4 @@ def image_lock() -> None:
     """Pin the Debian packages and wheels the registries serve now (debian.lock, requirements.lock)."""
     from gatekeeper.image import build as image_builder
 
-    image_builder.lock(Path(__file__).resolve().parents[1], say=_say)
+    image_builder.lock(Path(__file__).resolve().parents[1], say=say)

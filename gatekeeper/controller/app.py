@@ -80,6 +80,11 @@ class Options:
     """member: the hub's kubeconfig; None: no hub (Pools with spec.reservation wait)."""
     cluster_name: str = ""
     """member: this cluster's name on the hub."""
+    hub_namespace: str = "lws-gatekeeper-system"
+    """member: the hub's namespace, where this member's heartbeat Lease is renewed."""
+    hub_heartbeat_seconds: int = 40
+    """member: the heartbeat Lease's duration; the hub marks this member's claims Orphaned
+    when it has not changed for that long."""
 
 
 async def _serve_metrics(opts: Options) -> web.AppRunner:
@@ -113,7 +118,7 @@ def controllers(
     """The controllers of one term: the hub's ledger (``--role hub``), or the backend's and, if
     asked, the node-fit check's."""
     if opts.role == "hub":
-        return [HubController(kube, caches)]
+        return [HubController(kube, caches, opts.lease_namespace)]
     found: list[Controller] = []
     if opts.backend == "kueue":
         found.append(KueueBackend(kube, caches, retry_seconds=opts.never_fit_retry_seconds))
@@ -157,7 +162,17 @@ def _admission_loop(
 
     async def lead() -> None:
         caches = Caches(api, kube.credentials)
-        link = HubLink(hub, opts.cluster_name) if hub is not None else None
+        link = (
+            HubLink(
+                hub,
+                opts.cluster_name,
+                namespace=opts.hub_namespace,
+                heartbeat_seconds=opts.hub_heartbeat_seconds,
+                holder=opts.identity,
+            )
+            if hub is not None
+            else None
+        )
         found = controllers(kube, caches, opts, link, pass_through)
         loops = [PassLoop(c, resync=opts.resync_seconds) for c in found]
         try:

@@ -10,6 +10,12 @@ Granted`` guarded by the resourceVersion decided on, the reason of each claim le
 waiting, and each Reservation's status (capacity, claimed, free, per member cluster, and
 a ``Valid`` condition that names what is wrong with a Reservation it cannot read).
 
+Members' heartbeats: each member renews a Lease ``lws-gatekeeper-member-<cluster>`` in the
+hub's namespace; a member whose Lease has not changed, by this process's own clock, for
+longer than its duration is gone (``core.reservation.Heartbeats``): its Granted claims are
+marked Orphaned (still counted), Granted again when it beats again, and Released after the
+Reservation's ``spec.orphanTimeout`` or by ``lws-gatekeeper hub release``.
+
 A stale cache must never free capacity twice: a grant this term sent (or may have sent:
 a write that timed out) counts as granted until the cache shows the claim changed or
 gone (``_sent``); a grant whose fate is unknown is read back from the API server on the
@@ -33,7 +39,19 @@ from gatekeeper.controller.errors import Conflict, PermanentError, TemporaryErro
 from gatekeeper.controller.informer import Informer
 from gatekeeper.controller.loop import Write
 from gatekeeper.core.objects import as_map, meta
-from gatekeeper.core.reservation import Grant, Ledger, Waiting, decide, status_body, without_reservation
+from gatekeeper.core.reservation import (
+    CLUSTER_LABEL,
+    Change,
+    ClaimMemo,
+    Grant,
+    Heartbeats,
+    Ledger,
+    Waiting,
+    decide,
+    moves_without_reservation,
+    status_body,
+    without_reservation,
+)
 
 __all__ = ["HubController", "HubPass"]
 
@@ -41,6 +59,12 @@ log = logging.getLogger("gatekeeper.hub")
 
 GRANTS = Counter("gatekeeper_hub_grants_total", "Claims granted by the hub", ["reservation"])
 CLAIMED = Gauge("gatekeeper_hub_claimed", "Held in a Reservation, per resource", ["reservation", "resource"])
+MOVES = Counter(
+    "gatekeeper_hub_claim_moves_total",
+    "Claims moved by the hub because of members' heartbeats (Orphaned, Granted again, Released)",
+    ["reservation", "state"],
+)
+MEMBERS_GONE = Gauge("gatekeeper_hub_members_gone", "Member clusters with claims whose heartbeat expired")
 MESSAGE_REFRESH_SECONDS = 60.0
 """A waiting claim's message is rewritten at once when its reason changes, and when only
 its numbers change at most this often."""
@@ -60,10 +84,17 @@ class HubController:
 
     log = log
 
-    def __init__(self, kube: k.Kube, caches: Caches) -> None:
+    def __init__(self, kube: k.Kube, caches: Caches, namespace: str = "lws-gatekeeper-system") -> None:
         self.kube = kube
+        self.namespace = namespace
+        """Where the members' heartbeat Leases are (the hub's own namespace)."""
         self.reservations = caches.informer(r.RESERVATIONS)
         self.claims = caches.informer(r.CLAIMS)
+        self.leases = caches.informer(r.LEASES, label_selector=CLUSTER_LABEL)
+        self.memo = ClaimMemo()
+        """Claims already read this term, by (uid, resourceVersion)."""
+        self.heartbeats = Heartbeats(time.monotonic())
+        """Made with the term: a hub that takes over gives every member a whole duration."""
         self._sent: dict[str, tuple[str, str]] = {}
         """uid -> (name, resourceVersion decided on) of grants sent this term."""
         self._unsure: set[str] = set()
@@ -73,7 +104,17 @@ class HubController:
 
     @property
     def informers(self) -> list[Informer]:
-        return [self.reservations, self.claims]
+        return [self.reservations, self.claims, self.leases]
+
+    def gone(self, claims: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+        """Clusters with claims whose heartbeat expired -> why (only Leases of the hub's namespace count)."""
+        now = time.monotonic()
+        ours = [o for o in self.leases.values() if meta(o).get("namespace") == self.namespace]
+        self.heartbeats.observe(ours, now)
+        clusters = {str(as_map(c.get("spec")).get("cluster") or "") for c in claims} - {""}
+        gone = self.heartbeats.gone(clusters, now)
+        MEMBERS_GONE.set(len(gone))
+        return gone
 
     async def _settle_unsure(self) -> None:
         """Read back grants of unknown fate: a claim still at the resourceVersion decided on
@@ -103,6 +144,8 @@ class HubController:
         claims = self.claims.values()
         self._forget_seen(claims)
         counted = frozenset(self._sent)
+        gone = self.gone(claims)
+        wall = datetime.now(UTC)
         by_reservation: dict[str, list[Mapping[str, Any]]] = {}
         for claim in claims:
             spec = claim.get("spec")
@@ -113,8 +156,11 @@ class HubController:
         for reservation in self.reservations.values():
             name = str(meta(reservation).get("name") or "")
             names.add(name)
-            ledger = decide(reservation, by_reservation.get(name, ()), counted_granted=counted)
+            mine = by_reservation.get(name, ())
+            ledger = decide(reservation, mine, counted_granted=counted, gone=gone, now=wall, memo=self.memo)
             ledgers.append(ledger)
+            for change in ledger.changes:  # before the grants: a release frees room from the next pass
+                await write(self._move, ledger.reservation, change, wall)
             for grant in ledger.grants:
                 await write(self._grant, ledger.reservation, grant)
             body: dict[str, Any] = status_body(ledger.status) if ledger.status is not None else {}
@@ -132,7 +178,9 @@ class HubController:
                 await write(self.kube.patch_status, r.RESERVATIONS, name, None, body)
             for resource, amount in (ledger.status.claimed if ledger.status is not None else {}).items():
                 CLAIMED.labels(name, resource).set(amount)
-        orphans = without_reservation(claims, frozenset(names))
+        for change in moves_without_reservation(claims, frozenset(names), gone, self.memo):
+            await write(self._move, "(deleted)", change, wall)  # its Reservation is gone
+        orphans = without_reservation(claims, frozenset(names), self.memo)
         cached = {str(meta(c).get("uid")): c for c in claims}
         for one in [w for ledger in ledgers for w in ledger.waiting] + list(orphans):
             await self._say(write, one, cached.get(one.uid))
@@ -156,6 +204,30 @@ class HubController:
             raise
         GRANTS.labels(reservation).inc()
         log.info("granted claim %s (cluster %s) in reservation %s", grant.name, grant.cluster, reservation)
+
+    async def _move(self, reservation: str, change: Change, now: datetime) -> None:
+        status: dict[str, Any] = {
+            "state": str(change.state),
+            "reason": str(change.reason),
+            "message": change.message,
+        }
+        stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+        if change.state == "Orphaned":
+            status["orphanedAt"] = stamp
+        elif change.state == "Released":
+            status["releasedAt"] = stamp
+        else:
+            status["orphanedAt"] = None
+        await self.kube.patch_status(r.CLAIMS, change.name, None, status, change.resource_version)
+        MOVES.labels(reservation, str(change.state)).inc()
+        log.info(
+            "claim %s of cluster %s in reservation %s: %s (%s)",
+            change.name,
+            change.cluster,
+            reservation,
+            change.state,
+            change.message,
+        )
 
     async def _say(self, write: Write, one: Waiting, cached: Mapping[str, Any] | None) -> None:
         status = as_map((cached or {}).get("status"))

@@ -8,6 +8,11 @@ cluster's claims (label ``lws-gatekeeper.io/cluster``). They are not among the i
 the member's loop waits for: an unreachable hub must not stop the member's admission
 loop (admitted groups and their later pods go on); it only makes groups of reservation
 pools wait with ``HubUnreachable``. Made afresh for each term, like the member's caches.
+
+While its term lasts the member renews its heartbeat on the hub, the Lease
+``lws-gatekeeper-member-<cluster>`` in the hub's namespace (``core.reservation.heartbeat``):
+the hub marks the claims of a member whose heartbeat expired Orphaned. Its writes are
+fenced like every other (a replica that may no longer lead does not beat).
 """
 
 from __future__ import annotations
@@ -23,12 +28,12 @@ import anyio
 from gatekeeper.controller import kube as k
 from gatekeeper.controller import resources as r
 from gatekeeper.controller.caches import Caches
-from gatekeeper.controller.errors import Conflict, NotLeading, TemporaryError
+from gatekeeper.controller.errors import Conflict, NotLeading, PermanentError, TemporaryError
 from gatekeeper.controller.informer import Informer
 from gatekeeper.controller.loop import Write
 from gatekeeper.core.hub_member import ClaimWrites, HubView
 from gatekeeper.core.objects import meta
-from gatekeeper.core.reservation import CLUSTER_LABEL
+from gatekeeper.core.reservation import CLUSTER_LABEL, DEFAULT_LEASE_SECONDS, heartbeat_body, heartbeat_name
 
 __all__ = ["HubLink"]
 
@@ -40,8 +45,20 @@ WRITE_FAILURE_SECONDS = 30.0
 class HubLink:
     """This member's view of the hub and its writes there, for one term."""
 
-    def __init__(self, connect: Callable[[], Awaitable[k.Kube]], cluster: str) -> None:
+    def __init__(
+        self,
+        connect: Callable[[], Awaitable[k.Kube]],
+        cluster: str,
+        *,
+        namespace: str = "lws-gatekeeper-system",
+        heartbeat_seconds: int = DEFAULT_LEASE_SECONDS,
+        holder: str = "",
+    ) -> None:
         self._connect = connect
+        self.namespace = namespace
+        """The hub's namespace, where this member's heartbeat Lease is."""
+        self.heartbeat_seconds = heartbeat_seconds
+        self.holder = holder or cluster
         self.kube: k.Kube | None = None
         """The hub's client, once connected (a hub down at start must not stop the member)."""
         self._connect_error = "not connected yet"
@@ -81,7 +98,33 @@ class HubLink:
             inf.api, inf.credentials = self.kube.api, self.kube.credentials
         self.caches.api, self.caches.credentials = self.kube.api, self.kube.credentials
         log.info("hub: connected as member %s", self.cluster)
-        await self.caches.run()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self.caches.run)
+            tg.start_soon(self._heartbeat)
+
+    async def _heartbeat(self) -> None:
+        """Renew this member's Lease on the hub, four times per its duration."""
+        while True:
+            try:
+                await self.beat()
+            except NotLeading:
+                pass
+            except (TemporaryError, PermanentError) as exc:
+                log.warning("hub: cannot renew heartbeat %s: %s", heartbeat_name(self.cluster), exc)
+            await anyio.sleep(self.heartbeat_seconds / 4)
+
+    async def beat(self) -> None:
+        """One renewal (the Lease is made on the first)."""
+        kube = self._client()
+        body = heartbeat_body(self.cluster, self.holder, self.heartbeat_seconds, datetime.now(UTC))
+        body["metadata"]["namespace"] = self.namespace
+        try:
+            lease = await kube.get(r.LEASES, body["metadata"]["name"], self.namespace)
+        except Conflict:  # not there yet
+            await kube.create(r.LEASES, body)
+            return
+        body["metadata"]["resourceVersion"] = (lease.get("metadata") or {}).get("resourceVersion")
+        await kube.replace(r.LEASES, body)
 
     def view(self) -> HubView:
         """What the member knows of the hub now: reachable only once both caches are listed

@@ -105,6 +105,8 @@ class NodeClaim:
     taints: tuple[Taint, ...] = ()
     node_name: str = ""
     deleting: bool = False
+    provider_id: str = ""
+    """``status.providerID``, set at launch: its node has it before the claim names the node."""
 
 
 def _name(value: object, where: str) -> str:
@@ -193,6 +195,7 @@ def parse_node_claim(obj: Mapping[str, Any]) -> NodeClaim:
             taints=parse_taints(spec.get("taints"), "spec.taints"),
             node_name=string(status.get("nodeName"), "status.nodeName"),
             deleting=meta.get("deletionTimestamp") is not None,
+            provider_id=string(status.get("providerID"), "status.providerID")[:512],
         )
     except ValueError as err:
         raise ValueError(f"NodeClaim {name}: {err}") from None

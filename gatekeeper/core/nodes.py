@@ -34,6 +34,8 @@ class Node:
     taints: tuple[Taint, ...] = ()
     unschedulable: bool = False
     ready: bool | None = True
+    provider_id: str = ""
+    """``spec.providerID``: how a Karpenter NodeClaim knows its node before it names it."""
 
     @property
     def schedulable(self) -> bool:
@@ -71,6 +73,7 @@ def parse_node(obj: Mapping[str, Any]) -> Node:
             taints=parse_taints(spec.get("taints"), "spec.taints"),
             unschedulable=bool(spec.get("unschedulable", False)),
             ready=ready,
+            provider_id=string(spec.get("providerID"), "spec.providerID")[:512],
         )
     except ValueError as err:
         raise ValueError(f"Node {name}: {err}") from None

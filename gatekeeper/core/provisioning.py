@@ -94,18 +94,26 @@ def coming_up(claims: Iterable[NodeClaim], nodes: Iterable[Node]) -> tuple[Node,
     """The NodeClaims whose node cannot take pods yet, as nodes of the pass (their room to come).
 
     A claim stands for its node until that node is there, Ready and registered (no
-    ``karpenter.sh/unregistered`` taint); a claim being deleted is no room. A claim not
-    launched yet has the room it asked for (``spec.resources.requests``). The node's
-    name is the claim's with `` (launching)`` added, so it never meets a real one.
+    ``karpenter.sh/unregistered`` taint); a claim being deleted is no room. Its node is
+    the one it names (``status.nodeName``) or, before it names one, the one with its
+    provider ID: Karpenter removes the node's taint before it writes the claim's
+    ``nodeName``, and in between the node takes pods (counting both would count its room
+    twice). A claim not launched yet has the room it asked for
+    (``spec.resources.requests``). The node's name is the claim's with `` (launching)``
+    added, so it never meets a real one.
     """
-    usable = {
-        n.name
+    ready = [
+        n
         for n in nodes
         if n.schedulable and n.ready is True and not any(t.key == UNREGISTERED_TAINT for t in n.taints)
-    }
+    ]
+    usable = {n.name for n in ready}
+    by_provider = {n.provider_id for n in ready if n.provider_id}
     out = []
     for claim in claims:
         if claim.deleting or (claim.node_name and claim.node_name in usable):
+            continue
+        if not claim.node_name and claim.provider_id and claim.provider_id in by_provider:
             continue
         out.append(
             Node(

@@ -64,6 +64,7 @@ __all__ = [
     "GATEKEEPER_NAMESPACE",
     "POLICIES_LABEL",
     "POLICIES_OFF",
+    "SANDBOX_HEARTBEAT_SECONDS",
     "Sandbox",
     "SandboxError",
     "as_json_list",
@@ -72,6 +73,9 @@ __all__ = [
     "lws_webhooks",
     "webhooks_by_url",
 ]
+
+SANDBOX_HEARTBEAT_SECONDS = 10
+"""A member sandbox's heartbeat on its hub (``--hub-heartbeat-seconds``)."""
 
 
 def default_dir(name: str = "default") -> Path:
@@ -422,7 +426,12 @@ class Sandbox:
         joined = self.state().get("hub")
         if not joined:
             return []
-        return [f"--hub-kubeconfig={joined['kubeconfig']}", f"--cluster-name={joined['cluster']}"]
+        # A 10-second heartbeat (the default is 40): a member gone shows on the hub in seconds.
+        return [
+            f"--hub-kubeconfig={joined['kubeconfig']}",
+            f"--cluster-name={joined['cluster']}",
+            f"--hub-heartbeat-seconds={SANDBOX_HEARTBEAT_SECONDS}",
+        ]
 
     # ---- the gatekeeper -----------------------------------------------------------
     def start_gatekeeper(

@@ -160,6 +160,8 @@ def hub_member_rbac() -> list[dict[str, Any]]:
         },
     ]
     name = "lws-gatekeeper-member"
+    members = [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": HUB_MEMBERS_GROUP}]
+    heartbeats = {"metadata": {"name": name, "namespace": GATEKEEPER_NAMESPACE}}
     return [
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -172,9 +174,26 @@ def hub_member_rbac() -> list[dict[str, Any]]:
             "kind": "ClusterRoleBinding",
             "metadata": {"name": name},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-            "subjects": [
-                {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": HUB_MEMBERS_GROUP}
+            "subjects": members,
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            **heartbeats,
+            "rules": [
+                {
+                    "apiGroups": ["coordination.k8s.io"],
+                    "resources": ["leases"],
+                    "verbs": ["get", "create", "update"],
+                }
             ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            **heartbeats,
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": members,
         },
     ]
 

@@ -44,6 +44,19 @@ async def _waits_for_quota(api: kr8s.asyncio.Api, namespace: str, name: str) -> 
     )
 
 
+async def _admitted_whole(api: kr8s.asyncio.Api, namespace: str, name: str) -> None:
+    """B is admitted once A's pods are gone: wait for its whole group to run (a settled
+    snapshot alone may be B still gated while A's release is under way: CI saw that)."""
+
+    async def whole() -> bool:
+        v = await settle(api, namespace, name, expected_pods=2, size=2, timeout=30, stable_for=1.0)
+        return v.whole_groups == 1
+
+    await eventually(
+        whole, timeout=90, what=f"{name}'s group admitted and running whole once A's pods are gone"
+    )
+
+
 async def _stays_waiting(api: kr8s.asyncio.Api, namespace: str, name: str, seconds: float = 8.0) -> None:
     """B waits for quota, and still does after several passes (the resync is 10 s at most,
     watch events make a pass at once)."""
@@ -76,8 +89,7 @@ async def test_orphaned_pods_of_a_deleted_lws_hold_its_quota(
     # The orphans' owners (the leader StatefulSet, the leader pod) are orphaned too: delete them all.
     owned = f"{LWS_NAME_LABEL}=first"
     cluster.kubectl("delete", "statefulsets,pods", "-n", namespace, "-l", owned)
-    v = await settle(api, namespace, "second", expected_pods=2, size=2, timeout=90)
-    assert v.whole_groups == 1, "B is admitted once A's pods are gone"
+    await _admitted_whole(api, namespace, "second")
 
     async def first_released() -> bool:
         return not await records_of(api, namespace, "first")
@@ -117,8 +129,7 @@ async def test_a_deleted_namespace_holds_its_quota_until_its_pods_are_gone(
         assert admitted(held), "A's record stays and still holds the quota"
     finally:
         await worker.patch({"metadata": {"finalizers": None}})
-    v = await settle(api, namespace, "second", expected_pods=2, size=2, timeout=90)
-    assert v.whole_groups == 1, "B is admitted once A's pods are gone"
+    await _admitted_whole(api, namespace, "second")
 
     async def gone() -> bool:
         try:

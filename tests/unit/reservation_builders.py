@@ -42,6 +42,7 @@ def claim(
     reservation: str = "p5-odcr",
     demand: dict[str, Any] | None = None,
     uid: str | None = None,
+    orphaned_at: str | None = None,
 ) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "reservation": reservation,
@@ -63,4 +64,25 @@ def claim(
     }
     if state is not None:
         obj["status"] = {"state": state}
+    if orphaned_at is not None:
+        obj.setdefault("status", {})["orphanedAt"] = orphaned_at
     return obj
+
+
+def lease(cluster: str, version: str = "1", duration: Any = 40, name: str | None = None) -> dict[str, Any]:
+    """A member's heartbeat Lease on the hub."""
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {
+            "name": name if name is not None else f"lws-gatekeeper-member-{cluster}",
+            "namespace": "lws-gatekeeper",
+            "labels": {"lws-gatekeeper.io/cluster": cluster},
+            "resourceVersion": version,
+        },
+        "spec": {
+            "holderIdentity": cluster,
+            "leaseDurationSeconds": duration,
+            "renewTime": "2026-01-01T00:00:00.000000Z",
+        },
+    }

@@ -640,6 +640,44 @@ def test_karpenter_instance_types_go_to_the_gatekeeper(render: Render, default: 
     ]
 
 
+HUB = ["--set", "hub.clusterName=cluster-a", "--set", "hub.kubeconfigSecret=hub-member"]
+
+
+def test_a_hub_of_shared_reservations(render: Render, default: list[dict[str, Any]]) -> None:
+    objects = render(*HUB, "--set", "hub.heartbeatSeconds=20", "--set", "hub.kubeconfigKey=member.yaml")
+    c = container(objects)
+    assert {
+        "--hub-kubeconfig=/etc/lws-gatekeeper/hub/kubeconfig",
+        "--cluster-name=cluster-a",
+        "--hub-namespace=lws-gatekeeper-system",
+        "--hub-heartbeat-seconds=20",
+    } <= set(c["args"])
+    mounts = {m["name"]: m for m in c["volumeMounts"]}
+    assert mounts["hub"] == {"name": "hub", "mountPath": "/etc/lws-gatekeeper/hub", "readOnly": True}
+    volumes = {v["name"]: v for v in one(objects, "Deployment")["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["hub"]["secret"] == {
+        "secretName": "hub-member",
+        "items": [{"key": "member.yaml", "path": "kubeconfig"}],
+    }
+    assert not any("hub" in a for a in container(default)["args"]), "off by default"
+    # the chart makes no RBAC of its own for the hub: its identity there is the Secret's
+    assert by_kind(objects, "ClusterRole") == by_kind(default, "ClusterRole")
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (["--set", "hub.clusterName=cluster-a"], "hub.clusterName needs hub.kubeconfigSecret"),
+        (["--set", "hub.kubeconfigSecret=s"], "hub.kubeconfigSecret needs hub.clusterName"),
+        ([*HUB, "--set", "backend=kueue"], "charged by the pools backend only"),
+        (["--set", "hub.clusterName=Cluster_A"], "at '/hub/clusterName'"),
+        (["--set", "hub.heartbeatSeconds=1"], "at '/hub/heartbeatSeconds': minimum: got 1, want 5"),
+    ],
+)
+def test_hub_values_that_cannot_work_are_refused(helm: Path, values: list[str], message: str) -> None:
+    assert message in refusal(helm, *values)
+
+
 # ---- the kueue backend and the node-fit AdmissionCheck controller ------------------------------
 
 

@@ -93,7 +93,10 @@ def claim(
     node_name: str = "",
     deleting: bool = False,
     launched: bool = True,
+    registered: bool = True,
 ) -> dict[str, Any]:
+    """A NodeClaim; ``launched``: it has its capacity and provider ID; ``registered``: and its
+    node's name (Karpenter writes that only once it registered the node)."""
     meta: dict[str, Any] = {"name": name, "labels": {"karpenter.sh/nodepool": pool_name, "pool": "a"}}
     if deleting:
         meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
@@ -111,10 +114,12 @@ def claim(
     }
     if launched:
         obj["status"] = {
-            "nodeName": node_name or f"{name}-node",
+            "providerID": f"kwok://{name}-node",
             "capacity": {"cpu": "1", "memory": "1Gi", GPU: str(gpus), "pods": "1"},
             "allocatable": {"cpu": "3900m", "memory": "16374Mi", GPU: str(gpus), "pods": "110"},
         }
+        if registered:
+            obj["status"]["nodeName"] = node_name or f"{name}-node"
     return obj
 
 
@@ -341,6 +346,70 @@ def test_claims_stand_for_their_nodes_until_those_take_pods() -> None:
     assert [n.name for n in up] == ["new (launching)", "tainted (launching)"]
     assert up[0].allocatable[GPU] == 1 and up[0].labels["pool"] == "a"
     assert not any(t.key == "karpenter.sh/unregistered" for n in up for t in n.taints)
+
+
+def test_a_claim_whose_node_takes_pods_is_that_node_even_before_it_names_it() -> None:
+    """Karpenter removes the node's unregistered taint, then writes the claim's nodeName: in
+    between (longer when the informers lag) the node takes pods and the claim names no node.
+    It is the node with the claim's provider ID: its room is counted once."""
+    ready = {"type": "Ready", "status": "True"}
+    node = parse_node(
+        {
+            "metadata": {"name": "b-node"},
+            "spec": {"providerID": "kwok://b-node"},
+            "status": {"allocatable": {GPU: "1"}, "conditions": [ready]},
+        }
+    )
+    assert node.provider_id == "kwok://b-node"
+    claims = [parse_node_claim(claim("b", registered=False)), parse_node_claim(claim("c", registered=False))]
+    assert claims[0].provider_id == "kwok://b-node" and claims[0].node_name == ""
+    assert [n.name for n in coming_up(claims, [node])] == ["c (launching)"]
+
+
+def test_nodes_taking_pods_before_their_claims_name_them_admit_no_third_group() -> None:
+    """NodePool limit 4 GPUs: group 0 runs on two nodes, group 1 was admitted and Karpenter's
+    two nodes for it just took pods, their claims not yet naming them (CI saw a third group
+    admitted then: each of those nodes was counted twice, as a node and as a claim)."""
+    ready = {"type": "Ready", "status": "True"}
+    names = ["a0", "a1", "b0", "b1"]
+    nodes = [
+        parse_node(
+            {
+                "metadata": {"name": f"{n}-node", "labels": {"pool": "a", "karpenter.sh/nodepool": "np"}},
+                "spec": {"providerID": f"kwok://{n}-node"},
+                "status": {
+                    "allocatable": {GPU: "1", "cpu": "4", "memory": "16Gi", "pods": "110"},
+                    "conditions": [ready],
+                },
+            }
+        )
+        for n in names
+    ]
+    claims = [claim(n, registered=n.startswith("a")) for n in names]
+    demand = lws("vllm").size(2).worker(gpu_limit=1).demand()
+    held = [
+        AdmittedGroup(
+            GroupKey("default", "vllm", 0),
+            "a",
+            demand,
+            nodes={0: "a0-node", 1: "a1-node"},
+            bound=frozenset({0, 1}),
+        ),
+        AdmittedGroup(GroupKey("default", "vllm", 1), "a", demand),
+    ]
+    parsed = [parse_node_claim(c) for c in claims]
+    karp = Launcher([parse_node_pool(node_pool(gpus=4))], parsed, TYPES)
+    result = plan(
+        [karpenter_pool()],
+        [*nodes, *coming_up(parsed, nodes)],
+        {"a0-node": {GPU: 1}, "a1-node": {GPU: 1}},
+        held,
+        [waiting("vllm", 2, demand)],
+        launcher=karp,
+    )
+    assert result.admit == ()
+    [third] = result.waiting
+    assert third.key.index == 2
 
 
 # ----- the planner ------------------------------------------------------------------------

@@ -112,6 +112,22 @@ kueue, off with pools).
 {{- end }}
 
 {{/* "true" when the pools backend is given Karpenter's instance types (karpenter.instanceTypes), else empty. */}}
+{{/* A hub of shared Reservations: "true" when clusterName and kubeconfigSecret are both set
+(the pools backend only); one without the other is refused. */}}
+{{- define "lws-gatekeeper.hub" -}}
+{{- $h := .Values.hub }}
+{{- if and $h.clusterName (not $h.kubeconfigSecret) }}
+{{- fail "hub.clusterName needs hub.kubeconfigSecret (the Secret with this member's kubeconfig on the hub)" }}
+{{- end }}
+{{- if and $h.kubeconfigSecret (not $h.clusterName) }}
+{{- fail "hub.kubeconfigSecret needs hub.clusterName (this cluster's name on the hub)" }}
+{{- end }}
+{{- if and $h.clusterName (ne .Values.backend "pools") }}
+{{- fail "hub.clusterName: a hub's Reservations are charged by the pools backend only" }}
+{{- end }}
+{{- if $h.clusterName }}true{{ end }}
+{{- end }}
+
 {{- define "lws-gatekeeper.karpenter" -}}
 {{- if and (eq .Values.backend "pools") .Values.karpenter.instanceTypes }}true{{ end }}
 {{- end }}

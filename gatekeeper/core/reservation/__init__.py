@@ -4,13 +4,24 @@ Why this exists: a capacity reservation (a shared cloud reservation of machines)
 used by several clusters, and no cluster's own Pool sees what the others took. The hub
 keeps a ledger: a ``Reservation`` (``spec.capacity``) and one ``ReservationClaim`` per
 group of any member. This package is the pure part: reading those objects
-(``objects``), deciding which claims to grant (``ledger``), and the words and status
+(``objects``), deciding which claims to grant (``ledger``), which members are gone
+(``heartbeat``), what an operator's release takes (``release``), and the words and status
 both sides show (``words``). Called by the hub's controller (``controller.hub``) and by
 the ``pools`` backend of a member (``core.backends.pools.reserve``). Independent of the
 other backends (the import contract says so).
 """
 
+from gatekeeper.core.reservation.heartbeat import (
+    DEFAULT_LEASE_SECONDS,
+    HEARTBEAT_PREFIX,
+    Beat,
+    Heartbeats,
+    heartbeat_body,
+    heartbeat_name,
+    parse_heartbeat,
+)
 from gatekeeper.core.reservation.ledger import (
+    Change,
     ClaimReason,
     ClusterShare,
     Grant,
@@ -18,6 +29,7 @@ from gatekeeper.core.reservation.ledger import (
     ReservationStatus,
     Waiting,
     decide,
+    moves_without_reservation,
     order,
     without_reservation,
 )
@@ -29,6 +41,7 @@ from gatekeeper.core.reservation.objects import (
     RESERVATION_PLURAL,
     BadClaim,
     Claim,
+    ClaimMemo,
     ClaimState,
     Reservation,
     claim_body,
@@ -37,21 +50,29 @@ from gatekeeper.core.reservation.objects import (
     parse_reservation,
     valid_cluster_name,
 )
+from gatekeeper.core.reservation.release import ReleasePlan, plan_release
 from gatekeeper.core.reservation.words import Shares, group_waits, hub_unreachable, parse_shares, status_body
 
 __all__ = [
     "CLAIM_KIND",
     "CLAIM_PLURAL",
     "CLUSTER_LABEL",
+    "DEFAULT_LEASE_SECONDS",
+    "HEARTBEAT_PREFIX",
     "RESERVATION_KIND",
     "RESERVATION_PLURAL",
     "BadClaim",
+    "Beat",
+    "Change",
     "Claim",
+    "ClaimMemo",
     "ClaimReason",
     "ClaimState",
     "ClusterShare",
     "Grant",
+    "Heartbeats",
     "Ledger",
+    "ReleasePlan",
     "Reservation",
     "ReservationStatus",
     "Shares",
@@ -60,11 +81,16 @@ __all__ = [
     "claim_name",
     "decide",
     "group_waits",
+    "heartbeat_body",
+    "heartbeat_name",
     "hub_unreachable",
+    "moves_without_reservation",
     "order",
     "parse_claim",
+    "parse_heartbeat",
     "parse_reservation",
     "parse_shares",
+    "plan_release",
     "status_body",
     "valid_cluster_name",
     "without_reservation",

@@ -18,12 +18,19 @@ The rules:
   A claim that could never fit (more than the whole capacity) or cannot be read never
   blocks the queue.
 * Released claims hold nothing and are never granted again.
+* **Members gone** (``gone``: clusters whose heartbeat expired, from
+  ``core.reservation.heartbeat``): their Granted claims become Orphaned and go on
+  holding (their machines may still run); their Pending claims are not granted. An
+  Orphaned claim whose member beats again is Granted again; one Orphaned for longer than
+  the Reservation's ``spec.orphanTimeout`` is Released, and its room is free from the next
+  pass on (a release whose write failed must not be granted to another in the same pass).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
@@ -32,6 +39,7 @@ from gatekeeper.core.quantity import format_amount
 from gatekeeper.core.reservation.objects import (
     BadClaim,
     Claim,
+    ClaimMemo,
     ClaimState,
     Reservation,
     parse_claim,
@@ -39,6 +47,7 @@ from gatekeeper.core.reservation.objects import (
 )
 
 __all__ = [
+    "Change",
     "ClaimReason",
     "ClusterShare",
     "Grant",
@@ -46,6 +55,7 @@ __all__ = [
     "ReservationStatus",
     "Waiting",
     "decide",
+    "moves_without_reservation",
     "order",
     "without_reservation",
 ]
@@ -60,6 +70,26 @@ class ClaimReason(StrEnum):
     INVALID_SPEC = "InvalidSpec"
     RESERVATION_NOT_FOUND = "ReservationNotFound"
     RESERVATION_INVALID = "ReservationInvalid"
+    MEMBER_GONE = "MemberHeartbeatExpired"
+    """Its member's heartbeat expired: a Pending claim is not granted, a Granted one is Orphaned."""
+    ORPHAN_TIMEOUT = "OrphanTimeout"
+    RELEASED_BY_OPERATOR = "ReleasedByOperator"
+    """``lws-gatekeeper hub release --cluster``."""
+    GRANTED = "Granted"
+
+
+@dataclass(frozen=True)
+class Change:
+    """Move a held claim to another state (Orphaned, Granted again, Released), guarded by the
+    resourceVersion decided on."""
+
+    name: str
+    uid: str
+    resource_version: str
+    cluster: str
+    state: ClaimState
+    reason: ClaimReason
+    message: str
 
 
 @dataclass(frozen=True)
@@ -117,17 +147,42 @@ class Ledger:
     """None when the Reservation cannot be read (its ``invalid`` says why)."""
     invalid: str = ""
     problems: tuple[str, ...] = field(default_factory=tuple)
+    changes: tuple[Change, ...] = ()
 
 
-def without_reservation(claims: Iterable[Mapping[str, Any]], names: frozenset[str]) -> tuple[Waiting, ...]:
+def without_reservation(
+    claims: Iterable[Mapping[str, Any]], names: frozenset[str], memo: ClaimMemo | None = None
+) -> tuple[Waiting, ...]:
     """Pending claims that name no Reservation the hub has: each is told so."""
+    read = memo.parse if memo is not None else parse_claim
     out: list[Waiting] = []
     for obj in claims:
-        c = parse_claim(obj)
+        c = read(obj)
         if c.reservation in names or c.state is not ClaimState.PENDING or not c.name:
             continue
         message = f"claim {c.name}: no Reservation {c.reservation or '(none named)'} on the hub"
         out.append(Waiting(c.name, c.uid, c.resource_version, ClaimReason.RESERVATION_NOT_FOUND, message))
+    return tuple(out)
+
+
+def moves_without_reservation(
+    claims: Iterable[Mapping[str, Any]],
+    names: frozenset[str],
+    gone: Mapping[str, str],
+    memo: ClaimMemo | None = None,
+) -> tuple[Change, ...]:
+    """Held claims that name no Reservation the hub has (it was deleted): Orphaned when
+    their member is gone and Granted again when it is back, as in a Reservation, so an
+    operator's ``hub release`` sees them as it sees the others."""
+    read = memo.parse if memo is not None else parse_claim
+    out: list[Change] = []
+    for obj in claims:
+        c = read(obj)
+        if isinstance(c, Claim) and c.reservation not in names and c.state.holds:
+            res = Reservation(c.reservation, {})
+            change = _membership(c, c.state, res, gone.get(c.cluster), None)
+            if change is not None:
+                out.append(change)
     return tuple(out)
 
 
@@ -159,14 +214,21 @@ def decide(
     claims: Iterable[Mapping[str, Any]],
     *,
     counted_granted: frozenset[str] = frozenset(),
+    gone: Mapping[str, str] | None = None,
+    now: datetime | None = None,
+    memo: ClaimMemo | None = None,
 ) -> Ledger:
     """One pass over one Reservation and every claim that names it.
 
     ``counted_granted``: UIDs of claims this decider granted that its cache may not show
-    yet; they hold as Granted (a stale cache must never free capacity twice).
+    yet; they hold as Granted (a stale cache must never free capacity twice). ``gone``:
+    member clusters whose heartbeat expired -> why, in words. ``now``: the hub's clock,
+    for ``spec.orphanTimeout`` (None: no claim is released for its timeout). ``memo``:
+    claims already read (the caller's, kept across passes).
     """
     name = str((reservation.get("metadata") or {}).get("name") or "")
-    parsed = [parse_claim(c) for c in claims]
+    read = memo.parse if memo is not None else parse_claim
+    parsed = [read(c) for c in claims]
     bad = [c for c in parsed if isinstance(c, BadClaim)]
     good = [c for c in parsed if isinstance(c, Claim)]
     problems = tuple(b.message for b in bad)
@@ -179,7 +241,7 @@ def decide(
             if c.state is ClaimState.PENDING
         )
         return Ledger(name, (), waiting + _bad(bad), None, invalid=str(err), problems=problems)
-    return _decide(res, good, bad, counted_granted, problems)
+    return _decide(res, good, bad, counted_granted, problems, gone or {}, now)
 
 
 def _bad(bad: Iterable[BadClaim]) -> tuple[Waiting, ...]:
@@ -196,6 +258,8 @@ def _decide(
     bad: list[BadClaim],
     counted: frozenset[str],
     problems: tuple[str, ...],
+    gone: Mapping[str, str],
+    now: datetime | None,
 ) -> Ledger:
     capacity = res.capacity
     held: dict[str, int] = dict.fromkeys(capacity, 0)
@@ -209,19 +273,21 @@ def _decide(
             share[resource] = share.get(resource, 0) + amount
 
     pending: list[Claim] = []
+    changes: list[Change] = []
+    waiting: list[Waiting] = list(_bad(bad))
     for claim in good:
         state = ClaimState.GRANTED if claim.uid and claim.uid in counted else claim.state
         row = counts.setdefault(claim.cluster, [0, 0, 0])
-        if state is ClaimState.GRANTED:
-            hold(claim)
-            row[0] += 1
-        elif state is ClaimState.ORPHANED:
-            hold(claim)
-            row[2] += 1
+        if state.holds:
+            hold(claim)  # a claim released in this pass still holds until the next
+            change = _membership(claim, state, res, gone.get(claim.cluster), now)
+            if change is not None:
+                changes.append(change)
+                state = change.state if change.state is not ClaimState.RELEASED else state
+            row[0 if state is ClaimState.GRANTED else 2] += 1
         elif state is ClaimState.PENDING:
             pending.append(claim)
     grants: list[Grant] = []
-    waiting: list[Waiting] = list(_bad(bad))
     blocked: Claim | None = None
 
     def wait(claim: Claim, reason: ClaimReason, message: str) -> None:
@@ -234,6 +300,10 @@ def _decide(
         if not _fits(demand, capacity):
             words = _words(demand, capacity, capacity)
             wait(claim, ClaimReason.EXCEEDS_CAPACITY, f"can never be granted: {words} with none granted")
+        elif claim.cluster in gone:  # not granted, and blocks no one (StrictFIFO included)
+            wait(
+                claim, ClaimReason.MEMBER_GONE, f"not granted while its member is gone: {gone[claim.cluster]}"
+            )
         elif blocked is not None:
             words = _words(demand, free, capacity)
             behind = f"waits behind claim {blocked.name} (StrictFIFO): {words}"
@@ -264,4 +334,39 @@ def _decide(
         granted=sum(s.granted for s in clusters),
         pending=sum(s.pending for s in clusters),
     )
-    return Ledger(res.name, tuple(grants), tuple(waiting), status, problems=problems)
+    return Ledger(res.name, tuple(grants), tuple(waiting), status, problems=problems, changes=tuple(changes))
+
+
+def _membership(
+    claim: Claim, state: ClaimState, res: Reservation, gone: str | None, now: datetime | None
+) -> Change | None:
+    """A held claim's move when its member's heartbeat expired or came back."""
+
+    def move(to: ClaimState, reason: ClaimReason, message: str) -> Change:
+        return Change(claim.name, claim.uid, claim.resource_version, claim.cluster, to, reason, message)
+
+    c = claim.cluster
+    if state is ClaimState.GRANTED and gone is not None:
+        timeout = res.orphan_timeout
+        after = f" or after the Reservation's orphanTimeout ({timeout}s)" if timeout else ""
+        return move(
+            ClaimState.ORPHANED,
+            ClaimReason.MEMBER_GONE,
+            f"still counted (its machines may still run): {gone}; released by "
+            f"`lws-gatekeeper hub release --cluster {c}`{after}",
+        )
+    if state is not ClaimState.ORPHANED:
+        return None
+    if gone is None:
+        back = f"granted again: cluster {c}'s heartbeat is back"
+        return move(ClaimState.GRANTED, ClaimReason.GRANTED, back)
+    if res.orphan_timeout is not None and now is not None and claim.orphaned_at is not None:
+        held = (now - claim.orphaned_at).total_seconds()
+        if held >= res.orphan_timeout:
+            return move(
+                ClaimState.RELEASED,
+                ClaimReason.ORPHAN_TIMEOUT,
+                f"released: Orphaned for {held:.0f}s, the Reservation's orphanTimeout is "
+                f"{res.orphan_timeout}s ({gone})",
+            )
+    return None

@@ -37,6 +37,7 @@ __all__ = [
     "RESERVATION_PLURAL",
     "BadClaim",
     "Claim",
+    "ClaimMemo",
     "ClaimState",
     "Reservation",
     "claim_body",
@@ -113,6 +114,8 @@ class Claim:
     state: ClaimState
     reason: str = ""
     message: str = ""
+    orphaned_at: datetime | None = None
+    """When the hub marked it Orphaned (``status.orphanedAt``; the hub's own clock)."""
 
 
 @dataclass(frozen=True)
@@ -252,7 +255,44 @@ def parse_claim(obj: Mapping[str, Any]) -> Claim | BadClaim:
         state=state,
         reason=str(status.get("reason") or "")[:64],
         message=str(status.get("message") or "")[:1024],
+        orphaned_at=_orphaned_at(status),
     )
+
+
+def _orphaned_at(status: Mapping[str, Any]) -> datetime | None:
+    raw = status.get("orphanedAt")
+    when = parse_time(raw) if isinstance(raw, str) else EPOCH
+    return None if when == EPOCH else when
+
+
+class ClaimMemo:
+    """Claims already read, by (uid, resourceVersion), bounded.
+
+    Owned by the hub's controller for a term, so that nothing in the core is global state:
+    a pass reads every claim, and reading one (its quantities above all) is most of a
+    pass's time (10,000 claims: 3.8 s of 4.4 s under a profiler). A claim's spec never
+    changes and a new status is a new resourceVersion, so what is remembered is never stale.
+    """
+
+    def __init__(self, limit: int = 100_000) -> None:
+        self.limit = limit
+        self._seen: dict[tuple[str, str], Claim | BadClaim] = {}
+
+    def __len__(self) -> int:
+        return len(self._seen)
+
+    def parse(self, obj: Mapping[str, Any]) -> Claim | BadClaim:
+        m = meta(obj)
+        uid, rv = m.get("uid"), m.get("resourceVersion")
+        if not (isinstance(uid, str) and uid and isinstance(rv, str) and rv):
+            return parse_claim(obj)
+        key = (uid, rv)
+        found = self._seen.get(key)
+        if found is None:
+            if len(self._seen) >= self.limit:
+                self._seen.clear()  # old versions pile up; starting afresh is cheap
+            found = self._seen[key] = parse_claim(obj)
+        return found
 
 
 def valid_cluster_name(name: str) -> bool:
