@@ -16,7 +16,8 @@ success, and each caller must treat them alike (kopf's ``TemporaryError(delay=)`
   again unchanged fails again; it is logged and not retried.
 
 ``Kube`` (every write) and ``Informer`` (every list and watch) raise only these; the pass
-loop retries temporary errors and nothing else.
+loop retries temporary errors and nothing else. Both count each failed request in
+``gatekeeper_api_errors_total`` (:func:`count_failure`), by verb, resource and HTTP status.
 """
 
 from __future__ import annotations
@@ -25,13 +26,16 @@ from collections.abc import Mapping
 
 import httpx
 import kr8s
+from prometheus_client import Counter
 
 __all__ = [
+    "API_ERRORS",
     "TRANSPORT_ERRORS",
     "Conflict",
     "NotLeading",
     "PermanentError",
     "TemporaryError",
+    "count_failure",
     "error_for_status",
     "raise_for_status",
 ]
@@ -78,6 +82,20 @@ TRANSPORT_ERRORS: tuple[type[Exception], ...] = (
 )
 
 _CONFLICTS = frozenset({403, 404, 409, 422})
+
+API_ERRORS = Counter(
+    "gatekeeper_api_errors_total",
+    "API requests that failed, by verb, resource and code: the HTTP status (403, 404, 409 and 422 "
+    "are Conflicts, decided again next pass; 401, 429 and 5xx are retried; others are refused), "
+    "or 'transport' when no answer came (connection refused or broken, a timeout, a broken stream)",
+    ["verb", "resource", "code"],
+)
+
+
+def count_failure(verb: str, resource: str, exc: BaseException) -> None:
+    """Count one failed request of ``verb`` on ``resource`` in :data:`API_ERRORS`."""
+    code = getattr(exc, "code", None)
+    API_ERRORS.labels(verb, resource, str(code) if code else "transport").inc()
 
 
 def _retry_after(headers: Mapping[str, str]) -> float:

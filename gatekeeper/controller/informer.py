@@ -5,7 +5,9 @@ admission records on every pass, and asking the API server for all of it on ever
 pass would not scale. An informer lists a kind once, then follows its watch from the
 list's resourceVersion, with bookmarks; on ``410 Gone`` or a broken stream it lists
 again. kr8s' own ``watch`` restarts from a stale version after a 410, so the
-informer speaks to the API through ``call_api`` directly. Each change calls its
+informer speaks to the API through ``call_api`` directly. A list or watch that fails is
+counted in ``gatekeeper_api_errors_total`` (a watch that ends with a 410 is not: it only
+asks for a new list). Each change calls its
 listeners (every loop that reads the kind adds its ``poke``), so a new pass is due.
 """
 
@@ -22,7 +24,13 @@ import httpx
 import kr8s.asyncio
 
 from gatekeeper.controller.credentials import Credentials
-from gatekeeper.controller.errors import TRANSPORT_ERRORS, PermanentError, TemporaryError, raise_for_status
+from gatekeeper.controller.errors import (
+    TRANSPORT_ERRORS,
+    PermanentError,
+    TemporaryError,
+    count_failure,
+    raise_for_status,
+)
 from gatekeeper.controller.resources import Resource
 
 __all__ = ["Informer", "Resource"]
@@ -197,14 +205,17 @@ class Informer:
         backoff = 0.5
         since: str | None = None
         while True:
+            verb = "list"
             try:
                 if since is None:
                     since = await self._list()
                     self.synced.set()
                     self.failing_since = None
+                verb = "watch"
                 since = await self._watch(since)
                 backoff = 0.5
             except _RELIST_ON as exc:
+                count_failure(verb, self.resource.plural, exc)
                 if self.failing_since is None:
                     self.failing_since = time.time()
                 self.last_error = str(exc)[:300] or type(exc).__name__

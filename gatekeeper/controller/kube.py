@@ -3,8 +3,9 @@
 Why this exists: the reconciler's actions come down to a handful of writes (create a
 record, write its status, lift a pod's gate, delete a record, write a Pool's status,
 post an Event). Keeping them here, over kr8s' ``call_api``, gives one place that
-counts requests (the benchmark reports API requests per admitted group) and one
-place that turns HTTP answers into "done" or one of ``errors``' three answers: already
+counts requests (the benchmark reports API requests per admitted group) and their
+failures (``gatekeeper_api_errors_total``, the dashboard's API errors), and one place that
+turns HTTP answers into "done" or one of ``errors``' three answers: already
 so or changed (``Conflict``), try again later (``TemporaryError``), or never
 (``PermanentError``). The API resources it writes are ``resources``', built from
 ``core.keys``.
@@ -29,6 +30,7 @@ from gatekeeper.controller.errors import (
     NotLeading,
     PermanentError,
     TemporaryError,
+    count_failure,
     raise_for_status,
 )
 from gatekeeper.controller.resources import EVENTS, Resource
@@ -123,7 +125,8 @@ class Kube:
             if not self.fence():
                 raise NotLeading(f"{verb} {res.plural}: not sent, this replica is past its renew deadline")
             kwargs["extensions"] = {"trace": fence_trace(self.fence, f"{verb} {res.plural}")}
-        API_REQUESTS.labels(counted_as or verb.lower(), res.plural).inc()
+        counted = counted_as or verb.lower()
+        API_REQUESTS.labels(counted, res.plural).inc()
         headers: dict[str, str] = {"User-Agent": self.user_agent} if self.user_agent else {}
         if params:
             kwargs["params"] = dict(params)
@@ -146,7 +149,13 @@ class Kube:
                     await self.credentials.refresh()  # a rotated token; the caller tries again
                 raise_for_status(resp)
                 return dict(resp.json()) if resp.content else {}
+        except NotLeading:
+            raise  # not sent: no failure of the API
+        except (TemporaryError, PermanentError) as exc:
+            count_failure(counted, res.plural, exc)
+            raise
         except TRANSPORT_ERRORS as exc:
+            count_failure(counted, res.plural, exc)
             raise TemporaryError(f"{verb} {res.plural}: {exc}") from exc
 
     async def create(self, res: Resource, obj: Mapping[str, Any]) -> dict[str, Any]:

@@ -57,10 +57,16 @@ class Component:
     staging: str | None = None
     ldflags: tuple[str, ...] = ()
     files: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
 
     def key(self, go_version: str) -> str:
-        """Cache key: changes when anything that shapes the output changes."""
-        blob = json.dumps([self.__dict__, go_version, _RECIPE_VERSION], sort_keys=True, default=list)
+        """Cache key: changes when anything that shapes the output changes.
+
+        ``tags`` is left out when empty, so the components that have none keep the keys
+        they had before build tags could be pinned (their cache entries stay valid).
+        """
+        shape = {k: v for k, v in self.__dict__.items() if k != "tags" or v}
+        blob = json.dumps([shape, go_version, _RECIPE_VERSION], sort_keys=True, default=list)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
@@ -107,6 +113,7 @@ def load_pins(text: str | None = None) -> dict[str, Component]:
             staging=raw.get("staging"),
             ldflags=tuple(raw.get("ldflags", ())),
             files=tuple(raw.get("files", ())),
+            tags=tuple(raw.get("tags", ())),
         )
     return out
 
@@ -245,7 +252,9 @@ def _build_locked(
         flags = ["-s", "-w"] + [f"-X={_stamp(f, comp, prep['info'])}" for f in comp.ldflags]
         out = str(staging_dir / "bin" / comp.output) if comp.output else str(staging_dir / "bin") + "/"
         if comp.packages:  # a component may bring only files (CRDs), nothing to build
-            build_args = ["build", "-trimpath", f"-ldflags={' '.join(flags)}", "-o", out, *comp.packages]
+            tags = [f"-tags={','.join(comp.tags)}"] if comp.tags else []
+            build_args = ["build", "-trimpath", *tags, f"-ldflags={' '.join(flags)}", "-o", out]
+            build_args += comp.packages
             _go(build_args, work, env, log)
         for rel in comp.files:
             src = Path(prep["dir"]) / rel

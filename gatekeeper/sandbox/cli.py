@@ -72,6 +72,11 @@ def _parse_labels(labels: tuple[str, ...]) -> dict[str, str]:
     help="Also run Volcano's scheduler (scheduler name volcano) and its CRDs.",
 )
 @click.option(
+    "--with-prometheus",
+    is_flag=True,
+    help="Also run Prometheus, scraping the gatekeeper's /metrics every second (prints its URL).",
+)
+@click.option(
     "--audit",
     is_flag=True,
     help="Have the API server log every write (who, which user agent, when) to logs/audit.log.",
@@ -93,6 +98,7 @@ def sandbox_up(
     with_kueue: bool,
     with_karpenter: bool,
     with_volcano: bool,
+    with_prometheus: bool,
     audit: bool,
     hub_kubeconfig: Path | None,
     cluster_name: str,
@@ -112,6 +118,7 @@ def sandbox_up(
             with_kueue=with_kueue,
             with_karpenter=with_karpenter,
             with_volcano=with_volcano,
+            with_prometheus=with_prometheus,
             audit=audit,
             hub=hub_kubeconfig,
             cluster_name=cluster_name,
@@ -120,6 +127,8 @@ def sandbox_up(
         raise click.ClickException(str(exc)) from exc
     click.echo(f"export KUBECONFIG={sb.kubeconfig}")
     click.echo(f"export PATH={sb.bin_dir}:$PATH")
+    if with_prometheus:
+        click.echo(f"# Prometheus: {sb.prometheus_url()}")
 
 
 @sandbox.command("down")

@@ -6,7 +6,8 @@ machines run no containers. So the sandbox starts the real binaries (built by
 etcd, kube-apiserver, kube-scheduler, kube-controller-manager, KWOK (fake nodes whose
 pods turn Running and Ready without a kubelet) and the LeaderWorkerSet controller with
 its webhooks served on loopback; on request also the real Kueue (``kueue.py``) and the
-real Karpenter with its KWOK cloud provider (``karpenter.py``).
+real Karpenter with its KWOK cloud provider (``karpenter.py``), Volcano's scheduler
+(``volcano.py``) and a Prometheus that scrapes the gatekeeper (``prometheus.py``).
 Everything a sandbox owns lives in one folder: certificates, etcd data, one log per
 component, ``kubeconfig`` and ``state.json`` (ports and process ids), so ``down`` can
 stop exactly what ``up`` started.
@@ -14,7 +15,7 @@ stop exactly what ``up`` started.
 This module is the orchestrator the CLI, the demo, the tests and the benchmarks use
 (:class:`Sandbox`); each component is started by its own module (``etcd.py``,
 ``control_plane.py``, ``kwok.py``, ``lws.py``, ``kueue.py``, ``karpenter.py``,
-``gatekeeper.py``), on the
+``volcano.py``, ``prometheus.py``, ``gatekeeper.py``), on the
 process handling of ``process.py``, with the objects of ``manifests.py``.
 """
 
@@ -29,7 +30,18 @@ from pathlib import Path
 from typing import Any
 
 from gatekeeper.core.reservation import valid_cluster_name
-from gatekeeper.sandbox import build, control_plane, etcd, karpenter, kueue, kwok, lws, process, volcano
+from gatekeeper.sandbox import (
+    build,
+    control_plane,
+    etcd,
+    karpenter,
+    kueue,
+    kwok,
+    lws,
+    process,
+    prometheus,
+    volcano,
+)
 from gatekeeper.sandbox import gatekeeper as gk
 from gatekeeper.sandbox.hub import Hub
 from gatekeeper.sandbox.kubectl import Kubectl
@@ -161,6 +173,7 @@ class Sandbox:
         with_kueue: bool = False,
         with_karpenter: bool = False,
         with_volcano: bool = False,
+        with_prometheus: bool = False,
         audit: bool = False,
         hub: Path | None = None,
         cluster_name: str = "",
@@ -175,7 +188,9 @@ class Sandbox:
         added. ``with_karpenter`` likewise builds and runs the real Karpenter
         (``karpenter.py``), which buys KWOK nodes for the NodePools made in the sandbox; a
         gatekeeper already running is started again, with Karpenter's instance types.
-        ``with_volcano`` does the same for Volcano's scheduler (``volcano.py``).
+        ``with_volcano`` does the same for Volcano's scheduler (``volcano.py``), and
+        ``with_prometheus`` for a Prometheus that scrapes the gatekeeper every second
+        (``prometheus.py``; its URL is :meth:`prometheus_url`).
         ``audit`` has the API server write an audit log of every write
         (``control_plane.AUDIT_LOG``), restarting it to turn it on if need be. ``hub`` (a
         sandbox hub's kubeconfig) joins the sandbox to that hub as member ``cluster_name``:
@@ -204,6 +219,10 @@ class Sandbox:
                 installed = build.build_all(["volcano"], say=self.say)
                 self._link_bins(installed)
                 volcano.start_volcano(runner, self.state(), installed["volcano"], kubectl)
+            if with_prometheus and prometheus.COMPONENT not in self.running():
+                installed = build.build_all(["prometheus"], say=self.say)
+                self._link_bins(installed)
+                prometheus.start_prometheus(runner, self.state())
             if with_karpenter and karpenter.COMPONENT not in self.running():
                 installed = build.build_all(["karpenter"], say=self.say)
                 self._link_bins(installed)
@@ -226,6 +245,7 @@ class Sandbox:
             *(["kueue"] if with_kueue else []),
             *(["karpenter"] if with_karpenter else []),
             *(["volcano"] if with_volcano else []),
+            *(["prometheus"] if with_prometheus else []),
         ]
         installed = build.build_all(wanted, say=self.say)
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -252,6 +272,8 @@ class Sandbox:
                 karpenter.start_karpenter(runner, state, installed["karpenter"], kubectl)
             if with_volcano:
                 volcano.start_volcano(runner, state, installed["volcano"], kubectl)
+            if with_prometheus:
+                prometheus.start_prometheus(runner, state)
             self._wait_apiservices()
             gk.install_objects(kubectl)
             self.apply(sandbox_policies())
@@ -328,6 +350,7 @@ class Sandbox:
             kueue.COMPONENT: f"http://127.0.0.1:{p.get('kueue_health')}/readyz",
             karpenter.COMPONENT: f"http://127.0.0.1:{p.get('karpenter_health')}/readyz",
             volcano.COMPONENT: f"http://127.0.0.1:{p.get('volcano_health')}/healthz",
+            prometheus.COMPONENT: f"http://127.0.0.1:{p.get('prometheus')}/-/ready",
         }
         if name == control_plane.APISERVER:
             return lambda: control_plane.apiserver_ready(p["apiserver"], self.pki)
@@ -466,6 +489,12 @@ class Sandbox:
         if info is not None and ours(info):
             process.stop(int(info["pid"]), kill=kill)
         self.runner.save(state)
+
+    def prometheus_url(self) -> str:
+        """The base URL of the sandbox's Prometheus (``up(with_prometheus=True)``)."""
+        if prometheus.COMPONENT not in self.state().get("processes", {}):
+            raise SandboxError(f"the sandbox in {self.dir} runs no Prometheus: sandbox up --with-prometheus")
+        return prometheus.url_of(self.state())
 
     def metrics(self, name: str = gk.COMPONENT) -> str:
         """The gatekeeper's /metrics text."""

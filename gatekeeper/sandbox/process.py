@@ -66,11 +66,14 @@ def alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    # A zombie still answers kill(0); look at its state.
+    # A zombie still answers kill(0); look at its state. The leader of a thread group turns
+    # zombie before its other threads are torn down, and until they are the process still
+    # holds its files and ports (seen: a SIGKILLed kube-apiserver's port still bound when it
+    # was started again): it is gone once it is a zombie with no other thread.
     with contextlib.suppress(OSError):
         stat = Path(f"/proc/{pid}/stat").read_text()
         if stat.rsplit(")", 1)[1].split()[0] == "Z":
-            return False
+            return len(os.listdir(f"/proc/{pid}/task")) > 1
     return True
 
 

@@ -234,6 +234,35 @@ def volcano_sandbox(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
 
 
 @pytest.fixture(scope="session")
+def prometheus_sandbox(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
+    """A sandbox of its own with Prometheus scraping its gatekeeper (``sandbox up --with-prometheus``).
+
+    One per session; stopped at the end unless ``--keep-sandbox``. Its folder is the session
+    sandbox's with ``-prometheus`` appended. A Prometheus that cannot be built or started
+    fails the tests that use it, never a skip.
+    """
+    if request.config.getoption("--cluster") != "sandbox":
+        pytest.fail(
+            "the dashboard tests run the sandbox's own Prometheus: use --cluster=sandbox", pytrace=False
+        )
+    where = request.config.getoption("--sandbox-dir")
+    folder = Path(f"{where}-prometheus") if where else default_dir("pytest-prometheus")
+    sb = Sandbox(folder, say=lambda m: print(m, flush=True))
+    try:
+        sb.up(nodes=0, with_prometheus=True)
+    except Exception as exc:  # the reason goes into every test's failure, never a skip
+        pytest.fail(
+            f"the sandbox with Prometheus could not start (CI={os.environ.get('CI', '')}): {exc}",
+            pytrace=False,
+        )
+    try:
+        yield sb
+    finally:
+        if not request.config.getoption("--keep-sandbox"):
+            sb.down()
+
+
+@pytest.fixture(scope="session")
 async def api(cluster: Cluster) -> kr8s.asyncio.Api:
     return await kr8s.asyncio.api(kubeconfig=str(cluster.kubeconfig))
 

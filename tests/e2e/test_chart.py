@@ -5,7 +5,8 @@ what it renders is valid (schemas of every kind, CEL of the policies, RBAC refer
 and only running the gatekeeper *as the chart's ServiceAccount* proves that the
 ClusterRole and Role grant what it needs. So:
 
-- every object of the default and of the ``gateInjection=policy`` installation passes a
+- every object of the default, of the ``gateInjection=policy`` and of the
+  ``metrics.dashboard.enabled=true`` (the Grafana dashboard's ConfigMap) installation passes a
   server-side dry run (server-side apply, as Helm 4 does), and so does the ``backend=kueue``
   installation with its AdmissionCheck, on the sandbox with Kueue (``kueue_sandbox``: the
   session sandbox has no Kueue CRDs); cert-manager and ServiceMonitor kinds are absent
@@ -117,8 +118,8 @@ async def passes_a_server_side_dry_run(cluster: Cluster, objects: list[dict[str,
 
 @pytest.mark.parametrize(
     "values",
-    [[], ["--set", "gateInjection=policy"]],
-    ids=["default", "policy"],
+    [[], ["--set", "gateInjection=policy"], ["--set", "metrics.dashboard.enabled=true"]],
+    ids=["default", "policy", "dashboard"],
 )
 async def test_every_rendered_object_passes_a_server_side_dry_run(
     cluster: Cluster, helm: Path, namespace: str, values: list[str]
@@ -137,10 +138,11 @@ async def test_every_rendered_object_passes_a_server_side_dry_run(
         "ValidatingAdmissionPolicy",
         "CustomResourceDefinition",
     } <= kinds
-    if values:
+    if "gateInjection=policy" in values:
         assert "MutatingAdmissionPolicy" in kinds and "MutatingWebhookConfiguration" not in kinds
     else:
         assert "MutatingWebhookConfiguration" in kinds
+    assert ("ConfigMap" in kinds) == ("metrics.dashboard.enabled=true" in values), "the Grafana dashboard"
 
 
 def kueue_cluster(sb: Sandbox) -> Cluster:

@@ -206,6 +206,7 @@ def test_helm_is_the_pinned_version(helm: Path) -> None:
         ["--set", "backend=kueue", "--set", "nodeFit.enabled=false"],
         ["--set", "nodeFit.enabled=true"],
         KARPENTER,
+        ["--set", "metrics.dashboard.enabled=true"],
     ],
     ids=[
         "default",
@@ -216,6 +217,7 @@ def test_helm_is_the_pinned_version(helm: Path) -> None:
         "kueue-no-node-fit",
         "pools-node-fit",
         "pools-karpenter",
+        "dashboard",
     ],
 )
 def test_helm_lint_strict(helm: Path, values: list[str]) -> None:
@@ -840,6 +842,8 @@ def test_the_notes_say_how_to_use_each_backend(helm: Path) -> None:
             "/policies/gateProtection/extraAllowedUsernames/0",
         ),
         ("metrics.serviceMonitor.interval=often", "at '/metrics/serviceMonitor/interval'"),
+        ("metrics.dashboard.enabled=yes", "at '/metrics/dashboard/enabled'"),
+        ("metrics.dashboard.namespace=Not_A_Namespace", "at '/metrics/dashboard/namespace'"),
     ],
 )
 def test_the_schema_refuses_wrong_values(helm: Path, value: str, message: str) -> None:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
+import hashlib
+import json
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +17,7 @@ from gatekeeper.sandbox import build
 from gatekeeper.sandbox.cluster import fake_node, lws_webhooks
 from gatekeeper.sandbox.observe import GATE, summarize
 from gatekeeper.sandbox.pki import make_pki
+from gatekeeper.sandbox.prometheus import JOB, scrape_config
 from gatekeeper.sandbox.volcano import scheduler_config
 
 
@@ -30,6 +34,7 @@ def test_pins_name_every_component_with_a_version() -> None:
         "volcano-crds",
         "karpenter",
         "volcano",
+        "prometheus",
     ]
     for comp in pins.values():
         assert comp.version.startswith("v"), comp
@@ -42,6 +47,13 @@ def test_pins_name_every_component_with_a_version() -> None:
     assert k8s.staging == "v0" + k8s.version[2:], "staging modules are published as v0.<minor>.<patch>"
     assert int(k8s.version.split(".")[1]) >= 36, "Kubernetes 1.36 or newer"
     assert pins["etcd"].version.startswith("v3.6."), "etcd 3.6.x"
+    prom = pins["prometheus"]
+    assert prom.packages == ("github.com/prometheus/prometheus/cmd/prometheus",), "the server alone"
+    assert prom.tags == ("remove_all_sd",), "no cloud service discovery compiled in"
+    # the module's v0.3xx.y is the release 3.xx.y: the stamp must follow the pin
+    minor = int(prom.version.split(".")[1])
+    release = f"{minor // 100}.{minor % 100}.{prom.version.split('.')[2]}"
+    assert f"github.com/prometheus/common/version.Version={release}" in prom.ldflags
 
 
 def test_cache_key_changes_only_with_its_own_pin() -> None:
@@ -51,6 +63,18 @@ def test_cache_key_changes_only_with_its_own_pin() -> None:
     assert a["kwok"].key("go1.26") != b["kwok"].key("go1.26")
     assert a["kubernetes"].key("go1.26") == b["kubernetes"].key("go1.26")
     assert a["kubernetes"].key("go1.26") != a["kubernetes"].key("go1.27")
+
+
+def test_build_tags_shape_the_key_only_where_pinned() -> None:
+    """A component without ``tags`` keeps the key it had before tags could be pinned (the
+    cache entries built then stay valid); adding a tag changes that component's key."""
+    pins = build.load_pins()
+    kwok = pins["kwok"]
+    legacy = {k: v for k, v in kwok.__dict__.items() if k != "tags"}
+    blob = json.dumps([legacy, "go1.26", build._RECIPE_VERSION], sort_keys=True, default=list)
+    assert kwok.key("go1.26") == hashlib.sha256(blob.encode()).hexdigest()[:12]
+    tagged = dataclasses.replace(kwok, tags=("netgo",))
+    assert tagged.key("go1.26") != kwok.key("go1.26")
 
 
 @pytest.mark.parametrize(
@@ -243,3 +267,11 @@ def test_a_fresh_start_keeps_logs_bounded(tmp_path: Path) -> None:
     assert runner.rotate_logs(max_bytes=1024) == ["audit.log"]
     assert (logs / "audit.log.1").read_bytes() == b"x" * 2048, "the last run's log is kept, the older dropped"
     assert not (logs / "audit.log").exists() and (logs / "etcd.log").read_bytes() == b"y" * 10
+
+
+def test_prometheus_scrapes_the_gatekeeper_every_second() -> None:
+    conf = scrape_config(18080)
+    assert conf["global"]["scrape_interval"] == "1s"
+    [job] = conf["scrape_configs"]
+    assert (job["job_name"], job["metrics_path"]) == (JOB, "/metrics")
+    assert job["static_configs"] == [{"targets": ["127.0.0.1:18080"]}]

@@ -126,6 +126,32 @@ async def test_opted_in_pod_gets_the_gate(client: TestClient[Any, Any]) -> None:
     ]
 
 
+def timed(webhook: str) -> tuple[float, float]:
+    """How many reviews ``gatekeeper_webhook_request_duration_seconds`` timed, and their seconds."""
+    labels = {"webhook": webhook}
+    count = REGISTRY.get_sample_value("gatekeeper_webhook_request_duration_seconds_count", labels)
+    total = REGISTRY.get_sample_value("gatekeeper_webhook_request_duration_seconds_sum", labels)
+    assert count is not None and total is not None, "the series exists from make_app() on"
+    return count, total
+
+
+def under_a_second(webhook: str) -> float:
+    labels = {"webhook": webhook, "le": "1.0"}
+    return REGISTRY.get_sample_value("gatekeeper_webhook_request_duration_seconds_bucket", labels) or 0.0
+
+
+async def test_every_review_is_timed_by_webhook_whatever_its_result(client: TestClient[Any, Any]) -> None:
+    pods, lwss, fast = timed("pods"), timed("leaderworkersets"), under_a_second("pods")
+    await admit(client, PODS_PATH, review("CREATE", pod({POOL_LABEL: "on-demand"})))
+    assert (await client.post(PODS_PATH, data=b"not json")).status == 400
+    await admit(client, LWS_PATH, review("CREATE", lws({POOL_LABEL: "on-demand"})))
+    (count, total), (lws_count, lws_total) = timed("pods"), timed("leaderworkersets")
+    assert (count, lws_count) == (pods[0] + 2, lwss[0] + 1)
+    assert total > pods[1] and lws_total > lwss[1]
+    # each observation is one answer's time, in its bucket: well under the API server's timeout
+    assert under_a_second("pods") == fast + 2
+
+
 async def test_pod_with_another_gate_keeps_it(client: TestClient[Any, Any]) -> None:
     body = review("CREATE", pod({POOL_LABEL: "on-demand"}, gates=["example.com/other"]))
     response = await admit(client, PODS_PATH, body)

@@ -1,0 +1,137 @@
+"""Every query of the chart's Grafana dashboard returns data from a real Prometheus during a scale-up.
+
+Why this exists: a dashboard whose query names a metric wrongly, or aggregates away the
+label its legend shows, draws an empty panel and nobody notices until an incident. So the
+queries are taken from the chart's JSON (``gatekeeper/sandbox/dashboard.py``: no copy
+here that could drift), with Grafana's variables filled in as Grafana would (``$pool``
+this test's Pool, ``$__rate_interval`` 15 s), and sent to Prometheus 3.16.0 built from its
+module (``prometheus_sandbox``: ``sandbox up --with-prometheus``), which scrapes the
+sandbox's gatekeeper every second.
+
+The scale-up: a Pool with a quota of 6 GPUs on 8 GPUs of nodes; LWS ``a`` (groups of two
+one-GPU pods) scaled 1 -> 3 fills it, LWS ``b`` (2 groups) then waits; the API server is
+stopped and started again meanwhile (the gatekeeper's watches and writes fail until it is
+back: the API errors panel); ``a`` scaled back to 1 lets both of ``b``'s groups in. Each
+panel's every query then has finite values over that window, and the values say what
+happened: quota 6 and used 6, 2 groups waiting then none, ``b``'s wait in the admission
+wait percentiles, the failed requests among the API errors.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+from gatekeeper.core.keys import POOL_LABEL
+from gatekeeper.sandbox import control_plane, dashboard
+from gatekeeper.sandbox.cluster import Sandbox, fake_node
+from gatekeeper.sandbox.prometheus import SCRAPE_SECONDS, label_values, query, query_range
+from tests.e2e.kueue_support import lws, make_namespace, new_tag, settled, wait
+
+GPU = "nvidia.com/gpu"
+NODES_LABEL = "lws-gatekeeper.io/test-nodes"
+RATE_INTERVAL = "15s"
+"""``$__rate_interval``: Grafana makes it at least four scrape intervals; 15 scrapes here."""
+
+
+def _finite(series: list[dict[str, Any]]) -> list[float]:
+    return [v for s in series for _, raw in s["values"] if math.isfinite(v := float(raw))]
+
+
+def _now(base: str, expr: str) -> list[float]:
+    """The values of ``expr``'s samples now."""
+    return [float(r["value"][1]) for r in query(base, expr)]
+
+
+def _scale(sb: Sandbox, ns: str, name: str, replicas: int) -> None:
+    sb.kubectl("scale", f"leaderworkersets/{name}", "-n", ns, f"--replicas={replicas}")
+
+
+def test_every_panel_query_returns_data_during_a_scale_up(prometheus_sandbox: Sandbox) -> None:
+    sb = prometheus_sandbox
+    base = sb.prometheus_url()
+    tag = new_tag()
+    pool = f"dash-{tag}"
+    start = time.time()
+    sb.create_nodes([fake_node(f"{tag}-{i}", gpus=2, labels={NODES_LABEL: tag}) for i in range(4)])
+    sb.apply(
+        [
+            {
+                "apiVersion": "lws-gatekeeper.io/v1alpha1",
+                "kind": "Pool",
+                "metadata": {"name": pool},
+                "spec": {
+                    "nodeSelector": {NODES_LABEL: tag},
+                    "namespaceSelector": {},
+                    "queueingStrategy": "BestEffortFIFO",
+                    "quota": {GPU: 6},
+                },
+            }
+        ]
+    )
+    make_namespace(sb, tag, managed=False)
+    labels = {POOL_LABEL: pool}
+    sb.apply([lws("a", tag, labels, replicas=1, size=2, gpus_per_pod=1)])
+    wait("a's first group running", lambda: settled(sb, tag, running=1, gated=0, size=2, lws_name="a"))
+    _scale(sb, tag, "a", 3)
+    wait("a's 3 groups running", lambda: settled(sb, tag, running=3, gated=0, size=2, lws_name="a"))
+    sb.apply([lws("b", tag, labels, replicas=2, size=2, gpus_per_pod=1)])
+    wait("b's 2 groups gated", lambda: settled(sb, tag, running=0, gated=2, size=2, lws_name="b"))
+    waiting = f'gatekeeper_waiting_groups{{pool="{pool}"}}'
+    wait(
+        "Prometheus to see 2 groups waiting",
+        lambda: [r for r in query(base, waiting) if r["value"][1] == "2"],
+    )
+
+    # The API server stops mid scale-up and starts again: the gatekeeper's requests fail meanwhile
+    # (refused while it is away: transport; 429 while its watch cache warms up).
+    failed = "sum(gatekeeper_api_errors_total)"
+    before = sum(_now(base, failed))
+    sb.restart(control_plane.APISERVER)
+    wait("the failed requests counted and scraped", lambda: sum(_now(base, failed)) > before)
+
+    _scale(sb, tag, "a", 1)
+    wait(
+        "b's 2 groups admitted",
+        lambda: settled(sb, tag, running=2, gated=0, size=2, lws_name="b"),
+        timeout=120,
+    )
+    wait("Prometheus to see none waiting", lambda: [r for r in query(base, waiting) if r["value"][1] == "0"])
+    time.sleep(3 * SCRAPE_SECONDS)
+    end = time.time()
+    print(f"window for scripts/dashboard-png: --start {start:.0f} --end {end:.0f} --pool {pool}")
+
+    board = dashboard.load()
+    chosen = {"pool": [pool], "resource": [GPU]}  # the resource variable's default
+    answers: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for t in dashboard.targets(board):
+        expr = dashboard.promql(t.expr, rate_interval=RATE_INTERVAL, chosen=chosen)
+        series = query_range(base, expr, start=start, end=end, step=SCRAPE_SECONDS)
+        answers[(t.panel, t.ref)] = series
+        assert _finite(series), f"panel {t.panel!r} query {t.ref} returned no data: {expr}"
+    for var in dashboard.variables(board):
+        listed = label_values(base, var.label, match=var.metric, start=start, end=end)
+        assert set(chosen[var.name]) <= set(listed), (var, listed)
+
+    def values(panel: str, ref: str, **match: str) -> list[float]:
+        picked = [s for s in answers[(panel, ref)] if match.items() <= s["metric"].items()]
+        return _finite(picked)
+
+    assert set(values("Pool quota and usage", "A", resource=GPU)) == {6.0}
+    used = values("Pool quota and usage", "B", resource=GPU)
+    assert max(used) == 6.0 and used[-1] == 6.0, used
+    assert {s["metric"]["resource"] for s in answers[("Pool quota and usage", "B")]} == {GPU}
+    share = answers[("Pool usage, share of quota", "A")]
+    assert {s["metric"]["resource"] for s in share} == {GPU}, "only what the Pool has a quota of"
+    assert max(_finite(share)) == 1.0
+    waits = values("Waiting groups", "A", pool=pool)
+    assert max(waits) == 2.0 and waits[-1] == 0.0, waits
+    assert max(values("Admissions", "A", pool=pool)) > 0
+    # b's groups waited from their creation through the API server's restart to a's scale-down
+    assert max(values("Admission wait time", "C")) >= 2.0
+    assert values("Webhook latency", "A", webhook="pods") and values("Webhook latency", "B", webhook="pods")
+    assert max(values("Webhook reviews", "A", webhook="pods", result="patched")) > 0
+    assert max(values("Pass duration", "C")) > 0
+    errors = {s["metric"]["code"] for s in answers[("API errors", "A")]}
+    assert max(values("API errors", "A")) > 0, errors
