@@ -37,6 +37,7 @@ __all__ = [
     "Installed",
     "build_all",
     "cache_root",
+    "link_bins",
     "load_pins",
 ]
 
@@ -297,3 +298,14 @@ def _main() -> int:
 
 if __name__ == "__main__":
     raise SystemExit(_main())
+
+
+def link_bins(bin_dir: Path, installed: Mapping[str, Installed]) -> None:
+    """Link every program of ``installed`` into a sandbox's (or hub's) ``bin_dir``."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    for inst in installed.values():
+        for prog in inst.bin.iterdir():
+            link = bin_dir / prog.name
+            if link.is_symlink() or link.exists():
+                link.unlink()
+            link.symlink_to(prog)

@@ -213,19 +213,19 @@ class Sandbox:
                 self._turn_on_audit()
             if with_kueue and kueue.COMPONENT not in self.running():
                 installed = build.build_all(["kueue"], say=self.say)
-                self._link_bins(installed)
+                build.link_bins(self.bin_dir, installed)
                 kueue.start_kueue(runner, self.state(), installed["kueue"], self.pki, kubectl)
             if with_volcano and volcano.COMPONENT not in self.running():
                 installed = build.build_all(["volcano"], say=self.say)
-                self._link_bins(installed)
+                build.link_bins(self.bin_dir, installed)
                 volcano.start_volcano(runner, self.state(), installed["volcano"], kubectl)
             if with_prometheus and prometheus.COMPONENT not in self.running():
                 installed = build.build_all(["prometheus"], say=self.say)
-                self._link_bins(installed)
+                build.link_bins(self.bin_dir, installed)
                 prometheus.start_prometheus(runner, self.state())
             if with_karpenter and karpenter.COMPONENT not in self.running():
                 installed = build.build_all(["karpenter"], say=self.say)
-                self._link_bins(installed)
+                build.link_bins(self.bin_dir, installed)
                 karpenter.start_karpenter(runner, self.state(), installed["karpenter"], kubectl)
                 if gk.COMPONENT in self.running():
                     # Started before Karpenter, it was not given the instance types.
@@ -251,7 +251,7 @@ class Sandbox:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.log_dir.mkdir(exist_ok=True)
         runner.rotate_logs()
-        self._link_bins(installed)
+        build.link_bins(self.bin_dir, installed)
         pki = make_pki(self.dir / "pki")
         names = [*etcd.PORTS, *control_plane.PORTS, *lws.PORTS, *gk.PORTS]
         ports = dict(zip(names, free_ports(len(names)), strict=True))
@@ -390,15 +390,6 @@ class Sandbox:
         control_plane.start_apiserver(self.runner, state, self.pki)
 
     # ---- pieces ------------------------------------------------------------------
-    def _link_bins(self, installed: dict[str, build.Installed]) -> None:
-        self.bin_dir.mkdir(parents=True, exist_ok=True)
-        for inst in installed.values():
-            for prog in inst.bin.iterdir():
-                link = self.bin_dir / prog.name
-                if link.is_symlink() or link.exists():
-                    link.unlink()
-                link.symlink_to(prog)
-
     def _wait_apiservices(self) -> None:
         """Wait until the API server serves the LWS API and the default namespace has its service account."""
 

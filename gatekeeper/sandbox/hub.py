@@ -121,13 +121,7 @@ class Hub:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.runner.log_dir.mkdir(exist_ok=True)
         self.runner.rotate_logs()
-        self.bin_dir.mkdir(exist_ok=True)
-        for inst in installed.values():
-            for prog in inst.bin.iterdir():
-                link = self.bin_dir / prog.name
-                if link.is_symlink() or link.exists():
-                    link.unlink()
-                link.symlink_to(prog)
+        build.link_bins(self.bin_dir, installed)
         pki = make_pki(self.dir / "pki")
         names = [*etcd.PORTS, "apiserver", "hub_metrics"]
         ports = dict(zip(names, free_ports(len(names)), strict=True))
