@@ -664,12 +664,31 @@ def test_a_hub_of_shared_reservations(render: Render, default: list[dict[str, An
     assert by_kind(objects, "ClusterRole") == by_kind(default, "ClusterRole")
 
 
+def test_the_shared_reservation_check_gets_its_flag_and_kueue_rules(
+    render: Render, default: list[dict[str, Any]]
+) -> None:
+    objects = render(*HUB, "--set", "hub.sharedReservationCheck=true")
+    assert "--shared-reservation-check" in container(objects)["args"]
+    rules = {
+        (rule["resources"][0], tuple(rule["verbs"]))
+        for rule in one(objects, "ClusterRole")["rules"]
+        if rule["apiGroups"] == ["kueue.x-k8s.io"]
+    }
+    assert {
+        ("workloads", ("list", "watch")),
+        ("workloads/status", ("patch",)),
+        ("admissionchecks", ("list", "watch")),
+        ("admissionchecks/status", ("patch",)),
+    } <= rules
+    assert "--shared-reservation-check" not in container(render(*HUB))["args"]
+
+
 @pytest.mark.parametrize(
     ("values", "message"),
     [
         (["--set", "hub.clusterName=cluster-a"], "hub.clusterName needs hub.kubeconfigSecret"),
         (["--set", "hub.kubeconfigSecret=s"], "hub.kubeconfigSecret needs hub.clusterName"),
-        ([*HUB, "--set", "backend=kueue"], "charged by the pools backend only"),
+        (["--set", "hub.sharedReservationCheck=true"], "hub.sharedReservationCheck needs hub.clusterName"),
         (["--set", "hub.clusterName=Cluster_A"], "at '/hub/clusterName'"),
         (["--set", "hub.heartbeatSeconds=1"], "at '/hub/heartbeatSeconds': minimum: got 1, want 5"),
     ],

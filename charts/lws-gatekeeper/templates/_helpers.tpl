@@ -112,8 +112,8 @@ kueue, off with pools).
 {{- end }}
 
 {{/* "true" when the pools backend is given Karpenter's instance types (karpenter.instanceTypes), else empty. */}}
-{{/* A hub of shared Reservations: "true" when clusterName and kubeconfigSecret are both set
-(the pools backend only); one without the other is refused. */}}
+{{/* A hub of shared Reservations: "true" when clusterName and kubeconfigSecret are both set;
+one without the other is refused. */}}
 {{- define "lws-gatekeeper.hub" -}}
 {{- $h := .Values.hub }}
 {{- if and $h.clusterName (not $h.kubeconfigSecret) }}
@@ -122,8 +122,8 @@ kueue, off with pools).
 {{- if and $h.kubeconfigSecret (not $h.clusterName) }}
 {{- fail "hub.kubeconfigSecret needs hub.clusterName (this cluster's name on the hub)" }}
 {{- end }}
-{{- if and $h.clusterName (ne .Values.backend "pools") }}
-{{- fail "hub.clusterName: a hub's Reservations are charged by the pools backend only" }}
+{{- if and $h.sharedReservationCheck (not $h.clusterName) }}
+{{- fail "hub.sharedReservationCheck needs hub.clusterName and hub.kubeconfigSecret (it claims on the hub)" }}
 {{- end }}
 {{- if $h.clusterName }}true{{ end }}
 {{- end }}
