@@ -109,32 +109,42 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
             sb.down()
 
 
-@pytest.fixture(scope="session")
-def kueue_sandbox(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
-    """A second sandbox, with the real Kueue and the gatekeeper on its ``kueue`` backend.
+def _sandbox_of_its_own(
+    request: pytest.FixtureRequest, suffix: str, what: str, **up: Any
+) -> Iterator[Sandbox]:
+    """A session sandbox beside the main one, for the test modules that need ``what``.
 
-    One per session, for every test module that needs Kueue; stopped at the end unless
-    ``--keep-sandbox``. Its folder is the session sandbox's with ``-kueue`` appended, so
-    two pytest runs with different ``--sandbox-dir`` never share (and race on) one.
+    Its folder is the session sandbox's with ``-<suffix>`` appended (so two pytest runs
+    with different ``--sandbox-dir`` never share, and race on, one); started with
+    ``Sandbox.up(nodes=0, **up)``; stopped at the end unless ``--keep-sandbox``. One that
+    cannot start fails every test that uses it, never a skip.
     """
     if request.config.getoption("--cluster") != "sandbox":
-        pytest.fail("the Kueue tests run the sandbox's own Kueue: use --cluster=sandbox", pytrace=False)
+        pytest.fail(f"the tests of {what} run the sandbox's own: use --cluster=sandbox", pytrace=False)
     where = request.config.getoption("--sandbox-dir")
-    folder = Path(f"{where}-kueue") if where else default_dir("pytest-kueue")
+    folder = Path(f"{where}-{suffix}") if where else default_dir(f"pytest-{suffix}")
     sb = Sandbox(folder, say=lambda m: print(m, flush=True))
-    # A Workload that can never fit is made again after 2 s (doubling), not 60: a test
-    # sees the retry. Every gatekeeper this sandbox starts inherits it (NEVER_FIT_RETRY in
-    # test_kueue_backend.py).
-    os.environ["LWS_GATEKEEPER_NEVER_FIT_RETRY_SECONDS"] = "2"
     try:
-        sb.up(nodes=0, with_kueue=True)
+        sb.up(nodes=0, **up)
     except Exception as exc:  # the reason goes into every test's failure, never a skip
-        pytest.fail(f"the sandbox with Kueue could not start: {exc}", pytrace=False)
+        pytest.fail(
+            f"the sandbox with {what} could not start (CI={os.environ.get('CI', '')}): {exc}", pytrace=False
+        )
     try:
         yield sb
     finally:
         if not request.config.getoption("--keep-sandbox"):
             sb.down()
+
+
+@pytest.fixture(scope="session")
+def kueue_sandbox(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
+    """A second sandbox, with the real Kueue and the gatekeeper on its ``kueue`` backend."""
+    # A Workload that can never fit is made again after 2 s (doubling), not 60: a test
+    # sees the retry. Every gatekeeper this sandbox starts inherits it (NEVER_FIT_RETRY in
+    # test_kueue_backend.py).
+    os.environ["LWS_GATEKEEPER_NEVER_FIT_RETRY_SECONDS"] = "2"
+    yield from _sandbox_of_its_own(request, "kueue", "Kueue", with_kueue=True)
 
 
 @dataclass
@@ -183,83 +193,21 @@ def shared_hub(request: pytest.FixtureRequest) -> Iterator[SharedHub]:
 
 @pytest.fixture(scope="session")
 def karpenter_sandbox(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
-    """A sandbox with the real Karpenter (KWOK cloud provider) and no static nodes.
-
-    One per session, for every test module that needs Karpenter; stopped at the end unless
-    ``--keep-sandbox``. Its folder is the session sandbox's with ``-karpenter`` appended.
-    Every GPU node in it is one Karpenter bought.
-    """
-    if request.config.getoption("--cluster") != "sandbox":
-        pytest.fail(
-            "the Karpenter tests run the sandbox's own Karpenter: use --cluster=sandbox", pytrace=False
-        )
-    where = request.config.getoption("--sandbox-dir")
-    folder = Path(f"{where}-karpenter") if where else default_dir("pytest-karpenter")
-    sb = Sandbox(folder, say=lambda m: print(m, flush=True))
-    try:
-        sb.up(nodes=0, with_karpenter=True)
-    except Exception as exc:  # the reason goes into every test's failure, never a skip
-        pytest.fail(
-            f"the sandbox with Karpenter could not start (CI={os.environ.get('CI', '')}): {exc}",
-            pytrace=False,
-        )
-    try:
-        yield sb
-    finally:
-        if not request.config.getoption("--keep-sandbox"):
-            sb.down()
+    """A sandbox with the real Karpenter (KWOK cloud provider) and no static nodes: every GPU
+    node in it is one Karpenter bought."""
+    yield from _sandbox_of_its_own(request, "karpenter", "Karpenter", with_karpenter=True)
 
 
 @pytest.fixture(scope="session")
 def volcano_sandbox(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
-    """A sandbox of its own with Volcano's scheduler (``sandbox up --with-volcano``).
-
-    One per session, for every test module that needs Volcano; stopped at the end unless
-    ``--keep-sandbox``. Its folder is the session sandbox's with ``-volcano`` appended.
-    """
-    if request.config.getoption("--cluster") != "sandbox":
-        pytest.fail("the Volcano tests run the sandbox's own Volcano: use --cluster=sandbox", pytrace=False)
-    where = request.config.getoption("--sandbox-dir")
-    folder = Path(f"{where}-volcano") if where else default_dir("pytest-volcano")
-    sb = Sandbox(folder, say=lambda m: print(m, flush=True))
-    try:
-        sb.up(nodes=0, with_volcano=True)
-    except Exception as exc:  # the reason goes into every test's failure, never a skip
-        pytest.fail(f"the sandbox with Volcano could not start: {exc}", pytrace=False)
-    try:
-        yield sb
-    finally:
-        if not request.config.getoption("--keep-sandbox"):
-            sb.down()
+    """A sandbox of its own with Volcano's scheduler (``sandbox up --with-volcano``)."""
+    yield from _sandbox_of_its_own(request, "volcano", "Volcano", with_volcano=True)
 
 
 @pytest.fixture(scope="session")
 def prometheus_sandbox(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
-    """A sandbox of its own with Prometheus scraping its gatekeeper (``sandbox up --with-prometheus``).
-
-    One per session; stopped at the end unless ``--keep-sandbox``. Its folder is the session
-    sandbox's with ``-prometheus`` appended. A Prometheus that cannot be built or started
-    fails the tests that use it, never a skip.
-    """
-    if request.config.getoption("--cluster") != "sandbox":
-        pytest.fail(
-            "the dashboard tests run the sandbox's own Prometheus: use --cluster=sandbox", pytrace=False
-        )
-    where = request.config.getoption("--sandbox-dir")
-    folder = Path(f"{where}-prometheus") if where else default_dir("pytest-prometheus")
-    sb = Sandbox(folder, say=lambda m: print(m, flush=True))
-    try:
-        sb.up(nodes=0, with_prometheus=True)
-    except Exception as exc:  # the reason goes into every test's failure, never a skip
-        pytest.fail(
-            f"the sandbox with Prometheus could not start (CI={os.environ.get('CI', '')}): {exc}",
-            pytrace=False,
-        )
-    try:
-        yield sb
-    finally:
-        if not request.config.getoption("--keep-sandbox"):
-            sb.down()
+    """A sandbox of its own with Prometheus scraping its gatekeeper (``sandbox up --with-prometheus``)."""
+    yield from _sandbox_of_its_own(request, "prometheus", "Prometheus", with_prometheus=True)
 
 
 @pytest.fixture(scope="session")
