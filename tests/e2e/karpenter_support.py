@@ -11,12 +11,12 @@ makes its own NodePool under a random tag and deletes it after.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from gatekeeper.sandbox.cluster import Sandbox
 from gatekeeper.sandbox.karpenter import NODE_CLASS, NODE_CLASS_GROUP, NODE_CLASS_KIND
-from tests.e2e.kueue_support import items, wait
+from tests.e2e.kueue_support import items, make_namespace, new_tag, wait
 
 #: The label (and taint key) that ties a test's Karpenter nodes to it.
 TEST_LABEL = "lws-gatekeeper.io/test-nodes"
@@ -126,3 +126,16 @@ def wait_bound(sb: Sandbox, namespace: str, pod: str, timeout: float = 120) -> d
         return None
 
     return wait(f"pod {pod} bound and Running", bound, timeout=timeout)
+
+
+def scene(sb: Sandbox, prefix: str) -> Iterator[str]:
+    """A test's tag, with its namespace ``<prefix>-<tag>`` (not Kueue-managed); afterwards its
+    LWSs, its NodePool ``np-<tag>`` (and the nodes Karpenter bought), its Pool ``pool-<tag>``
+    and the namespace are removed (a ``yield from`` in a fixture)."""
+    tag = new_tag()
+    make_namespace(sb, f"{prefix}-{tag}", managed=False)
+    yield tag
+    sb.kubectl("delete", "leaderworkersets.leaderworkerset.x-k8s.io", "--all", "-n", f"{prefix}-{tag}")
+    delete_node_pool(sb, f"np-{tag}")
+    sb.kubectl("delete", "pools.lws-gatekeeper.io", f"pool-{tag}", "--ignore-not-found")
+    sb.kubectl("delete", "namespace", f"{prefix}-{tag}", "--wait=false")

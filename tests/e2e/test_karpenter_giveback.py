@@ -23,22 +23,21 @@ import pytest
 from gatekeeper.core.keys import GATEKEEPER_API_VERSION, POOL_KIND, POOL_LABEL, SCHEDULING_GATE
 from gatekeeper.sandbox.cluster import Sandbox
 from gatekeeper.sandbox.karpenter import COMPONENT as KARPENTER
-from tests.e2e.karpenter_support import TEST_LABEL, delete_node_pool, node_claims, node_pool, toleration
-from tests.e2e.kueue_support import get, group_of, items, lws, make_namespace, new_tag, records, wait
+from tests.e2e.karpenter_support import (
+    TEST_LABEL,
+    node_claims,
+    node_pool,
+    scene,
+    toleration,
+)
+from tests.e2e.kueue_support import get, group_of, items, lws, records, wait
 
 TIMEOUT_SECONDS = 30
 
 
 @pytest.fixture
 def tag(karpenter_sandbox: Sandbox) -> Iterator[str]:
-    tag = new_tag()
-    make_namespace(karpenter_sandbox, f"kgive-{tag}", managed=False)
-    yield tag
-    sb = karpenter_sandbox
-    sb.kubectl("delete", "leaderworkersets.leaderworkerset.x-k8s.io", "--all", "-n", f"kgive-{tag}")
-    delete_node_pool(sb, f"np-{tag}")
-    sb.kubectl("delete", "pools.lws-gatekeeper.io", f"pool-{tag}", "--ignore-not-found")
-    sb.kubectl("delete", "namespace", f"kgive-{tag}", "--wait=false")
+    yield from scene(karpenter_sandbox, "kgive")
 
 
 def _gated(pod: dict[str, Any]) -> bool:

@@ -26,8 +26,14 @@ from gatekeeper.sandbox import build
 from gatekeeper.sandbox.cluster import GATEKEEPER_NAMESPACE, Sandbox
 from gatekeeper.sandbox.karpenter import GPU_TYPES
 from tests.e2e.conftest import Cluster
-from tests.e2e.karpenter_support import TEST_LABEL, delete_node_pool, node_claims, node_pool, toleration
-from tests.e2e.kueue_support import get, group_of, items, lws, make_namespace, new_tag, records, wait
+from tests.e2e.karpenter_support import (
+    TEST_LABEL,
+    node_claims,
+    node_pool,
+    scene,
+    toleration,
+)
+from tests.e2e.kueue_support import get, group_of, items, lws, records, wait
 
 GPU = "nvidia.com/gpu"
 #: How long the third group is watched for a NodeClaim that must not come.
@@ -36,14 +42,7 @@ QUIET_SECONDS = 20
 
 @pytest.fixture
 def tag(karpenter_sandbox: Sandbox) -> Iterator[str]:
-    tag = new_tag()
-    make_namespace(karpenter_sandbox, f"kpool-{tag}", managed=False)
-    yield tag
-    sb = karpenter_sandbox
-    sb.kubectl("delete", "leaderworkersets.leaderworkerset.x-k8s.io", "--all", "-n", f"kpool-{tag}")
-    delete_node_pool(sb, f"np-{tag}")
-    sb.kubectl("delete", "pools.lws-gatekeeper.io", f"pool-{tag}", "--ignore-not-found")
-    sb.kubectl("delete", "namespace", f"kpool-{tag}", "--wait=false")
+    yield from scene(karpenter_sandbox, "kpool")
 
 
 @pytest.fixture(params=["admin", "chart"])
