@@ -43,6 +43,7 @@ from gatekeeper.sandbox import (
     volcano,
 )
 from gatekeeper.sandbox import gatekeeper as gk
+from gatekeeper.sandbox.folder import Folder
 from gatekeeper.sandbox.hub import Hub
 from gatekeeper.sandbox.kubectl import Kubectl
 from gatekeeper.sandbox.manifests import (
@@ -55,8 +56,8 @@ from gatekeeper.sandbox.manifests import (
     sandbox_policies,
     webhooks_by_url,
 )
-from gatekeeper.sandbox.pki import Pki, make_pki
-from gatekeeper.sandbox.process import Runner, SandboxError, alive, free_ports, ours
+from gatekeeper.sandbox.pki import make_pki
+from gatekeeper.sandbox.process import SandboxError, alive, free_ports, ours
 
 # Sandbox and default_dir live here; the rest live in manifests.py and process.py and are
 # re-exported for the code that imports them from here.
@@ -87,44 +88,11 @@ def default_dir(name: str = "default") -> Path:
 
 
 @dataclass
-class Sandbox:
-    """One sandbox cluster, identified by its folder."""
+class Sandbox(Folder):
+    """One sandbox cluster, identified by its folder (its paths: ``Folder``)."""
 
     dir: Path
     say: Callable[[str], None] = field(default=print, repr=False)
-
-    # ---- paths -------------------------------------------------------------------
-    @property
-    def state_file(self) -> Path:
-        return self.dir / "state.json"
-
-    @property
-    def kubeconfig(self) -> Path:
-        return self.dir / "kubeconfig"
-
-    @property
-    def log_dir(self) -> Path:
-        return self.dir / "logs"
-
-    @property
-    def bin_dir(self) -> Path:
-        """Links to every program of the sandbox, ``kubectl`` among them."""
-        return self.dir / "bin"
-
-    @property
-    def pki(self) -> Pki:
-        return Pki(self.dir / "pki")
-
-    @property
-    def runner(self) -> Runner:
-        """How this sandbox's processes are started, waited for and recorded."""
-        return Runner(
-            dir=self.dir,
-            log_dir=self.log_dir,
-            bin_dir=self.bin_dir,
-            kubeconfig=self.kubeconfig,
-            state_file=self.state_file,
-        )
 
     def state(self) -> dict[str, Any]:
         return self.runner.load()

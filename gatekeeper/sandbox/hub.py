@@ -29,6 +29,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from gatekeeper.controller import x509_build as x509util
 from gatekeeper.render.admission import HUB_POLICY_FILES, load_policies
 from gatekeeper.sandbox import build, control_plane, etcd, process
+from gatekeeper.sandbox.folder import Folder
 from gatekeeper.sandbox.kubectl import Kubectl
 from gatekeeper.sandbox.manifests import (
     GATEKEEPER_NAMESPACE,
@@ -37,8 +38,8 @@ from gatekeeper.sandbox.manifests import (
     crd_manifests,
     hub_member_rbac,
 )
-from gatekeeper.sandbox.pki import Pki, make_pki
-from gatekeeper.sandbox.process import Runner, SandboxError, alive, free_ports, ours, ready
+from gatekeeper.sandbox.pki import make_pki
+from gatekeeper.sandbox.process import SandboxError, alive, free_ports, ours, ready
 
 __all__ = ["GATEKEEPER", "Hub", "member_username"]
 
@@ -53,7 +54,7 @@ def member_username(cluster: str) -> str:
 
 
 @dataclass
-class Hub:
+class Hub(Folder):
     """One sandbox hub, identified by its folder (its kubeconfig is ``<dir>/kubeconfig``)."""
 
     dir: Path
@@ -66,28 +67,6 @@ class Hub:
         if not hub.pki.ca_key.exists():
             raise SandboxError(f"{kubeconfig} is not the kubeconfig of a sandbox hub (no {hub.pki.ca_key})")
         return hub
-
-    @property
-    def kubeconfig(self) -> Path:
-        return self.dir / "kubeconfig"
-
-    @property
-    def pki(self) -> Pki:
-        return Pki(self.dir / "pki")
-
-    @property
-    def bin_dir(self) -> Path:
-        return self.dir / "bin"
-
-    @property
-    def runner(self) -> Runner:
-        return Runner(
-            dir=self.dir,
-            log_dir=self.dir / "logs",
-            bin_dir=self.bin_dir,
-            kubeconfig=self.kubeconfig,
-            state_file=self.dir / "state.json",
-        )
 
     def state(self) -> dict[str, Any]:
         return self.runner.load()
