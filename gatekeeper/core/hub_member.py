@@ -22,15 +22,13 @@ Pools without ``spec.reservation`` are left exactly as the local plan has them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from gatekeeper.core.backends.pools import Actions, Admit, Snapshot, WaitStatus
+from gatekeeper.core.backends.pools import Actions, Admit, Snapshot, WaitStatus, held_back
 from gatekeeper.core.demand import GroupDemand
 from gatekeeper.core.lws import priority as lws_priority
 from gatekeeper.core.objects import as_map, meta, parse_time
-from gatekeeper.core.planner import PoolStatus
 from gatekeeper.core.pool import parse_pool
 from gatekeeper.core.reasons import Reason
 from gatekeeper.core.record import is_admitted
@@ -158,26 +156,9 @@ def charge_reservations(actions: Actions, snap: Snapshot, hub: HubView) -> tuple
         actions,
         admit=tuple(admit),
         waiting=actions.waiting + tuple(waiting),
-        pools=_held_back(actions.pools, waiting),
+        pools=held_back(actions.pools, waiting),
     )
     if not hub.reachable:
         return held, ClaimWrites()
     delete = [(c.name, c.uid) for group in claims.values() for c in group if c.name not in keep]
     return held, ClaimWrites(tuple(create), tuple(sorted(set(delete + stray))))
-
-
-def _held_back(pools: Mapping[str, PoolStatus], waiting: Sequence[WaitStatus]) -> dict[str, PoolStatus]:
-    """The Pools' status with the groups that wait for the hub counted as waiting, holding
-    nothing (the local plan counted them admitted)."""
-    out = dict(pools)
-    for wait in waiting:
-        st = out.get(wait.group.pool)
-        demand = wait.group.demand
-        if st is None or not isinstance(demand, GroupDemand):
-            continue
-        used = {r: max(a - demand.total.get(r, 0), 0) for r, a in st.used.items()}
-        free = {r: max(st.quota.get(r, 0) - used.get(r, 0), 0) for r in st.free}
-        out[wait.group.pool] = replace(
-            st, used=used, free=free, admitted=max(st.admitted - 1, 0), waiting=st.waiting + 1
-        )
-    return out

@@ -45,6 +45,9 @@ class Reason(StrEnum):
     HUB_UNREACHABLE = "HubUnreachable"
     """The group's pool is charged to a hub Reservation and the hub cannot be reached (or was
     not read yet): no new group of such a pool is admitted meanwhile."""
+    KARPENTER_UNAVAILABLE = "KarpenterUnavailable"
+    """The group's pool plans on Karpenter's NodePools (``spec.nodePools``) and they cannot be
+    read: no new group of such a pool is admitted meanwhile; other pools go on."""
     ADMISSION_TIMEOUT = "AdmissionTimeout"
     """An admitted group's pods were not all bound within its pool's ``spec.admissionTimeout``:
     it was given back (its pods deleted) and is tried again after a delay."""
@@ -67,6 +70,7 @@ _TRANSIENT = frozenset(
         Reason.NOT_MADE_BY_LWS,
         Reason.WAITING_FOR_RESERVATION,
         Reason.HUB_UNREACHABLE,
+        Reason.KARPENTER_UNAVAILABLE,
         Reason.ADMISSION_TIMEOUT,
     }
 )

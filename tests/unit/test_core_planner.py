@@ -467,6 +467,7 @@ def test_never_reasons_are_permanent_and_waits_are_not() -> None:
         Reason.NOT_MADE_BY_LWS,
         Reason.WAITING_FOR_RESERVATION,
         Reason.HUB_UNREACHABLE,
+        Reason.KARPENTER_UNAVAILABLE,
         Reason.ADMISSION_TIMEOUT,
     }
     assert {r for r in Reason if not r.permanent} == transient

@@ -30,7 +30,7 @@ from gatekeeper.controller.hub_link import HubLink
 from gatekeeper.controller.informer import Informer
 from gatekeeper.controller.loop import Write as Writer
 from gatekeeper.core import pass_through as admitted
-from gatekeeper.core.backends.pools import Actions, PassInputs, Snapshot, decide, plan_writes
+from gatekeeper.core.backends.pools import Actions, PassInputs, Snapshot, decide, hold_node_pools, plan_writes
 from gatekeeper.core.groups import DemandMemo
 from gatekeeper.core.hub_member import HubView, charge_reservations
 from gatekeeper.core.keys import LWS_NAME_LABEL, POOL_LABEL
@@ -134,13 +134,24 @@ class PoolsBackend:
             self.priorities,
             self.namespaces,
             self.statefulsets,
-            *(i for i in (self.node_pools, self.node_claims) if i is not None),
         ]
 
     @property
     def side_informers(self) -> list[Informer]:
-        """The hub's caches: a change there asks for a pass, but the loop never waits for them."""
-        return self.hub.informers if self.hub is not None else []
+        """The hub's caches and Karpenter's: a change there asks for a pass, but the loop never
+        waits for them (a hub down, or Karpenter's API missing, must not stop every pool)."""
+        karpenter = [i for i in (self.node_pools, self.node_claims) if i is not None]
+        return [*(self.hub.informers if self.hub is not None else []), *karpenter]
+
+    def karpenter_unreadable(self) -> str:
+        """Why Karpenter's NodePools and NodeClaims cannot be planned on now ("" when they can)."""
+        for inf in (i for i in (self.node_pools, self.node_claims) if i is not None):
+            if inf.failing_since:
+                since = datetime.fromtimestamp(inf.failing_since, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+                return f"{inf.resource.plural}: {inf.last_error[:200]} (since {since})"
+            if not inf.synced.is_set():
+                return f"{inf.resource.plural}: not listed yet"
+        return ""
 
     def snapshot(self) -> Snapshot:
         return Snapshot(
@@ -173,6 +184,8 @@ class PoolsBackend:
         # Pools charged to a hub Reservation admit nothing new without a hub to charge it on.
         view = self.hub.view() if self.hub is not None else NO_HUB
         actions, claims = charge_reservations(actions, snap, view)
+        # Pools that plan on Karpenter admit nothing new while its objects cannot be read.
+        actions = hold_node_pools(actions, snap, self.karpenter_unreadable())
         inputs = PassInputs(snap, self.memory, datetime.now(UTC), start)
         plan = await anyio.to_thread.run_sync(plan_writes, actions, inputs)
         took = _stage("plan", took)

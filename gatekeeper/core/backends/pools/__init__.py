@@ -6,6 +6,7 @@ already says so), gates, Events, in the order they must happen.
 """
 
 from gatekeeper.core.backends.pools.decide import Actions, Admit, Snapshot, WaitStatus, decide
+from gatekeeper.core.backends.pools.holdback import held_back, hold_node_pools
 from gatekeeper.core.backends.pools.writes import (
     MESSAGE_REFRESH_SECONDS,
     PassInputs,
@@ -27,6 +28,8 @@ __all__ = [
     "admit_status",
     "admitted_message",
     "decide",
+    "held_back",
+    "hold_node_pools",
     "plan_writes",
     "pool_status_patch",
     "restated_admission",
