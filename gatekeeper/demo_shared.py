@@ -15,7 +15,7 @@ makes a group's workers after its leader), and the groups are half-placed in bot
 clusters. With it, each cluster's Pool (``nodeFit: QuotaOnly``: its machines come when
 its pods ask) is charged to the hub's ``Reservation`` of 4 GPUs: exactly two whole groups
 run across the two clusters, every other pod stays gated, and no machine goes to part of
-a group. ``run`` prints each part and returns the verdicts (``tests/e2e/test_demo_shared.py``
+a group. ``run`` prints each part and returns the verdicts (``tests/e2e/test_shared_demo.py``
 checks them). Called by ``cli.demo`` and that test.
 """
 

@@ -1,7 +1,7 @@
 """What the end-to-end tests of a Reservation shared through a hub have in common.
 
 Why this exists: ``test_shared_reservation.py`` (two members sharing one Reservation) and
-``test_hub_members_gone.py`` (a member's heartbeat expiring) read the same objects: the
+``test_shared_members_gone.py`` (a member's heartbeat expiring) read the same objects: the
 hub's claims, the members' pods, a sampler of held and bound GPUs, and the ``scene``
 fixture (a Reservation of 4 GPUs, a Pool charged to it and an LWS in each member).
 """
