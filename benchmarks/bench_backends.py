@@ -1,28 +1,40 @@
-"""Side by side on one sandbox with the real Kueue and Volcano: five ways to admit LWS groups.
+"""Side by side on one sandbox with the real Kueue and Volcano: six ways to admit LWS groups.
 
 Modes:
-  default    the default scheduler alone (no queue, no gate)
-  kueue-lws  Kueue's own LWS integration (LWS labelled kueue.x-k8s.io/queue-name)
-  gk-kueue   the gatekeeper's kueue backend, with its node-fit AdmissionCheck on the ClusterQueue
-  gk-pools   the gatekeeper's pools backend (its own Pool object)
-  gk-volcano the gatekeeper's volcano backend (a Volcano Queue with the nodes' GPUs as capability)
+  default     the default scheduler alone (no queue, no gate)
+  kueue-lws   Kueue's own LWS integration (LWS labelled kueue.x-k8s.io/queue-name)
+  lws-volcano LWS's own Volcano provider: the LWS controller restarted with its global switch
+              (Configuration gangSchedulingManagement: {schedulerProvider: volcano}), the
+              gatekeeper stopped; the LWS's templates say schedulerName: volcano and the LWS
+              names its Queue (annotation scheduling.volcano.sh/queue-name); LWS writes one
+              PodGroup per group (minMember the size, 1 under LeaderReady); the switch is
+              turned off again after the run
+  gk-kueue    the gatekeeper's kueue backend, with its node-fit AdmissionCheck on the ClusterQueue
+  gk-pools    the gatekeeper's pools backend (its own Pool object)
+  gk-volcano  the gatekeeper's volcano backend (a Volcano Queue with the nodes' GPUs as capability)
+
+The two Volcano modes get the same Queue: the run's GPUs as capability.
 
 Scenarios (every pod asks 1 CPU and its GPUs; one-GPU nodes unless said):
   seed        the LWS issue: 4 one-GPU nodes, groups of 2, scaled 0 -> 10
   scale       GROUPS groups of SIZE one-GPU pods on 3/4 as many nodes: only 3/4 of them can run
   fragmented  groups of 2 pods x 2 GPUs on 8 nodes of 3 GPUs: quota (24 GPUs) says 6 groups,
               the nodes hold one such pod each, so only 4 groups can really run
+  leaderready the fragmented case with startupPolicy: LeaderReady (LWS creates a group's
+              workers once its leader is Ready): only 4 groups can run whole
 
 For each: seconds until the pods settle, whole groups running, GPUs held and GPUs stranded
 in incomplete groups, pods let through (no gate) that no node takes (quota held by groups
 that cannot run: Kueue's documented gap), API requests the API server served meanwhile (all clients:
-scheduler, controllers, Kueue, KWOK, gatekeeper) and those the gatekeeper made.
+scheduler, controllers, Kueue, Volcano, KWOK, gatekeeper) and those the gatekeeper made; seconds
+and API requests also as ratios against the default mode's run of the same scenario in the
+same run (the run without the gatekeeper; "-" when the default mode was not run first).
 
 Usage: python benchmarks/bench_backends.py [--groups 100] [--size 4]
-           [--scenarios seed,scale,fragmented] [--modes default,kueue-lws,gk-kueue,gk-pools,gk-volcano]
-           [--keep] [--dir FOLDER]
+           [--scenarios seed,scale,fragmented,leaderready]
+           [--modes default,kueue-lws,lws-volcano,gk-kueue,gk-pools,gk-volcano] [--keep] [--dir FOLDER]
 It starts its own sandbox with Kueue and Volcano's scheduler (folder sandboxes/bench-kueue in
-the cache) and stops it at the end unless --keep.
+the cache, or --dir) and stops it at the end unless --keep.
 """
 
 from __future__ import annotations
@@ -40,14 +52,17 @@ import anyio
 import kr8s.asyncio
 
 from gatekeeper.core.keys import POOL_LABEL, VOLCANO_API_VERSION
-from gatekeeper.sandbox.cluster import Sandbox, default_dir, fake_node
+from gatekeeper.sandbox.cluster import LWS_GANG_OFF, Sandbox, default_dir, fake_node
 from gatekeeper.sandbox.kueue import MANAGED_NAMESPACE_LABEL
 from gatekeeper.sandbox.observe import Verdict
 from gatekeeper.sandbox.replay import LeaderWorkerSet, settle
+from gatekeeper.sandbox.volcano import SCHEDULER_NAME as VOLCANO_SCHEDULER
 
 KUEUE = "kueue.x-k8s.io/v1beta2"
 NODE_FIT_CHECK = "bench-node-fit"
-MODES = ("default", "kueue-lws", "gk-kueue", "gk-pools", "gk-volcano")
+MODES = ("default", "kueue-lws", "lws-volcano", "gk-kueue", "gk-pools", "gk-volcano")
+#: LWS's annotation naming the Volcano Queue of its PodGroups (``volcano.sh/apis``' QueueNameAnnotationKey).
+VOLCANO_QUEUE_ANNOTATION = "scheduling.volcano.sh/queue-name"
 BACKENDS = {"gk-pools": "pools", "gk-volcano": "volcano"}
 
 
@@ -59,6 +74,7 @@ class Scenario:
     groups: int
     size: int
     gpus_per_pod: int
+    leader_ready: bool = False
 
     @property
     def gpus(self) -> int:
@@ -71,22 +87,41 @@ def scenarios(groups: int, size: int) -> dict[str, Scenario]:
         "scale": Scenario("scale", nodes=groups * size * 3 // 4, gpus_per_node=1, groups=groups, size=size,
                           gpus_per_pod=1),
         "fragmented": Scenario("fragmented", nodes=8, gpus_per_node=3, groups=8, size=2, gpus_per_pod=2),
+        "leaderready": Scenario("leaderready", nodes=8, gpus_per_node=3, groups=8, size=2, gpus_per_pod=2,
+                                leader_ready=True),
     }  # fmt: skip
 
 
-def lws(name: str, ns: str, sc: Scenario, tag: str, labels: dict[str, str]) -> dict[str, Any]:
+def lws(
+    name: str,
+    ns: str,
+    sc: Scenario,
+    tag: str,
+    labels: dict[str, str],
+    *,
+    annotations: dict[str, str] | None = None,
+    scheduler: str | None = None,
+) -> dict[str, Any]:
     res = {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": str(sc.gpus_per_pod)}
-    pod = {
+    pod: dict[str, Any] = {
         "spec": {
             "nodeSelector": {"bench": tag},
             "containers": [{"name": "c", "image": "vllm", "resources": {"requests": res, "limits": res}}],
         }
     }
+    if scheduler is not None:
+        pod["spec"]["schedulerName"] = scheduler
+    spec: dict[str, Any] = {
+        "replicas": sc.groups,
+        "leaderWorkerTemplate": {"size": sc.size, "workerTemplate": pod},
+    }
+    if sc.leader_ready:
+        spec["startupPolicy"] = "LeaderReady"
     return {
         "apiVersion": "leaderworkerset.x-k8s.io/v1",
         "kind": "LeaderWorkerSet",
-        "metadata": {"name": name, "namespace": ns, "labels": labels},
-        "spec": {"replicas": sc.groups, "leaderWorkerTemplate": {"size": sc.size, "workerTemplate": pod}},
+        "metadata": {"name": name, "namespace": ns, "labels": labels, "annotations": annotations or {}},
+        "spec": spec,
     }
 
 
@@ -102,12 +137,27 @@ def gatekeeper_requests(sb: Sandbox) -> float:
     return _sum(sb.metrics(), "gatekeeper_api_requests_total")
 
 
-def use_backend(sb: Sandbox, backend: str) -> None:
-    """Run the sandbox's gatekeeper with ``backend`` (restarting it if it runs another one)."""
+def use_backend(sb: Sandbox, backend: str | None) -> None:
+    """Run the sandbox's gatekeeper with ``backend`` (restarting it if it runs another one);
+    ``None``: no gatekeeper, LWS's own Volcano provider on. Any other: that provider off."""
+    if backend is None:
+        sb.stop("gatekeeper")
+        sb.up(nodes=0, gatekeeper=False, lws_gang_scheduler="volcano")
+        return
+    sb.up(nodes=0, gatekeeper=False, lws_gang_scheduler=LWS_GANG_OFF)
     if sb.state()["processes"].get("gatekeeper", {}).get("backend") == backend:
         return
     sb.stop("gatekeeper")
     sb.start_gatekeeper(backend=backend)
+
+
+def volcano_queue(sb: Sandbox, sc: Scenario, tag: str) -> str:
+    """A Volcano Queue with the run's GPUs as capability."""
+    sb.apply(
+        [{"apiVersion": VOLCANO_API_VERSION, "kind": "Queue", "metadata": {"name": f"vq-{tag}"},
+          "spec": {"weight": 1, "reclaimable": False, "capability": {"nvidia.com/gpu": str(sc.gpus)}}}]
+    )  # fmt: skip
+    return f"vq-{tag}"
 
 
 def kueue_queue(sb: Sandbox, sc: Scenario, tag: str, ns: str, *, node_fit: bool) -> str:
@@ -167,16 +217,54 @@ def kueue_queue(sb: Sandbox, sc: Scenario, tag: str, ns: str, *, node_fit: bool)
     raise RuntimeError(f"LocalQueue {ns}/lq did not become Active")
 
 
-async def one_run(sb: Sandbox, sc: Scenario, mode: str) -> str:
+@dataclass(frozen=True)
+class Run:
+    """One mode's run of one scenario: its figures."""
+
+    scenario: Scenario
+    mode: str
+    seconds: float
+    verdict: Verdict
+    unplaced: int
+    served: float
+    made: float | None
+
+    def row(self, base: Run | None) -> str:
+        sc, v = self.scenario, self.verdict
+
+        def ratio(mine: float, theirs: float | None) -> str:
+            return f"{mine / theirs:5.2f}x" if theirs else "     -"
+
+        made = f"{self.made:6.0f}" if self.made is not None else "     -"
+        slower = ratio(self.seconds, base.seconds if base else None)
+        busier = ratio(self.served, base.served if base else None)
+        return (
+            f"| {sc.name:11} | {self.mode:11} | {self.seconds:8.1f} | {slower:>10} | "
+            f"{v.whole_groups:5} / {sc.groups:<5} | {v.gpus_held:4} / {sc.gpus:<4} | {v.gpus_stranded:8} | "
+            f"{self.unplaced:8} | {self.served:8.0f} | {busier:>10} | {made} |"
+        )
+
+
+HEADER = (
+    "| scenario    | mode        | settle s | vs default | whole groups | GPUs held | stranded | unplaced "
+    "| API reqs | vs default | by gk  |\n"
+    "|-------------|-------------|---------:|-----------:|-------------:|----------:|---------:|---------:"
+    "|---------:|-----------:|-------:|"
+)
+
+
+async def one_run(sb: Sandbox, sc: Scenario, mode: str) -> Run:
     tag = "b" + uuid.uuid4().hex[:6]
     ns = f"bench-{sc.name}-{mode}-{tag}"
-    use_backend(sb, BACKENDS.get(mode, "kueue"))
+    use_backend(sb, None if mode == "lws-volcano" else BACKENDS.get(mode, "kueue"))
     sb.create_nodes(
         [fake_node(f"{tag}-{i}", gpus=sc.gpus_per_node, labels={"bench": tag}) for i in range(sc.nodes)]
     )
     labels = {MANAGED_NAMESPACE_LABEL: "true"} if mode == "kueue-lws" else {}
     sb.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": labels}}])
     lws_labels: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+    scheduler: str | None = None
     if mode == "kueue-lws":
         lws_labels["kueue.x-k8s.io/queue-name"] = kueue_queue(sb, sc, tag, ns, node_fit=False)
     elif mode == "gk-kueue":
@@ -188,31 +276,28 @@ async def one_run(sb: Sandbox, sc: Scenario, mode: str) -> str:
         )  # fmt: skip
         lws_labels[POOL_LABEL] = f"p-{tag}"
     elif mode == "gk-volcano":
-        sb.apply(
-            [{"apiVersion": VOLCANO_API_VERSION, "kind": "Queue", "metadata": {"name": f"vq-{tag}"},
-              "spec": {"weight": 1, "reclaimable": False, "capability": {"nvidia.com/gpu": str(sc.gpus)}}}]
-        )  # fmt: skip
-        lws_labels[POOL_LABEL] = f"vq-{tag}"
+        lws_labels[POOL_LABEL] = volcano_queue(sb, sc, tag)
+    elif mode == "lws-volcano":
+        annotations[VOLCANO_QUEUE_ANNOTATION] = volcano_queue(sb, sc, tag)
+        scheduler = VOLCANO_SCHEDULER
     await anyio.sleep(3)  # nodes Ready, service account made
     api = await kr8s.asyncio.api(kubeconfig=str(sb.kubeconfig))
-    served, made = apiserver_requests(sb), gatekeeper_requests(sb)
+    by_gk = mode.startswith("gk")
+    served, made = apiserver_requests(sb), gatekeeper_requests(sb) if by_gk else 0.0
     start = time.monotonic()
-    obj = await LeaderWorkerSet(lws("bench", ns, sc, tag, lws_labels), api=api)
+    body = lws("bench", ns, sc, tag, lws_labels, annotations=annotations, scheduler=scheduler)
+    obj = await LeaderWorkerSet(body, api=api)
     await obj.create()
     v: Verdict = await settle(
-        api, ns, "bench", expected_pods=sc.groups * sc.size, size=sc.size, timeout=900, stable_for=5
-    )
+        api, ns, "bench", expected_pods=sc.groups * sc.size, size=sc.size, timeout=900, stable_for=5,
+        leader_ready=sc.leader_ready,
+    )  # fmt: skip
     seconds = time.monotonic() - start - 5  # minus the stability window
     served = apiserver_requests(sb) - served
     # Let through but not placed: quota held by pods that cannot run (Kueue's documented gap).
     listed = json.loads(sb.kubectl("get", "pods", "-n", ns, "-o", "json").stdout)["items"]
     pending = sum(1 for p in listed if not p["spec"].get("schedulingGates") and not p["spec"].get("nodeName"))
-    made = gatekeeper_requests(sb) - made
-    line = (
-        f"| {sc.name:10} | {mode:9} | {seconds:7.1f} | {v.whole_groups:5} / {sc.groups:<5} | "
-        f"{v.gpus_held:4} / {sc.gpus:<4} | {v.gpus_stranded:8} | {pending:7} | {served:8.0f} | "
-        f"{f'{made:6.0f}' if mode.startswith('gk') else '     -'} |"
-    )
+    run = Run(sc, mode, seconds, v, pending, served, gatekeeper_requests(sb) - made if by_gk else None)
     sb.kubectl("delete", "namespace", ns, "--wait=true", "--timeout=300s", check=False)
     sb.kubectl("delete", "nodes", "-l", f"bench={tag}", "--wait=false", check=False)
     for kind, name in (
@@ -222,14 +307,14 @@ async def one_run(sb: Sandbox, sc: Scenario, mode: str) -> str:
         ("queue.scheduling.volcano.sh", f"vq-{tag}"),
     ):
         sb.kubectl("delete", kind, name, "--ignore-not-found", "--wait=false", check=False)
-    return line
+    return run
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--groups", type=int, default=100)
     ap.add_argument("--size", type=int, default=4)
-    ap.add_argument("--scenarios", default="seed,scale,fragmented")
+    ap.add_argument("--scenarios", default="seed,scale,fragmented,leaderready")
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--keep", action="store_true", help="leave the sandbox running")
     ap.add_argument(
@@ -239,17 +324,17 @@ def main() -> None:
     table = scenarios(args.groups, args.size)
     sb = Sandbox(args.dir or default_dir("bench-kueue"), say=lambda m: print(m, flush=True))
     sb.up(nodes=0, with_kueue=True, with_volcano=True)
-    rows = [
-        "| scenario   | mode      | settle s | whole groups | GPUs held | stranded | unplaced "
-        "| API reqs | by gk  |",
-        "|------------|-----------|---------:|-------------:|----------:|---------:|--------:|---------:|-------:|",
-    ]
+    modes = args.modes.split(",")
+    if unknown := [m for m in modes if m not in MODES]:
+        raise SystemExit(f"unknown mode {unknown[0]!r}: choose from {', '.join(MODES)}")
+    rows = [HEADER]
     try:
         for name in args.scenarios.split(","):
-            for mode in args.modes.split(","):
-                if mode not in MODES:
-                    raise SystemExit(f"unknown mode {mode!r}: choose from {', '.join(MODES)}")
-                row = anyio.run(one_run, sb, table[name], mode)
+            base: Run | None = None
+            for mode in modes:
+                run = anyio.run(one_run, sb, table[name], mode)
+                base = run if mode == "default" else base
+                row = run.row(base)
                 print(row, flush=True)
                 rows.append(row)
         print("\n".join(rows))

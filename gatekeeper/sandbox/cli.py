@@ -77,6 +77,15 @@ def _parse_labels(labels: tuple[str, ...]) -> dict[str, str]:
     help="Also run Prometheus, scraping the gatekeeper's /metrics every second (prints its URL).",
 )
 @click.option(
+    "--lws-gang-scheduling",
+    "lws_gang_scheduler",
+    type=click.Choice(["volcano", "none"]),
+    default=None,
+    help="Run the LWS controller with LWS's own gang scheduling (gangSchedulingManagement."
+    "schedulerProvider) for every LWS of the cluster; volcano implies --with-volcano, none turns "
+    "it off. Not given: a running sandbox keeps what it runs with.",
+)
+@click.option(
     "--audit",
     is_flag=True,
     help="Have the API server log every write (who, which user agent, when) to logs/audit.log.",
@@ -99,6 +108,7 @@ def sandbox_up(
     with_karpenter: bool,
     with_volcano: bool,
     with_prometheus: bool,
+    lws_gang_scheduler: str | None,
     audit: bool,
     hub_kubeconfig: Path | None,
     cluster_name: str,
@@ -119,6 +129,7 @@ def sandbox_up(
             with_karpenter=with_karpenter,
             with_volcano=with_volcano,
             with_prometheus=with_prometheus,
+            lws_gang_scheduler=lws_gang_scheduler,
             audit=audit,
             hub=hub_kubeconfig,
             cluster_name=cluster_name,

@@ -63,6 +63,7 @@ from gatekeeper.sandbox.process import SandboxError, alive, free_ports, ours
 # re-exported for the code that imports them from here.
 __all__ = [
     "GATEKEEPER_NAMESPACE",
+    "LWS_GANG_OFF",
     "POLICIES_LABEL",
     "POLICIES_OFF",
     "SANDBOX_HEARTBEAT_SECONDS",
@@ -77,6 +78,10 @@ __all__ = [
 
 SANDBOX_HEARTBEAT_SECONDS = 10
 """A member sandbox's heartbeat on its hub (``--hub-heartbeat-seconds``)."""
+
+
+#: ``Sandbox.up(lws_gang_scheduler=...)``: LWS's own gang scheduling off.
+LWS_GANG_OFF = "none"
 
 
 def default_dir(name: str = "default") -> Path:
@@ -142,6 +147,7 @@ class Sandbox(Folder):
         with_karpenter: bool = False,
         with_volcano: bool = False,
         with_prometheus: bool = False,
+        lws_gang_scheduler: str | None = None,
         audit: bool = False,
         hub: Path | None = None,
         cluster_name: str = "",
@@ -159,6 +165,10 @@ class Sandbox(Folder):
         ``with_volcano`` does the same for Volcano's scheduler (``volcano.py``), and
         ``with_prometheus`` for a Prometheus that scrapes the gatekeeper every second
         (``prometheus.py``; its URL is :meth:`prometheus_url`).
+        ``lws_gang_scheduler`` (``volcano``) runs the LWS controller with LWS's own gang
+        scheduling on for every LWS of the cluster (``lws.py``), and implies ``with_volcano``;
+        ``"none"`` turns it off; on a running sandbox the LWS controller is restarted when it
+        runs otherwise, and ``None`` (the default) keeps what it runs with.
         ``audit`` has the API server write an audit log of every write
         (``control_plane.AUDIT_LOG``), restarting it to turn it on if need be. ``hub`` (a
         sandbox hub's kubeconfig) joins the sandbox to that hub as member ``cluster_name``:
@@ -169,6 +179,13 @@ class Sandbox(Folder):
             raise SandboxError(f"--cluster-name {cluster_name!r}: a member needs a DNS label as its name")
         start = time.monotonic()
         runner, kubectl = self.runner, self._kubectl()
+        if lws_gang_scheduler is not None and lws_gang_scheduler != LWS_GANG_OFF:
+            if lws_gang_scheduler not in lws.GANG_SCHEDULERS:
+                raise SandboxError(
+                    f"LWS gang scheduling {lws_gang_scheduler!r}: LWS knows {', '.join(lws.GANG_SCHEDULERS)}"
+                )
+            with_volcano = True
+        gang = None if lws_gang_scheduler in (None, LWS_GANG_OFF) else lws_gang_scheduler
         if not self.is_up() and self.state_file.exists():
             if self._resumable():
                 self._restart_dead()
@@ -191,6 +208,9 @@ class Sandbox(Folder):
                 installed = build.build_all(["prometheus"], say=self.say)
                 build.link_bins(self.bin_dir, installed)
                 prometheus.start_prometheus(runner, self.state())
+            if lws_gang_scheduler is not None and self.state().get(lws.STATE_KEY) != gang:
+                self.say(f"LWS controller: gang scheduling {gang or 'off'}, restarting it")
+                lws.reconfigure(runner, self.state(), self.pki, gang)
             if with_karpenter and karpenter.COMPONENT not in self.running():
                 installed = build.build_all(["karpenter"], say=self.say)
                 build.link_bins(self.bin_dir, installed)
@@ -233,7 +253,7 @@ class Sandbox(Folder):
             control_plane.start_controller_manager(runner, state, pki)
             control_plane.start_scheduler(runner, state)
             kwok.start(runner, state, installed["kwok"])
-            lws.start(runner, state, installed["lws"], pki, kubectl)
+            lws.start(runner, state, installed["lws"], pki, kubectl, gang_scheduler=gang)
             if with_kueue:
                 kueue.start_kueue(runner, state, installed["kueue"], pki, kubectl)
             if with_karpenter:

@@ -19,7 +19,13 @@ import kr8s.asyncio
 import yaml
 from kr8s.asyncio.objects import new_class
 
-from gatekeeper.core.keys import LWS_API_VERSION, LWS_KIND, LWS_NAME_LABEL
+from gatekeeper.core.keys import (
+    GROUP_INDEX_LABEL,
+    LWS_API_VERSION,
+    LWS_KIND,
+    LWS_NAME_LABEL,
+    WORKER_INDEX_LABEL,
+)
 from gatekeeper.sandbox.observe import Verdict, summarize
 
 __all__ = [
@@ -97,14 +103,45 @@ async def _pods(api: kr8s.asyncio.Api, namespace: str, lws_name: str) -> list[di
     return await list_raw(api, "pods", namespace=namespace, label_selector={LWS_NAME_LABEL: lws_name})
 
 
+def _ready(pod: Mapping[str, Any]) -> bool:
+    conds = {c.get("type"): c for c in pod.get("status", {}).get("conditions", [])}
+    return bool(conds.get("Ready", {}).get("status") == "True")
+
+
 def _settled(pod: Mapping[str, Any]) -> bool:
-    """A pod is done moving: Ready, or gated, or found unschedulable by the scheduler."""
-    status = pod.get("status", {})
-    conds = {c.get("type"): c for c in status.get("conditions", [])}
-    if conds.get("Ready", {}).get("status") == "True":
+    """A pod is done moving: Ready, or gated, or found unschedulable by the scheduler.
+
+    Volcano's scheduler says ``Schedulable`` (not bound) of a pod that would fit a node
+    but whose gang as a whole did not: it waits as an ``Unschedulable`` one does.
+    """
+    if _ready(pod):
         return True
+    conds = {c.get("type"): c for c in pod.get("status", {}).get("conditions", [])}
     sched = conds.get("PodScheduled", {})
-    return sched.get("status") == "False" and sched.get("reason") in ("Unschedulable", "SchedulingGated")
+    return sched.get("status") == "False" and sched.get("reason") in (
+        "Unschedulable",
+        "SchedulingGated",
+        "Schedulable",
+    )
+
+
+def _leader_ready_complete(live: list[dict[str, Any]], groups: int, size: int) -> bool:
+    """Under LeaderReady: every group has its leader, and each Ready leader its ``size`` pods.
+
+    LWS creates a group's workers only once its leader is Ready, so a group whose leader
+    waits has one pod, not ``size``.
+    """
+    per_group: dict[str, list[dict[str, Any]]] = {}
+    for p in live:
+        per_group.setdefault(str(p["metadata"].get("labels", {}).get(GROUP_INDEX_LABEL)), []).append(p)
+    leaders = [p for p in live if str(p["metadata"].get("labels", {}).get(WORKER_INDEX_LABEL, "")) == "0"]
+    if len(leaders) != groups:
+        return False
+    return all(
+        len(per_group[str(p["metadata"]["labels"].get(GROUP_INDEX_LABEL))]) == size
+        for p in leaders
+        if _ready(p)
+    )
 
 
 async def settle(
@@ -116,8 +153,14 @@ async def settle(
     size: int,
     timeout: float = 180,
     stable_for: float = 3.0,
+    leader_ready: bool = False,
 ) -> Verdict:
-    """Wait until the LWS has ``expected_pods`` pods, each settled, unchanged for ``stable_for`` s."""
+    """Wait until the LWS has ``expected_pods`` pods, each settled, unchanged for ``stable_for`` s.
+
+    With ``leader_ready`` (the LWS's ``startupPolicy: LeaderReady``) a group whose leader
+    is not Ready has no workers yet: the LWS is settled when each of its
+    ``expected_pods // size`` groups has a leader and each Ready leader its workers.
+    """
     deadline = time.monotonic() + timeout
     last: tuple[Any, ...] | None = None
     since = time.monotonic()
@@ -125,7 +168,11 @@ async def settle(
     while time.monotonic() < deadline:
         pods = await _pods(api, namespace, lws_name)
         live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
-        done = len(pods) == expected_pods and len(live) == expected_pods and all(_settled(p) for p in live)
+        if leader_ready:
+            complete = len(pods) == len(live) and _leader_ready_complete(live, expected_pods // size, size)
+        else:
+            complete = len(pods) == expected_pods and len(live) == expected_pods
+        done = complete and all(_settled(p) for p in live)
         snapshot = tuple(
             sorted(
                 (

@@ -15,6 +15,7 @@ from cryptography import x509
 
 from gatekeeper.sandbox import build
 from gatekeeper.sandbox.cluster import fake_node, lws_webhooks
+from gatekeeper.sandbox.lws import lws_config
 from gatekeeper.sandbox.observe import GATE, summarize
 from gatekeeper.sandbox.pki import make_pki
 from gatekeeper.sandbox.prometheus import JOB, scrape_config
@@ -275,3 +276,13 @@ def test_prometheus_scrapes_the_gatekeeper_every_second() -> None:
     [job] = conf["scrape_configs"]
     assert (job["job_name"], job["metrics_path"]) == (JOB, "/metrics")
     assert job["static_configs"] == [{"targets": ["127.0.0.1:18080"]}]
+
+
+def test_lws_config_turns_on_lws_own_gang_scheduling_only_when_asked(tmp_path: Path) -> None:
+    pki = make_pki(tmp_path / "pki")
+    ports = {"lws_webhook": 1, "lws_health": 2}
+    assert "gangSchedulingManagement" not in lws_config(ports, pki)
+    on = lws_config(ports, pki, "volcano")
+    assert on["gangSchedulingManagement"] == {"schedulerProvider": "volcano"}
+    with pytest.raises(ValueError, match="knows volcano"):
+        lws_config(ports, pki, "yunikorn")
