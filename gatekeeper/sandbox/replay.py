@@ -206,8 +206,13 @@ async def replay(
     *,
     steps: tuple[tuple[str, int], ...] = SEED_STEPS,
     on_step: Callable[[StepResult], Awaitable[None]] | None = None,
+    stable_for: float = 3.0,
 ) -> list[StepResult]:
-    """Run the steps against ``lws_obj`` in ``namespace``; return what each step left behind."""
+    """Run the steps against ``lws_obj`` in ``namespace``; return what each step left behind.
+
+    A step is judged once its pods are settled and unchanged for ``stable_for`` seconds
+    (longer where groups are let in one after another, as the volcano backend does).
+    """
     body = copy.deepcopy(dict(lws_obj))
     body.setdefault("metadata", {})["namespace"] = namespace
     name = body["metadata"]["name"]
@@ -222,7 +227,9 @@ async def replay(
             await lws.create()
         else:
             await lws.scale(replicas)
-        verdict = await settle(api, namespace, name, expected_pods=replicas * size, size=size)
+        verdict = await settle(
+            api, namespace, name, expected_pods=replicas * size, size=size, stable_for=stable_for
+        )
         result = StepResult(command, replicas, verdict, time.monotonic() - start)
         results.append(result)
         if on_step is not None:

@@ -27,8 +27,11 @@ import time
 from collections import Counter
 from typing import Any
 
+import kr8s.asyncio
+
 from gatekeeper.core.keys import LWS_NAME_LABEL, POOL_LABEL, VOLCANO_API_VERSION, VOLCANO_GROUP_ANNOTATION
 from gatekeeper.sandbox.cluster import Sandbox, fake_node
+from gatekeeper.sandbox.replay import isolate, load_scenario, replay
 from gatekeeper.sandbox.volcano import SCHEDULER_NAME
 from tests.e2e.kueue_support import (
     condition,
@@ -315,3 +318,54 @@ def test_two_queues_side_by_side_each_admits_within_its_own_capability(volcano_s
         ),
     )
     assert queues == {"a-0-gk": ns, "a-1-gk": ns, "b-0-gk": other, "b-1-gk": other}
+
+
+QUOTA_WORDS = "queue resource quota insufficient"
+"""What Volcano's proportion plugin says of a PodGroup its Queue has no room for."""
+
+
+def recs_now(sb: Sandbox, ns: str) -> dict[int, dict[str, Any]]:
+    """The namespace's records by group index, as they are now."""
+    return {r["spec"]["groupIndex"]: r for r in records(sb, ns)}
+
+
+async def test_seed_replay_runs_groups_0_and_1_whole_at_every_step_and_the_rest_wait_gated(
+    volcano_sandbox: Sandbox,
+) -> None:
+    """The LWS issue's steps (apply 2, scale 0, 4, 0, 10) on its four one-GPU nodes, the LWS
+    opted in to a Volcano Queue of the nodes' 4 GPUs: after every step with groups, exactly
+    groups 0 and 1 run whole, nothing is stranded, every other pod waits gated."""
+    sb = volcano_sandbox
+    ns = _setup(sb, new_tag(), nodes=4, gpus_per_node=1, queue_gpus=4)
+    body = isolate(load_scenario()["lws"], {TAINT: ns}, TAINT)
+    body["metadata"]["labels"][POOL_LABEL] = ns
+    api = await kr8s.asyncio.api(kubeconfig=str(sb.kubeconfig))
+    # Groups are let in one after another (a PodGroup, Volcano's cycle of 1 s, a pass): a
+    # step is judged once its pods stay unchanged for 10 s, not 3.
+    try:
+        steps = await replay(api, ns, body, stable_for=10)
+    finally:
+        _show(sb, ns)
+    for s in steps:
+        print(f"{s.command}: {s.verdict.line(4)} ({s.seconds:.1f}s)")
+    for step in steps:
+        v = step.verdict
+        if step.replicas == 0:
+            assert not v.groups, f"{step.command}: no pod is left"
+            continue
+        whole = sorted(g.index for g in v.groups.values() if g.whole(2))
+        assert whole == [0, 1], f"{step.command}: whole groups {whole}"
+        assert v.gpus_stranded == 0 and v.partial_groups == 0, f"{step.command}: {v.line(4)}"
+        assert v.gated_pods == 2 * (step.replicas - 2), f"{step.command}: every other pod is gated"
+    recs = {r["spec"]["groupIndex"]: r for r in records(sb, ns)}
+    assert sorted(i for i, r in recs.items() if condition(r, "Admitted").get("status") == "True") == [0, 1]
+    offered = wait(
+        "group 2's record in Volcano's words",
+        lambda: (lambda m: m if QUOTA_WORDS in m else None)(
+            condition(recs_now(sb, ns)[2], "Admitted")["message"]
+        ),
+    )
+    assert offered.startswith(f"group 2 waits in Volcano Queue {ns} (PodGroup vllm-2-gk, Pending)")
+    for i in range(3, 10):
+        assert "one PodGroup at a time" in condition(recs[i], "Admitted")["message"], recs[i]
+    assert set(_phases(sb, ns)) == {"vllm-0-gk", "vllm-1-gk", "vllm-2-gk"}
