@@ -369,3 +369,55 @@ async def test_seed_replay_runs_groups_0_and_1_whole_at_every_step_and_the_rest_
     for i in range(3, 10):
         assert "one PodGroup at a time" in condition(recs[i], "Admitted")["message"], recs[i]
     assert set(_phases(sb, ns)) == {"vllm-0-gk", "vllm-1-gk", "vllm-2-gk"}
+
+
+def test_priority_within_a_queue_the_higher_priority_waiting_group_goes_first(
+    volcano_sandbox: Sandbox,
+) -> None:
+    """A Queue of 2 GPUs held by one running group of 2; an LWS of a low PriorityClass comes
+    and waits (its PodGroup offered, Pending), then one of a high class: the high group's
+    PodGroup is offered in its stead, and when the Queue's room frees the high group runs
+    whole while the low one keeps waiting gated."""
+    sb = volcano_sandbox
+    ns = _setup(sb, new_tag(), nodes=3, gpus_per_node=4, queue_gpus=2)
+    low, high = f"low-{ns}", f"high-{ns}"
+    sb.apply(
+        [
+            {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": low},
+             "value": 10},
+            {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": high},
+             "value": 1000},
+        ]
+    )  # fmt: skip
+    try:
+        sb.apply([_lws(ns, "first", replicas=1, size=2)])
+        wait("the first LWS's group running whole", lambda: settled(sb, ns, running=1, gated=0, size=2))
+        sb.apply([_lws(ns, "batch", replicas=1, size=2, priority_class=low)])
+        wait(
+            "the low group's PodGroup offered and left Pending by Volcano",
+            lambda: _phases(sb, ns).get("batch-0-gk") == "Pending",
+        )
+        sb.apply([_lws(ns, "serve", replicas=1, size=2, priority_class=high)])
+        wait(
+            "the high group's PodGroup offered in the low one's stead",
+            lambda: (lambda p: "serve-0-gk" in p and "batch-0-gk" not in p)(_phases(sb, ns)),
+        )
+        sb.kubectl("delete", "leaderworkerset", "first", "-n", ns, "--wait=false")
+        wait(
+            "the high group running whole, the low group gated",
+            lambda: (
+                settled(sb, ns, running=1, gated=0, size=2, lws_name="serve")
+                and settled(sb, ns, running=0, gated=1, size=2, lws_name="batch")
+                and not group_states(sb, ns, "first")
+            ),
+            timeout=120,
+        )
+        time.sleep(5)  # a few more Volcano cycles and passes: nothing else is let in
+        assert settled(sb, ns, running=0, gated=1, size=2, lws_name="batch"), group_states(sb, ns, "batch")
+        said = condition(
+            next(r for r in records(sb, ns) if r["spec"]["leaderWorkerSet"] == "batch"), "Admitted"
+        )
+        assert said["status"] == "False", said
+    finally:
+        _show(sb, ns)
+        sb.kubectl("delete", "priorityclass", low, high, "--ignore-not-found", check=False)

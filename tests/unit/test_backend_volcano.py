@@ -354,3 +354,92 @@ def test_the_highest_priority_waiting_group_of_a_queue_is_offered_first_then_the
 
     assert offered({"urgent": 1000}) == ["chat"]
     assert offered({}) == ["batch"], "no class known: the oldest LWS first"
+
+
+def _low_and_high() -> tuple[dict[str, Any], dict[str, Any]]:
+    low = (
+        lws("batch")
+        .uid("b" * 36)
+        .pool(QUEUE)
+        .size(1)
+        .leader(gpu_limit=1)
+        .priority_class("bulk")
+        .age(50)
+        .obj()
+    )
+    high = (
+        lws("chat")
+        .uid("c" * 36)
+        .pool(QUEUE)
+        .size(1)
+        .leader(gpu_limit=1)
+        .priority_class("urgent")
+        .age(10)
+        .obj()
+    )
+    return low, high  # fmt: skip
+
+
+def _offer(lws_obj: dict[str, Any], phase: str) -> dict[str, Any]:
+    obj = new_pod_group(_state_of(lws_obj), lws_obj, "rec-uid-0")
+    obj["metadata"]["uid"] = f"pg-uid-{lws_obj['metadata']['name']}"
+    obj["status"] = {"phase": phase}
+    return obj
+
+
+def _state_of(lws_obj: dict[str, Any]) -> GroupState:
+    name = lws_obj["metadata"]["name"]
+    return lws_groups("default", name, lws_obj, pods_by_group([]), {}, lambda *_: set(), DemandMemo())[
+        0
+    ].state
+
+
+@pytest.mark.parametrize(
+    ("low_phase", "low_started", "priorities", "withdrawn"),
+    [
+        ("Pending", False, {"bulk": 10, "urgent": 1000}, True),
+        (None, False, {"bulk": 10, "urgent": 1000}, True),  # not evaluated by Volcano yet
+        ("Pending", False, {"bulk": 1000, "urgent": 1000}, False),  # same priority: no churn
+        ("Pending", False, {"bulk": 1000, "urgent": 10}, False),  # the waiting one is lower
+        ("Inqueue", False, {"bulk": 10, "urgent": 1000}, False),  # Volcano let it in: it goes
+        ("Pending", True, {"bulk": 10, "urgent": 1000}, False),  # started: its room is its own
+    ],
+)
+def test_an_offer_volcano_has_not_let_in_is_withdrawn_for_a_higher_priority_group_of_the_queue(
+    low_phase: str | None, low_started: bool, priorities: dict[str, int], withdrawn: bool
+) -> None:
+    low, high = _low_and_high()
+    offer = _offer(low, low_phase or "Pending")
+    if low_phase is None:
+        del offer["status"]
+    recs = [rec(low, 0, admitted=low_started), rec(high, 0)]
+    low_pod = lws_pod(
+        "batch", 0, 0, pool=QUEUE, gated=not low_started, node_name="n0" if low_started else None
+    )
+    pods = [low_pod, lws_pod("chat", 0, 0, pool=QUEUE)]
+    snapshot = VolcanoSnapshot(
+        lwss=[low, high], pods=pods, records=recs, pod_groups=[offer], nodes=gpu_nodes(4),
+        priorities=priorities,
+    )  # fmt: skip
+    acts = decide_volcano(snapshot)
+    assert not acts.create_pod_groups, "the Queue holds the offer this pass: the next one offers"
+    if not withdrawn:
+        assert not acts.withdraw_pod_groups
+        return
+    assert acts.withdraw_pod_groups == (("default", "batch-0-gk", "pg-uid-batch"),)
+    said = next(st for st in acts.statuses if st.group.key.name == "batch")
+    assert not said.admitted and not acts.ungate
+    assert said.message == (
+        f"group 0 waits in Volcano Queue {QUEUE}: its PodGroup batch-0-gk is withdrawn for group 0 "
+        "of LWS chat, of a higher priority"
+    )
+    deletes = [w for w in walk(plan_writes(acts, snapshot, Memory(), NOW)) if w.op.value == "delete"]
+    assert [(w.resource, w.name, w.uid) for w in deletes] == [
+        (POD_GROUP_PLURAL, "batch-0-gk", "pg-uid-batch")
+    ]
+    # The next pass, the offer gone: the higher-priority group is offered first.
+    after = VolcanoSnapshot(
+        lwss=[low, high], pods=pods, records=recs, pod_groups=[], nodes=gpu_nodes(4),
+        priorities=priorities,
+    )  # fmt: skip
+    assert [g.key.name for g, _ in decide_volcano(after).create_pod_groups] == ["chat"]

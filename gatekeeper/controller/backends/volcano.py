@@ -104,5 +104,7 @@ class VolcanoBackend:
             VOLCANO_ADMISSIONS.inc()
         elif one.tag == "podgroup":
             log.info("created PodGroup %s/%s in Volcano Queue %s", one.namespace, one.name, one.labels[0])
+        elif one.tag == "withdraw":
+            log.info("withdrew PodGroup %s/%s for a group of a higher priority", one.namespace, one.name)
         elif one.tag == "release":
             log.info("released %s %s/%s", one.resource, one.namespace, one.name)

@@ -21,7 +21,10 @@ Volcano Queue):
   the Queue's capability (``tests/e2e/test_volcano_backend.py`` shows it). Offered one at
   a time, each is judged against the room the others hold. Groups are offered highest
   priority first (the LWS's PriorityClass, as its pods get it), then oldest LWS, then
-  namespace, LWS name and index.
+  namespace, LWS name and index. An offer Volcano has not let in (its group's pods all
+  gated, nothing of it started) is withdrawn, its PodGroup deleted, when a group of a
+  higher priority waits in the same Queue: the next pass offers that group in its stead,
+  so a higher-priority LWS that comes later does not wait behind a lower one's offer.
 * Volcano puts the PodGroup ``Inqueue``: the group's gated pods lose their gate together,
   if the whole group fits the nodes now (``core.fit``, placements of this pass kept so that
   two groups do not count the same room). Pods of an admitted group that come later
@@ -115,6 +118,9 @@ class VolcanoActions:
     create_records: tuple[GroupState, ...] = ()
     create_pod_groups: tuple[tuple[GroupState, str], ...] = ()
     """(group, record UID): PodGroups to create, owned by the record."""
+    withdraw_pod_groups: tuple[tuple[str, str, str], ...] = ()
+    """(namespace, PodGroup, its UID): offers Volcano has not let in, deleted for a group of a
+    higher priority waiting in the same Queue."""
     release: tuple[tuple[str, str], ...] = ()
     """(namespace, record): groups gone; their record is deleted (the PodGroup follows)."""
     ungate: tuple[Ungate, ...] = ()
@@ -136,6 +142,20 @@ def _misfit(m: Misfit) -> str:
     return f"pod {m.pod} ({m.role}) finds no node with {what}; {m.placed} pods placed of the group"
 
 
+def _higher_waiting(
+    g: LwsGroup, waiting: Sequence[LwsGroup], rank: Mapping[tuple[str, str], tuple[int, str]]
+) -> LwsGroup | None:
+    """The first group of ``waiting`` (no PodGroup yet, same Queue) whose LWS has a strictly
+    higher priority than ``g``'s; ``None`` when there is none."""
+
+    def value(one: LwsGroup) -> int:
+        return -rank.get((one.state.key.namespace, one.state.key.name), (0, ""))[0]
+
+    mine = value(g)
+    ahead = [w for w in waiting if value(w) > mine]
+    return min(ahead, key=lambda w: (-value(w), w.state.key)) if ahead else None
+
+
 def decide_volcano(snap: VolcanoSnapshot, demands: DemandMemo | None = None) -> VolcanoActions:
     """One pass of the ``volcano`` backend (see the module docstring)."""
     memo = demands or DemandMemo()
@@ -149,6 +169,7 @@ def decide_volcano(snap: VolcanoSnapshot, demands: DemandMemo | None = None) -> 
 
     groups: list[LwsGroup] = []
     rank: dict[tuple[str, str], tuple[int, str]] = {}
+    withdraw: list[tuple[str, str, str]] = []
     """Per LWS: (minus its priority, its creation time), the order its groups are offered in."""
     for lws in sorted(snap.lwss, key=lambda o: object_key(o) or ("", "")):
         key = object_key(lws)
@@ -198,6 +219,22 @@ def decide_volcano(snap: VolcanoSnapshot, demands: DemandMemo | None = None) -> 
         st = g.state
         ns, pg_name = st.key.namespace, str(meta(pg).get("name"))
         answer = volcano_state(pg, tuple(said.get((ns, pg_name), ())))
+        started = any(p.live and not p.gated for p in g.present) or is_admitted(g.record)
+        if not answer.admitted and not started:
+            ahead = _higher_waiting(g, offers.get(st.pool, []), rank)
+            if ahead is not None:
+                withdraw.append((ns, pg_name, str(meta(pg).get("uid") or "")))
+                statuses.append(
+                    VolcanoStatus(
+                        st,
+                        False,
+                        WAITING_FOR_VOLCANO,
+                        f"group {st.key.index} waits in Volcano Queue {st.pool}: its PodGroup {pg_name} "
+                        f"is withdrawn for group {ahead.state.key.index} of LWS {ahead.state.key.name}, "
+                        "of a higher priority",
+                    )
+                )
+                continue
         if not answer.admitted:
             words = f": {answer.message}" if answer.message else ""
             statuses.append(
@@ -211,7 +248,6 @@ def decide_volcano(snap: VolcanoSnapshot, demands: DemandMemo | None = None) -> 
                 )
             )
             continue
-        started = any(p.live and not p.gated for p in g.present) or is_admitted(g.record)
         if st.gated and not started:
             assert isinstance(st.demand, GroupDemand)
             placed = table.place(_ALL, st.demand.pods)
@@ -273,6 +309,7 @@ def decide_volcano(snap: VolcanoSnapshot, demands: DemandMemo | None = None) -> 
     return VolcanoActions(
         create_records=tuple(create_records),
         create_pod_groups=tuple(create_pod_groups),
+        withdraw_pod_groups=tuple(withdraw),
         release=tuple(release),
         ungate=tuple(ungate),
         statuses=tuple(statuses),

@@ -43,8 +43,8 @@ def record_status_patch(
 
 
 def plan_writes(actions: VolcanoActions, snap: VolcanoSnapshot, memory: Memory, now: datetime) -> Plan:
-    """Every write of one pass, in order: records released and made, PodGroups made; then
-    gates lifted, and the records' words."""
+    """Every write of one pass, in order: records released and made, PodGroups made and
+    withdrawn; then gates lifted, and the records' words."""
     stamp = rfc3339(now)
     lwss = index_by_key(snap.lwss)
     records = index_by_key(snap.records)
@@ -83,6 +83,9 @@ def plan_writes(actions: VolcanoActions, snap: VolcanoSnapshot, memory: Memory, 
                 labels=(group.pool,),
             )
         )
+
+    for ns, name, uid in actions.withdraw_pod_groups:
+        first.append(Write(Op.DELETE, POD_GROUP_PLURAL, ns, name, uid=uid or None, tag="withdraw"))
 
     second: list[Write] = []
     for one in actions.ungate:
