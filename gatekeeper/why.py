@@ -4,9 +4,10 @@ Why this exists: the answer to "why is my LWS not running?" spans the LWS, its p
 groups' records, the pool and the groups that hold it. This module reads those objects
 with the user's own kubeconfig (read-only: list and get, nothing written) and hands them
 to ``core.explain``, which puts the answer together; ``cli.py`` prints it as text or
-JSON. It works for both backends: with ``pools`` the pool is a ``Pool``; with ``kueue``
-the LWS's label names a LocalQueue, and the pool shown is its ClusterQueue. Called by
-``cli.why_cmd`` only.
+JSON. It works for the three backends: with ``pools`` the pool is a ``Pool``; with
+``kueue`` the LWS's label names a LocalQueue, and the pool shown is its ClusterQueue; with
+``volcano`` the label names a Volcano Queue, shown with its capability and what Volcano
+reports allocated in it. Called by ``cli.why_cmd`` only.
 """
 
 from __future__ import annotations
@@ -18,7 +19,14 @@ from typing import Any
 import kr8s
 import kr8s.asyncio
 
-from gatekeeper.core.explain import LwsAnswer, PoolView, explain_lws, explain_pool, kueue_pool_view
+from gatekeeper.core.explain import (
+    LwsAnswer,
+    PoolView,
+    explain_lws,
+    explain_pool,
+    kueue_pool_view,
+    volcano_queue_view,
+)
 
 __all__ = ["LwsAnswer", "NotFound", "PoolView", "as_json", "default_namespace", "why_lws", "why_pool"]
 from gatekeeper.core.keys import LWS_NAME_LABEL, POOL_LABEL
@@ -27,6 +35,7 @@ from gatekeeper.core.objects import as_map, meta
 LWS_KIND = "leaderworkersets.leaderworkerset.x-k8s.io"
 RECORD_KIND = "groupadmissions.lws-gatekeeper.io"
 POOL_KIND = "pools.lws-gatekeeper.io"
+VOLCANO_QUEUE_KIND = "queues.scheduling.volcano.sh"
 
 
 class NotFound(Exception):
@@ -60,10 +69,15 @@ async def _classes(api: kr8s.asyncio.Api) -> dict[str, int]:
 async def _pool_view(
     api: kr8s.asyncio.Api, pool: str, namespace: str, records: list[dict[str, Any]]
 ) -> PoolView:
-    """The pool behind ``pool``: a Pool of that name, else the ClusterQueue of the LocalQueue."""
+    """The pool behind ``pool``: a Pool of that name, else the ClusterQueue of the LocalQueue
+    (records with a Workload: the kueue backend), else a Volcano Queue of that name."""
     obj = await _one(api, POOL_KIND, pool)
-    if obj is not None or not any(as_map(r.get("status")).get("workload") for r in records):
+    kueue = any(as_map(r.get("status")).get("workload") for r in records)
+    if obj is not None or not kueue:
         lwss = await _list(api, LWS_KIND, namespace=kr8s.ALL, label_selector={POOL_LABEL: pool})
+        queue = await _one(api, VOLCANO_QUEUE_KIND, pool) if obj is None else None
+        if queue is not None:
+            return volcano_queue_view(queue, pool, records, lwss, await _classes(api))
         return explain_pool(obj, pool, records, lwss, await _classes(api))
     local = await _one(api, "localqueues.kueue.x-k8s.io", pool, namespace)
     cq_name = str(as_map(as_map(local).get("spec")).get("clusterQueue") or "")
@@ -94,6 +108,10 @@ async def why_pool(kubeconfig: str | None, name: str) -> PoolView:
     api = await kr8s.asyncio.api(kubeconfig=kubeconfig)
     obj = await _one(api, POOL_KIND, name)
     records = await _list(api, RECORD_KIND, namespace=kr8s.ALL)
+    queue = await _one(api, VOLCANO_QUEUE_KIND, name) if obj is None else None
+    if queue is not None:
+        lwss = await _list(api, LWS_KIND, namespace=kr8s.ALL, label_selector={POOL_LABEL: name})
+        return volcano_queue_view(queue, name, records, lwss, await _classes(api))
     if obj is None and not any(as_map(r.get("status")).get("pool") == name for r in records):
         raise NotFound(f"Pool {name} not found")
     lwss = await _list(api, LWS_KIND, namespace=kr8s.ALL, label_selector={POOL_LABEL: name})

@@ -33,6 +33,7 @@ __all__ = [
     "kueue_pool_view",
     "lines_for_lws",
     "lines_for_pool",
+    "volcano_queue_view",
 ]
 
 MAX_LISTED = 20
@@ -57,7 +58,7 @@ class PoolView:
 
     name: str
     kind: str
-    """``Pool``, ``ClusterQueue`` (the kueue backend), or ``missing``."""
+    """``Pool``, ``ClusterQueue`` (the kueue backend), ``Queue`` (the volcano backend), or ``missing``."""
     quota: Mapping[str, str] = field(default_factory=dict)
     used: Mapping[str, str] = field(default_factory=dict)
     free: Mapping[str, str] = field(default_factory=dict)
@@ -132,6 +133,18 @@ def _admitted(record: Mapping[str, Any]) -> bool:
     return condition(record, ADMITTED).get("status") == "True"
 
 
+def _by_admission(records: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Admitted records, oldest admission first."""
+    return sorted(
+        records,
+        key=lambda r: (
+            str(as_map(r.get("status")).get("admittedAt") or ""),
+            _holder(r).namespace,
+            _holder(r).lws,
+        ),
+    )
+
+
 def _waiting_order(
     records: Iterable[Mapping[str, Any]],
     lwss: Mapping[tuple[str, str], Mapping[str, Any]],
@@ -165,14 +178,7 @@ def explain_pool(
     """
     mine = [r for r in records if as_map(r.get("status")).get("pool") == name and not is_terminating(r)]
     by_key = {(str(meta(o).get("namespace") or ""), str(meta(o).get("name") or "")): o for o in lwss}
-    held = sorted(
-        (r for r in mine if _admitted(r)),
-        key=lambda r: (
-            str(as_map(r.get("status")).get("admittedAt") or ""),
-            _holder(r).namespace,
-            _holder(r).lws,
-        ),
-    )
+    held = _by_admission(r for r in mine if _admitted(r))
     waiting = _waiting_order((r for r in mine if not _admitted(r)), by_key, classes or {})
     if pool is None:
         return PoolView(
@@ -248,6 +254,38 @@ def kueue_pool_view(
         free=fmt({k: max(0, v - used.get(k, 0)) for k, v in quota.items()}),
         admitted=tuple(sorted(held, key=lambda h: (h.namespace, h.lws, h.group))),
         waiting=tuple(sorted(waiting, key=lambda h: (h.namespace, h.lws, h.group))),
+    )
+
+
+def volcano_queue_view(
+    queue: Mapping[str, Any],
+    name: str,
+    records: Iterable[Mapping[str, Any]],
+    lwss: Iterable[Mapping[str, Any]] = (),
+    classes: Mapping[str, int] | None = None,
+) -> PoolView:
+    """With the ``volcano`` backend: the Volcano Queue ``name`` the LWS's label names, its
+    ``capability`` as quota and what Volcano's scheduler reports allocated in it (its running
+    pods', anyone's: ``status.allocated``, written at each session's close), the groups of
+    ours it admitted and those that wait, in the order the backend offers them to Volcano
+    (highest priority, then oldest LWS: ``lwss`` and ``classes`` give it). With no
+    capability the Queue is bounded by the cluster only: used is all it reports, free is
+    not known."""
+    capability = _amounts(as_map(queue.get("spec")).get("capability"))
+    allocated = _amounts(as_map(queue.get("status")).get("allocated"))
+    used = {k: allocated.get(k, 0) for k in capability} if capability else allocated
+    mine = [r for r in records if as_map(r.get("status")).get("pool") == name and not is_terminating(r)]
+    by_key = {(str(meta(o).get("namespace") or ""), str(meta(o).get("name") or "")): o for o in lwss}
+    held = _by_admission(r for r in mine if _admitted(r))
+    waiting = _waiting_order((r for r in mine if not _admitted(r)), by_key, classes or {})
+    return PoolView(
+        name,
+        "Queue",
+        quota=_formatted(capability),
+        used=_formatted(used),
+        free=_formatted({k: max(0, v - used.get(k, 0)) for k, v in capability.items()}),
+        admitted=tuple(map(_holder, held)),
+        waiting=tuple(map(_holder, waiting)),
     )
 
 
@@ -390,7 +428,7 @@ def _listed(holders: Sequence[Holder], words: bool) -> list[str]:
 def lines_for_pool(view: PoolView, *, waiting_words: bool = True) -> list[str]:
     """A pool's usage, the groups that hold it and those that wait, as text lines."""
     if view.kind == "missing":
-        return [f"pool {view.name}: not found (no Pool or ClusterQueue of that name)"]
+        return [f"pool {view.name}: not found (no Pool, ClusterQueue or Volcano Queue of that name)"]
     out = [
         f"{view.kind} {view.name}: quota {_resources(view.quota)}; used {_resources(view.used)}; "
         f"free {_resources(view.free)}; {len(view.admitted)} admitted, {len(view.waiting)} waiting"
@@ -399,7 +437,8 @@ def lines_for_pool(view: PoolView, *, waiting_words: bool = True) -> list[str]:
         out.append("  held by:")
         out.extend(_listed(view.admitted, False))
     if view.waiting:
-        out.append("  waiting, in the order they are served:" if view.kind == "Pool" else "  waiting:")
+        served = view.kind in ("Pool", "Queue")
+        out.append("  waiting, in the order they are served:" if served else "  waiting:")
         out.extend(_listed(view.waiting, waiting_words))
     return out
 

@@ -18,6 +18,7 @@ from gatekeeper.core.explain import (
     kueue_pool_view,
     lines_for_lws,
     lines_for_pool,
+    volcano_queue_view,
 )
 
 
@@ -113,7 +114,9 @@ def test_a_pool_lists_holders_by_admission_time_and_skips_other_pools() -> None:
 def test_a_pool_that_is_not_there_says_so() -> None:
     view = explain_pool(None, "gone", [_rec(VLLM, 0, False, pool="gone")], [VLLM])
     assert view.kind == "missing"
-    assert lines_for_pool(view) == ["pool gone: not found (no Pool or ClusterQueue of that name)"]
+    assert lines_for_pool(view) == [
+        "pool gone: not found (no Pool, ClusterQueue or Volcano Queue of that name)"
+    ]
     answer = explain_lws(VLLM, [_rec(VLLM, 0, False, pool="gone")], [], view)
     assert answer.next_group == "group 0 waits: group 0 waits"
 
@@ -183,3 +186,51 @@ def test_an_unreadable_replica_count_lists_only_the_groups_that_exist() -> None:
     huge = lws("huge").uid("u-h").pool("a").replicas(2**31 - 1).size(2).obj()
     answer = explain_lws(huge, [_rec(huge, 0, True)], [], None)
     assert answer.replicas == 0 and [g.group for g in answer.groups] == [0]
+
+
+def _queue(capability: dict[str, str] | None, allocated: dict[str, str]) -> dict[str, Any]:
+    spec: dict[str, Any] = {"weight": 1}
+    if capability is not None:
+        spec["capability"] = capability
+    return {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "Queue",
+        "metadata": {"name": "a"},
+        "spec": spec,
+        "status": {"state": "Open", "allocated": allocated},
+    }
+
+
+def test_the_volcano_pool_is_the_queue_its_capability_and_what_volcano_reports_allocated() -> None:
+    chat = lws("chat").uid("u-9").pool("a").replicas(1).size(2).obj()
+    chat["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["priorityClassName"] = "high"
+    records = [
+        _rec(VLLM, 1, True),
+        _rec(VLLM, 0, True),
+        _rec(VLLM, 2, False),
+        _rec(chat, 0, False),
+        _rec(VLLM, 3, False, pool="b"),  # another Queue's
+    ]
+    allocated = {"cpu": "4", "memory": "8Gi", "nvidia.com/gpu": "4", "pods": "4"}
+    view = volcano_queue_view(
+        _queue({"nvidia.com/gpu": "4"}, allocated), "a", records, [VLLM, chat], {"high": 10}
+    )
+    assert (view.kind, view.quota, view.used, view.free) == (
+        "Queue", {"nvidia.com/gpu": "4"}, {"nvidia.com/gpu": "4"}, {"nvidia.com/gpu": "0"}
+    )  # fmt: skip
+    assert [h.group for h in view.admitted] == [0, 1]
+    assert [(w.lws, w.group) for w in view.waiting] == [("chat", 0), ("vllm", 2)], "highest priority first"
+    assert lines_for_pool(view)[:2] == [
+        "Queue a: quota 4 nvidia.com/gpu; used 4 nvidia.com/gpu; free 0 nvidia.com/gpu; "
+        "2 admitted, 2 waiting",
+        "  held by:",
+    ]
+    assert "  waiting, in the order they are served:" in lines_for_pool(view)
+    answer = explain_lws(VLLM, records, [], view)
+    assert answer.next_group == (
+        "group 2 needs 2 nvidia.com/gpu; queue a has 0 nvidia.com/gpu free: 2 nvidia.com/gpu must be freed "
+        "(a group that holds it scales away or ends, or the quota grows); 1 waiting group ahead of it"
+    )
+    unbounded = volcano_queue_view(_queue(None, allocated), "a", records, [VLLM])
+    assert (unbounded.quota, unbounded.free) == ({}, {})
+    assert unbounded.used["nvidia.com/gpu"] == "4", "no capability: all that Volcano reports"
