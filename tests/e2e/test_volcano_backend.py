@@ -23,6 +23,7 @@ Queue and namespace.
 from __future__ import annotations
 
 import copy
+import json
 import time
 from collections import Counter
 from typing import Any
@@ -45,6 +46,7 @@ from tests.e2e.kueue_support import (
     settled,
     wait,
 )
+from tests.e2e.test_why import run_why
 
 GPU = "nvidia.com/gpu"
 TAINT = "lws-gatekeeper.io/test-nodes"
@@ -421,3 +423,51 @@ def test_priority_within_a_queue_the_higher_priority_waiting_group_goes_first(
     finally:
         _show(sb, ns)
         sb.kubectl("delete", "priorityclass", low, high, "--ignore-not-found", check=False)
+
+
+def test_why_shows_the_volcano_queue_who_holds_it_and_what_must_free_up(volcano_sandbox: Sandbox) -> None:
+    """``kubectl lws-gatekeeper why`` on the issue's case (a Queue of 4 GPUs, 3 groups of 2):
+    the groups' states in the backend's and Volcano's words, the Queue's capability and what
+    Volcano reports allocated, and what the waiting group needs."""
+    sb = volcano_sandbox
+    ns = _setup(sb, new_tag(), nodes=3, gpus_per_node=4, queue_gpus=4)
+    sb.apply([_lws(ns, "vllm", replicas=3, size=2)])
+
+    def answer() -> dict[str, Any] | None:
+        out = run_why(sb.kubeconfig, sb.bin_dir, "lws/vllm", "-n", ns, "-o", "json")
+        if out.returncode:
+            return None
+        got: dict[str, Any] = json.loads(out.stdout)
+        states = [(g["state"], g["reason"]) for g in got["groups"]]
+        view = got["pool_view"] or {}
+        whole = states == [("admitted", "Inqueue")] * 2 + [("waiting", "Unschedulable")]
+        return got if whole and view.get("used", {}).get("nvidia.com/gpu") == "4" else None
+
+    try:
+        got = wait(
+            "2 groups admitted, group 2 waiting in Volcano's words, 4 GPUs allocated", answer, timeout=120
+        )
+    finally:
+        _show(sb, ns)
+    view = got["pool_view"]
+    assert (view["kind"], view["quota"], view["free"]) == ("Queue", {GPU: "4"}, {GPU: "0"})
+    assert [(h["lws"], h["group"]) for h in view["admitted"]] == [("vllm", 0), ("vllm", 1)]
+    assert [(h["lws"], h["group"]) for h in view["waiting"]] == [("vllm", 2)]
+    text = run_why(sb.kubeconfig, sb.bin_dir, "lws/vllm", "-n", ns)
+    assert text.returncode == 0, text.stderr
+    print(text.stdout)
+    lines = text.stdout.splitlines()
+    assert lines[0] == f"LeaderWorkerSet {ns}/vllm: 3 groups of 2 pods, {POOL_LABEL}={ns}"
+    assert any(line.startswith("  group 0: admitted (Inqueue)") and "2 running" in line for line in lines)
+    assert any(line.startswith("  group 2: waiting (Unschedulable)") and "2 gated" in line for line in lines)
+    assert any(QUOTA_WORDS in line and "PodGroup vllm-2-gk, Pending" in line for line in lines), text.stdout
+    assert (
+        f"Queue {ns}: quota 4 nvidia.com/gpu; used 4 nvidia.com/gpu; free 0 nvidia.com/gpu; " in text.stdout
+    )
+    assert lines[-1] == (
+        f"next: group 2 needs 2 cpu, 2Gi memory, 2 nvidia.com/gpu; queue {ns} has 0 nvidia.com/gpu free: "
+        "2 nvidia.com/gpu must be freed (a group that holds it scales away or ends, or the quota grows)"
+    ), lines[-1]
+    pool = run_why(sb.kubeconfig, sb.bin_dir, f"pool/{ns}", "-o", "json")
+    assert pool.returncode == 0, pool.stderr
+    assert json.loads(pool.stdout)["kind"] == "Queue"
