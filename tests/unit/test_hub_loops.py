@@ -96,3 +96,53 @@ async def test_a_reservation_it_cannot_read_says_why_and_grants_nothing() -> Non
     assert status["conditions"][0]["status"] == "False" and "40 digits" in status["conditions"][0]["message"]
     (said,) = [b["status"] for v, p, n, b in kube.writes if p == "reservationclaims"]
     assert said["reason"] == "ReservationInvalid"
+
+
+@pytest.mark.anyio
+async def test_a_give_back_whose_delete_failed_is_sent_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A claim of this cluster that no group wants, Granted on the hub: the member deletes it,
+    and the hub goes away mid-request (the delete never applied). Once the hub answers again
+    the claim must be deleted again: left alone, it would hold its room in the Reservation for
+    the rest of the term while no group runs on it (and the group, were it wanted again, could
+    never be admitted: the claim is skipped as given back, and a new one is refused as a name
+    taken)."""
+    from test_hub_member import claim_of, scene
+    from test_hub_member import hub as hub_view
+
+    from gatekeeper.controller import hub_link
+    from gatekeeper.core.backends.pools import decide
+    from gatekeeper.core.hub_member import charge_reservations
+
+    kube = FakeKube(fail={"delete reservationclaims": TemporaryError("connection reset by peer")})
+
+    async def connect() -> Any:
+        return kube
+
+    link = HubLink(connect, "cluster-a")
+    link.kube = kube  # type: ignore[assignment]
+    unwanted = claim_of(5, "Granted")  # group 5 of an LWS of 3 replicas: no group wants it
+    fill(link.claims, unwanted)
+    fill(link.reservations, *hub_view(unwanted).reservations.values())
+    for inf in link.informers:
+        inf.synced.set()
+    snap = scene()
+
+    async def write(fn: Any, *args: Any) -> None:
+        await fn(*args)
+
+    def deletes() -> tuple[tuple[str, str], ...]:
+        _, writes = charge_reservations(decide(snap), snap, link.view())
+        return writes.delete
+
+    name = unwanted["metadata"]["name"]
+    assert deletes() == ((name, "c5"),)
+    with pytest.raises(TemporaryError):
+        await link.execute(hub_link.ClaimWrites(delete=deletes()), write)
+    kube.fail = {}
+    monkeypatch.setattr(hub_link, "WRITE_FAILURE_SECONDS", 0.0)  # the failure is long past
+    assert link.view().reachable
+    assert deletes() == ((name, "c5"),)  # still on the hub: given back again
+    await link.execute(hub_link.ClaimWrites(delete=deletes()), write)
+    assert [v for v, p, n in kube.verbs() if p == "reservationclaims"] == ["delete", "delete"]
+    # Deleted for sure now, the cache not showing it yet: not sent a third time.
+    assert deletes() == ()
