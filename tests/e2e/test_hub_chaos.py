@@ -57,7 +57,7 @@ from .hub_support import eventually
 
 CAPACITY = 6
 CHAOS_SECONDS = 110
-HALF_WINDOW = 30.0
+HALF_WINDOW = 15.0
 """Longest a group may have some pods ungated and others gated (a member's gatekeeper
 killed between two of its ungating patches is started again, and takes over, within this)."""
 SEED = int(os.environ.get("LWS_GATEKEEPER_CHAOS_SEED") or time.time_ns() % 1_000_000)
