@@ -40,6 +40,10 @@ __all__ = ["HubLink"]
 log = logging.getLogger("gatekeeper.hub_link")
 
 WRITE_FAILURE_SECONDS = 30.0
+RELIST_SECONDS = 5.0
+"""The longest pause between a member's attempts to read the hub again after an error: with
+the informers' usual 30 s, a member found the hub back up to 30 s after it returned (60 s
+down: its waiting groups admitted 35 s after), two small lists a member being cheap."""
 
 
 class HubLink:
@@ -66,6 +70,8 @@ class HubLink:
         self.caches = Caches(None)
         self.reservations = self.caches.informer(r.RESERVATIONS)
         self.claims = self.caches.informer(r.CLAIMS, label_selector=f"{CLUSTER_LABEL}={cluster}")
+        for inf in self.informers:
+            inf.max_backoff = RELIST_SECONDS
         self.started = time.time()
         self._given_back: set[str] = set()
         """UIDs of claims deleted (or maybe deleted) this term, until the cache shows them gone."""

@@ -149,3 +149,36 @@ async def test_a_give_back_whose_delete_failed_is_sent_again(monkeypatch: pytest
     assert [v for v, p, n in kube.verbs() if p == "reservationclaims"] == ["delete", "delete"]
     # Deleted for sure now, the cache not showing it yet: not sent a third time.
     assert deletes() == ()
+
+
+@pytest.mark.anyio
+async def test_a_member_tries_the_hub_again_at_least_every_five_seconds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A hub down for a minute: the member's caches of it list again at most RELIST_SECONDS
+    apart (the informers' usual pauses double to 30 s, and the hub was found back up to 30 s
+    after it returned)."""
+    from gatekeeper.controller import hub_link
+    from gatekeeper.controller import informer as informer_module
+
+    async def never() -> Any:
+        raise OSError("connection refused")
+
+    link = HubLink(never, "cluster-a")
+    pauses: list[float] = []
+
+    async def down() -> str:
+        raise TemporaryError("connection refused")
+
+    async def pause(seconds: float) -> None:
+        pauses.append(seconds)
+        if len(pauses) == 8:
+            raise RuntimeError("enough")
+
+    monkeypatch.setattr(informer_module.anyio, "sleep", pause)
+    inf = link.claims
+    monkeypatch.setattr(inf, "_list", down)
+    with pytest.raises(RuntimeError, match="enough"):
+        await inf.run()
+    assert pauses == [0.5, 1.0, 2.0, 4.0, 5.0, 5.0, 5.0, 5.0]
+    assert all(i.max_backoff == hub_link.RELIST_SECONDS == 5.0 for i in link.informers)
