@@ -289,7 +289,7 @@ def hub_leader(hub: Hub) -> str:
 
 @dataclass(eq=False)
 class Killer(threading.Thread):
-    """Until ``until`` (monotonic): every 6-14 s (drawn from ``rng``) SIGKILL one gatekeeper, a
+    """Until ``until`` (monotonic): every 5-12 s (drawn from ``rng``) SIGKILL one gatekeeper, a
     member's (started again at once) or the hub's leader (started again as a follower: the
     other replica takes over), the targets in a shuffled cycle so each is hit."""
 
@@ -305,7 +305,7 @@ class Killer(threading.Thread):
     def run(self) -> None:
         targets: list[str] = []
         while True:
-            pause = self.rng.uniform(6, 14)
+            pause = self.rng.uniform(5, 12)
             if time.monotonic() + pause >= self.until:
                 return
             time.sleep(pause)

@@ -5,7 +5,7 @@ cluster-a, cluster-b, cluster-c, four 1-GPU KWOK nodes each), a Reservation of 6
 and in each member a Pool charged to it and an LWS of groups of two 1-GPU pods:
 
 * all three members scale their LWS up and down at random for ``CHAOS_SECONDS`` while a
-  random gatekeeper is SIGKILLed every 6-14 s (a member's, started again at once; or the
+  random gatekeeper is SIGKILLed every 5-12 s (a member's, started again at once; or the
   hub's leader, the other replica taking over); then all scale to 4 groups (24 GPUs
   asked of 6) and, settled, exactly 3 whole groups run, one Granted claim per admitted
   group, no claim for a group that does not exist, none doubled;
@@ -56,7 +56,7 @@ from .chaos_support import (
 from .hub_support import eventually
 
 CAPACITY = 6
-CHAOS_SECONDS = 110
+CHAOS_SECONDS = 100
 HALF_WINDOW = 15.0
 """Longest a group may have some pods ungated and others gated (a member's gatekeeper
 killed between two of its ungating patches is started again, and takes over, within this)."""
