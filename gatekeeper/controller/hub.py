@@ -30,7 +30,6 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-import anyio
 from prometheus_client import Counter, Gauge
 
 from gatekeeper.controller import kube as k
@@ -162,11 +161,8 @@ class HubController:
             ledgers.append(ledger)
             for change in ledger.changes:  # before the grants: a release frees room from the next pass
                 await write(self._move, ledger.reservation, change, wall)
-            # The grants of one decision fit together, so they go at once, in any order (the
-            # writer bounds how many are in flight, and never raises).
-            async with anyio.create_task_group() as tg:
-                for grant in ledger.grants:
-                    tg.start_soon(write, self._grant, ledger.reservation, grant)
+            for grant in ledger.grants:
+                await write(self._grant, ledger.reservation, grant)
             body: dict[str, Any] = status_body(ledger.status) if ledger.status is not None else {}
             valid = ledger.status is not None
             body["conditions"] = [

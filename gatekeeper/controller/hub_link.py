@@ -164,14 +164,11 @@ class HubLink:
         )
 
     async def execute(self, writes: ClaimWrites, write: Write) -> None:
-        """Delete first (a claim given back frees the hub at once), then create; each kind all
-        at once (the writer bounds how many are in flight, and never raises)."""
-        async with anyio.create_task_group() as tg:
-            for name, uid in writes.delete:
-                tg.start_soon(write, self._delete, name, uid)
-        async with anyio.create_task_group() as tg:
-            for body in writes.create:
-                tg.start_soon(write, self._create, body)
+        """Delete first (a claim given back frees the hub at once), then create."""
+        for name, uid in writes.delete:
+            await write(self._delete, name, uid)
+        for body in writes.create:
+            await write(self._create, body)
 
     def _client(self) -> k.Kube:
         if self.kube is None:  # view() says unreachable until connected: no write is planned
