@@ -312,7 +312,7 @@ def table(local: Run, hub: Run) -> list[str]:
             f"{hub.admitted} / {hub.groups}",
         ),
         row(
-            "every group ungated after (s)",
+            "every pod bound after (s)",
             f"{local.seconds:.1f}",
             f"{hub.seconds:.1f}",
             ratio(local.seconds, hub.seconds),
