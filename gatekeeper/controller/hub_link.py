@@ -40,6 +40,10 @@ __all__ = ["HubLink"]
 log = logging.getLogger("gatekeeper.hub_link")
 
 WRITE_FAILURE_SECONDS = 30.0
+RELIST_SECONDS = 5.0
+"""The longest pause between a member's attempts to read the hub again after an error: with
+the informers' usual 30 s, a member found the hub back up to 30 s after it returned (60 s
+down: its waiting groups admitted 35 s after), two small lists a member being cheap."""
 
 
 class HubLink:
@@ -66,9 +70,13 @@ class HubLink:
         self.caches = Caches(None)
         self.reservations = self.caches.informer(r.RESERVATIONS)
         self.claims = self.caches.informer(r.CLAIMS, label_selector=f"{CLUSTER_LABEL}={cluster}")
+        for inf in self.informers:
+            inf.max_backoff = RELIST_SECONDS
         self.started = time.time()
         self._given_back: set[str] = set()
         """UIDs of claims deleted (or maybe deleted) this term, until the cache shows them gone."""
+        self._undeleted: set[str] = set()
+        """Those of them whose delete did not say it applied: sent again."""
         self._write_failed: tuple[float, str, float] | None = None
         """(since when, why, last time) claim writes failed for a reason that is not the
         claim's; it counts for WRITE_FAILURE_SECONDS after the last failure, then the
@@ -143,8 +151,10 @@ class HubLink:
             error = "its Reservations and claims are not listed yet"
         cached = {str(meta(o).get("uid") or "") for o in self.claims.values()}
         self._given_back &= cached
+        self._undeleted &= self._given_back
         return HubView(
             given_back=frozenset(self._given_back),
+            undeleted=frozenset(self._undeleted),
             cluster=self.cluster,
             reachable=reachable,
             claims=self.claims.values(),
@@ -167,8 +177,12 @@ class HubLink:
 
     async def _delete(self, name: str, uid: str) -> None:
         if uid:
-            self._given_back.add(uid)  # before it is sent: a timeout may still have deleted it
+            # Before it is sent: a timeout may still have deleted it, so it is never admitted
+            # on; and until an answer says it applied, it is sent again.
+            self._given_back.add(uid)
+            self._undeleted.add(uid)
         await self._tracked(self._client().delete(r.CLAIMS, name, uid=uid or None))
+        self._undeleted.discard(uid)
         log.info("gave claim %s back to the hub", name)
 
     async def _create(self, body: dict[str, Any]) -> None:

@@ -90,6 +90,8 @@ class Informer:
         self.credentials = credentials or Credentials(api)
         self.view = view
         """What of each object is cached (all of it but managedFields when None)."""
+        self.max_backoff = 30.0
+        """The longest pause between two attempts to list again after an error."""
         self.objects: dict[Key, dict[str, Any]] = {}
         self.synced = anyio.Event()
         self.relists = 0
@@ -228,4 +230,4 @@ class Informer:
                 log.warning("%s watch failed, relisting in %.1fs: %s", self.resource.plural, backoff, exc)
                 since = None
                 await anyio.sleep(backoff)
-                backoff = min(backoff * 2, 30.0)
+                backoff = min(backoff * 2, self.max_backoff)

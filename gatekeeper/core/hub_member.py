@@ -9,6 +9,7 @@ runs with ``--hub-kubeconfig``) turns that plan into one that also respects the 
   hub is ``Granted``; until then it waits (reason ``WaitingForReservation``, with the
   Reservation's numbers in words), and a claim is created for it if it has none;
 * a claim this member deleted is never admitted on, even while its cache still shows it;
+  one whose delete failed without an answer is deleted again;
 * a claim is kept while its group is admitted (its record says ``Admitted=True``) or the
   local plan would admit it; every other claim of this cluster is deleted: a granted
   claim whose group cannot run here is given back rather than held, and a released
@@ -85,7 +86,11 @@ def charge_reservations(actions: Actions, snap: Snapshot, hub: HubView) -> tuple
     claims: dict[GroupId, list[Claim]] = {}
     stray: list[tuple[str, str]] = []
     for obj in hub.claims:
-        if str(meta(obj).get("uid") or "") in hub.given_back:
+        uid = str(meta(obj).get("uid") or "")
+        if uid in hub.given_back:
+            name = str(meta(obj).get("name") or "")
+            if uid in hub.undeleted and name and as_map(obj.get("spec")).get("cluster") == hub.cluster:
+                stray.append((name, uid))  # its delete may never have applied: once more
             continue
         if as_map(meta(obj).get("labels")).get(SOURCE_LABEL):
             continue  # the shared-reservation AdmissionCheck's: it gives its own back

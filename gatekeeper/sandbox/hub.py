@@ -86,11 +86,15 @@ class Hub(Folder):
         port = self.state().get("ports", {}).get("apiserver")
         return bool(run) and all(run.values()) and control_plane.apiserver_ready(port, self.pki)
 
-    def up(self, *, gatekeeper: bool = True, args: tuple[str, ...] = ()) -> None:
+    def up(self, *, gatekeeper: bool = True, args: tuple[str, ...] = (), audit: bool = False) -> None:
         """Start the hub (or report the one that runs): etcd, kube-apiserver, the hub's CRDs,
-        policies and member RBAC, and unless ``gatekeeper`` is False the hub's gatekeeper."""
+        policies and member RBAC, and unless ``gatekeeper`` is False the hub's gatekeeper.
+        ``audit`` has its API server write an audit log of every write, as a member's does
+        (``control_plane.AUDIT_LOG`` in its log folder), restarting it to turn it on if need be."""
         if self.is_up():
             self.say(f"hub running in {self.dir}")
+            if audit and not self.state().get("audit"):
+                self._turn_on_audit()
             return
         if self.state_file_exists():
             self.say("hub found half-running: stopping what is left, starting afresh")
@@ -104,7 +108,13 @@ class Hub(Folder):
         pki = make_pki(self.dir / "pki")
         names = [*etcd.PORTS, "apiserver", "hub_metrics"]
         ports = dict(zip(names, free_ports(len(names)), strict=True))
-        state: dict[str, Any] = {"ports": ports, "processes": {}, "started": time.time(), "hub": True}
+        state: dict[str, Any] = {
+            "ports": ports,
+            "processes": {},
+            "started": time.time(),
+            "hub": True,
+            "audit": audit,
+        }
         self.runner.save(state)
         control_plane.write_kubeconfig(self.kubeconfig, ports["apiserver"], pki)
         try:
@@ -118,6 +128,15 @@ class Hub(Folder):
             self.down(quiet=True)
             raise
         self.say(f"hub up in {time.monotonic() - start:.1f}s; logs in {self.runner.log_dir}")
+
+    def _turn_on_audit(self) -> None:
+        state = self.state()
+        state["audit"] = True
+        self.runner.save(state)
+        info = state["processes"][control_plane.APISERVER]
+        if ours(info):
+            process.stop(int(info["pid"]))
+        control_plane.start_apiserver(self.runner, state, self.pki)
 
     def state_file_exists(self) -> bool:
         return self.runner.state_file.exists()

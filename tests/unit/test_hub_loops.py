@@ -96,3 +96,86 @@ async def test_a_reservation_it_cannot_read_says_why_and_grants_nothing() -> Non
     assert status["conditions"][0]["status"] == "False" and "40 digits" in status["conditions"][0]["message"]
     (said,) = [b["status"] for v, p, n, b in kube.writes if p == "reservationclaims"]
     assert said["reason"] == "ReservationInvalid"
+
+
+@pytest.mark.anyio
+async def test_a_give_back_whose_delete_failed_is_sent_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A claim of this cluster that no group wants, Granted on the hub: the member deletes it,
+    and the hub goes away mid-request (the delete never applied). Once the hub answers again
+    the claim must be deleted again: left alone, it would hold its room in the Reservation for
+    the rest of the term while no group runs on it (and the group, were it wanted again, could
+    never be admitted: the claim is skipped as given back, and a new one is refused as a name
+    taken)."""
+    from test_hub_member import claim_of, scene
+    from test_hub_member import hub as hub_view
+
+    from gatekeeper.controller import hub_link
+    from gatekeeper.core.backends.pools import decide
+    from gatekeeper.core.hub_member import charge_reservations
+
+    kube = FakeKube(fail={"delete reservationclaims": TemporaryError("connection reset by peer")})
+
+    async def connect() -> Any:
+        return kube
+
+    link = HubLink(connect, "cluster-a")
+    link.kube = kube  # type: ignore[assignment]
+    unwanted = claim_of(5, "Granted")  # group 5 of an LWS of 3 replicas: no group wants it
+    fill(link.claims, unwanted)
+    fill(link.reservations, *hub_view(unwanted).reservations.values())
+    for inf in link.informers:
+        inf.synced.set()
+    snap = scene()
+
+    async def write(fn: Any, *args: Any) -> None:
+        await fn(*args)
+
+    def deletes() -> tuple[tuple[str, str], ...]:
+        _, writes = charge_reservations(decide(snap), snap, link.view())
+        return writes.delete
+
+    name = unwanted["metadata"]["name"]
+    assert deletes() == ((name, "c5"),)
+    with pytest.raises(TemporaryError):
+        await link.execute(hub_link.ClaimWrites(delete=deletes()), write)
+    kube.fail = {}
+    monkeypatch.setattr(hub_link, "WRITE_FAILURE_SECONDS", 0.0)  # the failure is long past
+    assert link.view().reachable
+    assert deletes() == ((name, "c5"),)  # still on the hub: given back again
+    await link.execute(hub_link.ClaimWrites(delete=deletes()), write)
+    assert [v for v, p, n in kube.verbs() if p == "reservationclaims"] == ["delete", "delete"]
+    # Deleted for sure now, the cache not showing it yet: not sent a third time.
+    assert deletes() == ()
+
+
+@pytest.mark.anyio
+async def test_a_member_tries_the_hub_again_at_least_every_five_seconds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A hub down for a minute: the member's caches of it list again at most RELIST_SECONDS
+    apart (the informers' usual pauses double to 30 s, and the hub was found back up to 30 s
+    after it returned)."""
+    from gatekeeper.controller import hub_link
+    from gatekeeper.controller import informer as informer_module
+
+    async def never() -> Any:
+        raise OSError("connection refused")
+
+    link = HubLink(never, "cluster-a")
+    pauses: list[float] = []
+
+    async def down() -> str:
+        raise TemporaryError("connection refused")
+
+    async def pause(seconds: float) -> None:
+        pauses.append(seconds)
+        if len(pauses) == 8:
+            raise RuntimeError("enough")
+
+    monkeypatch.setattr(informer_module.anyio, "sleep", pause)
+    inf = link.claims
+    monkeypatch.setattr(inf, "_list", down)
+    with pytest.raises(RuntimeError, match="enough"):
+        await inf.run()
+    assert pauses == [0.5, 1.0, 2.0, 4.0, 5.0, 5.0, 5.0, 5.0]
+    assert all(i.max_backoff == hub_link.RELIST_SECONDS == 5.0 for i in link.informers)

@@ -7,6 +7,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
 from core_builders import gpu_nodes, lws, lws_pod, lws_statefulsets, pool, record
 from reservation_builders import reservation
 
@@ -182,3 +183,23 @@ def test_a_claim_given_back_is_never_admitted_on_while_the_cache_still_shows_it(
         0,
         1,
     ]  # asked again (409 if still there)
+
+
+@pytest.mark.parametrize(
+    ("undeleted", "deleted_again"),
+    [
+        (frozenset(), False),  # its delete applied: the cache is only late
+        (frozenset({"c0"}), True),  # its delete failed without an answer: sent again
+    ],
+)
+def test_a_claim_given_back_is_deleted_again_only_while_its_delete_may_not_have_applied(
+    undeleted: frozenset[str], deleted_again: bool
+) -> None:
+    snap = scene(replicas=1, records=[])  # group 0 fits locally, but its claim was given back
+    view = replace(hub(claim_of(0, "Granted")), given_back=frozenset({"c0"}), undeleted=undeleted)
+    after, writes = charge_reservations(decide(snap), snap, view)
+    assert after.admit == ()  # never admitted on, either way
+    name = claim_name("cluster-a", "default", "vllm", UID, 0)
+    assert ((name, "c0") in writes.delete) is deleted_again
+    other = replace(view, cluster="cluster-b")  # never another cluster's
+    assert charge_reservations(decide(snap), snap, other)[1].delete == ()

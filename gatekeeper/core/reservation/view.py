@@ -39,6 +39,10 @@ class HubView:
     given_back: frozenset[str] = frozenset()
     """UIDs of claims this member deleted that its cache still shows: never admitted on (the
     hub may have granted their room to another cluster already)."""
+    undeleted: frozenset[str] = frozenset()
+    """Those of ``given_back`` whose delete failed without saying whether it applied (the hub
+    went away mid-request): deleted again, else one that is still there would hold its room
+    on the hub for the rest of the term, with no group on it."""
 
 
 @dataclass(frozen=True)
