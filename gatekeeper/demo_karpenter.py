@@ -34,6 +34,7 @@ from gatekeeper.core.keys import (
 )
 from gatekeeper.sandbox.cluster import Sandbox
 from gatekeeper.sandbox.karpenter import NODE_CLASS, NODE_CLASS_GROUP, NODE_CLASS_KIND
+from gatekeeper.sandbox.kwok import READY_DELAY_ANNOTATION
 
 __all__ = ["Verdict", "run", "run_demo"]
 
@@ -45,6 +46,12 @@ GPU_LIMIT = 4
 SIZE = 2
 WITHOUT = "karpenter-without"
 WITH = "karpenter-with"
+LOAD_SECONDS = 8
+"""How long a pod takes to turn Ready once bound: vLLM loads its weights first (minutes on a
+real node). It is what makes the reporter's case: both new leaders are placed on the two
+nodes Karpenter bought before either is Ready and its worker exists. With pods Ready at
+once, a new leader's worker may be made soon enough to take the second new node first (CI
+saw that: 2 whole groups, the third's leader Pending)."""
 SETTLE_SECONDS = 10.0
 """A part has settled when its pods and NodeClaims have not changed for this long."""
 
@@ -123,6 +130,7 @@ def lws(namespace: str, *, opted_in: bool) -> dict[str, Any]:
     """vLLM-like: 1 replica of size 2, one GPU per pod, on the NodePool's nodes."""
     res = {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1"}
     template = {
+        "metadata": {"annotations": {READY_DELAY_ANNOTATION: f"{LOAD_SECONDS}s"}},
         "spec": {
             "containers": [
                 {
@@ -133,7 +141,7 @@ def lws(namespace: str, *, opted_in: bool) -> dict[str, Any]:
             ],
             "nodeSelector": {NODES_LABEL: "on-demand"},
             "tolerations": [_toleration()],
-        }
+        },
     }
     return {
         "apiVersion": "leaderworkerset.x-k8s.io/v1",

@@ -19,13 +19,15 @@ Reservation's ``spec.orphanTimeout`` or by ``lws-gatekeeper hub release``.
 A stale cache must never free capacity twice: a grant this term sent (or may have sent:
 a write that timed out) counts as granted until the cache shows the claim changed or
 gone (``_sent``); a grant whose fate is unknown is read back from the API server on the
-next pass.
+next pass, and fenced (``core.reservation.unsure``) before it counts as not granted, so a
+grant that lands late cannot add to room given to another claim meanwhile.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -52,6 +54,7 @@ from gatekeeper.core.reservation import (
     status_body,
     without_reservation,
 )
+from gatekeeper.core.reservation.unsure import Fate, fate_of, fence_patch
 
 __all__ = ["HubController", "HubPass"]
 
@@ -117,20 +120,32 @@ class HubController:
         return gone
 
     async def _settle_unsure(self) -> None:
-        """Read back grants of unknown fate: a claim still at the resourceVersion decided on
-        and not Granted was not granted (the write never applied)."""
+        """Read back grants of unknown fate (``core.reservation.unsure``): a claim changed
+        since, or gone, is left to the cache; one still at the version decided on is fenced
+        first, and counts as not granted only once the fence is written."""
         for uid in list(self._unsure):
             name, rv = self._sent[uid]
             try:
-                now = await self.kube.get(r.CLAIMS, name)
+                now: dict[str, Any] | None = await self.kube.get(r.CLAIMS, name)
             except Conflict:  # gone
                 now = None
-            if now is None or str(meta(now).get("resourceVersion")) != rv:
-                self._unsure.discard(uid)  # changed since: the cache will show what it is
+            except TemporaryError as exc:  # not read: held, read back next pass
+                log.warning("claim %s: reading back a grant of unknown fate failed: %s", name, exc)
                 continue
-            if as_map(now.get("status")).get("state") != "Granted":
-                self._sent.pop(uid, None)
+            if fate_of(now, rv) is Fate.SETTLED:
+                self._unsure.discard(uid)  # the cache will show what it is
+                continue
+            try:
+                await self.kube.merge_patch(r.CLAIMS, name, None, fence_patch(rv, uuid.uuid4().hex[:8]))
+            except Conflict:  # moved on meanwhile (the late grant, perhaps): the cache will say
                 self._unsure.discard(uid)
+                continue
+            except TemporaryError as exc:  # its fate unknown too: held, read back next pass
+                log.warning("claim %s: fencing a grant of unknown fate failed: %s", name, exc)
+                continue
+            log.info("claim %s: a grant sent without an answer was fenced; it is decided again", name)
+            self._sent.pop(uid, None)
+            self._unsure.discard(uid)
 
     def _forget_seen(self, claims: Sequence[Mapping[str, Any]]) -> None:
         """Grants the cache now shows (the claim changed since the decision, or is gone)."""

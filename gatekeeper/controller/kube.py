@@ -199,6 +199,20 @@ class Kube:
             content_type="application/merge-patch+json",
         )
 
+    async def merge_patch(
+        self, res: Resource, name: str, namespace: str | None, patch: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """Merge-patch the object itself (with ``metadata.resourceVersion`` in ``patch`` it
+        fails, Conflict, if the object changed)."""
+        return await self._call(
+            "PATCH",
+            res,
+            f"{res.plural}/{name}",
+            namespace=namespace,
+            body=dict(patch),
+            content_type="application/merge-patch+json",
+        )
+
     async def apply_status(
         self,
         res: Resource,

@@ -78,6 +78,13 @@ async def test_orphaned_pods_of_a_deleted_lws_hold_its_quota(
     v = await settle(api, namespace, "first", expected_pods=2, size=2)
     assert v.whole_groups == 1
 
+    # The leader StatefulSet is made ownerless first: the garbage collector orphans only the
+    # dependents its graph has seen, and CI saw it (its caches behind on a loaded machine)
+    # delete the StatefulSets of an LWS deleted with --cascade=orphan, and so A's pods.
+    cluster.kubectl(
+        "patch", "statefulset", "first", "-n", namespace, "--type=json",
+        "-p", '[{"op": "remove", "path": "/metadata/ownerReferences"}]',
+    )  # fmt: skip
     cluster.kubectl("delete", "leaderworkerset", "first", "-n", namespace, "--cascade=orphan", "--wait=true")
     await create_lws(api, namespace, lws_body("second", pool, nodes))
     await _stays_waiting(api, namespace, "second")

@@ -3,6 +3,7 @@ frees capacity twice, a grant of unknown fate is read back, an unconnected hub i
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
@@ -71,6 +72,142 @@ async def test_a_grant_of_unknown_fate_holds_until_read_back() -> None:
     kube.fail = {}
     await loop.pass_once()
     assert grants(kube) == ["a", "a"]
+
+
+class LateGrants(FakeKube):
+    """The hub's API server as far as claims go: each write is guarded by the
+    resourceVersion it carries and gives the claim a new one. A grant sent while ``late`` is
+    not answered (the client times out) but kept, and lands when the test says so, as a
+    request queued past the client's deadline does."""
+
+    def __init__(self, *claims: dict[str, Any]) -> None:
+        super().__init__()
+        self.store = {c["metadata"]["name"]: copy.deepcopy(c) for c in claims}
+        self.version = 100
+        self.late = False
+        self.in_flight: list[tuple[str, dict[str, Any], str | None]] = []
+
+    def _apply(self, name: str, change: dict[str, Any], guard: str | None) -> dict[str, Any]:
+        held = self.store.get(name)
+        if held is None:
+            raise Conflict("not found")
+        if guard is not None and guard != held["metadata"]["resourceVersion"]:
+            raise Conflict(
+                f"the object has been modified (at {held['metadata']['resourceVersion']}, not {guard})"
+            )
+        for key, value in change.items():
+            merged = {**held.get(key, {}), **value}
+            if key == "metadata":
+                merged["annotations"] = {
+                    **held["metadata"].get("annotations", {}),
+                    **value.get("annotations", {}),
+                }
+            held[key] = merged
+        self.version += 1
+        held["metadata"]["resourceVersion"] = str(self.version)
+        return copy.deepcopy(held)
+
+    async def get(self, res: r.Resource, name: str, namespace: str | None = None) -> dict[str, Any]:
+        if name not in self.store:
+            raise Conflict("not found")
+        return copy.deepcopy(self.store[name])
+
+    async def patch_status(
+        self,
+        res: r.Resource,
+        name: str,
+        namespace: str | None,
+        status: Any,
+        resource_version: str | None = None,
+    ) -> dict[str, Any]:
+        self._record("patch_status", res, name, {"status": status, "guard": resource_version})
+        if self.late and status.get("state") == "Granted":
+            self.in_flight.append((name, {"status": dict(status)}, resource_version))
+            raise TemporaryError("context deadline exceeded")
+        return self._apply(name, {"status": dict(status)}, resource_version)
+
+    async def merge_patch(
+        self, res: r.Resource, name: str, namespace: str | None, patch: dict[str, Any]
+    ) -> dict[str, Any]:
+        self._record("merge_patch", res, name, patch)
+        guard = patch.get("metadata", {}).get("resourceVersion")
+        body = {"metadata": {k: v for k, v in patch.get("metadata", {}).items() if k != "resourceVersion"}}
+        return self._apply(name, body, guard)
+
+    def land(self) -> list[str]:
+        """The requests that sat past their deadline reach etcd now: what each one did."""
+        done = []
+        for name, change, guard in self.in_flight:
+            try:
+                self._apply(name, change, guard)
+                done.append(f"{name}: applied")
+            except Conflict:
+                done.append(f"{name}: refused")
+        self.in_flight = []
+        return done
+
+    def granted(self) -> list[str]:
+        return sorted(n for n, c in self.store.items() if c.get("status", {}).get("state") == "Granted")
+
+
+@pytest.mark.anyio
+async def test_a_grant_that_lands_after_its_timeout_cannot_over_commit() -> None:
+    """The race the read-back alone leaves open: a grant of "a" times out but is still
+    queued in the API server; the hub reads "a" back, still Pending at the version it decided
+    on, and gives the room to an urgent claim; then the queued grant lands. Without a fence
+    both are Granted: 4 GPUs of 2. ("a" waited before, in the words it is told again, so
+    no message write moves it past that version by chance.)"""
+    a = claim("a", gpus=2)
+    a["status"] = {
+        "state": "Pending",
+        "reason": "WaitingForCapacity",
+        "message": "needs 2 nvidia.com/gpu; 0 of 2 nvidia.com/gpu free",
+    }
+    api = LateGrants(a)
+    hub = HubController(api, Caches(None))  # type: ignore[arg-type]
+    fill(hub.reservations, reservation(capacity={"nvidia.com/gpu": 2}))
+    fill(hub.claims, a)
+    loop = loop_of(hub)
+    api.late = True
+    await loop.pass_once()
+    assert grants(api) == ["a"] and api.granted() == []  # sent, unanswered, not applied yet
+    api.late = False
+    # An urgent claim comes; the cache still shows "a" Pending at the version decided on.
+    urgent = claim("urgent", gpus=2, priority=1000, cluster="cluster-b")
+    api.store["urgent"] = copy.deepcopy(urgent)
+    fill(hub.claims, urgent)
+    await loop.pass_once()
+    assert api.granted() == ["urgent"], "the read-back found a not granted: the room went to urgent"
+    assert api.land() == ["a: refused"], "the fence moved a past the version its grant was guarded by"
+    assert api.granted() == ["urgent"], "never more granted than the Reservation holds"
+    # The cache catches up: "a" is Pending at its new version, and waits behind urgent.
+    fill(hub.claims, *(copy.deepcopy(c) for c in api.store.values()))
+    await loop.pass_once()
+    assert api.granted() == ["urgent"]
+
+
+@pytest.mark.anyio
+async def test_a_fence_that_gets_no_answer_keeps_the_room_held() -> None:
+    a = claim("a", gpus=2)
+    api = LateGrants(a)
+    hub = HubController(api, Caches(None))  # type: ignore[arg-type]
+    fill(hub.reservations, reservation(capacity={"nvidia.com/gpu": 2}))
+    fill(hub.claims, a)
+    loop = loop_of(hub)
+    api.late = True
+    await loop.pass_once()
+    api.late = False
+    api.fail = {"merge_patch reservationclaims": TemporaryError("connection reset by peer")}
+    urgent = claim("urgent", gpus=2, priority=1000, cluster="cluster-b")
+    api.store["urgent"] = copy.deepcopy(urgent)
+    fill(hub.claims, urgent)
+    await loop.pass_once()
+    assert api.granted() == [], "the fence's fate is unknown too: a still holds the room"
+    assert api.land() == ["a: applied"] and api.granted() == ["a"]
+    fill(hub.claims, *(copy.deepcopy(c) for c in api.store.values()))
+    api.fail = {}
+    await loop.pass_once()
+    assert api.granted() == ["a"], "the late grant counted: urgent waits"
 
 
 @pytest.mark.anyio

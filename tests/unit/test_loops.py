@@ -75,6 +75,12 @@ class FakeKube:
         self._record("patch_status", res, name, {"status": status, "guard": resource_version})
         return {}
 
+    async def merge_patch(
+        self, res: r.Resource, name: str, namespace: str | None, patch: Any
+    ) -> dict[str, Any]:
+        self._record("merge_patch", res, name, patch)
+        return {}
+
     async def json_patch(self, res: r.Resource, name: str, namespace: str | None, ops: Any) -> dict[str, Any]:
         self._record("json_patch", res, name, ops)
         return {}

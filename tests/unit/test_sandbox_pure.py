@@ -286,3 +286,33 @@ def test_lws_config_turns_on_lws_own_gang_scheduling_only_when_asked(tmp_path: P
     assert on["gangSchedulingManagement"] == {"schedulerProvider": "volcano"}
     with pytest.raises(ValueError, match="knows volcano"):
         lws_config(ports, pki, "yunikorn")
+
+
+def test_kwok_pod_ready_stage_waits_for_the_pods_own_delay_and_only_then() -> None:
+    from gatekeeper.sandbox.kwok import READY_DELAY_ANNOTATION, ready_after
+
+    stage = {"kind": "Stage", "metadata": {"name": "pod-ready"}, "spec": {"next": {"statusTemplate": "x"}}}
+    made = ready_after(stage)
+    assert made["spec"]["next"] == {"statusTemplate": "x"}, "what the stage does is kept"
+    assert made["spec"]["delay"]["durationMilliseconds"] == 0, "no annotation: Ready at once"
+    assert READY_DELAY_ANNOTATION in made["spec"]["delay"]["durationFrom"]["jq"]["expression"]
+    assert "delay" not in stage["spec"], "KWOK's own stage is not changed in place"
+
+
+def test_kwok_stage_files_rewrite_only_the_pod_ready_stage(tmp_path: Path) -> None:
+    from gatekeeper.sandbox.kwok import stage_files
+
+    root = tmp_path / "kwok"
+    files = root / "files"
+    for part in ("node/fast", "node/heartbeat-with-lease", "pod/fast"):
+        (files / "kustomize" / "stage" / part).mkdir(parents=True)
+    for name in ("node-initialize.yaml", "kustomization.yaml"):
+        (files / "kustomize" / "stage" / "node" / "fast" / name).write_text("{}")
+    for name in ("pod-ready.yaml", "pod-delete.yaml"):
+        doc = {"kind": "Stage", "metadata": {"name": name}, "spec": {}}
+        (files / "kustomize" / "stage" / "pod" / "fast" / name).write_text(yaml.safe_dump(doc))
+    installed = build.Installed(component=build.load_pins()["kwok"], root=root)
+    used = stage_files(installed, tmp_path / "run")
+    assert [p.name for p in used] == ["node-initialize.yaml", "pod-delete.yaml", "kwok-pod-ready.yaml"]
+    assert "delay" in yaml.safe_load(used[-1].read_text())["spec"]
+    assert "delay" not in yaml.safe_load(used[1].read_text())["spec"]

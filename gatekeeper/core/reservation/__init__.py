@@ -5,7 +5,8 @@ used by several clusters, and no cluster's own Pool sees what the others took. T
 keeps a ledger: a ``Reservation`` (``spec.capacity``) and one ``ReservationClaim`` per
 group of any member. This package is the pure part: reading those objects
 (``objects``), deciding which claims to grant (``ledger``), which members are gone
-(``heartbeat``), what an operator's release takes (``release``), and the words and status
+(``heartbeat``), what an operator's release takes (``release``), what a grant that got
+no answer needs before its room is given again (``unsure``), and the words and status
 both sides show (``words``). Called by the hub's controller (``controller.hub``) and by
 the ``pools`` backend of a member (``core.backends.pools.reserve``). Independent of the
 other backends (the import contract says so).
