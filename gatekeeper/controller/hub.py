@@ -54,7 +54,7 @@ from gatekeeper.core.reservation import (
     status_body,
     without_reservation,
 )
-from gatekeeper.core.reservation.unsure import Fate, fate_of, fence_patch
+from gatekeeper.core.reservation.unsure import Fate, fate_of, fence_patch, term_start
 
 __all__ = ["HubController", "HubPass"]
 
@@ -102,6 +102,13 @@ class HubController:
         """uid -> (name, resourceVersion decided on) of grants sent this term."""
         self._unsure: set[str] = set()
         """uids of grants whose write failed without saying whether it was applied."""
+        self._listed: set[str] = set()
+        """Of ``_unsure``, claims Pending when this term began (the last term's grants of
+        them may be in flight): fenced at the version listed, without reading them back."""
+        self._term_started = False
+        self._fenced: dict[str, str] = {}
+        """uid -> resourceVersion of claims fenced this pass: their grant (or waiting message)
+        this pass is guarded by that version, not the cache's older one."""
         self._said: dict[str, tuple[str, float]] = {}
         """claim uid -> (reason, when its waiting message was last written)."""
 
@@ -125,27 +132,37 @@ class HubController:
         first, and counts as not granted only once the fence is written."""
         for uid in list(self._unsure):
             name, rv = self._sent[uid]
+            if uid not in self._listed:
+                try:
+                    now: dict[str, Any] | None = await self.kube.get(r.CLAIMS, name)
+                except Conflict:  # gone
+                    now = None
+                except TemporaryError as exc:  # not read: held, read back next pass
+                    log.warning("claim %s: reading back a grant of unknown fate failed: %s", name, exc)
+                    continue
+                if fate_of(now, rv) is Fate.SETTLED:
+                    self._unsure.discard(uid)  # the cache will show what it is
+                    continue
             try:
-                now: dict[str, Any] | None = await self.kube.get(r.CLAIMS, name)
-            except Conflict:  # gone
-                now = None
-            except TemporaryError as exc:  # not read: held, read back next pass
-                log.warning("claim %s: reading back a grant of unknown fate failed: %s", name, exc)
-                continue
-            if fate_of(now, rv) is Fate.SETTLED:
-                self._unsure.discard(uid)  # the cache will show what it is
-                continue
-            try:
-                await self.kube.merge_patch(r.CLAIMS, name, None, fence_patch(rv, uuid.uuid4().hex[:8]))
+                fenced = await self.kube.merge_patch(
+                    r.CLAIMS, name, None, fence_patch(rv, uuid.uuid4().hex[:8])
+                )
             except Conflict:  # moved on meanwhile (the late grant, perhaps): the cache will say
                 self._unsure.discard(uid)
+                self._listed.discard(uid)
                 continue
             except TemporaryError as exc:  # its fate unknown too: held, read back next pass
                 log.warning("claim %s: fencing a grant of unknown fate failed: %s", name, exc)
                 continue
-            log.info("claim %s: a grant sent without an answer was fenced; it is decided again", name)
+            if uid in self._listed:
+                self._listed.discard(uid)
+            else:
+                log.info("claim %s: a grant sent without an answer was fenced; it is decided again", name)
             self._sent.pop(uid, None)
             self._unsure.discard(uid)
+            version = meta(fenced).get("resourceVersion")
+            if version:
+                self._fenced[uid] = str(version)
 
     def _forget_seen(self, claims: Sequence[Mapping[str, Any]]) -> None:
         """Grants the cache now shows (the claim changed since the decision, or is gone)."""
@@ -154,7 +171,22 @@ class HubController:
             if uid not in self._unsure and cached.get(uid, "") != rv:
                 self._sent.pop(uid, None)
 
+    def _start_term(self) -> None:
+        """The last term's grants may be in flight: every claim Pending now counts as maybe
+        granted until fenced (``core.reservation.unsure.term_start``)."""
+        self._term_started = True
+        listed = term_start(self.claims.values())
+        for uid, name, rv in listed:
+            self._sent[uid] = (name, rv)
+            self._unsure.add(uid)
+            self._listed.add(uid)
+        if listed:
+            log.info("a new term: fencing %d Pending claim(s) before the first grant", len(listed))
+
     async def reconcile_once(self, write: Write) -> HubPass:
+        if not self._term_started:
+            self._start_term()
+        self._fenced.clear()
         await self._settle_unsure()
         claims = self.claims.values()
         self._forget_seen(claims)
@@ -202,7 +234,8 @@ class HubController:
         return HubPass(ledgers, orphans)
 
     async def _grant(self, reservation: str, grant: Grant) -> None:
-        self._sent[grant.uid] = (grant.name, grant.resource_version)
+        version = self._fenced.get(grant.uid, grant.resource_version)
+        self._sent[grant.uid] = (grant.name, version)
         status = {
             "state": "Granted",
             "reason": "Granted",
@@ -210,7 +243,7 @@ class HubController:
             "grantedAt": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         }
         try:
-            await self.kube.patch_status(r.CLAIMS, grant.name, None, status, grant.resource_version)
+            await self.kube.patch_status(r.CLAIMS, grant.name, None, status, version)
         except (Conflict, PermanentError):
             self._sent.pop(grant.uid, None)  # refused: certainly not granted
             raise
@@ -254,4 +287,5 @@ class HubController:
             return
         self._said[one.uid] = (str(one.reason), now)
         body = {"state": "Pending", "reason": str(one.reason), "message": one.message}
-        await write(self.kube.patch_status, r.CLAIMS, one.name, None, body, one.resource_version)
+        version = self._fenced.get(one.uid, one.resource_version)
+        await write(self.kube.patch_status, r.CLAIMS, one.name, None, body, version)

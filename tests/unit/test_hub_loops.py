@@ -15,6 +15,7 @@ from gatekeeper.controller.caches import Caches
 from gatekeeper.controller.errors import Conflict, TemporaryError
 from gatekeeper.controller.hub import HubController
 from gatekeeper.controller.hub_link import HubLink
+from gatekeeper.core.reservation.unsure import FENCE_ANNOTATION
 
 
 class ReadBack(FakeKube):
@@ -211,6 +212,42 @@ async def test_a_fence_that_gets_no_answer_keeps_the_room_held() -> None:
 
 
 @pytest.mark.anyio
+async def test_a_new_term_fences_what_the_last_term_may_have_granted() -> None:
+    """The last leader sent a grant of "a" just before it stopped; the request is still on
+    its way. The new leader lists "a" Pending and an urgent claim: its first pass fences
+    "a" before anything is granted, so the late grant is refused when it lands."""
+    a, urgent = claim("a", gpus=2), claim("urgent", gpus=2, priority=1000, cluster="cluster-b")
+    a["status"] = {  # as it is told again (no message write moves it by chance)
+        "state": "Pending",
+        "reason": "WaitingForCapacity",
+        "message": "needs 2 nvidia.com/gpu; 0 of 2 nvidia.com/gpu free",
+    }
+    api = LateGrants(a, urgent)
+    api.in_flight.append(("a", {"status": {"state": "Granted", "reason": "Granted"}}, "7"))
+    hub = HubController(api, Caches(None))  # type: ignore[arg-type]
+    fill(hub.reservations, reservation(capacity={"nvidia.com/gpu": 2}))
+    fill(hub.claims, a, urgent)
+    await loop_of(hub).pass_once()
+    assert api.granted() == ["urgent"]
+    assert api.land() == ["a: refused"] and api.granted() == ["urgent"]
+
+
+@pytest.mark.anyio
+async def test_a_new_term_grants_in_its_first_pass_at_the_fenced_version() -> None:
+    """Fencing costs a write per Pending claim, not a pass: the grant that follows in the
+    same pass is guarded by the version the fence gave, so it applies."""
+    a = claim("a", gpus=2)
+    api = LateGrants(a)
+    hub = HubController(api, Caches(None))  # type: ignore[arg-type]
+    fill(hub.reservations, reservation(capacity={"nvidia.com/gpu": 2}))
+    fill(hub.claims, a)
+    await loop_of(hub).pass_once()
+    assert [v for v, p, n in api.verbs() if p == "reservationclaims"] == ["merge_patch", "patch_status"]
+    assert api.granted() == ["a"], "granted in the term's first pass"
+    assert FENCE_ANNOTATION in api.store["a"]["metadata"]["annotations"]
+
+
+@pytest.mark.anyio
 async def test_a_hub_not_connected_is_unreachable_and_says_why() -> None:
     async def never() -> Any:
         raise OSError("connection refused")
@@ -231,7 +268,7 @@ async def test_a_reservation_it_cannot_read_says_why_and_grants_nothing() -> Non
     assert grants(kube) == []
     (status,) = [b["status"] for v, p, n, b in kube.writes if p == "reservations"]
     assert status["conditions"][0]["status"] == "False" and "40 digits" in status["conditions"][0]["message"]
-    (said,) = [b["status"] for v, p, n, b in kube.writes if p == "reservationclaims"]
+    (said,) = [b["status"] for v, p, n, b in kube.writes if (v, p) == ("patch_status", "reservationclaims")]
     assert said["reason"] == "ReservationInvalid"
 
 

@@ -6,16 +6,24 @@ queue past the client's deadline. Reading the claim back and finding it still Pe
 that version does not prove the grant never lands, so the hub first *fences* it: a write
 of its own (an annotation) guarded by the same version moves the claim past it, and the
 late grant can then only fail its precondition. Until the fence is answered, the room
-stays held. Pure: ``gatekeeper.controller.hub`` reads the claim and acts.
+stays held.
+
+A term's grants in flight are not known to the next term (another replica, or this one
+started again): the new leader lists every claim Pending, and a grant the last leader sent
+just before it stopped may still land. So a term's first pass fences every Pending claim
+(``term_start``) before it grants anything: one write per Pending claim per takeover.
+Pure: ``gatekeeper.controller.hub`` reads the claims and acts.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from enum import StrEnum
 from typing import Any
 
-__all__ = ["FENCE_ANNOTATION", "Fate", "fate_of", "fence_patch"]
+from gatekeeper.core.reservation.objects import ClaimState, parse_claim
+
+__all__ = ["FENCE_ANNOTATION", "Fate", "fate_of", "fence_patch", "term_start"]
 
 FENCE_ANNOTATION = "lws-gatekeeper.io/grant-fence"
 """On a ReservationClaim: ``<resourceVersion>/<nonce>``, the version at which a grant of
@@ -48,3 +56,19 @@ def fence_patch(decided: str, nonce: str) -> dict[str, Any]:
     already), so the API server writes it and gives the claim a new version."""
     value = f"{decided}/{nonce}"
     return {"metadata": {"resourceVersion": decided, "annotations": {FENCE_ANNOTATION: value}}}
+
+
+def term_start(claims: Iterable[Mapping[str, Any]]) -> list[tuple[str, str, str]]:
+    """The claims a new term fences before its first grant: every Pending one, as (uid, name,
+    resourceVersion listed). Released, Granted and Orphaned claims are what they say (a late
+    grant of one of them fails its precondition or changes nothing)."""
+    out: list[tuple[str, str, str]] = []
+    for obj in claims:
+        claim = parse_claim(obj)
+        meta = obj.get("metadata")
+        if not isinstance(meta, Mapping) or claim.state is not ClaimState.PENDING:
+            continue
+        uid, name, rv = meta.get("uid"), meta.get("name"), meta.get("resourceVersion")
+        if isinstance(uid, str) and isinstance(name, str) and uid and name and rv is not None:
+            out.append((uid, name, str(rv)))
+    return out
