@@ -32,6 +32,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+import anyio
 from prometheus_client import Counter, Gauge
 
 from gatekeeper.controller import kube as k
@@ -68,6 +69,8 @@ MOVES = Counter(
     ["reservation", "state"],
 )
 MEMBERS_GONE = Gauge("gatekeeper_hub_members_gone", "Member clusters with claims whose heartbeat expired")
+FENCES_AT_ONCE = 16
+"""Reads and fences of grants of unknown fate sent at once (``_settle_unsure``)."""
 MESSAGE_REFRESH_SECONDS = 60.0
 """A waiting claim's message is rewritten at once when its reason changes, and when only
 its numbers change at most this often."""
@@ -129,40 +132,49 @@ class HubController:
     async def _settle_unsure(self) -> None:
         """Read back grants of unknown fate (``core.reservation.unsure``): a claim changed
         since, or gone, is left to the cache; one still at the version decided on is fenced
-        first, and counts as not granted only once the fence is written."""
-        for uid in list(self._unsure):
-            name, rv = self._sent[uid]
-            if uid not in self._listed:
-                try:
-                    now: dict[str, Any] | None = await self.kube.get(r.CLAIMS, name)
-                except Conflict:  # gone
-                    now = None
-                except TemporaryError as exc:  # not read: held, read back next pass
-                    log.warning("claim %s: reading back a grant of unknown fate failed: %s", name, exc)
-                    continue
-                if fate_of(now, rv) is Fate.SETTLED:
-                    self._unsure.discard(uid)  # the cache will show what it is
-                    continue
+        first, and counts as not granted only once the fence is written. At most
+        ``FENCES_AT_ONCE`` at a time (a new term may have thousands to fence)."""
+        limit = anyio.CapacityLimiter(FENCES_AT_ONCE)
+
+        async def one(uid: str) -> None:
+            async with limit:
+                await self._settle(uid)
+
+        async with anyio.create_task_group() as tg:
+            for uid in list(self._unsure):
+                tg.start_soon(one, uid)
+
+    async def _settle(self, uid: str) -> None:
+        name, rv = self._sent[uid]
+        if uid not in self._listed:
             try:
-                fenced = await self.kube.merge_patch(
-                    r.CLAIMS, name, None, fence_patch(rv, uuid.uuid4().hex[:8])
-                )
-            except Conflict:  # moved on meanwhile (the late grant, perhaps): the cache will say
-                self._unsure.discard(uid)
-                self._listed.discard(uid)
-                continue
-            except TemporaryError as exc:  # its fate unknown too: held, read back next pass
-                log.warning("claim %s: fencing a grant of unknown fate failed: %s", name, exc)
-                continue
-            if uid in self._listed:
-                self._listed.discard(uid)
-            else:
-                log.info("claim %s: a grant sent without an answer was fenced; it is decided again", name)
-            self._sent.pop(uid, None)
+                now: dict[str, Any] | None = await self.kube.get(r.CLAIMS, name)
+            except Conflict:  # gone
+                now = None
+            except TemporaryError as exc:  # not read: held, read back next pass
+                log.warning("claim %s: reading back a grant of unknown fate failed: %s", name, exc)
+                return
+            if fate_of(now, rv) is Fate.SETTLED:
+                self._unsure.discard(uid)  # the cache will show what it is
+                return
+        try:
+            fenced = await self.kube.merge_patch(r.CLAIMS, name, None, fence_patch(rv, uuid.uuid4().hex[:8]))
+        except Conflict:  # moved on meanwhile (the late grant, perhaps): the cache will say
             self._unsure.discard(uid)
-            version = meta(fenced).get("resourceVersion")
-            if version:
-                self._fenced[uid] = str(version)
+            self._listed.discard(uid)
+            return
+        except TemporaryError as exc:  # its fate unknown too: held, read back next pass
+            log.warning("claim %s: fencing a grant of unknown fate failed: %s", name, exc)
+            return
+        if uid in self._listed:
+            self._listed.discard(uid)
+        else:
+            log.info("claim %s: a grant sent without an answer was fenced; it is decided again", name)
+        self._sent.pop(uid, None)
+        self._unsure.discard(uid)
+        version = meta(fenced).get("resourceVersion")
+        if version:
+            self._fenced[uid] = str(version)
 
     def _forget_seen(self, claims: Sequence[Mapping[str, Any]]) -> None:
         """Grants the cache now shows (the claim changed since the decision, or is gone)."""
