@@ -55,7 +55,7 @@ def stage_files(kwok: build.Installed, scratch: Path) -> list[Path]:
     for path in files:
         if path.name == "kustomization.yaml":
             continue
-        if path.parent.name == "fast" and path.parent.parent.name == "pod" and path.name == "pod-ready.yaml":
+        if path == stages / "pod" / "fast" / "pod-ready.yaml":
             scratch.mkdir(parents=True, exist_ok=True)
             rewritten = scratch / "kwok-pod-ready.yaml"
             rewritten.write_text(

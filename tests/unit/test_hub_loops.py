@@ -151,6 +151,27 @@ class LateGrants(FakeKube):
         return sorted(n for n, c in self.store.items() if c.get("status", {}).get("state") == "Granted")
 
 
+def waiting(name: str) -> dict[str, Any]:
+    """A 2-GPU claim already told what it is told again while it waits behind 2 GPUs held
+    (so no message write moves its resourceVersion by chance)."""
+    obj = claim(name, gpus=2)
+    obj["status"] = {
+        "state": "Pending",
+        "reason": "WaitingForCapacity",
+        "message": "needs 2 nvidia.com/gpu; 0 of 2 nvidia.com/gpu free",
+    }
+    return obj
+
+
+def late_hub(*claims: dict[str, Any]) -> tuple[LateGrants, HubController, Any]:
+    """A hub of a 2-GPU Reservation over ``LateGrants`` holding ``claims``, its cache filled."""
+    api = LateGrants(*claims)
+    hub = HubController(api, Caches(None))  # type: ignore[arg-type]
+    fill(hub.reservations, reservation(capacity={"nvidia.com/gpu": 2}))
+    fill(hub.claims, *claims)
+    return api, hub, loop_of(hub)
+
+
 @pytest.mark.anyio
 async def test_a_grant_that_lands_after_its_timeout_cannot_over_commit() -> None:
     """The race the read-back alone leaves open: a grant of "a" times out but is still
@@ -158,17 +179,7 @@ async def test_a_grant_that_lands_after_its_timeout_cannot_over_commit() -> None
     on, and gives the room to an urgent claim; then the queued grant lands. Without a fence
     both are Granted: 4 GPUs of 2. ("a" waited before, in the words it is told again, so
     no message write moves it past that version by chance.)"""
-    a = claim("a", gpus=2)
-    a["status"] = {
-        "state": "Pending",
-        "reason": "WaitingForCapacity",
-        "message": "needs 2 nvidia.com/gpu; 0 of 2 nvidia.com/gpu free",
-    }
-    api = LateGrants(a)
-    hub = HubController(api, Caches(None))  # type: ignore[arg-type]
-    fill(hub.reservations, reservation(capacity={"nvidia.com/gpu": 2}))
-    fill(hub.claims, a)
-    loop = loop_of(hub)
+    api, hub, loop = late_hub(waiting("a"))
     api.late = True
     await loop.pass_once()
     assert grants(api) == ["a"] and api.granted() == []  # sent, unanswered, not applied yet
@@ -189,12 +200,7 @@ async def test_a_grant_that_lands_after_its_timeout_cannot_over_commit() -> None
 
 @pytest.mark.anyio
 async def test_a_fence_that_gets_no_answer_keeps_the_room_held() -> None:
-    a = claim("a", gpus=2)
-    api = LateGrants(a)
-    hub = HubController(api, Caches(None))  # type: ignore[arg-type]
-    fill(hub.reservations, reservation(capacity={"nvidia.com/gpu": 2}))
-    fill(hub.claims, a)
-    loop = loop_of(hub)
+    api, hub, loop = late_hub(claim("a", gpus=2))
     api.late = True
     await loop.pass_once()
     api.late = False
@@ -216,18 +222,9 @@ async def test_a_new_term_fences_what_the_last_term_may_have_granted() -> None:
     """The last leader sent a grant of "a" just before it stopped; the request is still on
     its way. The new leader lists "a" Pending and an urgent claim: its first pass fences
     "a" before anything is granted, so the late grant is refused when it lands."""
-    a, urgent = claim("a", gpus=2), claim("urgent", gpus=2, priority=1000, cluster="cluster-b")
-    a["status"] = {  # as it is told again (no message write moves it by chance)
-        "state": "Pending",
-        "reason": "WaitingForCapacity",
-        "message": "needs 2 nvidia.com/gpu; 0 of 2 nvidia.com/gpu free",
-    }
-    api = LateGrants(a, urgent)
+    api, _, loop = late_hub(waiting("a"), claim("urgent", gpus=2, priority=1000, cluster="cluster-b"))
     api.in_flight.append(("a", {"status": {"state": "Granted", "reason": "Granted"}}, "7"))
-    hub = HubController(api, Caches(None))  # type: ignore[arg-type]
-    fill(hub.reservations, reservation(capacity={"nvidia.com/gpu": 2}))
-    fill(hub.claims, a, urgent)
-    await loop_of(hub).pass_once()
+    await loop.pass_once()
     assert api.granted() == ["urgent"]
     assert api.land() == ["a: refused"] and api.granted() == ["urgent"]
 
@@ -236,12 +233,8 @@ async def test_a_new_term_fences_what_the_last_term_may_have_granted() -> None:
 async def test_a_new_term_grants_in_its_first_pass_at_the_fenced_version() -> None:
     """Fencing costs a write per Pending claim, not a pass: the grant that follows in the
     same pass is guarded by the version the fence gave, so it applies."""
-    a = claim("a", gpus=2)
-    api = LateGrants(a)
-    hub = HubController(api, Caches(None))  # type: ignore[arg-type]
-    fill(hub.reservations, reservation(capacity={"nvidia.com/gpu": 2}))
-    fill(hub.claims, a)
-    await loop_of(hub).pass_once()
+    api, _, loop = late_hub(claim("a", gpus=2))
+    await loop.pass_once()
     assert [v for v, p, n in api.verbs() if p == "reservationclaims"] == ["merge_patch", "patch_status"]
     assert api.granted() == ["a"], "granted in the term's first pass"
     assert FENCE_ANNOTATION in api.store["a"]["metadata"]["annotations"]
