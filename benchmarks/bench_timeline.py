@@ -196,6 +196,50 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / 100.0  # utime + stime, in clock ticks of 1/100 s
 
 
+def process_cpu(sb: Sandbox) -> dict[str, float]:
+    """CPU seconds so far of every process of the sandbox, by name."""
+    return {name: cpu_seconds(int(p["pid"])) for name, p in sb.state()["processes"].items()}
+
+
+def machine_busy() -> tuple[float, float]:
+    """(busy, total) CPU ticks of the whole machine so far, from /proc/stat."""
+    ticks = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = ticks[3] + ticks[4]  # idle + iowait
+    return float(sum(ticks) - idle), float(sum(ticks))
+
+
+def webhook_seconds(sb: Sandbox) -> dict[str, tuple[float, float]]:
+    """The API server's own time in each mutating/validating webhook: name -> (sum s, calls)."""
+    text = sb.kubectl("get", "--raw", "/metrics").stdout
+    out: dict[str, tuple[float, float]] = {}
+    for kind in ("sum", "count"):
+        metric = f"apiserver_admission_webhook_admission_duration_seconds_{kind}"
+        pattern = rf'^{metric}\{{name="([^"]+)"[^}}]*\}} (\S+)$'
+        for name, value in re.findall(pattern, text, re.M):
+            total, calls = out.get(name, (0.0, 0.0))
+            out[name] = (total + float(value), calls) if kind == "sum" else (total, calls + float(value))
+    return out
+
+
+def print_costs(
+    label: str,
+    seconds: float,
+    cpu: dict[str, float],
+    busy: float,
+    hooks: dict[str, tuple[float, float]],
+) -> None:
+    """Who spent the machine's CPU during the run, and what each webhook cost a request."""
+    print(f"\n{label}: CPU seconds by process in {seconds:.1f} s (machine busy {busy:.0%})")
+    for name, s in sorted(cpu.items(), key=lambda kv: -kv[1]):
+        print(f"  {name:26} {s:6.1f}")
+    print(f"  {'all of them':26} {sum(cpu.values()):6.1f}")
+    if hooks:
+        print(f"{label}: webhooks at the API server (calls, mean ms)")
+        for name, (total, calls) in sorted(hooks.items()):
+            if calls:
+                print(f"  {name:40} {calls:6.0f} {1000 * total / calls:7.1f}")
+
+
 def stage_seconds(metrics: str) -> dict[str, float]:
     found = re.findall(r'^gatekeeper_reconcile_stage_seconds_total\{stage="(\w+)"\} (\S+)$', metrics, re.M)
     passes = re.findall(r"^gatekeeper_reconcile_seconds_count (\S+)$", metrics, re.M)
@@ -228,11 +272,13 @@ async def one_run(
     await anyio.sleep(3)  # nodes Ready
     pid = int(sb.state()["processes"]["gatekeeper"]["pid"])
     cpu_before, stages_before = cpu_seconds(pid), stage_seconds(sb.metrics())
+    procs_before, busy_before, hooks_before = process_cpu(sb), machine_busy(), webhook_seconds(sb)
     since = time.time() - 1
     start = time.monotonic()
     await (await LeaderWorkerSet(lws("bench", ns, groups, size, pool), api=api)).create()
     v: Verdict = await settle(api, ns, "bench", expected_pods=nodes, size=size, timeout=900, stable_for=5)
     seconds = time.monotonic() - start - 5
+    procs_after, busy_after, hooks_after = process_cpu(sb), machine_busy(), webhook_seconds(sb)
     events = list(audit_events(sb.log_dir / AUDIT_LOG, ns, since))
     created = [e.answered for e in events if e.resource == "leaderworkersets" and e.verb == "create"]
     t = timeline(events, created[0] if created else since)
@@ -243,6 +289,16 @@ async def one_run(
     )
     print_timeline(label, t)
     print_clients(label, events)
+    print_costs(
+        label,
+        seconds + 5,
+        {k: v - procs_before.get(k, 0.0) for k, v in procs_after.items()},
+        (busy_after[0] - busy_before[0]) / max(1.0, busy_after[1] - busy_before[1]),
+        {
+            k: (v[0] - hooks_before.get(k, (0.0, 0.0))[0], v[1] - hooks_before.get(k, (0.0, 0.0))[1])
+            for k, v in hooks_after.items()
+        },
+    )
     if gatekeeper:
         cpu, after = cpu_seconds(pid) - cpu_before, stage_seconds(sb.metrics())
         spent = {k: after.get(k, 0.0) - stages_before.get(k, 0.0) for k in after}

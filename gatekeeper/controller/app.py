@@ -35,6 +35,7 @@ from gatekeeper.controller.hub_link import HubLink
 from gatekeeper.controller.kube import Kube
 from gatekeeper.controller.leader import LeaderElector
 from gatekeeper.controller.loop import Controller, PassLoop
+from gatekeeper.controller.session import keep_connections
 from gatekeeper.core.provisioning import InstanceType
 from gatekeeper.webhook import WebhookThread
 from gatekeeper.webhook.pass_through import PassThrough
@@ -198,6 +199,7 @@ def _admission_loop(
 async def run(opts: Options) -> None:
     """Serve and reconcile until SIGTERM or SIGINT."""
     api = await kr8s.asyncio.api(kubeconfig=opts.kubeconfig)
+    await keep_connections(api)
     identity = opts.identity or f"{socket.gethostname()}-{os.getpid()}"
     # One client, one set of credentials, for every part of the process.
     kube = Kube(api, user_agent=f"lws-gatekeeper/{_version()} ({identity})")
@@ -254,6 +256,7 @@ async def run(opts: Options) -> None:
 
                 async def hub() -> Kube:
                     hub_api = await kr8s.asyncio.api(kubeconfig=hub_kubeconfig)
+                    await keep_connections(hub_api)
                     agent = f"lws-gatekeeper/{_version()} ({identity}; {opts.cluster_name})"
                     hub_kube = Kube(hub_api, user_agent=agent)
                     return hub_kube.fenced(fence) if opts.leader_elect else hub_kube
