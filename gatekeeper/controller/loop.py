@@ -16,8 +16,12 @@ timing, the limit on writes in flight and the rule for errors:
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import anyio
@@ -25,10 +29,59 @@ import anyio
 from gatekeeper.controller.errors import Conflict, PermanentError, TemporaryError
 from gatekeeper.controller.informer import Informer
 
-__all__ = ["Controller", "Decided", "PassLoop", "Write"]
+__all__ = ["Controller", "Decided", "PassLoop", "Slots", "Write"]
 
 Write = Callable[..., Coroutine[Any, Any, bool]]
-"""How a pass runs one write: ``await write(fn, *args)``; True when it went through."""
+"""How a pass runs one write: ``await write(fn, *args, rank=0)``; True when it went through.
+Of the writes waiting for a slot, the lowest ``rank`` goes first (then the earliest)."""
+
+
+@dataclass(order=True)
+class _Waiter:
+    rank: int
+    seq: int
+    woken: anyio.Event = field(compare=False, default_factory=anyio.Event)
+    granted: bool = field(compare=False, default=False)
+    gone: bool = field(compare=False, default=False)
+
+
+class Slots:
+    """At most ``size`` holders at once; of those waiting, the lowest rank is let in first,
+    and among equals the one that came first (anyio's ``CapacityLimiter`` is first come,
+    first served only)."""
+
+    def __init__(self, size: int) -> None:
+        self.free = size
+        self._waiting: list[_Waiter] = []
+        self._seq = itertools.count()
+
+    @asynccontextmanager
+    async def slot(self, rank: int = 0) -> AsyncIterator[None]:
+        if self.free > 0 and not self._waiting:
+            self.free -= 1
+        else:
+            waiter = _Waiter(rank, next(self._seq))
+            heapq.heappush(self._waiting, waiter)
+            try:
+                await waiter.woken.wait()
+            except BaseException:
+                waiter.gone = True
+                if waiter.granted:
+                    self._release()  # let in while being cancelled: pass the slot on
+                raise
+        try:
+            yield
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        while self._waiting:
+            waiter = heapq.heappop(self._waiting)
+            if not waiter.gone:
+                waiter.granted = True
+                waiter.woken.set()
+                return
+        self.free += 1
 
 
 class Controller(Protocol):
@@ -92,12 +145,13 @@ class PassLoop:
         self._dirty.set()
 
     def writer(self) -> Write:
-        """How one pass runs its writes: at most ``concurrency`` in flight. A write that fails
-        is never raised (an exception in one task would cancel the others of the pass)."""
-        limiter = anyio.CapacityLimiter(self.concurrency)
+        """How one pass runs its writes: at most ``concurrency`` in flight, the lowest
+        ``rank`` first. A write that fails is never raised (an exception in one task would
+        cancel the others of the pass)."""
+        slots = Slots(self.concurrency)
 
-        async def write(fn: Callable[..., Awaitable[object]], *args: Any) -> bool:
-            async with limiter:
+        async def write(fn: Callable[..., Awaitable[object]], *args: Any, rank: int = 0) -> bool:
+            async with slots.slot(rank):
                 try:
                     await fn(*args)
                 except Conflict as exc:
