@@ -181,6 +181,21 @@ def print_timeline(label: str, t: Timeline) -> None:
         print(f"  {stage:13} {_pct(at, 0.5):7.2f} {_pct(at, 0.9):7.2f} {max(at):7.2f}{step}")
 
 
+def print_ungate_wait(label: str, t: Timeline) -> None:
+    """Issue 15's target: from a group's last pod created to all its pods ungated. A pod
+    the gatekeeper never patched was made ungated (its group was admitted already), so a
+    group waits only for the patches that come after its last pod's creation."""
+    waits = [
+        max(0.0, s.get("ungated", 0.0) - s["pods created"]) for s in t.stages.values() if "pods created" in s
+    ]
+    patched = sum(1 for s in t.stages.values() if "ungated" in s)
+    print(
+        f"{label}: last pod created -> all ungated, seconds: p50 {_pct(waits, 0.5):.2f}, "
+        f"p99 {_pct(waits, 0.99):.2f}, max {max(waits, default=float('nan')):.2f} "
+        f"({patched} of {len(waits)} groups had a gate lifted by a patch)"
+    )
+
+
 def print_clients(label: str, events: list[Event]) -> None:
     by: dict[tuple[str, str, str], list[float]] = defaultdict(list)
     for e in events:
@@ -288,6 +303,8 @@ async def one_run(
         f"{v.gpus_stranded} GPUs stranded"
     )
     print_timeline(label, t)
+    if gatekeeper:
+        print_ungate_wait(label, t)
     print_clients(label, events)
     print_costs(
         label,
