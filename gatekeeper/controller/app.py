@@ -189,6 +189,9 @@ def _admission_loop(
                 tg.start_soon(caches.run)
                 for loop in loops:
                     tg.start_soon(loop.run)
+                for c in found:
+                    for task in getattr(c, "side_tasks", ()):
+                        tg.start_soon(task)
         finally:
             if pass_through is not None:
                 pass_through.clear()

@@ -40,7 +40,17 @@ from gatekeeper.core.objects import as_map, condition, is_terminating, labels, m
 from gatekeeper.core.pool import Pool, parse_pool
 from gatekeeper.core.quantity import format_amount
 
-__all__ = ["AdmittedGroup", "Index", "Table", "build", "index", "patch_for", "with_admissions"]
+__all__ = [
+    "AdmittedGroup",
+    "Index",
+    "Table",
+    "build",
+    "index",
+    "lift_for",
+    "member_of",
+    "patch_for",
+    "with_admissions",
+]
 
 
 @dataclass(frozen=True)
@@ -194,16 +204,16 @@ def _total_of(demand: GroupDemand) -> dict[str, str]:
     return {r: format_amount(r, v) for r, v in demand.total.items()}
 
 
-def patch_for(
+def member_of(
     pod: Mapping[str, Any],
     namespace: str,
     table: Table,
     statefulsets: StatefulSets,
     pods: StatefulSets | None = None,
-) -> list[dict[str, Any]] | None:
-    """The JSON patch that creates ``pod`` (being created in ``namespace``) as if its gate had
-    been lifted at once: the pool's node selector and tolerations; None when the pod must be
-    gated (the usual answer)."""
+) -> AdmittedGroup | None:
+    """The admitted group that ``pod`` (in ``namespace``) certainly belongs to, or None: its
+    labels name the group, its owner chain leads to the admitted LWS, and it asks exactly
+    what the admitted demand says for its role."""
     if not table or not is_opted_in(pod):
         return None
     # The webhook may see the pod before LWS's own pod webhook labels it: a leader has no
@@ -245,7 +255,45 @@ def patch_for(
         return None
     if asks != (group.leader if leader else group.worker):
         return None
+    return group
+
+
+def patch_for(
+    pod: Mapping[str, Any],
+    namespace: str,
+    table: Table,
+    statefulsets: StatefulSets,
+    pods: StatefulSets | None = None,
+) -> list[dict[str, Any]] | None:
+    """The JSON patch that creates ``pod`` (being created in ``namespace``) as if its gate had
+    been lifted at once: the pool's node selector and tolerations; None when the pod must be
+    gated (the usual answer)."""
+    group = member_of(pod, namespace, table, statefulsets, pods)
+    if group is None:
+        return None
     # What lifting the gate would have added, on a pod that never had it.
     gated = {**pod, "spec": {**as_map(pod.get("spec")), "schedulingGates": [{"name": SCHEDULING_GATE}]}}
     ops = ungate_patch(gated, Ungate(namespace, "", group.node_selector, group.tolerations)) or []
     return [op for op in ops if not op["path"].startswith("/spec/schedulingGates")]
+
+
+def lift_for(
+    pod: Mapping[str, Any],
+    table: Table,
+    statefulsets: StatefulSets,
+    pods: StatefulSets | None = None,
+) -> list[dict[str, Any]] | None:
+    """The JSON patch that lifts the gate of ``pod`` (one that exists, gated) because its group
+    already holds its admission: the write a pass would make for it (the gate removed, the
+    pool's node selector and tolerations added); None when the pod is not gated, is going,
+    or is not certainly a member of an admitted group (the pass decides it then)."""
+    if is_terminating(pod):
+        return None
+    m = meta(pod)
+    namespace = str(m.get("namespace") or "")
+    group = member_of(pod, namespace, table, statefulsets, pods)
+    if group is None:
+        return None
+    return ungate_patch(
+        pod, Ungate(namespace, str(m.get("name") or ""), group.node_selector, group.tolerations)
+    )

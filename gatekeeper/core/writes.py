@@ -110,12 +110,12 @@ Plan = tuple[tuple[Write, ...], ...]
 
 
 def walk(plan: Plan) -> Iterator[Write]:
-    """Every write of a plan, ``then`` writes included (for tests and logs)."""
-    stack = [w for stage in plan for w in stage]
+    """Every write of a plan, ``then`` writes included, each before its ``then`` (depth first)."""
+    stack = [w for stage in reversed(plan) for w in reversed(stage)]
     while stack:
-        one = stack.pop(0)
+        one = stack.pop()
         yield one
-        stack[:0] = list(one.then)
+        stack.extend(reversed(one.then))
 
 
 class Memory:

@@ -8,7 +8,9 @@ reader sees one pass's table or the next, never half of one. The table is used o
 while ``may_use`` says the process leads (the elector's renew deadline, the same fence
 its writes have): a replica that lost its Lease, or cannot renew it, gates every pod as
 before, so a stale table never outlives the term that made it. Made by
-``controller/app.py``; published and cleared by ``controller/backends/pools.py``.
+``controller/app.py``; published and cleared by ``controller/backends/pools.py``; read by
+the webhook (``patch``) and by ``controller/lift.py`` (``lift``: a pod born gated just
+before its group's admission has its gate lifted at once, not at the next pass).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any
 
 from prometheus_client import Counter
 
-from gatekeeper.core.pass_through import AdmittedGroup, StatefulSets, Table, patch_for
+from gatekeeper.core.pass_through import AdmittedGroup, StatefulSets, Table, lift_for, patch_for
 
 __all__ = ["PassThrough"]
 
@@ -70,6 +72,13 @@ class PassThrough:
 
     def __len__(self) -> int:
         return len(self._state[0])
+
+    def lift(self, pod: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+        """The patch that lifts the gate of ``pod`` (gated, existing) now, or None: the pass decides."""
+        table, statefulsets, pods = self._state
+        if not table or not self.may_use():
+            return None
+        return lift_for(pod, table, statefulsets, pods)
 
     def patch(self, pod: Mapping[str, Any], namespace: str) -> list[dict[str, Any]] | None:
         """The patch that creates ``pod`` ungated, or None: gate it."""

@@ -340,3 +340,73 @@ async def test_a_stream_of_changes_runs_a_pass_at_most_once_a_second() -> None:
             await anyio.sleep(0.01)
         tg.cancel_scope.cancel()
     assert 1 <= controller.passes <= 2
+
+
+async def _lifting(backend: PoolsBackend, kube: FakeKube, expect: int) -> None:
+    """Run a pass, then the backend's Lifter until ``expect`` gates were lifted (5 s at most)."""
+    async with anyio.create_task_group() as tg:
+        for task in backend.side_tasks:
+            tg.start_soon(task)
+        await loop_of(backend).pass_once()
+        with anyio.move_on_after(5):
+            while sum(1 for v in kube.verbs() if v[0] == "json_patch") < expect:
+                await anyio.sleep(0.01)
+        await anyio.sleep(0.1)  # room for a write too many
+        tg.cancel_scope.cancel()
+
+
+@pytest.mark.anyio
+async def test_a_pod_born_gated_during_its_groups_admission_is_lifted_once_without_a_pass() -> None:
+    """The worker is made (gated) after the pass's snapshot, before its group's admission is
+    written: the pass's plan does not know it, and the Lifter lifts it once the admission is
+    written. The leader, in the plan, is lifted by the pass alone."""
+    from gatekeeper.webhook.pass_through import PassThrough
+
+    kube, caches = FakeKube(), Caches(None)
+    backend = PoolsBackend(kube, caches, pass_through=PassThrough())  # type: ignore[arg-type]
+    vllm = opted_in("vllm", "a")
+    leader, worker = lws_pod("vllm", 0, 0, namespace=NS), lws_pod("vllm", 0, 1, namespace=NS)
+    fill(backend.lws, vllm)
+    fill(backend.pods, leader)
+    fill(backend.statefulsets, *lws_statefulsets([vllm], [leader, worker]))
+    fill(backend.nodes, gpu_node("n0", "a"), gpu_node("n1", "a"))
+    fill(backend.pools, pool("a").quota(gpu=2).obj())
+    create = kube.create
+
+    async def create_then_worker(res: r.Resource, obj: dict[str, Any]) -> dict[str, Any]:
+        made = await create(res, obj)
+        if res.plural == "groupadmissions":  # the worker comes between the snapshot and the admission
+            backend.pods.objects[(NS, "vllm-0-1")] = worker
+            backend.pods._notify("ADDED", worker)
+        return made
+
+    kube.create = create_then_worker  # type: ignore[method-assign]
+    await _lifting(backend, kube, expect=2)
+    lifted = sorted(v[2] for v in kube.verbs() if v[0] == "json_patch")
+    assert lifted == ["vllm-0", "vllm-0-1"], lifted
+    admit = kube.verbs().index(("patch_status", "groupadmissions", new_record(vllm, 0)["metadata"]["name"]))
+    assert kube.verbs().index(("json_patch", "pods", "vllm-0-1")) > admit
+
+
+@pytest.mark.anyio
+async def test_a_gated_pod_of_a_group_not_admitted_is_left_to_the_pass() -> None:
+    from gatekeeper.webhook.pass_through import PassThrough
+
+    kube, caches = FakeKube(), Caches(None)
+    backend = PoolsBackend(kube, caches, pass_through=PassThrough())  # type: ignore[arg-type]
+    vllm = opted_in("vllm", "a")
+    pods = [lws_pod("vllm", 0, 0, namespace=NS), lws_pod("vllm", 0, 1, namespace=NS)]
+    fill(backend.lws, vllm)
+    fill(backend.pods, *pods)
+    fill(backend.statefulsets, *lws_statefulsets([vllm], pods))
+    fill(backend.nodes, gpu_node("n0", "a"))
+    fill(backend.pools, pool("a").quota(gpu=1).obj())  # room for half the group: it waits
+    async with anyio.create_task_group() as tg:
+        for task in backend.side_tasks:
+            tg.start_soon(task)
+        await loop_of(backend).pass_once()
+        for pod in pods:
+            backend.pods._notify("MODIFIED", pod)
+        await anyio.sleep(0.2)
+        tg.cancel_scope.cancel()
+    assert not [v for v in kube.verbs() if v[0] == "json_patch"]

@@ -13,7 +13,7 @@ import pytest
 from core_builders import lws, lws_pod, lws_statefulsets, pool, record
 
 from gatekeeper.core.groups import DemandMemo
-from gatekeeper.core.pass_through import Table, build, patch_for, with_admissions
+from gatekeeper.core.pass_through import Table, build, lift_for, patch_for, with_admissions
 from gatekeeper.webhook.pass_through import PassThrough
 
 VLLM = lws("vllm").uid("u-1").pool("a").replicas(2).size(2).leader(gpu_limit=1).worker(gpu_limit=1).obj()
@@ -195,3 +195,68 @@ def test_a_group_given_back_leaves_the_published_table_at_once() -> None:
     assert holder.patch(_new(1, 1), "default") is not None, "other groups stay"
     holder.withdraw(("default", "vllm", 7))  # not in the table: nothing happens
     assert len(holder) == 1
+
+
+# lift_for: a pod that exists gated, of a group admitted since it was made.
+
+
+def _unlabelled(pod: dict[str, Any]) -> dict[str, Any]:
+    del pod["metadata"]["labels"]["lws-gatekeeper.io/pool"]
+    return pod
+
+
+def test_a_gated_pod_of_an_admitted_group_is_lifted_and_steered_in_one_write() -> None:
+    pods = [lws_pod("vllm", 0, 0), lws_pod("vllm", 0, 1)]
+    table = _table([_admitted(0)], pods)
+    for pod in pods:
+        ops = lift_for(pod, table, _sts(table, pods))
+        assert ops is not None, pod["metadata"]["name"]
+        assert ops[:2] == [
+            {"op": "test", "path": "/spec/schedulingGates/0/name", "value": "lws-gatekeeper.io/admission"},
+            {"op": "remove", "path": "/spec/schedulingGates/0"},
+        ]
+        assert {"op": "add", "path": "/spec/nodeSelector", "value": {"pool": "a"}} in ops
+
+
+def test_another_gate_stays_and_ours_is_found_where_it_is() -> None:
+    pods = [lws_pod("vllm", 0, 0)]
+    table = _table([_admitted(0)], pods)
+    pod = copy.deepcopy(pods[0])
+    pod["spec"]["schedulingGates"].insert(0, {"name": "example.com/other"})
+    ops = lift_for(pod, table, _sts(table, pods))
+    assert ops is not None
+    assert {"op": "remove", "path": "/spec/schedulingGates/1"} in ops
+    assert not [op for op in ops if op["path"] == "/spec/schedulingGates/0"]
+
+
+@pytest.mark.parametrize(
+    ("why", "pod", "records"),
+    [
+        ("not gated", lws_pod("vllm", 0, 0, gated=False), [_admitted(0)]),
+        ("going", lws_pod("vllm", 0, 0, deleting=True), [_admitted(0)]),
+        ("its group not admitted", lws_pod("vllm", 1, 0), [_admitted(0)]),
+        ("admitted for a changed template", lws_pod("vllm", 0, 0), [_admitted(0, reason="TemplateChanged")]),
+        ("asks more than the admitted demand", lws_pod("vllm", 0, 0, gpu_limit=2), [_admitted(0)]),
+        ("not opted in", _unlabelled(lws_pod("vllm", 0, 0)), [_admitted(0)]),
+        ("no admitted group at all", lws_pod("vllm", 0, 0), []),
+    ],
+)
+def test_a_pod_that_is_not_certainly_an_admitted_member_is_left_to_the_pass(
+    why: str, pod: dict[str, Any], records: list[dict[str, Any]]
+) -> None:
+    pods = [lws_pod("vllm", 0, 0), lws_pod("vllm", 1, 0)]
+    table = _table(records, pods)
+    assert lift_for(pod, table, _sts(table, pods)) is None, why
+
+
+def test_a_worker_is_lifted_only_under_the_leader_its_statefulset_names() -> None:
+    """A worker's StatefulSet is owned by its group's leader pod: a leader pod made again
+    (a new UID) and not yet seen by the pass leaves its workers to the pass."""
+    pods = [lws_pod("vllm", 0, 0), lws_pod("vllm", 0, 1)]
+    table = _table([_admitted(0)], pods)
+    worker = pods[1]
+    assert lift_for(worker, table, _sts(table, pods)) is not None
+    other_leader = copy.deepcopy(pods[0])
+    other_leader["metadata"]["uid"] = "pod/default/vllm-0/again"
+    live = {("default", "vllm-0"): other_leader}
+    assert lift_for(worker, table, _sts(table, pods), lambda ns, n: live.get((ns, n))) is None

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -28,6 +28,7 @@ from gatekeeper.controller.act import execute
 from gatekeeper.controller.caches import BOUND_PODS, Caches
 from gatekeeper.controller.hub_link import HubLink
 from gatekeeper.controller.informer import Informer
+from gatekeeper.controller.lift import Lifter
 from gatekeeper.controller.loop import Write as Writer
 from gatekeeper.core import pass_through as admitted
 from gatekeeper.core.backends.pools import Actions, PassInputs, Snapshot, decide, hold_node_pools, plan_writes
@@ -36,7 +37,7 @@ from gatekeeper.core.hub_member import HubView, charge_reservations
 from gatekeeper.core.keys import LWS_NAME_LABEL, POOL_LABEL
 from gatekeeper.core.objects import labels, name_of, object_key
 from gatekeeper.core.provisioning import InstanceType
-from gatekeeper.core.writes import Memory, Write
+from gatekeeper.core.writes import Memory, Write, walk
 from gatekeeper.webhook.pass_through import PassThrough
 
 __all__ = ["PoolsBackend"]
@@ -106,6 +107,8 @@ class PoolsBackend:
         """(namespace, record) -> the status patch of each admission this pass made."""
         self._created_now: list[Any] = []
         """The records this pass made (some are admitted in the same pass)."""
+        self._lift_after: list[tuple[str, str, int]] = []
+        """The groups this pass admitted, as the webhook's table names them."""
         self._index: admitted.Index | None = None
         self._records: dict[tuple[str, str], Any] = {}
         self.memory = Memory()
@@ -121,6 +124,8 @@ class PoolsBackend:
         self.namespaces = caches.informer(r.NAMESPACES)
         # The LWS controller labels its StatefulSets with the LWS's name: only those are read.
         self.statefulsets = caches.informer(r.STATEFULSETS, label_selector=LWS_NAME_LABEL)
+        self.lifter = Lifter(kube, self.pods, pass_through) if pass_through is not None else None
+        """Lifts between passes the gates of pods born gated just before their group's admission."""
 
     @property
     def informers(self) -> list[Informer]:
@@ -142,6 +147,11 @@ class PoolsBackend:
         waits for them (a hub down, or Karpenter's API missing, must not stop every pool)."""
         karpenter = [i for i in (self.node_pools, self.node_claims) if i is not None]
         return [*(self.hub.informers if self.hub is not None else []), *karpenter]
+
+    @property
+    def side_tasks(self) -> list[Callable[[], Awaitable[None]]]:
+        """What runs beside the pass loop for the term: the ``Lifter``."""
+        return [self.lifter.run] if self.lifter is not None else []
 
     def karpenter_unreadable(self) -> str:
         """Why Karpenter's NodePools and NodeClaims cannot be planned on now ("" when they can)."""
@@ -189,7 +199,7 @@ class PoolsBackend:
         inputs = PassInputs(snap, self.memory, datetime.now(UTC), start)
         plan = await anyio.to_thread.run_sync(plan_writes, actions, inputs)
         took = _stage("plan", took)
-        self._admitted_now, self._created_now = {}, []
+        self._admitted_now, self._created_now, self._lift_after = {}, [], []
         if self.pass_through is not None:
             for give in actions.give_back:  # before the record is written and the pods deleted
                 key = give.group.key
@@ -199,7 +209,13 @@ class PoolsBackend:
                 admitted.index, snap.lwss, snap.pods, snap.statefulsets, snap.pools, self.demands.demand
             )
             self._records = {k: r for r in snap.records if (k := object_key(r)) is not None}
-        await execute(self.kube, plan, write, self.memory, self._done)
+        if self.lifter is not None:
+            self.lifter.hold((w.namespace or "", w.name) for w in walk(plan) if w.tag == "ungate")
+        try:
+            await execute(self.kube, plan, write, self.memory, self._done)
+        finally:
+            if self.lifter is not None:
+                self.lifter.hold(())
         took = _stage("execute", took)
         if self.hub is not None:
             await self.hub.execute(claims, write)
@@ -210,6 +226,9 @@ class PoolsBackend:
                 lambda: dict(e for e in map(entry, records) if e is not None)
             )
             self.pass_through.publish(table, self.statefulsets.get, self.pods.get)
+            if self.lifter is not None:  # a term's first table is published only now
+                for group in self._lift_after:
+                    self.lifter.admitted(group)
             _stage("publish", took)
         for name, st in actions.pools.items():
             WAITING.labels(name).set(st.waiting + st.inadmissible)
@@ -239,8 +258,13 @@ class PoolsBackend:
         entry = self._index.entry(after)
         if entry is not None:
             self.pass_through.add(*entry)
+            self._lift_after.append(entry[0])
+            if self.lifter is not None:
+                self.lifter.admitted(entry[0])
 
     def _done(self, one: Write) -> None:
+        if one.tag == "ungate" and self.lifter is not None:
+            self.lifter.sent((one.namespace or "", one.name))
         if one.tag == "create":
             self._created_now.append(one.body)
         if one.tag == "admit":
