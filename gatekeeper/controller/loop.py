@@ -19,6 +19,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -29,7 +30,7 @@ import anyio
 from gatekeeper.controller.errors import Conflict, PermanentError, TemporaryError
 from gatekeeper.controller.informer import Informer
 
-__all__ = ["Controller", "Decided", "PassLoop", "Slots", "Write"]
+__all__ = ["Controller", "Decided", "PassLoop", "Slots", "Write", "next_gap"]
 
 Write = Callable[..., Coroutine[Any, Any, bool]]
 """How a pass runs one write: ``await write(fn, *args, rank=0)``; True when it went through.
@@ -107,15 +108,24 @@ class Decided(Protocol):
     def problems(self) -> tuple[str, ...]: ...
 
 
+def next_gap(cpu_seconds: float, *, debounce: float, min_interval: float, factor: float) -> float:
+    """Seconds from one pass's start to the next one's, at least: ``factor`` times the CPU
+    seconds the process spent during the last pass, between ``debounce`` and ``min_interval``."""
+    return min(min_interval, max(debounce, factor * cpu_seconds))
+
+
 class PassLoop:
     """Runs a ``Controller``'s passes: when poked (an informer saw a change, a write must be
     retried) and at least every ``resync`` seconds, but a pass starts no sooner than
-    ``min_interval`` seconds after the last one started.
+    ``gap`` seconds after the last one started.
 
     Every pod bound to a node, anyone's, is watched for node room: in a big cluster some pod
     changes all the time, and a pass after each burst ran passes back to back (20,000 pods
     being created: 2,178 passes, 324 s of them in 8 minutes), starving the webhook and the
-    Lease renewals that share this process.
+    Lease renewals that share this process. So the gap grows with what the last pass cost
+    the process in CPU (``cpu_factor`` times it), up to ``min_interval``: a heavy pass is
+    followed by a pause, a light one (a group's room freed in a quiet pool) by the next
+    pass as soon as something changes (``debounce``), not a second later.
     """
 
     def __init__(
@@ -126,6 +136,7 @@ class PassLoop:
         debounce: float = 0.05,
         concurrency: int = 16,
         min_interval: float = 1.0,
+        cpu_factor: float = 6.0,
     ) -> None:
         self.controller = controller
         self.log = controller.log
@@ -133,6 +144,9 @@ class PassLoop:
         self.debounce = debounce
         self.concurrency = concurrency
         self.min_interval = min_interval
+        self.cpu_factor = cpu_factor
+        self.gap = min_interval
+        """The least time from the last pass's start to the next one's (``next_gap``)."""
         self.passes = 0
         self._problems: set[str] = set()
         self._dirty = anyio.Event()
@@ -188,11 +202,18 @@ class PassLoop:
         while True:
             with anyio.move_on_after(self.resync):
                 await self._dirty.wait()
-            await anyio.sleep(max(self.debounce, last + self.min_interval - anyio.current_time()))
+            await anyio.sleep(max(self.debounce, last + self.gap - anyio.current_time()))
             self._dirty = anyio.Event()
             last = anyio.current_time()
+            cpu = time.process_time()
             try:
                 await self.pass_once()
+                self.gap = next_gap(
+                    time.process_time() - cpu,
+                    debounce=self.debounce,
+                    min_interval=self.min_interval,
+                    factor=self.cpu_factor,
+                )
             except TemporaryError as exc:
                 self.log.warning("pass failed, retrying: %s", exc)
                 self._dirty.set()

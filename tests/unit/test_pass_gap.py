@@ -1,0 +1,80 @@
+"""``PassLoop``'s gap between passes: it follows what the last pass cost the process in CPU.
+
+Why this exists: a pass starts no sooner than ``gap`` seconds after the last one started.
+With a fixed second (issue 9's churn of 20,000 pods needed the pause), a group whose room
+was freed in a quiet pool waited up to a second for a pass that costs milliseconds.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from types import SimpleNamespace
+from typing import Any
+
+import anyio
+import pytest
+
+from gatekeeper.controller.informer import Informer
+from gatekeeper.controller.loop import PassLoop, Write, next_gap
+
+
+@pytest.mark.parametrize(
+    ("cpu", "gap"),
+    [
+        (0.0, 0.05),  # an idle pass: the debounce only
+        (0.005, 0.05),
+        (0.02, 0.12),
+        (0.1, 0.6),
+        (0.2, 1.0),  # a heavy pass: the full second
+        (3.0, 1.0),
+    ],
+)
+def test_the_gap_is_a_multiple_of_the_last_passs_cpu_between_the_debounce_and_the_second(
+    cpu: float, gap: float
+) -> None:
+    assert next_gap(cpu, debounce=0.05, min_interval=1.0, factor=6.0) == pytest.approx(gap)
+
+
+class Burner:
+    """A controller whose pass burns ``cpu`` seconds of CPU and counts its passes."""
+
+    log = logging.getLogger("test")
+
+    def __init__(self, cpu: float) -> None:
+        self.cpu = cpu
+        self.starts: list[float] = []
+        self.informer = Informer(SimpleNamespace(), SimpleNamespace(plural="pods"))  # type: ignore[arg-type]
+        self.informer.synced.set()
+
+    @property
+    def informers(self) -> list[Informer]:
+        return [self.informer]
+
+    async def reconcile_once(self, write: Write) -> Any:
+        self.starts.append(anyio.current_time())
+        end = time.process_time() + self.cpu
+        while time.process_time() < end:
+            pass
+        return SimpleNamespace(problems=())
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("cpu", "least", "most"), [(0.0, 0.0, 0.5), (0.3, 0.95, 10.0)])
+async def test_a_light_pass_is_followed_at_once_and_a_heavy_one_after_the_full_second(
+    cpu: float, least: float, most: float
+) -> None:
+    controller = Burner(cpu)
+    loop = PassLoop(controller, resync=60.0)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(loop.run)
+        loop.poke()
+        with anyio.fail_after(10):
+            while len(controller.starts) < 1:
+                await anyio.sleep(0.01)
+            loop.poke()  # a change right after the first pass
+            while len(controller.starts) < 2:
+                await anyio.sleep(0.01)
+        tg.cancel_scope.cancel()
+    between = controller.starts[1] - controller.starts[0]
+    assert least <= between <= most, between
