@@ -13,7 +13,14 @@ Running, then its LWS is deleted. Its pods are sampled every 0.5 s. Printed per 
   all GPUs for the makespan);
 * peak GPUs stranded (bound to pods of gangs not whole) and the longest any gang sat
   partly bound;
-* gangs that never ran before the cap (the lower bound + CAP_EXTRA seconds, or 3x it).
+* gangs that never ran before the cap (the lower bound + CAP_EXTRA seconds, or 3x it);
+* where the nodes' time went, sampled: held by whole gangs, being released (pods
+  terminating: the garbage collector's chain LWS -> StatefulSets -> pods, then KWOK),
+  starting (bound to a gang not yet whole), admitted and not bound yet (ungated, Pending:
+  the scheduler), free while a waiting gang would fit (the gatekeeper's reaction), and
+  free with no waiting gang that fits (the queueing strategy);
+* the same strategy's makespan with no latency at all (``ideal``: each gang admitted the
+  moment its room is free, Running at once): what the strategy itself costs.
 
 Modes: ``default`` (not opted in: the default scheduler alone), ``strict`` and
 ``besteffort`` (a Pool with ``queueingStrategy`` StrictFIFO or BestEffortFIFO).
@@ -26,6 +33,7 @@ It starts its own sandbox (folder sandboxes/bench-churn in the cache) and stops 
 from __future__ import annotations
 
 import argparse
+import heapq
 import random
 import time
 from dataclasses import dataclass, field
@@ -34,7 +42,7 @@ from typing import Any
 import anyio
 import kr8s.asyncio
 
-from gatekeeper.core.keys import LWS_NAME_LABEL, POOL_LABEL
+from gatekeeper.core.keys import LWS_NAME_LABEL, POOL_LABEL, SCHEDULING_GATE
 from gatekeeper.sandbox.cluster import Sandbox, default_dir, fake_node
 from gatekeeper.sandbox.replay import LeaderWorkerSet, list_raw
 
@@ -56,10 +64,16 @@ class Gang:
     longest_partial: float = 0.0
 
 
+IDLE = ("releasing", "starting", "not bound", "waiting fits", "nothing fits")
+"""Node time not held by a whole gang, by why (see the module's docstring)."""
+
+
 @dataclass
 class Tally:
     occupied: float = 0.0
     """GPU-seconds of whole gangs."""
+    idle: dict[str, float] = field(default_factory=lambda: dict.fromkeys(IDLE, 0.0))
+    """Node-seconds not held by a whole gang, by why."""
     peak_stranded: int = 0
     samples: int = 0
     gangs: list[Gang] = field(default_factory=list)
@@ -68,6 +82,35 @@ class Tally:
 def gangs_of(seed: int, count: int, nodes: int) -> list[Gang]:
     rng = random.Random(seed)
     return [Gang(f"g{i:03d}", min(rng.choice(SIZES), nodes)) for i in range(count)]
+
+
+def ideal(sizes: list[int], nodes: int, run: float, strict: bool) -> float:
+    """The makespan of the queueing strategy alone: every gang in the burst's order, each
+    admitted the moment its room is free (StrictFIFO: only from the head of the queue;
+    BestEffortFIFO: any gang that fits, in order) and done ``run`` seconds later."""
+    free, queue, end = nodes, list(sizes), 0.0
+    sizes_at: list[tuple[float, int]] = []  # (when it ends, size) of the gangs running
+
+    def admit(now: float) -> None:
+        nonlocal free
+        i = 0
+        while i < len(queue):
+            if queue[i] <= free:
+                free -= queue[i]
+                heapq.heappush(sizes_at, (now + run, queue.pop(i)))
+            elif strict:
+                return
+            else:
+                i += 1
+
+    admit(0.0)
+    while sizes_at:
+        end, size = heapq.heappop(sizes_at)
+        free += size
+        while sizes_at and sizes_at[0][0] == end:
+            free += heapq.heappop(sizes_at)[1]
+        admit(end)
+    return end if not queue else float("inf")
 
 
 def lws(gang: Gang, namespace: str, pool: str | None) -> dict[str, Any]:
@@ -100,6 +143,41 @@ def lws(gang: Gang, namespace: str, pool: str | None) -> dict[str, Any]:
 
 def _running(pod: dict[str, Any]) -> bool:
     return bool(pod["spec"].get("nodeName")) and pod.get("status", {}).get("phase") == "Running"
+
+
+def _gated(pod: dict[str, Any]) -> bool:
+    return any(g.get("name") == SCHEDULING_GATE for g in pod["spec"].get("schedulingGates") or ())
+
+
+def idle_nodes(
+    nodes: int, pods: list[dict[str, Any]], whole: set[str], waiting: list[int], strict: bool
+) -> dict[str, int]:
+    """Nodes not held by a whole gang in one sample, by why (each pod is a whole node)."""
+    out = dict.fromkeys(IDLE, 0)
+    held = 0
+    not_bound = 0
+    for pod in pods:
+        gang = pod["metadata"].get("labels", {}).get(LWS_NAME_LABEL, "")
+        if pod["spec"].get("nodeName"):
+            held += 1
+            if pod["metadata"].get("deletionTimestamp"):
+                out["releasing"] += 1
+            elif gang not in whole:
+                out["starting"] += 1
+        elif not pod["metadata"].get("deletionTimestamp") and not _gated(pod):
+            not_bound += 1
+    free = max(0, nodes - held)
+    out["not bound"] = min(free, not_bound)
+    free -= out["not bound"]
+    fits = 0
+    for size in waiting:  # the waiting gangs, in the queue's order
+        if size <= free - fits:
+            fits += size
+        elif strict:
+            break
+    out["waiting fits"] = fits
+    out["nothing fits"] = free - fits
+    return out
 
 
 async def one_mode(sb: Sandbox, mode: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -137,6 +215,19 @@ async def one_mode(sb: Sandbox, mode: str, args: argparse.Namespace) -> dict[str
         pods = await list_raw(api, "pods", namespace=ns)
         now = time.monotonic()
         dt, last = now - last, now
+        whole = {g.name for g in gangs if g.whole_at is not None and g.done_at is None}
+        waiting = [
+            g.size
+            for g in gangs
+            if g.whole_at is None
+            and not any(
+                p["spec"].get("nodeName") or not _gated(p)
+                for p in pods
+                if p["metadata"].get("labels", {}).get(LWS_NAME_LABEL) == g.name
+            )
+        ]
+        for why, count in idle_nodes(args.nodes, pods, whole, waiting, mode == "strict").items():
+            tally.idle[why] += count * dt
         by_gang: dict[str, list[dict[str, Any]]] = {}
         for pod in pods:
             if not pod["metadata"].get("deletionTimestamp"):
@@ -182,6 +273,8 @@ async def one_mode(sb: Sandbox, mode: str, args: argparse.Namespace) -> dict[str
         "longest_partial": max(g.longest_partial for g in gangs),
         "never_ran": sum(1 for g in gangs if g.whole_at is None),
         "samples": tally.samples,
+        "idle": {why: secs / (args.nodes * makespan) for why, secs in tally.idle.items()},
+        "ideal": ideal([g.size for g in gangs], args.nodes, args.run, mode == "strict") if pool else None,
     }
 
 
@@ -222,6 +315,13 @@ def main() -> None:
     print(
         f"lower bound {rows[0]['bound']:.1f} s (total node-seconds / nodes); samples every {SAMPLE_SECONDS} s"
     )
+    print()
+    print("the nodes' time not held by a whole gang, as a share of nodes x makespan:")
+    print(f"{'mode':10} | " + " | ".join(f"{why:>12}" for why in IDLE) + " | strategy alone (no latency)")
+    for r in rows:
+        alone = "-" if r["ideal"] is None else f"{r['ideal']:.1f} s ({r['ideal'] / r['bound']:.2f}x)"
+        shares = " | ".join(f"{100 * r['idle'][w]:>11.1f}%" for w in IDLE)
+        print(f"{r['mode']:10} | {shares} | {alone}")
 
 
 if __name__ == "__main__":
