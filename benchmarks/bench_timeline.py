@@ -260,6 +260,12 @@ def stage_seconds(metrics: str) -> dict[str, float]:
     passes = re.findall(r"^gatekeeper_reconcile_seconds_count (\S+)$", metrics, re.M)
     out = {stage: float(v) for stage, v in found}
     out["passes"] = float(passes[0]) if passes else 0.0
+    for key, metric in (
+        ("born ungated", "gatekeeper_webhook_pass_through_total"),
+        ("lifted early", "gatekeeper_gates_lifted_early_total"),
+    ):
+        value = re.findall(rf"^{metric} (\S+)$", metrics, re.M)
+        out[key] = float(value[0]) if value else 0.0
     return out
 
 
@@ -323,7 +329,9 @@ async def one_run(
             f"{k} {spent.get(k, 0.0):.2f} s" for k in ("snapshot", "decide", "plan", "execute")
         )
         print(
-            f"\ngatekeeper: {cpu:.1f} CPU s in {seconds:.1f} s; {spent.get('passes', 0):.0f} passes; {stages}"
+            f"\ngatekeeper: {cpu:.1f} CPU s in {seconds:.1f} s; {spent.get('passes', 0):.0f} passes; "
+            f"{stages}; pods born ungated {spent.get('born ungated', 0):.0f}, gates lifted between passes "
+            f"{spent.get('lifted early', 0):.0f}"
         )
     sb.kubectl("delete", "namespace", ns, "--wait=true", "--timeout=300s", check=False)
     if pool:
