@@ -14,11 +14,12 @@ Running, then its LWS is deleted. Its pods are sampled every 0.5 s. Printed per 
 * peak GPUs stranded (bound to pods of gangs not whole) and the longest any gang sat
   partly bound;
 * gangs that never ran before the cap (the lower bound + CAP_EXTRA seconds, or 3x it);
-* where the nodes' time went, sampled: held by whole gangs, being released (pods
-  terminating: the garbage collector's chain LWS -> StatefulSets -> pods, then KWOK),
-  starting (bound to a gang not yet whole), admitted and not bound yet (ungated, Pending:
-  the scheduler), free while a waiting gang would fit (the gatekeeper's reaction), and
-  free with no waiting gang that fits (the queueing strategy);
+* where the nodes' time went, sampled: held by whole gangs, being released (a done gang's pods
+  until they are gone: the garbage collector's chain LWS -> StatefulSets -> pods, then KWOK),
+  starting (bound to a gang not yet whole), admitted and not bound yet (its pods not made
+  yet, or gated until the gatekeeper's write, or Pending for the scheduler), free while a
+  waiting gang would fit (the gatekeeper has not admitted it yet), and free with no
+  waiting gang that fits (the queueing strategy);
 * the same strategy's makespan with no latency at all (``ideal``: each gang admitted the
   moment its room is free, Running at once): what the strategy itself costs.
 
@@ -150,29 +151,39 @@ def _gated(pod: dict[str, Any]) -> bool:
 
 
 def idle_nodes(
-    nodes: int, pods: list[dict[str, Any]], whole: set[str], waiting: list[int], strict: bool
+    nodes: int, pods: list[dict[str, Any]], gangs: list[Gang], admitted: set[str], strict: bool
 ) -> dict[str, int]:
-    """Nodes not held by a whole gang in one sample, by why (each pod is a whole node)."""
+    """Nodes not held by a whole gang in one sample, by why (each pod is a whole node).
+
+    ``admitted``: the gangs whose record says Admitted (without the gatekeeper, every gang
+    that has a pod without the gate). Free nodes go first to the admitted gangs not yet
+    whole (their pods not made yet, gated until the gatekeeper's write, or not bound yet by
+    the scheduler), then to the waiting gangs that fit, in the queue's order."""
     out = dict.fromkeys(IDLE, 0)
+    done = {g.name for g in gangs if g.done_at is not None}
+    whole = {g.name for g in gangs if g.whole_at is not None and g.done_at is None}
+    bound: dict[str, int] = {}
     held = 0
-    not_bound = 0
     for pod in pods:
+        if not pod["spec"].get("nodeName"):
+            continue
+        held += 1
         gang = pod["metadata"].get("labels", {}).get(LWS_NAME_LABEL, "")
-        if pod["spec"].get("nodeName"):
-            held += 1
-            if pod["metadata"].get("deletionTimestamp"):
-                out["releasing"] += 1
-            elif gang not in whole:
-                out["starting"] += 1
-        elif not pod["metadata"].get("deletionTimestamp") and not _gated(pod):
-            not_bound += 1
+        if pod["metadata"].get("deletionTimestamp") or gang in done:
+            out["releasing"] += 1
+        elif gang not in whole:
+            out["starting"] += 1
+            bound[gang] = bound.get(gang, 0) + 1
     free = max(0, nodes - held)
-    out["not bound"] = min(free, not_bound)
+    coming = sum(g.size - bound.get(g.name, 0) for g in gangs if g.name in admitted and g.whole_at is None)
+    out["not bound"] = min(free, coming)
     free -= out["not bound"]
     fits = 0
-    for size in waiting:  # the waiting gangs, in the queue's order
-        if size <= free - fits:
-            fits += size
+    for g in gangs:  # the waiting gangs, in the queue's order
+        if g.whole_at is not None or g.name in admitted:
+            continue
+        if g.size <= free - fits:
+            fits += g.size
         elif strict:
             break
     out["waiting fits"] = fits
@@ -215,18 +226,21 @@ async def one_mode(sb: Sandbox, mode: str, args: argparse.Namespace) -> dict[str
         pods = await list_raw(api, "pods", namespace=ns)
         now = time.monotonic()
         dt, last = now - last, now
-        whole = {g.name for g in gangs if g.whole_at is not None and g.done_at is None}
-        waiting = [
-            g.size
-            for g in gangs
-            if g.whole_at is None
-            and not any(
-                p["spec"].get("nodeName") or not _gated(p)
-                for p in pods
-                if p["metadata"].get("labels", {}).get(LWS_NAME_LABEL) == g.name
-            )
-        ]
-        for why, count in idle_nodes(args.nodes, pods, whole, waiting, mode == "strict").items():
+        if pool:
+            records = await list_raw(api, "groupadmissions", namespace=ns)
+            admitted = {
+                str(r.get("spec", {}).get("leaderWorkerSet"))
+                for r in records
+                if any(
+                    c.get("type") == "Admitted" and c.get("status") == "True"
+                    for c in r.get("status", {}).get("conditions", [])
+                )
+            }
+        else:
+            admitted = {
+                str(p["metadata"].get("labels", {}).get(LWS_NAME_LABEL)) for p in pods if not _gated(p)
+            }
+        for why, count in idle_nodes(args.nodes, pods, gangs, admitted, mode == "strict").items():
             tally.idle[why] += count * dt
         by_gang: dict[str, list[dict[str, Any]]] = {}
         for pod in pods:
