@@ -59,6 +59,9 @@ class AdmittedGroup:
 
     lws_uid: str
     leader_sts_uid: str
+    """"" until the pass saw the LWS's leader StatefulSet: then looked up live, as the
+    StatefulSet named as the LWS whose controller is the LWS (an admission often comes
+    before the LWS controller made it)."""
     leader_pod_uid: str
     """"" until the pass saw the group's leader pod: workers are gated until then."""
     leader: Resources
@@ -105,11 +108,11 @@ class Index:
             return None
         demand = self.demand_of(lws)
         sts_uid = self.leader_sts.get((ns, str(uid)))
-        if not isinstance(demand, GroupDemand) or not sts_uid or _total(status) != _total_of(demand):
+        if not isinstance(demand, GroupDemand) or _total(status) != _total_of(demand):
             return None
         return (ns, str(name), index), AdmittedGroup(
             lws_uid=str(uid),
-            leader_sts_uid=sts_uid,
+            leader_sts_uid=sts_uid or "",
             leader_pod_uid=self.leader_pods.get((ns, str(name), index), ""),
             leader=demand.pods[0].requests,
             worker=demand.pods[1].requests if len(demand.pods) > 1 else {},
@@ -227,7 +230,13 @@ def member_of(
     owner = controller_uid(pod, "StatefulSet")
     if group is None or not owner:
         return None
-    leader = owner == group.leader_sts_uid
+    leader_sts_uid = group.leader_sts_uid
+    if not leader_sts_uid:  # not seen by the pass: the LWS's leader StatefulSet as the informer holds it
+        sts = statefulsets(namespace, name)
+        if sts is None or controller_uid(sts, LWS_KIND) != group.lws_uid:
+            return None
+        leader_sts_uid = str(meta(sts).get("uid") or "")
+    leader = owner == leader_sts_uid
     ordinal = labels(pod).get(POD_INDEX_LABEL)
     if leader and ordinal is not None and _ordinal(ordinal) != index:
         return None  # a leader's ordinal is its group index: these labels disagree
@@ -238,7 +247,7 @@ def member_of(
         if (
             live is not None
             and not is_terminating(live)
-            and controller_uid(live, "StatefulSet") == group.leader_sts_uid
+            and controller_uid(live, "StatefulSet") == leader_sts_uid
         ):
             leader_uid = str(meta(live).get("uid") or "")
         sts = statefulsets(namespace, f"{name}-{index}")

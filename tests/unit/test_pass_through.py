@@ -260,3 +260,18 @@ def test_a_worker_is_lifted_only_under_the_leader_its_statefulset_names() -> Non
     other_leader["metadata"]["uid"] = "pod/default/vllm-0/again"
     live = {("default", "vllm-0"): other_leader}
     assert lift_for(worker, table, _sts(table, pods), lambda ns, n: live.get((ns, n))) is None
+
+
+def test_a_group_admitted_before_its_leader_statefulset_existed_uses_the_one_the_informer_holds() -> None:
+    """The pass admitted the group from the LWS's spec before the LWS controller made its
+    leader StatefulSet: the webhook looks the StatefulSet up live, and only one named as
+    the LWS and controlled by the admitted LWS will do."""
+    leader = _new(0, 0)
+    table = build([VLLM], [_admitted(0)], [], [], [POOL], DemandMemo().demand)
+    assert table[("default", "vllm", 0)].leader_sts_uid == ""
+    live = {s["metadata"]["name"]: s for s in lws_statefulsets([VLLM], [leader])}
+    assert patch_for(leader, "default", table, lambda ns, n: live.get(n)) is not None
+    assert patch_for(leader, "default", table, lambda ns, n: None) is None, "not made yet: gated"
+    other = copy.deepcopy(live)
+    other["vllm"]["metadata"]["ownerReferences"][0]["uid"] = "u-someone-else"
+    assert patch_for(leader, "default", table, lambda ns, n: other.get(n)) is None, "another LWS's"
