@@ -38,8 +38,10 @@ async def execute(
     write: Writer,
     memory: Memory,
     done: Callable[[Write], None] = lambda _w: None,
+    answered: Callable[[Write, Mapping[str, Any]], None] | None = None,
 ) -> None:
-    """Run ``plan``; ``done`` hears of every write that went through."""
+    """Run ``plan``; ``done`` hears of every write that went through, ``answered`` (first)
+    of each with the object the API server answered it with."""
     told: list[Write] = []  # Events earned, posted after the last stage
 
     async def run(one: Write, parent: Mapping[str, Any] | None, depth: int) -> None:
@@ -47,6 +49,8 @@ async def execute(
         if not await write(_call, kube, one, parent, result, rank=-depth):
             return
         memory.apply(one.marks, time.monotonic())
+        if answered is not None:
+            answered(one, result)
         done(one)
         told.extend(nxt for nxt in one.then if _telling(nxt))
         now = [nxt for nxt in one.then if not _telling(nxt)]

@@ -44,12 +44,14 @@ __all__ = [
     "AdmittedGroup",
     "Index",
     "Table",
+    "Written",
+    "as_known",
     "build",
     "index",
     "lift_for",
     "member_of",
     "patch_for",
-    "with_admissions",
+    "written_after",
 ]
 
 
@@ -166,29 +168,67 @@ def build(
     return dict(e for e in map(idx.entry, records) if e is not None)
 
 
-def with_admissions(
-    records: Iterable[Mapping[str, Any]], admitted: Mapping[tuple[str, str], Mapping[str, Any]]
-) -> list[Mapping[str, Any]]:
-    """``records`` as they are after this pass's admissions: each admitted record with its
-    admission's status patch merged in (a JSON merge patch: its lists replace)."""
-    out: list[Mapping[str, Any]] = []
+@dataclass(frozen=True)
+class Written:
+    """A record as this leader's last write of it was answered, kept until the informer
+    shows that version (or any other one than the version the write was made on)."""
+
+    before: str
+    """The resourceVersion the write was made on ("" for the write that made the record)."""
+    after: Mapping[str, Any]
+    """The record as the API server answered the write."""
+    at: float
+    """When it was answered (the controller's monotonic clock)."""
+    made_unseen: bool = False
+    """This leader made the record and the informer has not shown it yet."""
+
+
+def written_after(
+    previous: Written | None, guard: str | None, answer: Mapping[str, Any], at: float, *, made: bool = False
+) -> Written:
+    """The ``Written`` of a record after one more write of it was answered: made (``made``),
+    or written on the version ``guard`` (None: on the version this leader wrote last)."""
+    if made:
+        return Written("", answer, at, made_unseen=True)
+    if guard is not None:
+        before = guard
+    else:
+        before = str(meta(previous.after).get("resourceVersion") or "") if previous is not None else ""
+    return Written(before, answer, at, made_unseen=previous.made_unseen if previous else False)
+
+
+def as_known(
+    records: Iterable[Mapping[str, Any]],
+    written: Mapping[tuple[str, str], Written],
+    now: float,
+    max_age: float = 60.0,
+) -> tuple[list[Mapping[str, Any]], dict[tuple[str, str], Written]]:
+    """The records as this leader knows them, and the writes the informer does not show yet.
+
+    The informer's copy of a record lags this leader's own writes by a watch event. A table
+    built from it alone dropped, for a pass or two, the groups the last pass admitted (with
+    passes 50 ms apart, 55 of 100 groups of a scale-up had pods born gated), and kept a
+    group just given back. So a record written by this leader is taken as written while
+    the informer still shows it at the version the write was made on, or does not show
+    one it made; any other version of it (or its absence, once seen) is newer, and wins.
+    """
+    by: dict[tuple[str, str], Mapping[str, Any]] = {}
     for record in records:
-        m = meta(record)
-        patch = admitted.get((str(m.get("namespace") or ""), str(m.get("name") or "")))
-        if patch is None:
-            out.append(record)
+        key = (str(meta(record).get("namespace") or ""), str(meta(record).get("name") or ""))
+        by[key] = record
+    still: dict[tuple[str, str], Written] = {}
+    for key, w in written.items():
+        if now - w.at > max_age:
             continue
-        status = {**as_map(record.get("status"))}
-        for key, value in patch.items():
-            if value is None:
-                status.pop(key, None)
-            elif isinstance(value, Mapping) and isinstance(status.get(key), Mapping):
-                merged = {**status[key], **value}
-                status[key] = {k: v for k, v in merged.items() if v is not None}
-            else:
-                status[key] = value
-        out.append({**record, "status": status})
-    return out
+        seen = by.get(key)
+        if seen is None:
+            if w.made_unseen:
+                by[key], still[key] = w.after, w
+            continue
+        version = str(meta(seen).get("resourceVersion") or "")
+        if w.before and version == w.before:
+            by[key], still[key] = w.after, Written(w.before, w.after, w.at)
+    return list(by.values()), still
 
 
 def _ordinal(value: object) -> int | None:

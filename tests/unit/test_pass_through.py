@@ -13,7 +13,7 @@ import pytest
 from core_builders import lws, lws_pod, lws_statefulsets, pool, record
 
 from gatekeeper.core.groups import DemandMemo
-from gatekeeper.core.pass_through import Table, build, lift_for, patch_for, with_admissions
+from gatekeeper.core.pass_through import Table, Written, as_known, build, lift_for, patch_for, written_after
 from gatekeeper.webhook.pass_through import PassThrough
 
 VLLM = lws("vllm").uid("u-1").pool("a").replicas(2).size(2).leader(gpu_limit=1).worker(gpu_limit=1).obj()
@@ -171,17 +171,48 @@ def test_a_pod_without_the_opt_in_label_is_not_touched() -> None:
     assert patch_for(pod, "default", table, _sts(table, [])) is None
 
 
-def test_this_passs_admissions_count_before_the_cache_shows_them() -> None:
-    waiting = record(VLLM, 0, admitted=False, demand={"nvidia.com/gpu": "2"}, pods=2)
-    patch = {
-        "pool": "a",
-        "demand": {"nvidia.com/gpu": "2", "cpu": None},
-        "conditions": [{"type": "Admitted", "status": "True", "reason": "Admitted", "message": "m"}],
-    }
-    [after] = with_admissions([waiting], {("default", waiting["metadata"]["name"]): patch})
-    assert after["status"]["demand"] == {"nvidia.com/gpu": "2"}
-    assert set(_table([after])) == {("default", "vllm", 0)}
-    assert with_admissions([waiting], {}) == [waiting]
+def _at(obj: dict[str, Any], version: str) -> dict[str, Any]:
+    out = copy.deepcopy(obj)
+    out["metadata"]["resourceVersion"] = version
+    return out
+
+
+WAITING = _at(record(VLLM, 0, admitted=False, demand={"nvidia.com/gpu": "2"}, pods=2), "10")
+ADMITTED_11 = _at(_admitted(0), "11")
+KEY = ("default", WAITING["metadata"]["name"])
+
+
+@pytest.mark.parametrize(
+    ("why", "informer", "written", "expect", "kept"),
+    [
+        ("the informer behind our admission", [WAITING], Written("10", ADMITTED_11, 0.0), "11", True),
+        ("the informer caught up", [ADMITTED_11], Written("10", ADMITTED_11, 0.0), "11", False),
+        ("someone wrote since", [_at(WAITING, "12")], Written("10", ADMITTED_11, 0.0), "12", False),
+        ("made here, not seen yet", [], Written("", ADMITTED_11, 0.0, made_unseen=True), "11", True),
+        ("seen once, then deleted", [], Written("10", ADMITTED_11, 0.0), None, False),
+        ("too old to trust", [WAITING], Written("10", ADMITTED_11, -61.0), "10", False),
+    ],
+)
+def test_a_record_is_known_as_this_leader_wrote_it_until_the_informer_shows_another_version(
+    why: str, informer: list[dict[str, Any]], written: Written, expect: str | None, kept: bool
+) -> None:
+    records, still = as_known(informer, {KEY: written}, now=0.0)
+    versions = [r["metadata"]["resourceVersion"] for r in records]
+    assert versions == ([expect] if expect else []), why
+    assert (KEY in still) is kept, why
+
+
+def test_a_record_made_and_admitted_in_one_pass_is_known_admitted_until_the_informer_shows_it() -> None:
+    made = written_after(None, None, _at(WAITING, "10"), 0.0, made=True)
+    admitted = written_after(made, None, ADMITTED_11, 0.1)  # guarded by what the create returned
+    assert (admitted.before, admitted.made_unseen) == ("10", True)
+    records, still = as_known([], {KEY: admitted}, now=1.0)
+    assert set(_table(records)) == {("default", "vllm", 0)}, "not listed yet: admitted as written"
+    records, still = as_known([WAITING], still, now=1.0)
+    assert set(_table(records)) == {("default", "vllm", 0)}, "listed at its creation: still admitted"
+    assert still[KEY].made_unseen is False
+    records, still = as_known([], still, now=1.0)
+    assert records == [] and still == {}, "seen, then gone: deleted"
 
 
 def test_a_group_given_back_leaves_the_published_table_at_once() -> None:

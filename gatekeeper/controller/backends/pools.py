@@ -34,8 +34,8 @@ from gatekeeper.core import pass_through as admitted
 from gatekeeper.core.backends.pools import Actions, PassInputs, Snapshot, decide, hold_node_pools, plan_writes
 from gatekeeper.core.groups import DemandMemo
 from gatekeeper.core.hub_member import HubView, charge_reservations
-from gatekeeper.core.keys import LWS_NAME_LABEL, POOL_LABEL
-from gatekeeper.core.objects import labels, name_of, object_key
+from gatekeeper.core.keys import LWS_NAME_LABEL, POOL_LABEL, RECORD_PLURAL
+from gatekeeper.core.objects import labels, meta, name_of
 from gatekeeper.core.provisioning import InstanceType
 from gatekeeper.core.writes import Memory, Write, walk
 from gatekeeper.webhook.pass_through import PassThrough
@@ -103,14 +103,12 @@ class PoolsBackend:
         self.hub = hub
         """With ``--hub-kubeconfig``: Pools with spec.reservation are charged to the hub too."""
         self.pass_through = pass_through
-        self._admitted_now: dict[tuple[str, str], Any] = {}
-        """(namespace, record) -> the status patch of each admission this pass made."""
-        self._created_now: list[Any] = []
-        """The records this pass made (some are admitted in the same pass)."""
+        self._written: dict[tuple[str, str], admitted.Written] = {}
+        """(namespace, record) -> the record as this leader's last write of it was answered,
+        while the informer does not show it yet (``core.pass_through.as_known``)."""
         self._lift_after: list[tuple[str, str, int]] = []
         """The groups this pass admitted, as the webhook's table names them."""
         self._index: admitted.Index | None = None
-        self._records: dict[tuple[str, str], Any] = {}
         self.memory = Memory()
         self.demands = DemandMemo()
 
@@ -199,7 +197,7 @@ class PoolsBackend:
         inputs = PassInputs(snap, self.memory, datetime.now(UTC), start)
         plan = await anyio.to_thread.run_sync(plan_writes, actions, inputs)
         took = _stage("plan", took)
-        self._admitted_now, self._created_now, self._lift_after = {}, [], []
+        self._lift_after = []
         if self.pass_through is not None:
             for give in actions.give_back:  # before the record is written and the pods deleted
                 key = give.group.key
@@ -208,11 +206,10 @@ class PoolsBackend:
             self._index = await anyio.to_thread.run_sync(
                 admitted.index, snap.lwss, snap.pods, snap.statefulsets, snap.pools, self.demands.demand
             )
-            self._records = {k: r for r in snap.records if (k := object_key(r)) is not None}
         if self.lifter is not None:
             self.lifter.hold((w.namespace or "", w.name) for w in walk(plan) if w.tag == "ungate")
         try:
-            await execute(self.kube, plan, write, self.memory, self._done)
+            await execute(self.kube, plan, write, self.memory, self._done, self._answered)
         finally:
             if self.lifter is not None:
                 self.lifter.hold(())
@@ -220,7 +217,7 @@ class PoolsBackend:
         if self.hub is not None:
             await self.hub.execute(claims, write)
         if self.pass_through is not None and self._index is not None:
-            records = admitted.with_admissions([*snap.records, *self._created_now], self._admitted_now)
+            records, self._written = admitted.as_known(snap.records, self._written, time.monotonic())
             entry = self._index.entry
             table = await anyio.to_thread.run_sync(
                 lambda: dict(e for e in map(entry, records) if e is not None)
@@ -239,23 +236,25 @@ class PoolsBackend:
         PASS_SECONDS.observe(time.monotonic() - start)
         return actions
 
-    def _tell_webhook(self, key: tuple[str, str], admission: Any) -> None:
-        """A group admitted by this pass: its new pods are made ungated from now on, not
-        from the end of the pass (a LeaderReady group's workers follow its leader closely)."""
-        if self.pass_through is None or self._index is None:
+    def _answered(self, one: Write, answer: Mapping[str, Any]) -> None:
+        """A record this pass made, admitted or gave back: kept as answered until the
+        informer shows it. An admission goes into the webhook's table at once, not at the
+        end of the pass (a LeaderReady group's workers follow its leader closely)."""
+        if one.tag not in ("create", "admit", "give-back") or one.resource != RECORD_PLURAL:
             return
-        record = self._records.get(key) or next(
-            (
-                r
-                for r in self._created_now
-                if (r["metadata"].get("namespace", ""), r["metadata"]["name"]) == key
-            ),
-            None,
+        if meta(answer).get("name") != one.name:
+            return  # no object in the answer: the informer's copy stands
+        key = (one.namespace or "", one.name)
+        self._written[key] = admitted.written_after(
+            self._written.get(key),
+            None if one.guard_from_parent else one.guard,
+            answer,
+            time.monotonic(),
+            made=one.tag == "create",
         )
-        if record is None:
+        if one.tag != "admit" or self.pass_through is None or self._index is None:
             return
-        [after] = admitted.with_admissions([record], {key: admission})
-        entry = self._index.entry(after)
+        entry = self._index.entry(answer)
         if entry is not None:
             self.pass_through.add(*entry)
             self._lift_after.append(entry[0])
@@ -265,12 +264,7 @@ class PoolsBackend:
     def _done(self, one: Write) -> None:
         if one.tag == "ungate" and self.lifter is not None:
             self.lifter.sent((one.namespace or "", one.name))
-        if one.tag == "create":
-            self._created_now.append(one.body)
         if one.tag == "admit":
-            key = (one.namespace or "", one.name)
-            self._admitted_now[key] = one.body
-            self._tell_webhook(key, one.body)
             log.info("admitted %s/%s into %s", one.namespace, one.name, one.labels[0])
             ADMISSIONS.labels(one.labels[0]).inc()
             WAIT_SECONDS.labels(one.labels[0]).observe(one.measure)
