@@ -122,10 +122,14 @@ class PassLoop:
     Every pod bound to a node, anyone's, is watched for node room: in a big cluster some pod
     changes all the time, and a pass after each burst ran passes back to back (20,000 pods
     being created: 2,178 passes, 324 s of them in 8 minutes), starving the webhook and the
-    Lease renewals that share this process. So the gap grows with what the last pass cost
-    the process in CPU (``cpu_factor`` times it), up to ``min_interval``: a heavy pass is
-    followed by a pause, a light one (a group's room freed in a quiet pool) by the next
-    pass as soon as something changes (``debounce``), not a second later.
+    Lease renewals that share this process. Most changes cannot let a group in (a pod
+    turning Running, a record the pass wrote itself): they wait for ``min_interval``. A
+    change the controller calls urgent (its ``urgent(plural, kind, obj)``: room freed, a
+    new or scaled LWS) waits only for ``gap``, which follows what the last pass cost the
+    process in CPU (``cpu_factor`` times it, from ``debounce`` up to ``min_interval``): a
+    gang's room freed in a quiet pool is given to the next one at once, and a heavy pass
+    is still followed by the full second. A controller without ``urgent`` waits
+    ``min_interval`` for every change.
     """
 
     def __init__(
@@ -150,13 +154,41 @@ class PassLoop:
         self.passes = 0
         self._problems: set[str] = set()
         self._dirty = anyio.Event()
+        self._urgent = anyio.Event()
+        self._is_urgent: Callable[[str, str, Any], bool] | None = getattr(controller, "urgent", None)
         # Side informers (a member's caches of the hub) ask for passes but are not waited for.
         for inf in [*controller.informers, *getattr(controller, "side_informers", ())]:
-            inf.listeners.append(self.poke)
+            inf.listeners.append(self._listener(inf.resource.plural))
+
+    def _listener(self, plural: str) -> Callable[[str, Any], None]:
+        def listen(kind: str, obj: Any) -> None:
+            self._dirty.set()
+            if (
+                self._is_urgent is not None
+                and not self._urgent.is_set()
+                and self._is_urgent(plural, kind, obj)
+            ):
+                self._urgent.set()
+
+        return listen
 
     def poke(self, _kind: str = "", _obj: Any = None) -> None:
-        """Ask for a pass soon (the signature of an informer's listener)."""
+        """Ask for a pass (the signature of an informer's listener): within ``min_interval``."""
         self._dirty.set()
+
+    async def _turn(self, last: float) -> None:
+        """Wait for the next pass's turn: ``min_interval`` after the last one's start, or
+        only ``gap`` once an urgent change came (the controller's ``urgent`` says which)."""
+        await anyio.sleep(self.debounce)
+        while not self._urgent.is_set():
+            left = last + self.min_interval - anyio.current_time()
+            if left <= 0:
+                return
+            with anyio.move_on_after(left):
+                await self._urgent.wait()
+        left = last + self.gap - anyio.current_time()
+        if left > 0:
+            await anyio.sleep(left)
 
     def writer(self) -> Write:
         """How one pass runs its writes: at most ``concurrency`` in flight, the lowest
@@ -202,8 +234,8 @@ class PassLoop:
         while True:
             with anyio.move_on_after(self.resync):
                 await self._dirty.wait()
-            await anyio.sleep(max(self.debounce, last + self.gap - anyio.current_time()))
-            self._dirty = anyio.Event()
+            await self._turn(last)
+            self._dirty, self._urgent = anyio.Event(), anyio.Event()
             last = anyio.current_time()
             cpu = time.process_time()
             try:

@@ -32,6 +32,7 @@ from gatekeeper.controller.lift import Lifter
 from gatekeeper.controller.loop import Write as Writer
 from gatekeeper.core import pass_through as admitted
 from gatekeeper.core.backends.pools import Actions, PassInputs, Snapshot, decide, hold_node_pools, plan_writes
+from gatekeeper.core.backends.pools.urgency import Urgency
 from gatekeeper.core.groups import DemandMemo
 from gatekeeper.core.hub_member import HubView, charge_reservations
 from gatekeeper.core.keys import LWS_NAME_LABEL, POOL_LABEL, RECORD_PLURAL
@@ -122,6 +123,8 @@ class PoolsBackend:
         self.namespaces = caches.informer(r.NAMESPACES)
         # The LWS controller labels its StatefulSets with the LWS's name: only those are read.
         self.statefulsets = caches.informer(r.STATEFULSETS, label_selector=LWS_NAME_LABEL)
+        self.urgent = Urgency()
+        """Which watched changes call for a pass at once (the loop's ``urgent``)."""
         self.lifter = Lifter(kube, self.pods, pass_through) if pass_through is not None else None
         """Lifts between passes the gates of pods born gated just before their group's admission."""
 
