@@ -211,11 +211,13 @@ class PoolsBackend:
             )
         if self.lifter is not None:
             self.lifter.hold((w.namespace or "", w.name) for w in walk(plan) if w.tag == "ungate")
+            self.lifter.share(write)
         try:
             await execute(self.kube, plan, write, self.memory, self._done, self._answered)
         finally:
             if self.lifter is not None:
                 self.lifter.hold(())
+                self.lifter.share(None)
         took = _stage("execute", took)
         if self.hub is not None:
             await self.hub.execute(claims, write)
