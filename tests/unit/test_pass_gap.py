@@ -66,6 +66,28 @@ class Burner:
         return SimpleNamespace(problems=())
 
 
+POD = {"metadata": {"namespace": "ns", "name": "p"}}
+
+
+async def between_passes(controller: Burner, *changes: tuple[float, str]) -> float:
+    """Seconds from the first pass's start to the second's, the ``changes`` (a pause, then
+    a change of that kind to a pod) seen right after the first pass."""
+    loop = PassLoop(controller, resync=60.0)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(loop.run)
+        controller.informer._notify("MODIFIED", POD)
+        with anyio.fail_after(10):
+            while len(controller.starts) < 1:
+                await anyio.sleep(0.01)
+            for pause, kind in changes:
+                await anyio.sleep(pause)
+                controller.informer._notify(kind, POD)
+            while len(controller.starts) < 2:
+                await anyio.sleep(0.01)
+        tg.cancel_scope.cancel()
+    return controller.starts[1] - controller.starts[0]
+
+
 @pytest.mark.anyio
 @pytest.mark.parametrize(
     ("cpu", "change", "least", "most"),
@@ -78,39 +100,11 @@ class Burner:
 async def test_an_urgent_change_after_a_light_pass_is_passed_on_at_once_and_anything_else_after_a_second(
     cpu: float, change: str, least: float, most: float
 ) -> None:
-    controller = Burner(cpu)
-    loop = PassLoop(controller, resync=60.0)
-    pod = {"metadata": {"namespace": "ns", "name": "p"}}
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(loop.run)
-        controller.informer._notify("MODIFIED", pod)
-        with anyio.fail_after(10):
-            while len(controller.starts) < 1:
-                await anyio.sleep(0.01)
-            controller.informer._notify(change, pod)  # a change right after the first pass
-            while len(controller.starts) < 2:
-                await anyio.sleep(0.01)
-        tg.cancel_scope.cancel()
-    between = controller.starts[1] - controller.starts[0]
+    between = await between_passes(Burner(cpu), (0.0, change))
     assert least <= between <= most, between
 
 
 @pytest.mark.anyio
 async def test_an_urgent_change_cuts_short_the_wait_for_a_change_that_was_not() -> None:
-    controller = Burner(0.0)
-    loop = PassLoop(controller, resync=60.0)
-    pod = {"metadata": {"namespace": "ns", "name": "p"}}
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(loop.run)
-        controller.informer._notify("MODIFIED", pod)
-        with anyio.fail_after(10):
-            while len(controller.starts) < 1:
-                await anyio.sleep(0.01)
-            controller.informer._notify("MODIFIED", pod)  # waits for the second...
-            await anyio.sleep(0.2)
-            controller.informer._notify("DELETED", pod)  # ...until this one
-            while len(controller.starts) < 2:
-                await anyio.sleep(0.01)
-        tg.cancel_scope.cancel()
-    between = controller.starts[1] - controller.starts[0]
+    between = await between_passes(Burner(0.0), (0.0, "MODIFIED"), (0.2, "DELETED"))
     assert 0.2 <= between <= 0.6, between
