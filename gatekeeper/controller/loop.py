@@ -173,7 +173,7 @@ class PassLoop:
         return listen
 
     def poke(self, _kind: str = "", _obj: Any = None) -> None:
-        """Ask for a pass (the signature of an informer's listener): within ``min_interval``."""
+        """Ask for a pass within ``min_interval`` (a write to try again)."""
         self._dirty.set()
 
     async def _turn(self, last: float) -> None:

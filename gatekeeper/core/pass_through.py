@@ -36,7 +36,7 @@ from gatekeeper.core.gating import Ungate, is_opted_in, ungate_patch
 from gatekeeper.core.keys import ADMITTED, LWS_KIND, LWS_NAME_LABEL, POD_INDEX_LABEL, SCHEDULING_GATE
 from gatekeeper.core.lws import group_index, replicas, worker_index
 from gatekeeper.core.members import controller_uid
-from gatekeeper.core.objects import as_map, condition, is_terminating, labels, meta
+from gatekeeper.core.objects import as_map, condition, is_terminating, labels, meta, object_key
 from gatekeeper.core.pool import Pool, parse_pool
 from gatekeeper.core.quantity import format_amount
 
@@ -206,16 +206,13 @@ def as_known(
     """The records as this leader knows them, and the writes the informer does not show yet.
 
     The informer's copy of a record lags this leader's own writes by a watch event. A table
-    built from it alone dropped, for a pass or two, the groups the last pass admitted (with
-    passes 50 ms apart, 55 of 100 groups of a scale-up had pods born gated), and kept a
-    group just given back. So a record written by this leader is taken as written while
-    the informer still shows it at the version the write was made on, or does not show
-    one it made; any other version of it (or its absence, once seen) is newer, and wins.
+    built from it alone left out, for a pass, a group the last pass admitted whose watch
+    event had not come yet, and put back a group just given back. So a record written by
+    this leader is taken as written while the informer still shows it at the version the
+    write was made on, or does not show one it made; any other version of it (or its
+    absence, once seen) is newer, and wins.
     """
-    by: dict[tuple[str, str], Mapping[str, Any]] = {}
-    for record in records:
-        key = (str(meta(record).get("namespace") or ""), str(meta(record).get("name") or ""))
-        by[key] = record
+    by = {key: record for record in records if (key := object_key(record)) is not None}
     still: dict[tuple[str, str], Written] = {}
     for key, w in written.items():
         if now - w.at > max_age:

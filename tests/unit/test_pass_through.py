@@ -202,6 +202,14 @@ def test_a_record_is_known_as_this_leader_wrote_it_until_the_informer_shows_anot
     assert (KEY in still) is kept, why
 
 
+def test_a_group_given_back_stays_out_of_the_table_while_the_informer_still_shows_it_admitted() -> None:
+    given_back = _at(record(VLLM, 0, admitted=False, demand={"nvidia.com/gpu": "2"}, pods=2), "12")
+    records, still = as_known([ADMITTED_11], {KEY: Written("11", given_back, 0.0)}, now=0.0)
+    assert KEY in still, "kept until the informer shows the give-back"
+    assert _table(records) == {}, "the give-back as written, not the admission the informer shows"
+    assert set(_table([ADMITTED_11])) == {("default", "vllm", 0)}, "from the informer alone: still in"
+
+
 def test_a_record_made_and_admitted_in_one_pass_is_known_admitted_until_the_informer_shows_it() -> None:
     made = written_after(None, None, _at(WAITING, "10"), 0.0, made=True)
     admitted = written_after(made, None, ADMITTED_11, 0.1)  # guarded by what the create returned
