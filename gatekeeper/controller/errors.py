@@ -5,9 +5,12 @@ success, and each caller must treat them alike (kopf's ``TemporaryError(delay=)`
 ``PermanentError`` are the model):
 
 * ``Conflict`` (a ``TemporaryError`` with no delay): the object changed or is gone since it
-  was read, or it is already there (404, 409, 422; 403 too, which also answers a create
-  in a namespace being deleted). Nothing is wrong: the next pass decides again on fresh
-  state.
+  was read, or it is already there (404, 409, 422; 403 too). Nothing is wrong: the next
+  pass decides again on fresh state.
+* ``NamespaceTerminating`` (a ``Conflict``): a create in a namespace being deleted, the
+  403 whose details name the cause ``NamespaceTerminating``. It cannot succeed, is not a
+  refusal of the gatekeeper's RBAC, and needs no retry: the namespace's deletion takes the
+  objects that asked for the create with it.
 * ``TemporaryError``: the API server is away, slow or overloaded (429, 5xx, a broken or
   timed-out connection), or refused credentials that have just been rotated (401: they
   are reloaded, see ``credentials``). A later attempt may succeed; ``delay`` says when to
@@ -22,7 +25,7 @@ loop retries temporary errors and nothing else. Both count each failed request i
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 import httpx
 import kr8s
@@ -32,6 +35,7 @@ __all__ = [
     "API_ERRORS",
     "TRANSPORT_ERRORS",
     "Conflict",
+    "NamespaceTerminating",
     "NotLeading",
     "PermanentError",
     "TemporaryError",
@@ -65,6 +69,10 @@ class Conflict(TemporaryError):
         super().__init__(message, delay=0.0, code=code)
 
 
+class NamespaceTerminating(Conflict):
+    """A create refused because its namespace is being deleted: not retried."""
+
+
 class PermanentError(Exception):
     """The API server refused the request as such; sent again unchanged it fails again."""
 
@@ -82,6 +90,8 @@ TRANSPORT_ERRORS: tuple[type[Exception], ...] = (
 )
 
 _CONFLICTS = frozenset({403, 404, 409, 422})
+#: The cause the API server's NamespaceLifecycle admission gives a create in a namespace being deleted.
+_NAMESPACE_TERMINATING = "NamespaceTerminating"
 
 API_ERRORS = Counter(
     "gatekeeper_api_errors_total",
@@ -106,12 +116,18 @@ def _retry_after(headers: Mapping[str, str]) -> float:
 
 
 def error_for_status(
-    code: int, message: str, headers: Mapping[str, str] | None = None
+    code: int,
+    message: str,
+    headers: Mapping[str, str] | None = None,
+    causes: Collection[str] = (),
 ) -> TemporaryError | PermanentError | None:
-    """The error an HTTP answer stands for; None for a success."""
+    """The error an HTTP answer stands for (``causes``: the ``reason`` of each cause in its
+    Status's details); None for a success."""
     if code < 400:
         return None
     text = f"{code}: {message}"
+    if code == 403 and _NAMESPACE_TERMINATING in causes:
+        return NamespaceTerminating(text, code=code)
     if code in _CONFLICTS:
         return Conflict(text, code=code)
     if code in (401, 429) or code >= 500:
@@ -129,10 +145,15 @@ def raise_for_status(resp: httpx.Response) -> None:
     """
     if resp.status_code < 400:
         return
+    causes: list[str] = []
     try:
-        message = str(resp.json().get("message", ""))
-    except ValueError:
+        body = resp.json()
+        message = str(body.get("message", ""))
+        details = body.get("details")
+        if isinstance(details, dict) and isinstance(details.get("causes"), list):
+            causes = [str(c.get("reason")) for c in details["causes"] if isinstance(c, dict)]
+    except (ValueError, AttributeError):
         message = resp.text[:300]
-    error = error_for_status(resp.status_code, message, resp.headers)
+    error = error_for_status(resp.status_code, message, resp.headers, causes)
     if error is not None:
         raise error

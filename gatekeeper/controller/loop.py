@@ -9,7 +9,8 @@ timing, the limit on writes in flight and the rule for errors:
 
 * a write that meets a ``TemporaryError`` (``Conflict`` included) is logged and asks for
   another pass; one that meets a ``PermanentError`` is logged as an error and not retried;
-  neither stops the other writes of the pass;
+  a create in a namespace being deleted (``NamespaceTerminating``) is logged at debug and
+  not retried; none stops the other writes of the pass;
 * a pass that meets a ``TemporaryError`` is tried again after its delay;
 * anything else is a bug and ends the loop (and with it the term: the elector stops).
 """
@@ -27,7 +28,7 @@ from typing import Any, Protocol
 
 import anyio
 
-from gatekeeper.controller.errors import Conflict, PermanentError, TemporaryError
+from gatekeeper.controller.errors import Conflict, NamespaceTerminating, PermanentError, TemporaryError
 from gatekeeper.controller.informer import Informer
 
 __all__ = ["Controller", "Decided", "PassLoop", "Slots", "Write", "next_gap"]
@@ -200,6 +201,9 @@ class PassLoop:
             async with slots.slot(rank):
                 try:
                     await fn(*args)
+                except NamespaceTerminating as exc:  # its deletion's changes start the next pass
+                    self.log.debug("not created, its namespace is being deleted: %s", exc)
+                    return False
                 except Conflict as exc:
                     self.log.info("deferred to the next pass: %s", exc)
                 except TemporaryError as exc:

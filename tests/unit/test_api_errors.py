@@ -18,7 +18,13 @@ import pytest
 from prometheus_client import REGISTRY
 
 from gatekeeper.controller import resources as r
-from gatekeeper.controller.errors import Conflict, NotLeading, PermanentError, TemporaryError
+from gatekeeper.controller.errors import (
+    Conflict,
+    NamespaceTerminating,
+    NotLeading,
+    PermanentError,
+    TemporaryError,
+)
 from gatekeeper.controller.informer import Informer
 from gatekeeper.controller.kube import Kube
 
@@ -51,6 +57,27 @@ def status(code: int) -> httpx.Response:
     return httpx.Response(code, json={"kind": "Status", "code": code, "message": f"answer {code}"})
 
 
+def terminating(namespace: str) -> httpx.Response:
+    """The API server's answer to a create in a namespace being deleted (its NamespaceLifecycle
+    admission plugin): a 403 whose details name the cause."""
+    message = f"unable to create new content in namespace {namespace} because it is being terminated"
+    cause = {"reason": "NamespaceTerminating", "message": f"namespace {namespace} is being terminated"}
+    return httpx.Response(
+        403,
+        json={
+            "kind": "Status",
+            "code": 403,
+            "reason": "Forbidden",
+            "message": f'pods "p" is forbidden: {message}',
+            "details": {
+                "name": "p",
+                "kind": "pods",
+                "causes": [{**cause, "field": "metadata.namespace"}],
+            },
+        },
+    )
+
+
 POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ns"}}
 
 
@@ -59,6 +86,8 @@ POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace":
     ("answer", "error", "code"),
     [
         (status(409), Conflict, "409"),
+        (status(403), Conflict, "403"),
+        (terminating("ns"), NamespaceTerminating, "403"),
         (status(404), Conflict, "404"),
         (status(503), TemporaryError, "503"),
         (status(429), TemporaryError, "429"),
@@ -74,6 +103,17 @@ async def test_a_failed_write_is_counted_with_its_code(
     with pytest.raises(error):
         await kube.create(r.PODS, POD)
     assert errors("post", "pods", code) == before + 1
+
+
+@pytest.mark.anyio
+async def test_only_a_403_that_names_a_terminating_namespace_says_so() -> None:
+    kube = Kube(ScriptedApi([status(403), terminating("ns")]))  # type: ignore[arg-type]
+    with pytest.raises(Conflict) as refused:
+        await kube.create(r.PODS, POD)
+    assert not isinstance(refused.value, NamespaceTerminating), "a 403 of RBAC is no namespace being deleted"
+    with pytest.raises(NamespaceTerminating) as gone:
+        await kube.create(r.PODS, POD)
+    assert gone.value.code == 403 and "being terminated" in str(gone.value)
 
 
 @pytest.mark.anyio

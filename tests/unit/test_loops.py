@@ -25,7 +25,7 @@ from gatekeeper.controller.backends.kueue import KueueBackend
 from gatekeeper.controller.backends.pools import PoolsBackend
 from gatekeeper.controller.caches import Caches
 from gatekeeper.controller.checks.node_fit import NodeFitCheck
-from gatekeeper.controller.errors import Conflict, PermanentError, TemporaryError
+from gatekeeper.controller.errors import Conflict, NamespaceTerminating, PermanentError, TemporaryError
 from gatekeeper.controller.informer import Informer
 from gatekeeper.controller.loop import PassLoop
 from gatekeeper.core.keys import (
@@ -185,6 +185,25 @@ async def test_a_failed_write_is_retried_only_when_temporary(error: Exception, r
     await loop.pass_once()
     assert kube.verbs()[0][0] == "create"
     assert loop._dirty.is_set() is retried
+
+
+@pytest.mark.anyio
+async def test_a_record_not_created_in_a_namespace_being_deleted_is_neither_retried_nor_logged_as_refused(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The namespace's deletion takes the LeaderWorkerSet with it (and its change starts the
+    next pass); a create there cannot succeed, and its 403 is not the gatekeeper's RBAC."""
+    gone = NamespaceTerminating(f"403: unable to create new content in namespace {NS}", code=403)
+    kube, caches = FakeKube(fail={"create groupadmissions": gone}), Caches(None)
+    backend = PoolsBackend(kube, caches)  # type: ignore[arg-type]
+    fill(backend.lws, opted_in("vllm", "a"))
+    fill(backend.pools, pool("a").quota(gpu=2).obj())
+    loop = loop_of(backend)
+    with caplog.at_level(logging.INFO, logger="gatekeeper"):
+        await loop.pass_once()
+    assert kube.verbs()[0][0] == "create"
+    assert not loop._dirty.is_set()
+    assert not [rec.getMessage() for rec in caplog.records if "403" in rec.getMessage()]
 
 
 @pytest.mark.anyio
