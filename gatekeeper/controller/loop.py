@@ -164,11 +164,8 @@ class PassLoop:
     def _listener(self, plural: str) -> Callable[[str, Any], None]:
         def listen(kind: str, obj: Any) -> None:
             self._dirty.set()
-            if (
-                self._is_urgent is not None
-                and not self._urgent.is_set()
-                and self._is_urgent(plural, kind, obj)
-            ):
+            # Asked even when a pass is already urgent: the controller remembers what it saw.
+            if self._is_urgent is not None and self._is_urgent(plural, kind, obj):
                 self._urgent.set()
 
         return listen

@@ -33,6 +33,7 @@ from gatekeeper.core.backends.kueue import (
     decide_kueue,
     plan_writes,
 )
+from gatekeeper.core.backends.kueue.urgency import KueueUrgency
 from gatekeeper.core.groups import DemandMemo
 from gatekeeper.core.keys import LWS_NAME_LABEL, POOL_LABEL
 from gatekeeper.core.writes import Memory, Write
@@ -65,6 +66,8 @@ class KueueBackend:
         self.retry_seconds = retry_seconds
         self.memory = Memory()
         self.demands = DemandMemo()
+        self.urgent = KueueUrgency()
+        """Which watched changes call for a pass at once (the loop's ``urgent``)."""
 
         self.lws = caches.informer(r.LWS, label_selector=POOL_LABEL)
         self.pods = caches.informer(r.PODS, label_selector=POOL_LABEL)

@@ -30,6 +30,7 @@ from gatekeeper.controller.caches import BOUND_PODS, Caches
 from gatekeeper.controller.informer import Informer
 from gatekeeper.controller.loop import Write as Writer
 from gatekeeper.core.checks.node_fit import NodeFitActions, decide_node_fit, plan_writes
+from gatekeeper.core.checks.node_fit.urgency import NodeFitUrgency
 from gatekeeper.core.writes import Memory, Write
 
 __all__ = ["NodeFitCheck"]
@@ -55,6 +56,8 @@ class NodeFitCheck:
         self.kube = kube
         self.caches = caches
         self.memory = Memory()
+        self.urgent = NodeFitUrgency()
+        """Which watched changes call for a pass at once (the loop's ``urgent``)."""
 
         self.workloads = caches.informer(r.WORKLOADS)
         self.checks = caches.informer(r.ADMISSION_CHECKS)

@@ -17,8 +17,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from gatekeeper.core.changes import Facts, ended, object_ref
 from gatekeeper.core.keys import POOL_PLURAL
-from gatekeeper.core.objects import as_map, meta
+from gatekeeper.core.objects import meta
 
 __all__ = ["Urgency"]
 
@@ -29,25 +30,18 @@ class Urgency:
     (the LWS controller's, or this gatekeeper's own) is told apart from a change of spec."""
 
     def __init__(self, limit: int = 100_000) -> None:
-        self._generations: dict[tuple[str, str, str], object] = {}
-        self._limit = limit
+        self._generations = Facts(limit)
 
     def __call__(self, plural: str, kind: str, obj: Mapping[str, Any]) -> bool:
         if kind == "DELETED":
-            self._generations.pop((plural, *_key(obj)), None)
+            self._generations.forget(object_ref(plural, obj))
             return True
         if kind not in ("ADDED", "MODIFIED"):
             return False  # a list's items: the loop waits for the list anyway
         if plural in SPEC_KINDS:  # their status is rewritten often, by their controllers and by us
-            key, generation = (plural, *_key(obj)), meta(obj).get("generation")
-            if self._generations.get(key) == generation:
-                return False
-            if len(self._generations) >= self._limit:
-                self._generations.clear()
-            self._generations[key] = generation
-            return True
+            return self._generations.changed(object_ref(plural, obj), meta(obj).get("generation"))
         if plural == "pods":
-            return str(as_map(obj.get("status")).get("phase") or "") in ("Succeeded", "Failed")
+            return ended(obj)
         if plural == "nodes":
             return kind == "ADDED"
         return plural == "reservationclaims"  # the hub's grants (and this cluster's own claims)
@@ -55,8 +49,3 @@ class Urgency:
 
 SPEC_KINDS = frozenset({"leaderworkersets", POOL_PLURAL, "reservations"})
 """Kinds whose change of spec (a new ``metadata.generation``) is urgent, and not of status."""
-
-
-def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
-    m = meta(obj)
-    return str(m.get("namespace") or ""), str(m.get("name") or "")
