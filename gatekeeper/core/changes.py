@@ -14,22 +14,9 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping
 from typing import Any
 
-from gatekeeper.core.objects import as_map, is_true, meta
+from gatekeeper.core.objects import meta
 
-__all__ = ["WORKLOAD_STATES", "Facts", "ended", "object_ref", "states"]
-
-#: The conditions of a Kueue Workload that say where it stands in admission.
-WORKLOAD_STATES = ("QuotaReserved", "Admitted", "Evicted")
-
-
-def states(obj: Mapping[str, Any], kinds: tuple[str, ...] = WORKLOAD_STATES) -> tuple[bool, ...]:
-    """Which of the conditions ``kinds`` of ``obj`` are True."""
-    return tuple(is_true(obj, kind) for kind in kinds)
-
-
-def ended(pod: Mapping[str, Any]) -> bool:
-    """A pod that has finished (Succeeded or Failed): it no longer holds its node's room."""
-    return str(as_map(pod.get("status")).get("phase") or "") in ("Succeeded", "Failed")
+__all__ = ["Facts", "object_ref"]
 
 
 def object_ref(plural: str, obj: Mapping[str, Any]) -> tuple[str, str, str]:

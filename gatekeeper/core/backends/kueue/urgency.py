@@ -16,8 +16,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gatekeeper.core.changes import Facts, object_ref, states
-from gatekeeper.core.objects import meta
+from gatekeeper.core.changes import Facts, object_ref
+from gatekeeper.core.keys import EVICTED, KUEUE_ADMITTED
+from gatekeeper.core.objects import is_true, meta
 
 __all__ = ["KueueUrgency"]
 
@@ -30,17 +31,18 @@ class KueueUrgency:
         self._facts = Facts(limit)
 
     def __call__(self, plural: str, kind: str, obj: Mapping[str, Any]) -> bool:
+        if plural not in ("leaderworkersets", "workloads"):
+            return False  # pods, records, StatefulSets, flavors: Kueue's decision moves a group
         key = object_ref(plural, obj)
         if kind == "DELETED":
             self._facts.forget(key)
-            return plural in ("leaderworkersets", "workloads")
+            return True
         if kind not in ("ADDED", "MODIFIED"):
             return False  # a list's items: the loop waits for the list anyway
         if plural == "leaderworkersets":
             return self._facts.changed(key, meta(obj).get("generation"))
-        if plural == "workloads":
-            now = states(obj, ("Admitted", "Evicted"))  # a reservation alone is the checks' turn
-            news = self._facts.changed(key, now)
-            # One the gatekeeper has just made is news only if Kueue has already moved it.
-            return news and (kind == "MODIFIED" or any(now))
-        return False
+        # A Workload: a quota reserved alone is the checks' turn, not this backend's.
+        now = (is_true(obj, KUEUE_ADMITTED), is_true(obj, EVICTED))
+        news = self._facts.changed(key, now)
+        # One the gatekeeper has just made is news only if Kueue has already moved it.
+        return news and (kind == "MODIFIED" or any(now))

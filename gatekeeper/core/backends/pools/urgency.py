@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gatekeeper.core.changes import Facts, ended, object_ref
+from gatekeeper.core.changes import Facts, object_ref
 from gatekeeper.core.keys import POOL_PLURAL
-from gatekeeper.core.objects import meta
+from gatekeeper.core.objects import is_live, meta
 
 __all__ = ["Urgency"]
 
@@ -41,7 +41,7 @@ class Urgency:
         if plural in SPEC_KINDS:  # their status is rewritten often, by their controllers and by us
             return self._generations.changed(object_ref(plural, obj), meta(obj).get("generation"))
         if plural == "pods":
-            return ended(obj)
+            return not is_live(obj)  # finished: its node's room is free
         if plural == "nodes":
             return kind == "ADDED"
         return plural == "reservationclaims"  # the hub's grants (and this cluster's own claims)

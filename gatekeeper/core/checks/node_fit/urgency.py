@@ -14,14 +14,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gatekeeper.core.changes import Facts, ended, object_ref, states
+from gatekeeper.core.changes import Facts, object_ref
+from gatekeeper.core.keys import QUOTA_RESERVED
+from gatekeeper.core.objects import is_live, is_true
 
 __all__ = ["NodeFitUrgency"]
 
 
 class NodeFitUrgency:
     """``urgent(plural, kind, obj)``: may this change alter a check's answer? It remembers
-    each Workload's admission conditions."""
+    whether each Workload's quota is reserved."""
 
     def __init__(self, limit: int = 100_000) -> None:
         self._facts = Facts(limit)
@@ -34,10 +36,10 @@ class NodeFitUrgency:
                 return False
             if kind not in ("ADDED", "MODIFIED"):
                 return False
-            now = states(obj)
-            return self._facts.changed(key, now) and now[0]  # quota reserved: the check's turn
+            reserved = is_true(obj, QUOTA_RESERVED)
+            return self._facts.changed(key, reserved) and reserved  # the check's turn
         if kind == "DELETED":
             return plural in ("nodes", "pods")
         if kind == "ADDED":
             return plural in ("nodes", "admissionchecks")
-        return kind == "MODIFIED" and plural == "pods" and ended(obj)
+        return kind == "MODIFIED" and plural == "pods" and not is_live(obj)  # finished
