@@ -710,3 +710,21 @@ def test_pods_and_records_are_deleted_by_uid_not_by_name_alone() -> None:
         ("workloads", None),
         ("groupadmissions", "rec-uid"),
     ]
+
+
+def test_workers_past_the_lws_size_stay_gated_and_the_record_says_why() -> None:
+    """A tenant scaled the group's worker StatefulSet past ``size - 1``: the LWS's own chain
+    made the extra workers, and Kueue admitted a Workload of ``size`` pods."""
+    obj = vllm(replicas=1, size=2)
+    pods = [lws_pod("vllm", 0, 0, pool=LQ, gated=False, node_name="n0", phase="Running"),
+            *(lws_pod("vllm", 0, w, pool=LQ) for w in (1, 2, 3))]  # fmt: skip
+    wl = workload(obj, 0, conditions=ADMITTED, flavors={"leader": "h100", "worker": "h100"})
+    acts = decide([obj], pods, [rec(obj, 0, admitted=True)], [wl])
+    assert [u.pod for u in acts.ungate] == ["vllm-0-1"]
+    [st] = acts.statuses
+    assert (st.admitted, st.reason, st.warning) == (True, "BeyondGroupSize", True)
+    assert st.message.endswith(
+        "; pods vllm-0-2 (worker 2), vllm-0-3 (worker 3) are beyond the group's size 2 (LeaderWorkerSet "
+        "vllm) and stay gated: a group is what its LeaderWorkerSet says; change the LeaderWorkerSet, "
+        "not its StatefulSets"
+    )

@@ -465,6 +465,7 @@ def test_never_reasons_are_permanent_and_waits_are_not() -> None:
         Reason.BLOCKED_BY_STRICT_FIFO,
         Reason.TEMPLATE_CHANGED,
         Reason.NOT_MADE_BY_LWS,
+        Reason.BEYOND_GROUP_SIZE,
         Reason.WAITING_FOR_RESERVATION,
         Reason.HUB_UNREACHABLE,
         Reason.KARPENTER_UNAVAILABLE,

@@ -314,3 +314,27 @@ def test_a_group_admitted_before_its_leader_statefulset_existed_uses_the_one_the
     other = copy.deepcopy(live)
     other["vllm"]["metadata"]["ownerReferences"][0]["uid"] = "u-someone-else"
     assert patch_for(leader, "default", table, lambda ns, n: other.get(n)) is None, "another LWS's"
+
+
+@pytest.mark.parametrize(
+    ("labels", "through"),
+    [
+        ({"leaderworkerset.sigs.k8s.io/worker-index": "1"}, True),
+        ({"leaderworkerset.sigs.k8s.io/worker-index": "1", "apps.kubernetes.io/pod-index": "1"}, True),
+        ({"apps.kubernetes.io/pod-index": "1"}, True),  # not labelled by LWS's webhook yet
+        ({"leaderworkerset.sigs.k8s.io/worker-index": "2"}, False),  # the worker StatefulSet scaled past size
+        ({"apps.kubernetes.io/pod-index": "2"}, False),
+        ({"leaderworkerset.sigs.k8s.io/worker-index": "1", "apps.kubernetes.io/pod-index": "2"}, False),
+        ({"apps.kubernetes.io/pod-index": "0"}, False),  # ordinals started at 0: claims the leader's index
+        ({}, False),
+    ],
+)
+def test_a_worker_goes_through_only_with_an_index_its_group_has(
+    labels: dict[str, str], through: bool
+) -> None:
+    pods = [_new(0, 0)]
+    table = _table([_admitted(0)], pods)
+    worker = _new(0, 1)
+    worker["metadata"]["labels"].pop("leaderworkerset.sigs.k8s.io/worker-index")
+    worker["metadata"]["labels"].update(labels)
+    assert (patch_for(worker, "default", table, _sts(table, pods)) is not None) is through

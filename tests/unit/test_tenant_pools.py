@@ -288,3 +288,76 @@ def test_the_member_labels_policy_protects_every_label_the_gatekeeper_groups_by(
         WORKER_INDEX_LABEL,
         REVISION_LABEL,
     }
+
+
+# ----- a group is what its LWS said ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("workers", "strangers"),
+    [
+        ((1,), []),  # size 2: the one worker
+        ((1, 2), [("vllm-0-2", 2)]),  # the worker StatefulSet scaled to 2
+        ((1, 2, 3), [("vllm-0-2", 2), ("vllm-0-3", 3)]),
+    ],
+)
+def test_a_worker_past_the_lws_size_is_no_member(workers: tuple[int, ...], strangers: list[Any]) -> None:
+    vllm = lws("vllm").pool("a").uid("u-1").size(2).obj()
+    pods = [lws_pod("vllm", 0, 0), *(lws_pod("vllm", 0, w) for w in workers)]
+    kept, found = split_members(pods, {("default", "vllm"): "u-1"}, lws_statefulsets([vllm], pods), {
+        ("default", "vllm"): 2
+    })  # fmt: skip
+    assert [(s.pod, s.worker) for s in found] == strangers
+    assert all(s.size == 2 for s in found)
+    assert len(kept) == len(pods) - len(strangers)
+
+
+def test_a_pod_let_through_before_is_not_judged_by_the_size() -> None:
+    vllm = lws("vllm").pool("a").uid("u-1").size(2).obj()
+    pods = [lws_pod("vllm", 0, 0), lws_pod("vllm", 0, 2, gated=False, node_name="n1", phase="Running")]
+    kept, found = split_members(pods, {("default", "vllm"): "u-1"}, lws_statefulsets([vllm], pods), {
+        ("default", "vllm"): 2
+    })  # fmt: skip
+    assert found == [] and len(kept) == 2
+
+
+def test_a_worker_statefulsets_pod_that_claims_to_be_the_leader_is_no_member() -> None:
+    vllm = lws("vllm").pool("a").uid("u-1").size(2).obj()
+    leader = lws_pod("vllm", 0, 0)
+    fake = lws_pod("vllm", 0, 0)  # as the worker StatefulSet vllm-0 makes its pod 0
+    fake["metadata"].update(name="vllm-0-0", uid="pod/default/vllm-0-0")
+    fake["metadata"]["ownerReferences"][0].update(name="vllm-0", uid="sts/default/vllm-0")
+    made = lws_statefulsets([vllm], [leader])
+    kept, found = split_members([leader, fake], {("default", "vllm"): "u-1"}, made, {("default", "vllm"): 2})
+    assert [s.pod for s in found] == ["vllm-0-0"] and [k["metadata"]["name"] for k in kept] == ["vllm-0"]
+
+
+def test_an_admitted_groups_workers_past_its_size_stay_gated_and_the_record_and_an_event_say_so() -> None:
+    pods = [lws_pod("vllm", 0, w, gated=False, node_name=f"n{w}", phase="Running") for w in (0, 1)]
+    extra = [lws_pod("vllm", 0, w) for w in (2, 3)]
+    snap = _snap([*pods, *extra], [_admitted_record()], [pool("a").obj()])
+    actions = decide(snap)
+    assert actions.ungate == ()
+    [said] = actions.strangers
+    assert said.reason is Reason.BEYOND_GROUP_SIZE
+    assert said.message == (
+        "group 0 holds its admission into pool a: 2 nvidia.com/gpu; pods vllm-0-2 (worker 2), "
+        "vllm-0-3 (worker 3) are beyond the group's size 2 (LeaderWorkerSet vllm) and stay gated: a "
+        "group is what its LeaderWorkerSet says; change the LeaderWorkerSet, not its StatefulSets"
+    )
+    plan_ = plan_writes(actions, PassInputs(snap, Memory(), datetime(2026, 12, 1, tzinfo=UTC), 1.0))
+    writes = list(walk(plan_))
+    restate = [w for w in writes if w.tag == "restate"]
+    assert [w.body["conditions"][0]["reason"] for w in restate] == ["BeyondGroupSize"]
+    assert restate[0].body["conditions"][0]["status"] == "True", "the group keeps its admission"
+    events = [w.body for w in writes if w.op is Op.EVENT]
+    assert [(e.reason, e.warning) for e in events] == [("BeyondGroupSize", True)]
+    assert not [w for w in writes if w.tag == "ungate"]
+
+
+def test_a_new_group_is_admitted_with_its_size_and_its_extra_workers_stay_gated() -> None:
+    pods = [lws_pod("vllm", 0, w) for w in (0, 1, 2)]
+    actions = decide(_snap(pods, [], [pool("a").obj()]))
+    [admit] = actions.admit
+    assert sorted(actions.steer) == [("default", "vllm-0"), ("default", "vllm-0-1")]
+    assert admit.group.gated == ("vllm-0", "vllm-0-1")
