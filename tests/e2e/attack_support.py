@@ -93,3 +93,37 @@ async def flood(url: str, body: bytes, count: int) -> list[tuple[int, str]]:
                 return r.status, (await r.text())[:300]
 
         return list(await asyncio.gather(*(one() for _ in range(count))))
+
+
+async def dev(cluster: Cluster, namespace: str, where: Path) -> Path:
+    """A kubeconfig of ``system:serviceaccount:<namespace>:dev``, a team's usual tenant: the
+    built-in ``edit`` role in its namespace and an editor's verbs on LeaderWorkerSets there
+    (what the LWS chart's editor role grants)."""
+    await ok(cluster, "create", "serviceaccount", "dev", "-n", namespace)
+    await ok(
+        cluster, "create", "rolebinding", "dev-edit", "--clusterrole=edit",
+        f"--serviceaccount={namespace}:dev", "-n", namespace,
+    )  # fmt: skip
+    editor = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": "leaderworkerset-editor", "namespace": namespace},
+        "rules": [
+            {
+                "apiGroups": ["leaderworkerset.x-k8s.io"],
+                "resources": ["leaderworkersets", "leaderworkersets/scale"],
+                "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"],
+            },
+            {
+                "apiGroups": ["leaderworkerset.x-k8s.io"],
+                "resources": ["leaderworkersets/status"],
+                "verbs": ["get"],
+            },
+        ],
+    }
+    await ok(cluster, "apply", "-f", "-", input=json.dumps(editor))
+    await ok(
+        cluster, "create", "rolebinding", "dev-lws", "--role=leaderworkerset-editor",
+        f"--serviceaccount={namespace}:dev", "-n", namespace,
+    )  # fmt: skip
+    return await user_kubeconfig(cluster, namespace, "dev", where)

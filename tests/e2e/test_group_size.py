@@ -1,0 +1,120 @@
+"""A group is what its LWS said: a tenant who scales an admitted group's worker StatefulSet
+past the LWS's ``size`` gets no more than the group's reservation.
+
+The LWS's own chain makes the extra workers (the worker StatefulSet, controlled by the
+group's leader pod), so the owner chain alone would let them through. The gatekeeper holds
+a group to ``size`` pods (``core/members.py``): the extra ones stay gated, born so by the
+webhook (its pass-through table knows the size) and never lifted by a pass, and the
+record and a Warning Event say why. The tenant is ``system:serviceaccount:<ns>:dev`` with
+``edit`` and the LWS editor role; GPUs bound on the pool's nodes are sampled every second.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import kr8s.asyncio
+
+from gatekeeper.core import SCHEDULING_GATE
+from gatekeeper.sandbox.replay import list_raw
+
+from . import attack_table
+from .attack_support import dev
+from .conftest import Cluster, MakeNodes, MakePool, admitted, condition, eventually, records
+from .test_policies import kubectl
+from .test_tenant_pools import create, plain_lws, pods_of, tolerate
+
+QUOTA = 2
+
+
+def gpus_bound(pods: list[dict[str, Any]], nodes: list[str]) -> int:
+    """GPUs asked by the live pods bound on ``nodes``."""
+    total = 0
+    for pod in pods:
+        if pod["spec"].get("nodeName") not in nodes or pod.get("status", {}).get("phase") in (
+            "Succeeded",
+            "Failed",
+        ):
+            continue
+        for c in pod["spec"].get("containers", []):
+            total += int(c.get("resources", {}).get("limits", {}).get("nvidia.com/gpu", 0))
+    return total
+
+
+def gated(pod: dict[str, Any]) -> bool:
+    return any(g.get("name") == SCHEDULING_GATE for g in pod["spec"].get("schedulingGates", []))
+
+
+async def test_workers_past_the_lws_size_stay_gated(
+    api: kr8s.asyncio.Api,
+    cluster: Cluster,
+    namespace: str,
+    fake_nodes: MakeNodes,
+    make_pool: MakePool,
+    tmp_path: Path,
+) -> None:
+    nodes = await fake_nodes(6, gpus=1)
+    pool = await make_pool(nodes, quota={"nvidia.com/gpu": QUOTA}, tolerations=tolerate(nodes.id))
+    others = await fake_nodes(2, gpus=1)
+    other_pool = await make_pool(others, tolerations=tolerate(others.id))
+    await create(api, namespace, plain_lws("lws", pool, size=2, replicas=1))
+
+    async def whole() -> bool:
+        return gpus_bound(await pods_of(api, namespace, "lws"), nodes.names) == QUOTA
+
+    await eventually(whole, timeout=90, what="group 0 bound whole")
+    kubeconfig = await dev(cluster, namespace, tmp_path)
+    code, out, err = await kubectl(
+        cluster, "scale", "sts/lws-0", "--replicas=3", "-n", namespace, kubeconfig=kubeconfig
+    )
+    answered = (out or err).strip().splitlines()[0] if (out or err).strip() else f"exit {code}"
+    peak = 0
+    extra: dict[str, dict[str, Any]] = {}
+    for _ in range(15):  # a sample a second; the extra workers are made within it
+        pods = await pods_of(api, namespace, "lws")
+        peak = max(peak, gpus_bound(pods, nodes.names))
+        extra.update(
+            {p["metadata"]["name"]: p for p in pods if p["metadata"]["name"] in ("lws-0-2", "lws-0-3")}
+        )
+        await anyio.sleep(1)
+    assert peak <= QUOTA, f"{peak} GPUs bound on a pool of quota {QUOTA}"
+    if code == 0:  # the scale went through (nothing refuses it yet): the extra workers are made, and held
+        assert sorted(extra) == ["lws-0-2", "lws-0-3"], f"the scaled worker StatefulSet made {sorted(extra)}"
+        now = {p["metadata"]["name"]: p for p in await pods_of(api, namespace, "lws")}
+        for name in ("lws-0-2", "lws-0-3"):
+            if name in now:
+                assert gated(now[name]) and not now[name]["spec"].get("nodeName"), f"{name} was let through"
+
+        async def said() -> bool:
+            rec = (await records(api, namespace)).get(0, {})
+            return condition(rec).get("reason") == "BeyondGroupSize"
+
+        await eventually(said, what="the record's reason BeyondGroupSize")
+        record = (await records(api, namespace))[0]
+        assert admitted(record), "the group keeps its admission"
+        message = condition(record)["message"]
+        assert "beyond the group's size 2" in message and "change the LeaderWorkerSet" in message, message
+        events = await list_raw(api, "events", namespace=namespace)
+        warned = [
+            e
+            for e in events
+            if e.get("reason") == "BeyondGroupSize" and e["involvedObject"].get("name") == "lws"
+        ]
+        assert warned and warned[0]["type"] == "Warning", [e.get("reason") for e in events]
+        seen = f"{answered}; record: {message}"
+    else:
+        seen = answered
+    # Other groups go on: an LWS of another pool, made after the attack, runs whole.
+    await create(api, namespace, plain_lws("other", other_pool, size=2, replicas=1))
+
+    async def other_whole() -> bool:
+        return gpus_bound(await pods_of(api, namespace, "other"), others.names) == 2
+
+    await eventually(other_whole, timeout=90, what="another pool's group bound whole")
+    attack_table.add(
+        f"dev: kubectl scale sts/lws-0 --replicas=3 (size 2; peak {peak} of {QUOTA} GPUs)",
+        "contained",
+        seen,
+    )
