@@ -15,6 +15,12 @@ References are compared by UID. A gated pod that claims an LWS's group by its la
 was made by anyone else is a *stranger*: it is never counted in, held for or let through
 on any group, and it stays gated.
 
+The owner chain alone is not enough: a tenant who may scale the group's worker
+StatefulSet (``kubectl scale sts/<lws>-0 --replicas=4``) has the LWS's own chain make
+more workers than the LWS's ``size`` says. A gated pod whose worker index is not below its
+LWS's ``size`` is a stranger too (``Stranger.size`` says so): the group is what its LWS
+said, and its reservation holds ``size`` pods.
+
 Only gated pods are judged. Every opted-in pod is born gated (the webhook fails closed)
 and only the gatekeeper lifts the gate, so a pod without it was judged when it was let
 through. Its chain may since have broken without anything being wrong: when a leader pod
@@ -27,15 +33,17 @@ again.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from gatekeeper.core.keys import LWS_KIND, LWS_NAME_LABEL
-from gatekeeper.core.lws import group_index, is_gated
+from gatekeeper.core.lws import group_index, is_gated, worker_index
+from gatekeeper.core.messages import beyond_size, not_made_by
 from gatekeeper.core.objects import as_list, as_map, labels, meta, name_of
+from gatekeeper.core.reasons import Reason
 
-__all__ = ["Stranger", "controller_uid", "split_members"]
+__all__ = ["Stranger", "controller_uid", "split_members", "strangers_said"]
 
 _MAX_DEPTH = 4
 """pod -> worker StatefulSet -> leader pod -> leader StatefulSet -> LWS."""
@@ -49,6 +57,24 @@ class Stranger:
     lws: str
     index: int
     pod: str
+    size: int = 0
+    """0: its LWS did not make it; else it was made through the LWS's chain but its worker
+    index (``worker``) is not below the LWS's ``size`` (a worker StatefulSet scaled past it)."""
+    worker: int = 0
+
+
+def strangers_said(strangers: Sequence[Stranger]) -> tuple[Reason, str]:
+    """The reason and words for a group's strangers: ``NotMadeByLeaderWorkerSet`` when any
+    was not made by its LWS, else ``BeyondGroupSize``."""
+    if not strangers:
+        raise ValueError("no strangers to speak of")
+    lws = strangers[0].lws
+    foreign = sorted(s.pod for s in strangers if not s.size)
+    extra = sorted((s for s in strangers if s.size), key=lambda s: (s.worker, s.pod))
+    said = [not_made_by(foreign, lws)] if foreign else []
+    if extra:
+        said.append(beyond_size([(s.pod, s.worker) for s in extra], lws, extra[0].size))
+    return (Reason.NOT_MADE_BY_LWS if foreign else Reason.BEYOND_GROUP_SIZE), "; ".join(said)
 
 
 def controller_uid(obj: Mapping[str, Any], kind: str | None = None) -> str:
@@ -80,16 +106,34 @@ def _made_by(
     return False
 
 
+def _in_role(
+    pod: Mapping[str, Any], lws: str, index: int, lws_uid: str, statefulsets: Mapping[str, Mapping[str, Any]]
+) -> bool:
+    """Was the pod made by the StatefulSet of the role its labels claim? A leader (worker
+    index 0) by the LWS's leader StatefulSet (named as the LWS, controlled by it); a worker
+    by its group's worker StatefulSet (named ``<lws>-<group index>``, controlled by a pod).
+    A worker StatefulSet whose ``spec.ordinals.start`` was set to 0 makes a pod that claims
+    to be its group's leader: it is no member."""
+    sts = statefulsets.get(controller_uid(pod, "StatefulSet"))
+    if sts is None:
+        return False
+    if worker_index(pod) == 0:
+        return name_of(sts) == lws and controller_uid(sts, LWS_KIND) == lws_uid
+    return name_of(sts) == f"{lws}-{index}" and bool(controller_uid(sts, "Pod"))
+
+
 def split_members(
     pods: Iterable[Mapping[str, Any]],
     lws_uids: Mapping[tuple[str, str], str],
     statefulsets: Iterable[Mapping[str, Any]],
+    sizes: Mapping[tuple[str, str], int] | None = None,
 ) -> tuple[list[Mapping[str, Any]], list[Stranger]]:
     """(pods to group as before, strangers) of the opted-in pods.
 
-    ``lws_uids`` maps (namespace, LWS name) to the UID of the LWS there now. A pod that
-    names one of them by its labels and still carries the gate is kept only if that LWS
-    made it.
+    ``lws_uids`` maps (namespace, LWS name) to the UID of the LWS there now, ``sizes`` to
+    its ``size`` (pods per group). A pod that names one of them by its labels and still
+    carries the gate is kept only if that LWS made it and its worker index is below the
+    size.
     """
     pod_list = list(pods)
     by_uid = {str(meta(p).get("uid")): p for p in pod_list if meta(p).get("uid")}
@@ -101,8 +145,12 @@ def split_members(
         lws = str(labels(pod).get(LWS_NAME_LABEL) or "")
         uid = lws_uids.get((ns, lws))
         index = group_index(pod)
-        if not uid or index is None or not is_gated(pod) or _made_by(pod, uid, sts_by_uid, by_uid):
+        if not uid or index is None or not is_gated(pod):
             kept.append(pod)
-        else:
+        elif not _made_by(pod, uid, sts_by_uid, by_uid) or not _in_role(pod, lws, index, uid, sts_by_uid):
             strangers.append(Stranger(ns, lws, index, name_of(pod)))
+        elif sizes is not None and (worker := worker_index(pod)) >= (size := sizes.get((ns, lws), 1)):
+            strangers.append(Stranger(ns, lws, index, name_of(pod), size=size, worker=worker))
+        else:
+            kept.append(pod)
     return kept, strangers

@@ -53,6 +53,17 @@ def not_made_by(pods: Sequence[str], lws: str) -> str:
     )
 
 
+def beyond_size(pods: Sequence[tuple[str, int]], lws: str, size: int) -> str:
+    """Pods made through the LWS's own chain past its ``size`` (a worker StatefulSet scaled)."""
+    said = ", ".join(f"{name} (worker {worker})" for name, worker in pods)
+    one = len(pods) == 1
+    return (
+        f"{'pod' if one else 'pods'} {said} {'is' if one else 'are'} beyond the group's size {size} "
+        f"(LeaderWorkerSet {lws}) and {'stays' if one else 'stay'} gated: a group is what its "
+        "LeaderWorkerSet says; change the LeaderWorkerSet, not its StatefulSets"
+    )
+
+
 def invalid_spec(message: str) -> str:
     return f"cannot be admitted: {message}"
 

@@ -33,8 +33,16 @@ from typing import Any
 
 from gatekeeper.core.demand import GroupDemand, Resources, pod_requests
 from gatekeeper.core.gating import Ungate, is_opted_in, ungate_patch
-from gatekeeper.core.keys import ADMITTED, LWS_KIND, LWS_NAME_LABEL, POD_INDEX_LABEL, SCHEDULING_GATE
+from gatekeeper.core.keys import (
+    ADMITTED,
+    LWS_KIND,
+    LWS_NAME_LABEL,
+    POD_INDEX_LABEL,
+    SCHEDULING_GATE,
+    WORKER_INDEX_LABEL,
+)
 from gatekeeper.core.lws import group_index, replicas, worker_index
+from gatekeeper.core.lws import size as lws_size
 from gatekeeper.core.members import controller_uid
 from gatekeeper.core.objects import as_map, condition, is_terminating, labels, meta, object_key
 from gatekeeper.core.pool import Pool, parse_pool
@@ -68,6 +76,8 @@ class AdmittedGroup:
     """"" until the pass saw the group's leader pod: workers are gated until then."""
     leader: Resources
     worker: Resources
+    size: int
+    """Pods per group, leader included: a worker whose index is not below it stays gated."""
     node_selector: Mapping[str, str]
     tolerations: tuple[Mapping[str, Any], ...]
 
@@ -118,6 +128,7 @@ class Index:
             leader_pod_uid=self.leader_pods.get((ns, str(name), index), ""),
             leader=demand.pods[0].requests,
             worker=demand.pods[1].requests if len(demand.pods) > 1 else {},
+            size=lws_size(lws),
             node_selector=dict(pool.node_selector),
             tolerations=tuple(pool.tolerations),
         )
@@ -278,6 +289,13 @@ def member_of(
     if leader and ordinal is not None and _ordinal(ordinal) != index:
         return None  # a leader's ordinal is its group index: these labels disagree
     if not leader:
+        # A worker's index (its StatefulSet's ordinal, which starts at 1) must be one its
+        # group has: a worker StatefulSet scaled past ``size - 1`` makes pods the group's
+        # reservation does not hold.
+        pod_labels = labels(pod)
+        said = {_ordinal(pod_labels[k]) for k in (WORKER_INDEX_LABEL, POD_INDEX_LABEL) if k in pod_labels}
+        if len(said) != 1 or (worker := said.pop()) is None or not 1 <= worker < group.size:
+            return None
         # The group's leader pod: as the informer holds it now (``pods``), else as the pass saw it.
         leader_uid = group.leader_pod_uid
         live = pods(namespace, f"{name}-{index}") if pods is not None else None

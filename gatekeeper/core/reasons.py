@@ -21,6 +21,9 @@ class Reason(StrEnum):
     NOT_MADE_BY_LWS = "NotMadeByLeaderWorkerSet"
     """A pod claims an admitted group by its labels but was not made by the LWS's
     StatefulSets: it stays gated (the group keeps its admission)."""
+    BEYOND_GROUP_SIZE = "BeyondGroupSize"
+    """Pods made through the LWS's own chain claim worker indices at or past its ``size`` (a
+    worker StatefulSet scaled by hand): they stay gated (the group keeps its admission)."""
     INVALID_SPEC = "InvalidSpec"
     """The group's demand could not be computed from the LWS (malformed template)."""
     RESOURCE_NOT_IN_QUOTA = "ResourceNotInQuota"
@@ -68,6 +71,7 @@ _TRANSIENT = frozenset(
         Reason.BLOCKED_BY_STRICT_FIFO,
         Reason.TEMPLATE_CHANGED,
         Reason.NOT_MADE_BY_LWS,
+        Reason.BEYOND_GROUP_SIZE,
         Reason.WAITING_FOR_RESERVATION,
         Reason.HUB_UNREACHABLE,
         Reason.KARPENTER_UNAVAILABLE,

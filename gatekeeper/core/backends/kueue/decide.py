@@ -99,7 +99,8 @@ from gatekeeper.core.keys import (
     WAITING_FOR_KUEUE,
 )
 from gatekeeper.core.lws import GroupPod
-from gatekeeper.core.members import split_members
+from gatekeeper.core.lws import size as lws_size
+from gatekeeper.core.members import Stranger, split_members
 from gatekeeper.core.objects import (
     as_list,
     as_map,
@@ -216,11 +217,12 @@ def decide_kueue(snap: KueueSnapshot, memo: DemandMemo | None = None) -> KueueAc
     flavors = {str(meta(f).get("name")): f for f in snap.flavors}
 
     lws_uids = {key: str(meta(obj).get("uid") or "") for obj in snap.lwss if (key := object_key(obj))}
-    members_only, strangers = split_members(snap.pods, lws_uids, snap.statefulsets)
+    sizes = {key: lws_size(obj) for obj in snap.lwss if (key := object_key(obj))}
+    members_only, strangers = split_members(snap.pods, lws_uids, snap.statefulsets, sizes)
     pods_of = pods_by_group(members_only)
-    stranger_pods: dict[GroupKey, list[str]] = {}
+    stranger_pods: dict[GroupKey, list[Stranger]] = {}
     for one in strangers:
-        stranger_pods.setdefault(GroupKey(one.namespace, one.lws, one.index), []).append(one.pod)
+        stranger_pods.setdefault(GroupKey(one.namespace, one.lws, one.index), []).append(one)
 
     create_records: list[GroupState] = []
     create_workloads: list[tuple[GroupState, str]] = []

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 from gatekeeper.core.backends.kueue.workload import PERMANENT_REASONS
 from gatekeeper.core.groups import GroupState
-from gatekeeper.core.messages import not_made_by
+from gatekeeper.core.members import Stranger, strangers_said
 from gatekeeper.core.queue import GroupKey
 from gatekeeper.core.reasons import Reason
 
@@ -40,17 +40,17 @@ class RecordStatus:
     def warning(self) -> bool:
         """Waiting will not fix it: the LWS, the queue or the ClusterQueue must change; or
         pods its LWS did not make claim the group."""
-        return self.reason == Reason.NOT_MADE_BY_LWS or (
+        return self.reason in (Reason.NOT_MADE_BY_LWS, Reason.BEYOND_GROUP_SIZE) or (
             not self.admitted and self.reason in PERMANENT_REASONS
         )
 
 
-def said_strangers(st: RecordStatus, stranger_pods: Mapping[GroupKey, list[str]]) -> RecordStatus:
+def said_strangers(st: RecordStatus, stranger_pods: Mapping[GroupKey, list[Stranger]]) -> RecordStatus:
     """The record's words for a group that pods its LWS did not make claim by their labels:
     reason ``NotMadeByLeaderWorkerSet`` (a Warning), what the group is otherwise doing, and
     which pods stay gated. Its ``Admitted`` status is unchanged: the group's own pods go on."""
-    names = stranger_pods.get(st.group.key)
-    if not names:
+    ones = stranger_pods.get(st.group.key)
+    if not ones:
         return st
-    said = f"{st.message}; {not_made_by(sorted(names), st.group.key.name)}"
-    return replace(st, reason=Reason.NOT_MADE_BY_LWS, message=said)
+    reason, words = strangers_said(ones)
+    return replace(st, reason=reason, message=f"{st.message}; {words}")

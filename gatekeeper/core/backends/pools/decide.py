@@ -91,8 +91,8 @@ from gatekeeper.core.groups import DemandMemo, GroupState, PodsByGroup, lws_grou
 from gatekeeper.core.keys import ADMITTED
 from gatekeeper.core.lws import GroupPod
 from gatekeeper.core.lws import priority as lws_priority
-from gatekeeper.core.members import split_members
-from gatekeeper.core.messages import not_made_by
+from gatekeeper.core.lws import size as lws_size
+from gatekeeper.core.members import Stranger, split_members, strangers_said
 from gatekeeper.core.nodes import Node, RequestsMemo, node_usage_skipping
 from gatekeeper.core.objects import (
     as_map,
@@ -178,6 +178,8 @@ class Actions:
     """Pools that could not be read, with the reason."""
     plan: Plan
     held_invalid: tuple[WaitStatus, ...] = ()
+    """Admitted groups whose demand can no longer be computed: they keep their record and
+    hold their recorded demand; their gated pods stay gated. Report them (an event)."""
     held_changed: tuple[WaitStatus, ...] = ()
     """Admitted groups whose LWS now asks another demand and whose new pods wait for their
     old ones to go (reason ``TemplateChanged``). They keep their record and recorded
@@ -190,9 +192,6 @@ class Actions:
     """(namespace, record, message): admitted groups whose record still says
     ``TemplateChanged`` though no new pod waits any more (the LWS was rolled back, say):
     its ``Admitted`` condition goes back to reason ``Admitted`` with this message."""
-    """Admitted groups whose demand can no longer be computed. They keep their record
-    (``Admitted=True``, never to be overwritten) and hold their recorded demand; their
-    gated pods stay gated. Report them (an event); do not write their condition."""
     problems: tuple[str, ...] = ()
     """Objects this pass could not read and skipped, in words (for logs)."""
     strangers: tuple[WaitStatus, ...] = ()
@@ -248,11 +247,12 @@ def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMem
     records = index_by_key(snap.records)
 
     lws_uids = {key: str(meta(obj).get("uid") or "") for key, obj in lws_by_key.items()}
-    members, strangers = split_members(snap.pods, lws_uids, snap.statefulsets)
+    sizes = {key: lws_size(obj) for key, obj in lws_by_key.items()}
+    members, strangers = split_members(snap.pods, lws_uids, snap.statefulsets, sizes)
     pods_of = pods_by_group(members)
-    stranger_pods: dict[GroupKey, list[str]] = {}
+    stranger_pods: dict[GroupKey, list[Stranger]] = {}
     for one in strangers:
-        stranger_pods.setdefault(GroupKey(one.namespace, one.lws, one.index), []).append(one.pod)
+        stranger_pods.setdefault(GroupKey(one.namespace, one.lws, one.index), []).append(one)
 
     groups: list[GroupState] = []
     wanted_records: set[tuple[str, str]] = set()
@@ -415,12 +415,13 @@ def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMem
         waiting.append(WaitStatus(state_of[w.key], w.reason, message, w.position))
     release = tuple(sorted(k for k in records if k not in wanted_records))
     said: list[WaitStatus] = []
-    for key, names in sorted(stranger_pods.items()):
+    for key, ones in sorted(stranger_pods.items()):
         if key in state_of:
             gs = state_of[key]
             record = records.get((key.namespace, gs.record))
             holds = f"{_restored(gs, record)[2]}; " if record is not None and is_admitted(record) else ""
-            said.append(WaitStatus(gs, Reason.NOT_MADE_BY_LWS, holds + not_made_by(names, key.name), 0))
+            reason, words = strangers_said(ones)
+            said.append(WaitStatus(gs, reason, holds + words, 0))
     return Actions(
         create_records=create,
         admit=tuple(admit),
@@ -488,7 +489,7 @@ def _holds_pods(
 def _said_changed(record: Mapping[str, Any]) -> bool:
     """Does an admitted record say why some of its group's pods wait?"""
     reason = condition(record, ADMITTED).get("reason")
-    return reason in (str(Reason.TEMPLATE_CHANGED), str(Reason.NOT_MADE_BY_LWS))
+    return reason in (Reason.TEMPLATE_CHANGED, Reason.NOT_MADE_BY_LWS, Reason.BEYOND_GROUP_SIZE)
 
 
 def _restored(group: GroupState, record: Mapping[str, Any]) -> tuple[str, str, str]:
