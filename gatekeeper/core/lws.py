@@ -10,7 +10,7 @@ name decides; a bare ``priority`` counts only without one), for both backends al
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gatekeeper.core.keys import (
@@ -143,15 +143,21 @@ class GroupPod:
     bound: bool
     worker: int
     revision: str
+    spec: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
+    """The spec of a gated pod (not copied), for ``core.conformance`` to check against its
+    role before the gate is lifted; None for a pod let through already."""
 
     @classmethod
     def read(cls, pod: Mapping[str, Any], name: str) -> GroupPod:
+        spec = as_map(pod.get("spec"))
+        gated = is_gated(pod)
         return cls(
             name=name,
             live=is_live(pod),
             terminating=is_terminating(pod),
-            gated=is_gated(pod),
-            bound=bool(as_map(pod.get("spec")).get("nodeName")),
+            gated=gated,
+            bound=bool(spec.get("nodeName")),
             worker=worker_index(pod),
             revision=str(labels(pod).get(REVISION_LABEL) or ""),
+            spec=spec if gated else None,
         )

@@ -39,7 +39,7 @@ from typing import Any
 
 from gatekeeper.core.keys import LWS_KIND, LWS_NAME_LABEL
 from gatekeeper.core.lws import group_index, is_gated, worker_index
-from gatekeeper.core.messages import beyond_size, not_made_by
+from gatekeeper.core.messages import beyond_size, not_as_admitted, not_made_by
 from gatekeeper.core.objects import as_list, as_map, labels, meta, name_of
 from gatekeeper.core.reasons import Reason
 
@@ -61,20 +61,28 @@ class Stranger:
     """0: its LWS did not make it; else it was made through the LWS's chain but its worker
     index (``worker``) is not below the LWS's ``size`` (a worker StatefulSet scaled past it)."""
     worker: int = 0
+    why: str = ""
+    """Set for a pod made by its LWS within its size that does not ask what its role was
+    admitted with (``core.conformance``): why, in words."""
 
 
 def strangers_said(strangers: Sequence[Stranger]) -> tuple[Reason, str]:
     """The reason and words for a group's strangers: ``NotMadeByLeaderWorkerSet`` when any
-    was not made by its LWS, else ``BeyondGroupSize``."""
+    was not made by its LWS, else ``NotAsAdmitted`` when any asks other than its role, else
+    ``BeyondGroupSize``."""
     if not strangers:
         raise ValueError("no strangers to speak of")
     lws = strangers[0].lws
-    foreign = sorted(s.pod for s in strangers if not s.size)
+    foreign = sorted(s.pod for s in strangers if not s.size and not s.why)
     extra = sorted((s for s in strangers if s.size), key=lambda s: (s.worker, s.pod))
+    departed = sorted((s for s in strangers if s.why), key=lambda s: s.pod)
     said = [not_made_by(foreign, lws)] if foreign else []
+    said.extend(not_as_admitted(s.why) for s in departed)
     if extra:
         said.append(beyond_size([(s.pod, s.worker) for s in extra], lws, extra[0].size))
-    return (Reason.NOT_MADE_BY_LWS if foreign else Reason.BEYOND_GROUP_SIZE), "; ".join(said)
+    if foreign:
+        return Reason.NOT_MADE_BY_LWS, "; ".join(said)
+    return (Reason.NOT_AS_ADMITTED if departed else Reason.BEYOND_GROUP_SIZE), "; ".join(said)
 
 
 def controller_uid(obj: Mapping[str, Any], kind: str | None = None) -> str:

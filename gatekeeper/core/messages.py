@@ -64,6 +64,11 @@ def beyond_size(pods: Sequence[tuple[str, int]], lws: str, size: int) -> str:
     )
 
 
+def not_as_admitted(why: str) -> str:
+    """A pod made by its LWS that asks other than its role was admitted with (``why``)."""
+    return f"{why}, and stays gated: change the LeaderWorkerSet, not its StatefulSets or pods"
+
+
 def invalid_spec(message: str) -> str:
     return f"cannot be admitted: {message}"
 

@@ -24,6 +24,10 @@ class Reason(StrEnum):
     BEYOND_GROUP_SIZE = "BeyondGroupSize"
     """Pods made through the LWS's own chain claim worker indices at or past its ``size`` (a
     worker StatefulSet scaled by hand): they stay gated (the group keeps its admission)."""
+    NOT_AS_ADMITTED = "NotAsAdmitted"
+    """A pod made by the LWS asks more than its role was admitted with, or another
+    RuntimeClass or PriorityClass (its StatefulSet's template edited by hand): it stays
+    gated (the group keeps its admission)."""
     INVALID_SPEC = "InvalidSpec"
     """The group's demand could not be computed from the LWS (malformed template)."""
     RESOURCE_NOT_IN_QUOTA = "ResourceNotInQuota"
@@ -72,9 +76,15 @@ _TRANSIENT = frozenset(
         Reason.TEMPLATE_CHANGED,
         Reason.NOT_MADE_BY_LWS,
         Reason.BEYOND_GROUP_SIZE,
+        Reason.NOT_AS_ADMITTED,
         Reason.WAITING_FOR_RESERVATION,
         Reason.HUB_UNREACHABLE,
         Reason.KARPENTER_UNAVAILABLE,
         Reason.ADMISSION_TIMEOUT,
     }
 )
+
+
+STRANGER_REASONS = frozenset({Reason.NOT_MADE_BY_LWS, Reason.BEYOND_GROUP_SIZE, Reason.NOT_AS_ADMITTED})
+"""Why some gated pods of a group that keeps its admission are not let through on it
+(``core.members.strangers_said``): a Warning, and the record's reason until they are gone."""

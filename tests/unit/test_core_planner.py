@@ -466,6 +466,7 @@ def test_never_reasons_are_permanent_and_waits_are_not() -> None:
         Reason.TEMPLATE_CHANGED,
         Reason.NOT_MADE_BY_LWS,
         Reason.BEYOND_GROUP_SIZE,
+        Reason.NOT_AS_ADMITTED,
         Reason.WAITING_FOR_RESERVATION,
         Reason.HUB_UNREACHABLE,
         Reason.KARPENTER_UNAVAILABLE,

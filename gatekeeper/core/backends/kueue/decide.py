@@ -86,6 +86,7 @@ from gatekeeper.core.backends.kueue.workload import (
     workload_belongs,
     workload_indices,
 )
+from gatekeeper.core.conformance import conforming
 from gatekeeper.core.demand import GroupDemand
 from gatekeeper.core.gating import Ungate
 from gatekeeper.core.groups import DemandMemo, GroupState, lws_groups, pods_by_group
@@ -385,8 +386,13 @@ def decide_kueue(snap: KueueSnapshot, memo: DemandMemo | None = None) -> KueueAc
                 statuses.append(RecordStatus(gs, rname, True, ADOPTING_REASON, said))
                 continue
             if admitted and staying:
+                held: set[str] = set()
+                if wl is not None and isinstance(demand, GroupDemand) and not demand_changed(wl, demand):
+                    off = conforming(gs, present, lws, demand)[1]  # a hand-edited StatefulSet's pods
+                    stranger_pods.update({gs.key: [*stranger_pods.get(gs.key, []), *off]} if off else {})
+                    held = {one.pod for one in off}
                 for p in present:
-                    if not p.gated or p.name in waits_new:
+                    if not p.gated or p.name in waits_new or p.name in held:
                         continue
                     role = "leader" if p.worker == 0 else "worker"
                     labels, tolerations = flavor_steering(wl or {}, flavors, role)

@@ -15,7 +15,7 @@ from gatekeeper.core.backends.kueue.workload import PERMANENT_REASONS
 from gatekeeper.core.groups import GroupState
 from gatekeeper.core.members import Stranger, strangers_said
 from gatekeeper.core.queue import GroupKey
-from gatekeeper.core.reasons import Reason
+from gatekeeper.core.reasons import STRANGER_REASONS
 
 __all__ = ["RecordStatus", "said_strangers"]
 
@@ -40,9 +40,7 @@ class RecordStatus:
     def warning(self) -> bool:
         """Waiting will not fix it: the LWS, the queue or the ClusterQueue must change; or
         pods its LWS did not make claim the group."""
-        return self.reason in (Reason.NOT_MADE_BY_LWS, Reason.BEYOND_GROUP_SIZE) or (
-            not self.admitted and self.reason in PERMANENT_REASONS
-        )
+        return self.reason in STRANGER_REASONS or (not self.admitted and self.reason in PERMANENT_REASONS)
 
 
 def said_strangers(st: RecordStatus, stranger_pods: Mapping[GroupKey, list[Stranger]]) -> RecordStatus:

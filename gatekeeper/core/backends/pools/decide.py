@@ -1,22 +1,18 @@
 """The ``pools`` backend's whole decision: the gatekeeper's own ``Pool`` objects decide.
 
 Why this exists: with the ``pools`` backend (the default) the gatekeeper itself is the
-quota authority. Every pass starts from what the cluster shows (LWSs, their pods, the
-admission records, pools, nodes) and nothing else; this module turns such a snapshot into
-``Actions`` without any I/O, in the order they must happen: records first, then gates.
-The controller's ``PoolsBackend`` only carries them out (Kueue's "plan, then act").
-Groups are enumerated by ``core.groups``; quota, node fit and queue order are decided by
-``core.planner``; what this module adds is the ``pools`` rules below.
+quota authority. This module turns a pass's snapshot of the cluster into ``Actions``
+without any I/O, records first, then gates; the controller's ``PoolsBackend`` carries them
+out. Groups come from ``core.groups``; quota, node fit and queue order from
+``core.planner``; this module adds the ``pools`` rules below.
 
 The model:
 
-* Groups of an opted-in LWS as ``core.groups`` enumerates them.
 * Each group has one ``GroupAdmission`` record, named after the LWS, its UID and the
   index. The record's status condition ``Admitted`` says whether the group holds its
   reservation; a record that says so is what counts against the pool's quota. A record
   whose ``spec.leaderWorkerSetUID`` names another UID belongs to an earlier LWS of the
-  same name and is never taken for the current one's (even if the short UID prefix in
-  the name collides).
+  same name and is never taken for the current one's.
 * A group is released (its record deleted) when its index is no longer wanted and
   none of its pods is left, or when its LWS is gone or was replaced (other UID).
 * **A record goes only with its group's pods.** Every record carries the finalizer
@@ -26,7 +22,8 @@ The model:
   is kept and holds as any admitted record does (its LWS there or not); otherwise it is
   released like any other: its finalizer removed. A deleted record is never admitted
   again, and a group whose record is being deleted gets a new one only once it is gone.
-* Pods of admitted groups lose their gate; pods of waiting groups keep it.
+* Pods of admitted groups lose their gate (those that ask what their role was admitted
+  with: ``core.conformance``); pods of waiting groups keep it.
 
 Decisions:
 
@@ -71,9 +68,8 @@ Decisions:
   (reason ``AdmissionTimeout``, ``status.retryAt``), and is not planned before ``retryAt``;
   any pod of it made ungated meanwhile is deleted too. ``status.retries`` (the doubling) is
   cleared once the group has all its pods bound.
-* **Bad input is reported, never fatal.** An object the core cannot read (a bound pod
-  with unreadable requests, an LWS without a name) is skipped and named in
-  ``Actions.problems``; one bad object must not stop admission for everyone else.
+* **Bad input is reported, never fatal.** An object the core cannot read is skipped and
+  named in ``Actions.problems``; one bad object must not stop admission for everyone else.
 """
 
 from __future__ import annotations
@@ -85,6 +81,7 @@ from typing import Any
 
 from gatekeeper.core.backends.pools.changed import WaitStatus, changed_template
 from gatekeeper.core.backends.pools.giveback import GiveBack, due, stragglers, waits_for_retry, whole
+from gatekeeper.core.conformance import conforming
 from gatekeeper.core.demand import GroupDemand
 from gatekeeper.core.gating import Ungate
 from gatekeeper.core.groups import DemandMemo, GroupState, PodsByGroup, lws_groups, pods_by_group
@@ -108,7 +105,7 @@ from gatekeeper.core.pool import Pool, parse_pool
 from gatekeeper.core.provisioning import InstanceType, read_launcher
 from gatekeeper.core.quantity import format_resources
 from gatekeeper.core.queue import AdmittedGroup, GroupKey, WaitingGroup
-from gatekeeper.core.reasons import Reason
+from gatekeeper.core.reasons import STRANGER_REASONS, Reason
 from gatekeeper.core.record import (
     admitted_indices,
     is_admitted,
@@ -291,6 +288,9 @@ def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMem
                 if record is not None and admitted and isinstance(demand, GroupDemand)
                 else None
             )
+            if changed is None and isinstance(demand, GroupDemand):  # a hand-edited StatefulSet's pods
+                gs, off = conforming(gs, pods, lws, demand)
+                stranger_pods.update({key: [*stranger_pods.get(key, []), *off]} if off else {})
             if record is not None and is_terminating(record) and not _holds_pods(admitted, changed, pods):
                 continue  # deleted, and no running pod needs it: it goes; a new one once it is gone
             groups.append(gs)
@@ -489,7 +489,7 @@ def _holds_pods(
 def _said_changed(record: Mapping[str, Any]) -> bool:
     """Does an admitted record say why some of its group's pods wait?"""
     reason = condition(record, ADMITTED).get("reason")
-    return reason in (Reason.TEMPLATE_CHANGED, Reason.NOT_MADE_BY_LWS, Reason.BEYOND_GROUP_SIZE)
+    return reason == Reason.TEMPLATE_CHANGED or reason in STRANGER_REASONS
 
 
 def _restored(group: GroupState, record: Mapping[str, Any]) -> tuple[str, str, str]:

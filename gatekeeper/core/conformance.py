@@ -1,0 +1,85 @@
+"""Does a gated pod ask what its role was admitted with? Checked before its gate is lifted.
+
+Why this exists: a group is admitted from its LWS's templates, and its pods are made by
+StatefulSets that a tenant with ``edit`` in the namespace may change: a worker
+StatefulSet's template edited to ask 2 GPUs (its revision label kept) makes pods through
+the LWS's own chain that ask more than the group's reservation holds. So a gated pod is let
+through on its group's admission only when, against its role's template in the LWS:
+
+* it asks no more of any resource than the role does (its containers' effective requests;
+  the pod overhead a RuntimeClass adds is left out, as the demand leaves it out);
+* it runs the RuntimeClass the template names (or none where it names none);
+* it has the PriorityClass the template names, where the template names one (where it
+  names none, the API server may give the pod the cluster's default class, which a pass
+  cannot tell from one set by hand).
+
+Called by the backends' decisions (``backends.pools.decide``, ``backends.kueue.decide``)
+for the pods of a group whose admitted demand is the LWS's demand now; pods of a group in
+the middle of a rolling update that changes its demand are told apart by their revision
+(``backends.pools.changed``) instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from gatekeeper.core.demand import GroupDemand, pod_requests
+from gatekeeper.core.groups import GroupState
+from gatekeeper.core.lws import GroupPod, templates
+from gatekeeper.core.members import Stranger
+from gatekeeper.core.objects import as_map
+from gatekeeper.core.quantity import format_resources
+
+__all__ = ["conforming", "departure"]
+
+
+def departure(pod: GroupPod, lws: Mapping[str, Any], demand: GroupDemand) -> str | None:
+    """Why ``pod`` (gated) may not go through on its group's admission at ``demand``, in
+    words that name it; None when it asks what its role was admitted with."""
+    if pod.spec is None:
+        return None
+    leader = pod.worker == 0
+    role = demand.pods[0] if leader or len(demand.pods) == 1 else demand.pods[1]
+    template = as_map(as_map(templates(lws)[0 if leader else 1]).get("spec"))
+    spec = pod.spec
+    what = "leader" if leader else "worker"
+    try:
+        asks = pod_requests({k: v for k, v in spec.items() if k != "overhead"})
+    except (ValueError, ArithmeticError) as exc:
+        return f"pod {pod.name} has requests that cannot be read ({exc})"
+    more = {r: v for r, v in asks.items() if v > role.requests.get(r, 0)}
+    if more:
+        return (
+            f"pod {pod.name} asks {format_resources(asks) or 'nothing'}, more than its role ({what}) "
+            f"was admitted with ({format_resources(role.requests) or 'nothing'})"
+        )
+    runtime, wanted_runtime = spec.get("runtimeClassName") or "", template.get("runtimeClassName") or ""
+    if runtime != wanted_runtime:
+        return (
+            f"pod {pod.name} runs RuntimeClass {runtime or '(none)'} where its LeaderWorkerSet's "
+            f"{what} template says {wanted_runtime or '(none)'}"
+        )
+    wanted_class = template.get("priorityClassName") or ""
+    has_class = spec.get("priorityClassName") or ""
+    if wanted_class and has_class != wanted_class:
+        return (
+            f"pod {pod.name} has PriorityClass {has_class or '(none)'} where its LeaderWorkerSet's "
+            f"{what} template says {wanted_class}"
+        )
+    return None
+
+
+def conforming(
+    state: GroupState, pods: Sequence[GroupPod], lws: Mapping[str, Any], demand: GroupDemand
+) -> tuple[GroupState, list[Stranger]]:
+    """``state`` with only the gated pods that ask what their role was admitted with left in
+    ``gated``, and the others as strangers (reported, kept gated)."""
+    off = [(p, why) for p in pods if p.gated and not p.terminating and (why := departure(p, lws, demand))]
+    if not off:
+        return state, []
+    names = {p.name for p, _ in off}
+    ns, lws_name, index = state.key.namespace, state.key.name, state.key.index
+    strangers = [Stranger(ns, lws_name, index, p.name, worker=p.worker, why=why) for p, why in off]
+    return replace(state, gated=tuple(n for n in state.gated if n not in names)), strangers

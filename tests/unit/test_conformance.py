@@ -1,0 +1,125 @@
+"""``core.conformance``: a gated pod goes through only asking what its role was admitted with.
+
+A tenant with ``edit`` may change the group's StatefulSets: a worker StatefulSet's template
+edited to ask more GPUs, another RuntimeClass or PriorityClass, its revision label kept.
+Its pods are made through the LWS's own chain; they stay gated, under either backend.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from core_builders import lws, lws_pod, lws_statefulsets, node, pool, record
+
+from gatekeeper.core.backends.kueue import KueueSnapshot, decide_kueue
+from gatekeeper.core.backends.pools import PassInputs, Snapshot, decide, plan_writes
+from gatekeeper.core.conformance import departure
+from gatekeeper.core.demand import group_demand
+from gatekeeper.core.lws import GroupPod
+from gatekeeper.core.reasons import Reason
+from gatekeeper.core.writes import Memory, Op, walk
+
+
+def _vllm(**worker: Any) -> dict[str, Any]:
+    obj = lws("vllm").pool("a").uid("u-1").size(2).replicas(1).worker(gpu_limit=1).obj()
+    obj["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"].update(worker)
+    return obj
+
+
+def _pod(worker: int = 1, gpus: Any = 1, **spec: Any) -> dict[str, Any]:
+    pod = lws_pod("vllm", 0, worker, gpu_limit=gpus)
+    pod["spec"].update(spec)
+    return pod
+
+
+@pytest.mark.parametrize(
+    ("template", "pod", "said"),
+    [
+        ({}, _pod(), None),
+        ({}, _pod(gpus=2), "asks 2 nvidia.com/gpu, more than its role (worker) was admitted with (1"),
+        ({}, _pod(gpus=0), None),  # less is no harm to the quota
+        ({}, _pod(overhead={"cpu": "250m"}), None),  # a RuntimeClass's overhead is not the pod's ask
+        ({}, _pod(runtimeClassName="kata"), "RuntimeClass kata where its LeaderWorkerSet's worker"),
+        ({"runtimeClassName": "kata"}, _pod(runtimeClassName="kata"), None),
+        ({"runtimeClassName": "kata"}, _pod(), "RuntimeClass (none) where its Leader"),
+        ({"priorityClassName": "low"}, _pod(priorityClassName="low"), None),
+        ({"priorityClassName": "low"}, _pod(priorityClassName="high"), "PriorityClass high where its"),
+        ({}, _pod(priorityClassName="cluster-default"), None),  # the API server may give the default class
+        ({}, _pod(worker=0, gpus=2), "pod vllm-0 asks 2 nvidia.com/gpu, more than its role (leader)"),
+    ],
+)  # fmt: skip
+def test_a_gated_pod_departs_from_its_role_in_requests_runtime_or_priority(
+    template: dict[str, Any], pod: dict[str, Any], said: str | None
+) -> None:
+    obj = _vllm(**template)
+    got = departure(GroupPod.read(pod, pod["metadata"]["name"]), obj, group_demand(obj))
+    assert (got is None) is (said is None), got
+    assert said is None or (got is not None and said in got and got.startswith("pod vllm-0")), got
+
+
+def test_a_pod_let_through_is_not_judged_again() -> None:
+    obj = _vllm()
+    pod = lws_pod("vllm", 0, 1, gpu_limit=2, gated=False)
+    assert departure(GroupPod.read(pod, "vllm-0-1"), obj, group_demand(obj)) is None
+
+
+def _admitted() -> dict[str, Any]:
+    rec = record(_vllm(), 0, admitted=True, pods=2, demand={"nvidia.com/gpu": "2"})
+    rec["metadata"]["resourceVersion"] = "7"
+    return rec
+
+
+def _snap(pods: list[dict[str, Any]], records: list[dict[str, Any]]) -> Snapshot:
+    obj = _vllm()
+    return Snapshot(
+        lwss=[obj],
+        pods=pods,
+        bound_pods=[],
+        nodes=[node(f"n{i}").labels(pool="a").alloc(gpu=2).parsed() for i in range(2)],
+        pools=[pool("a").obj()],
+        records=records,
+        statefulsets=lws_statefulsets([obj], pods),
+    )
+
+
+def test_an_admitted_groups_worker_from_an_edited_statefulset_stays_gated_and_is_reported() -> None:
+    leader = lws_pod("vllm", 0, 0, gated=False, node_name="n0", phase="Running")
+    snap = _snap([leader, _pod(gpus=2)], [_admitted()])
+    actions = decide(snap)
+    assert actions.ungate == ()
+    [said] = actions.strangers
+    assert said.reason is Reason.NOT_AS_ADMITTED
+    assert said.message == (
+        "group 0 holds its admission into pool a: 2 nvidia.com/gpu; pod vllm-0-1 asks 2 nvidia.com/gpu, "
+        "more than its role (worker) was admitted with (1 nvidia.com/gpu), and stays gated: change the "
+        "LeaderWorkerSet, not its StatefulSets or pods"
+    )
+    writes = list(
+        walk(plan_writes(actions, PassInputs(snap, Memory(), datetime(2026, 12, 1, tzinfo=UTC), 1.0)))
+    )
+    assert [(e.body.reason, e.body.warning) for e in writes if e.op is Op.EVENT] == [("NotAsAdmitted", True)]
+    assert not [w for w in writes if w.tag == "ungate"]
+
+
+def test_a_new_group_is_admitted_and_its_pod_that_asks_more_stays_gated() -> None:
+    actions = decide(_snap([lws_pod("vllm", 0, 0), _pod(gpus=2)], []))
+    [admit] = actions.admit
+    assert admit.group.gated == ("vllm-0",) and sorted(actions.steer) == [("default", "vllm-0")]
+
+
+def test_the_kueue_backend_holds_such_a_pod_too() -> None:
+    from test_backend_kueue import ADMITTED, FLAVOR, LQ, rec, vllm, workload
+
+    obj = vllm(replicas=1, size=2)
+    leader = lws_pod("vllm", 0, 0, pool=LQ, gated=False, node_name="n0", phase="Running")
+    pods = [leader, lws_pod("vllm", 0, 1, pool=LQ, gpu_limit=2)]
+    wl = workload(obj, 0, conditions=ADMITTED, flavors={"leader": "h100", "worker": "h100"})
+    snap = KueueSnapshot([obj], pods, [rec(obj, 0, admitted=True)], [wl], [FLAVOR],
+                         statefulsets=lws_statefulsets([obj], pods))  # fmt: skip
+    acts = decide_kueue(snap)
+    assert acts.ungate == ()
+    [st] = acts.statuses
+    assert (st.admitted, st.reason, st.warning) == (True, "NotAsAdmitted", True)
+    assert "pod vllm-0-1 asks 2 nvidia.com/gpu, more than its role (worker)" in st.message
