@@ -11,6 +11,7 @@ record and a Warning Event say why. The tenant is ``system:serviceaccount:<ns>:d
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -115,6 +116,75 @@ async def test_workers_past_the_lws_size_stay_gated(
     await eventually(other_whole, timeout=90, what="another pool's group bound whole")
     attack_table.add(
         f"dev: kubectl scale sts/lws-0 --replicas=3 (size 2; peak {peak} of {QUOTA} GPUs)",
+        "contained",
+        seen,
+    )
+
+
+async def test_pods_of_a_hand_edited_worker_statefulset_stay_gated(
+    api: kr8s.asyncio.Api,
+    cluster: Cluster,
+    namespace: str,
+    fake_nodes: MakeNodes,
+    make_pool: MakePool,
+    tmp_path: Path,
+) -> None:
+    """The tenant edits the admitted group's worker StatefulSet to ask 2 GPUs a pod (its
+    template's revision label kept) and deletes the worker: the StatefulSet controller makes
+    it again from the edited template, through the LWS's own chain."""
+    nodes = await fake_nodes(4, gpus=2)
+    pool = await make_pool(nodes, quota={"nvidia.com/gpu": QUOTA}, tolerations=tolerate(nodes.id))
+    await create(api, namespace, plain_lws("lws", pool, size=2, replicas=1))
+
+    async def whole() -> bool:
+        return gpus_bound(await pods_of(api, namespace, "lws"), nodes.names) == QUOTA
+
+    await eventually(whole, timeout=90, what="group 0 bound whole")
+    kubeconfig = await dev(cluster, namespace, tmp_path)
+    limit = "/spec/template/spec/containers/0/resources/limits/nvidia.com~1gpu"
+    patch = json.dumps([{"op": "replace", "path": limit, "value": "2"}])
+    code, out, err = await kubectl(
+        cluster, "patch", "sts/lws-0", "--type=json", "-p", patch, "-n", namespace, kubeconfig=kubeconfig
+    )
+    answered = (out or err).strip().splitlines()[0] if (out or err).strip() else f"exit {code}"
+    await kubectl(cluster, "delete", "pod", "lws-0-1", "-n", namespace, "--wait=false", kubeconfig=kubeconfig)
+    peak = 0
+    asked_two: dict[str, Any] = {}
+    for _ in range(15):
+        pods = await pods_of(api, namespace, "lws")
+        peak = max(peak, gpus_bound(pods, nodes.names))
+        for p in pods:
+            limits = p["spec"]["containers"][0].get("resources", {}).get("limits", {})
+            if str(limits.get("nvidia.com/gpu")) == "2" and not p["metadata"].get("deletionTimestamp"):
+                asked_two[p["metadata"]["name"]] = p
+        await anyio.sleep(1)
+    assert peak <= QUOTA, f"{peak} GPUs bound on a pool of quota {QUOTA}"
+    sts = await list_raw(api, "statefulsets", namespace=namespace)
+    kept = [
+        x
+        for x in sts
+        if x["metadata"]["name"] == "lws-0"
+        and str(x["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"].get("nvidia.com/gpu"))
+        == "2"
+    ]
+    restored = "the LWS controller put the template back" if not kept else "the template stayed edited"
+    # The LWS controller (v0.9.0) applies its worker StatefulSet again on any change to it, so
+    # the edit may be undone before the pod is made again; a pod made from it stays gated.
+    for name, p in asked_two.items():
+        assert gated(p) and not p["spec"].get("nodeName"), f"{name} was let through"
+    if asked_two:
+
+        async def said() -> bool:
+            return condition((await records(api, namespace)).get(0, {})).get("reason") == "NotAsAdmitted"
+
+        await eventually(said, what="the record's reason NotAsAdmitted")
+        message = condition((await records(api, namespace))[0])["message"]
+        assert "more than its role (worker) was admitted with" in message, message
+        seen = f"{answered}; {restored}; {len(asked_two)} pod of 2 GPUs made, gated; record: {message}"
+    else:
+        seen = f"{answered}; {restored} before the pod was made again (1 GPU)"
+    attack_table.add(
+        f"dev: worker StatefulSet's template edited to 2 GPUs, its pod deleted (peak {peak} of {QUOTA} GPUs)",
         "contained",
         seen,
     )
