@@ -7,7 +7,11 @@ the LWS's own chain that ask more than the group's reservation holds. So a gated
 through on its group's admission only when, against its role's template in the LWS:
 
 * it asks no more of any resource than the role does (its containers' effective requests;
-  the pod overhead a RuntimeClass adds is left out, as the demand leaves it out);
+  the pod overhead a RuntimeClass adds is left out, as the demand leaves it out). A
+  resource the role's template does not ask at all is judged only when it is an extended
+  resource (a name with a ``/``, as ``nvidia.com/gpu``): a LimitRange of the namespace may
+  give a container default CPU and memory requests its template does not have, which a
+  pass cannot tell from ones written by hand;
 * it runs the RuntimeClass the template names (or none where it names none);
 * it has the PriorityClass the template names, where the template names one (where it
   names none, the API server may give the pod the cluster's default class, which a pass
@@ -49,7 +53,7 @@ def departure(pod: GroupPod, lws: Mapping[str, Any], demand: GroupDemand) -> str
         asks = pod_requests({k: v for k, v in spec.items() if k != "overhead"})
     except (ValueError, ArithmeticError) as exc:
         return f"pod {pod.name} has requests that cannot be read ({exc})"
-    more = {r: v for r, v in asks.items() if v > role.requests.get(r, 0)}
+    more = {r: v for r, v in asks.items() if v > role.requests.get(r, 0) and (r in role.requests or "/" in r)}
     if more:
         return (
             f"pod {pod.name} asks {format_resources(asks) or 'nothing'}, more than its role ({what}) "

@@ -28,6 +28,18 @@ def _vllm(**worker: Any) -> dict[str, Any]:
     return obj
 
 
+def _ctr(gpu: str, cpu: str = "", cpu_request: str = "", fpga: str = "") -> dict[str, Any]:
+    limits = {
+        "nvidia.com/gpu": gpu,
+        **({"cpu": cpu} if cpu else {}),
+        **({"example.com/fpga": fpga} if fpga else {}),
+    }
+    resources: dict[str, Any] = {"limits": limits}
+    if cpu_request:
+        resources["requests"] = {"cpu": cpu_request}
+    return {"name": "c", "image": "vllm", "resources": resources}
+
+
 def _pod(worker: int = 1, gpus: Any = 1, **spec: Any) -> dict[str, Any]:
     pod = lws_pod("vllm", 0, worker, gpu_limit=gpus)
     pod["spec"].update(spec)
@@ -40,6 +52,10 @@ def _pod(worker: int = 1, gpus: Any = 1, **spec: Any) -> dict[str, Any]:
         ({}, _pod(), None),
         ({}, _pod(gpus=2), "asks 2 nvidia.com/gpu, more than its role (worker) was admitted with (1"),
         ({}, _pod(gpus=0), None),  # less is no harm to the quota
+        # a LimitRange's defaults: CPU and memory the template does not ask are not judged
+        ({}, _pod(containers=[_ctr(gpu="1", cpu_request="1")]), None),
+        ({"containers": [_ctr(gpu="1", cpu="1")]}, _pod(containers=[_ctr(gpu="1", cpu="2")]), "asks 2 cpu"),
+        ({}, _pod(containers=[_ctr(gpu="1", fpga="1")]), "example.com/fpga"),
         ({}, _pod(overhead={"cpu": "250m"}), None),  # a RuntimeClass's overhead is not the pod's ask
         ({}, _pod(runtimeClassName="kata"), "RuntimeClass kata where its LeaderWorkerSet's worker"),
         ({"runtimeClassName": "kata"}, _pod(runtimeClassName="kata"), None),

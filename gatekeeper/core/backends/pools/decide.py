@@ -489,7 +489,7 @@ def _holds_pods(
 def _said_changed(record: Mapping[str, Any]) -> bool:
     """Does an admitted record say why some of its group's pods wait?"""
     reason = condition(record, ADMITTED).get("reason")
-    return reason == Reason.TEMPLATE_CHANGED or reason in STRANGER_REASONS
+    return isinstance(reason, str) and (reason == Reason.TEMPLATE_CHANGED or reason in STRANGER_REASONS)
 
 
 def _restored(group: GroupState, record: Mapping[str, Any]) -> tuple[str, str, str]:
