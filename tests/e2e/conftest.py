@@ -91,6 +91,31 @@ def _kind_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
             kc.delete()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _fresh_sandboxes(request: pytest.FixtureRequest) -> None:
+    """Every sandbox and hub of this run starts afresh, unless ``--keep-sandbox``.
+
+    ``Sandbox.up`` brings back a sandbox whose processes died with its data, as a developer
+    wants after a crash. But a pytest run that was killed midway (a time-out, a ^C) leaves
+    its sandboxes that way, with the objects of the tests it was running: webhook
+    configurations naming a second replica's port, Leases, namespaces being deleted. The
+    next run then brings them back, and its tests fail on another run's leftovers. So the
+    folders of this run's sandboxes (the session sandbox's, and those named after it with a
+    ``-`` suffix) are stopped and their data removed before any of them is started.
+    """
+    if request.config.getoption("--keep-sandbox") or request.config.getoption("--cluster") != "sandbox":
+        return
+    where = request.config.getoption("--sandbox-dir")
+    base = Path(where) if where else default_dir("pytest")
+    for folder in sorted({base, *base.parent.glob(f"{base.name}-*")}):
+        if not folder.is_dir():
+            continue
+        left: Sandbox | Hub = Hub(folder) if folder.name.endswith("hub") else Sandbox(folder)
+        if left.state_file.exists():
+            print(f"{folder}: left by an earlier run that did not stop it; stopping it first", flush=True)
+            left.down(quiet=True)
+
+
 @pytest.fixture(scope="session")
 def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
     if request.config.getoption("--cluster") == "kind":
