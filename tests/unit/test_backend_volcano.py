@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from core_builders import gpu_nodes, lws, lws_pod, record
+from core_builders import gpu_nodes, lws, lws_pod, lws_statefulsets, record
 
 from gatekeeper.core.backends.volcano import (
     VolcanoSnapshot,
@@ -124,6 +124,7 @@ def snap(
         pod_groups=pgs,
         events=events or [],
         nodes=gpu_nodes(nodes),
+        statefulsets=lws_statefulsets([lws_obj], list(pods)),
     )
 
 
@@ -419,7 +420,7 @@ def test_an_offer_volcano_has_not_let_in_is_withdrawn_for_a_higher_priority_grou
     pods = [low_pod, lws_pod("chat", 0, 0, pool=QUEUE)]
     snapshot = VolcanoSnapshot(
         lwss=[low, high], pods=pods, records=recs, pod_groups=[offer], nodes=gpu_nodes(4),
-        priorities=priorities,
+        priorities=priorities, statefulsets=lws_statefulsets([low, high], pods),
     )  # fmt: skip
     acts = decide_volcano(snapshot)
     assert not acts.create_pod_groups, "the Queue holds the offer this pass: the next one offers"
@@ -440,6 +441,38 @@ def test_an_offer_volcano_has_not_let_in_is_withdrawn_for_a_higher_priority_grou
     # The next pass, the offer gone: the higher-priority group is offered first.
     after = VolcanoSnapshot(
         lwss=[low, high], pods=pods, records=recs, pod_groups=[], nodes=gpu_nodes(4),
-        priorities=priorities,
+        priorities=priorities, statefulsets=lws_statefulsets([low, high], pods),
     )  # fmt: skip
     assert [g.key.name for g, _ in decide_volcano(after).create_pod_groups] == ["chat"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "reason", "words"),
+    [
+        ("forged", "NotMadeByLeaderWorkerSet", "pod forged was not made by LeaderWorkerSet vllm"),
+        ("beyond", "BeyondGroupSize", "pod vllm-0-2 (worker 2) is beyond the group's size 2"),
+        ("asks more", "NotAsAdmitted", "pod vllm-0-1 asks 2 nvidia.com/gpu, more than its role (worker)"),
+    ],
+)
+def test_only_the_pods_the_lws_said_are_let_through_on_an_inqueue_podgroup(
+    extra: str, reason: str, words: str
+) -> None:
+    """The same membership as the other backends: the owner chain by UID, the LWS's size,
+    what each role was admitted with."""
+    obj = vllm()
+    recs = [rec(obj, i) for i in range(3)]
+    pods = group_pods(0)
+    if extra == "forged":
+        forged = lws_pod("vllm", 0, 1, pool=QUEUE, gpu_limit=4)
+        forged["metadata"].update(name="forged", uid="forged-uid", ownerReferences=[])
+        pods.append(forged)
+    elif extra == "beyond":
+        pods.append(lws_pod("vllm", 0, 2, pool=QUEUE))
+    else:
+        pods[1] = lws_pod("vllm", 0, 1, pool=QUEUE, gpu_limit=2)
+    acts = decide_volcano(snap(obj, recs, [pg(obj, 0, "Inqueue")], pods))
+    let_through = sorted(u.pod for u in acts.ungate)
+    assert let_through == (["vllm-0"] if extra == "asks more" else ["vllm-0", "vllm-0-1"])
+    st = next(s for s in acts.statuses if s.group.key.index == 0)
+    assert (st.admitted, st.reason, st.warning) == (True, reason, True)
+    assert words in st.message and st.message.startswith("group 0 admitted by Volcano Queue"), st.message

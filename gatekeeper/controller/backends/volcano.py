@@ -26,7 +26,7 @@ from gatekeeper.controller.informer import Informer
 from gatekeeper.controller.loop import Write as Writer
 from gatekeeper.core.backends.volcano import VolcanoActions, VolcanoSnapshot, decide_volcano, plan_writes
 from gatekeeper.core.groups import DemandMemo
-from gatekeeper.core.keys import POOL_LABEL
+from gatekeeper.core.keys import LWS_NAME_LABEL, POOL_LABEL
 from gatekeeper.core.writes import Memory, Write
 
 __all__ = ["VolcanoBackend"]
@@ -62,6 +62,7 @@ class VolcanoBackend:
         self.bound = caches.informer(r.PODS, field_selector=BOUND_PODS)
         self.nodes = caches.informer(r.NODES)
         self.priorities = caches.informer(r.PRIORITY_CLASSES)
+        self.statefulsets = caches.informer(r.STATEFULSETS, label_selector=LWS_NAME_LABEL)
 
     @property
     def informers(self) -> list[Informer]:
@@ -74,6 +75,7 @@ class VolcanoBackend:
             self.bound,
             self.nodes,
             self.priorities,
+            self.statefulsets,
         ]
 
     def snapshot(self) -> VolcanoSnapshot:
@@ -86,6 +88,7 @@ class VolcanoBackend:
             nodes=self.caches.nodes(),
             bound_pods=self.bound.values(),
             priorities=self.caches.priorities(),
+            statefulsets=self.statefulsets.values(),
         )
 
     async def reconcile_once(self, write: Writer) -> VolcanoActions:

@@ -31,6 +31,11 @@ Volcano Queue):
   (LeaderReady workers, restarts) lose theirs as they come: the group's room is reserved
   by ``minResources``. A group Volcano let in that does not fit the nodes stays gated,
   and its record says so.
+* Only the pods the LWS said are let through, as with the other backends: a gated pod
+  counts only when its owner chain leads to the LWS by UID, its worker index is below
+  the LWS's ``size`` (``core.members``) and it asks what its role was admitted with
+  (``core.conformance``); any other stays gated, and the record (still admitted) and a
+  Warning Event name it.
 * Volcano leaves it ``Pending``: its pods stay gated, and its record says why in
   Volcano's words (the PodGroup's ``Unschedulable`` condition, or Volcano's latest Event
   on it, e.g. "queue resource quota insufficient").
@@ -51,15 +56,19 @@ from gatekeeper.core.backends.volcano.podgroup import (
     pod_group_name,
     volcano_state,
 )
+from gatekeeper.core.conformance import conforming
 from gatekeeper.core.demand import GroupDemand
 from gatekeeper.core.fit import Misfit, NodeTable
 from gatekeeper.core.gating import Ungate
 from gatekeeper.core.groups import DemandMemo, GroupState, LwsGroup, lws_groups, pods_by_group
 from gatekeeper.core.keys import INVALID_SPEC_REASON
 from gatekeeper.core.lws import priority
+from gatekeeper.core.lws import size as lws_size
+from gatekeeper.core.members import Stranger, split_members, strangers_said
 from gatekeeper.core.nodes import Node, node_usage_skipping
 from gatekeeper.core.objects import as_map, index_by_key, meta, object_key
-from gatekeeper.core.queue import InvalidDemand
+from gatekeeper.core.queue import GroupKey, InvalidDemand
+from gatekeeper.core.reasons import STRANGER_REASONS
 from gatekeeper.core.record import is_admitted
 
 __all__ = [
@@ -97,6 +106,8 @@ class VolcanoSnapshot:
     """Every pod on a node, anyone's: the room they take."""
     priorities: Mapping[str, int] = field(default_factory=dict)
     """PriorityClass name -> value: which waiting group of a Queue is offered first."""
+    statefulsets: Sequence[Mapping[str, Any]] = ()
+    """StatefulSets of LWSs: which pods an LWS made (``core.members``)."""
 
 
 @dataclass(frozen=True)
@@ -163,7 +174,17 @@ def decide_volcano(snap: VolcanoSnapshot, demands: DemandMemo | None = None) -> 
     records = index_by_key(snap.records)
     pgs = index_by_key(snap.pod_groups)
     said = _events_by_object(snap.events)
-    pods_of = pods_by_group(snap.pods)
+    lws_by_key = {key: obj for obj in snap.lwss if (key := object_key(obj)) is not None}
+    made, strangers = split_members(
+        snap.pods,
+        {key: str(meta(obj).get("uid") or "") for key, obj in lws_by_key.items()},
+        snap.statefulsets,
+        {key: lws_size(obj) for key, obj in lws_by_key.items()},
+    )
+    pods_of = pods_by_group(made)
+    stranger_pods: dict[GroupKey, list[Stranger]] = defaultdict(list)
+    for one in strangers:
+        stranger_pods[GroupKey(one.namespace, one.lws, one.index)].append(one)
     table = NodeTable(snap.nodes, node_usage_skipping(snap.bound_pods, problems))
     table.add_view(_ALL, lambda _node: True)
 
@@ -263,17 +284,19 @@ def decide_volcano(snap: VolcanoSnapshot, demands: DemandMemo | None = None) -> 
                     )
                 )
                 continue
+        made_by = lws_by_key.get((ns, st.key.name))
+        if made_by is not None and isinstance(st.demand, GroupDemand):  # a hand-edited StatefulSet's pods
+            st, off = conforming(st, g.present, made_by, st.demand)
+            stranger_pods[st.key].extend(off)
         ungate.extend(Ungate(ns, name, {}) for name in st.gated)
-        statuses.append(
-            VolcanoStatus(
-                st,
-                True,
-                VOLCANO_INQUEUE_REASON,
-                f"group {st.key.index} admitted by Volcano Queue {st.pool} "
-                f"(PodGroup {pg_name}, {answer.phase})",
-                pod_group=pg_name,
-            )
-        )
+        reason: str = VOLCANO_INQUEUE_REASON
+        message = f"group {st.key.index} admitted by Volcano Queue {st.pool} (PodGroup {pg_name}, "
+        message += f"{answer.phase})"
+        if stranger_pods.get(st.key):
+            reason, words = strangers_said(stranger_pods[st.key])
+            message = f"{message}; {words}"
+        warn = reason in STRANGER_REASONS
+        statuses.append(VolcanoStatus(st, True, reason, message, pod_group=pg_name, warning=warn))
 
     # Records no group of a present LWS claims (a group scaled away whose last pod went, an
     # LWS deleted): released once no live pod of their group is left.
