@@ -28,6 +28,7 @@ from .test_policies import kubectl
 from .test_tenant_pools import create, plain_lws, pods_of, tolerate
 
 QUOTA = 2
+HELD_METRIC = 'gatekeeper_groups_holding_pods{reason="BeyondGroupSize"}'
 
 
 def gpus_bound(pods: list[dict[str, Any]], nodes: list[str]) -> int:
@@ -104,6 +105,10 @@ async def test_workers_past_the_lws_size_stay_gated(
             if e.get("reason") == "BeyondGroupSize" and e["involvedObject"].get("name") == "lws"
         ]
         assert warned and warned[0]["type"] == "Warning", [e.get("reason") for e in events]
+        assert cluster.sandbox is not None
+        metrics = await anyio.to_thread.run_sync(cluster.sandbox.metrics)
+        held = [line for line in metrics.splitlines() if line.startswith(HELD_METRIC)]
+        assert held and float(held[0].split()[-1]) >= 1, held  # this group (others' may linger)
         seen = f"{answered}; record: {message}"
     else:
         seen = answered

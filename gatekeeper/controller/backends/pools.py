@@ -26,6 +26,7 @@ from gatekeeper.controller import kube as k
 from gatekeeper.controller import resources as r
 from gatekeeper.controller.act import execute
 from gatekeeper.controller.caches import BOUND_PODS, Caches
+from gatekeeper.controller.held import report_held
 from gatekeeper.controller.hub_link import HubLink
 from gatekeeper.controller.informer import Informer
 from gatekeeper.controller.lift import Lifter
@@ -232,6 +233,7 @@ class PoolsBackend:
                 for group in self._lift_after:
                     self.lifter.admitted(group)
             _stage("publish", took)
+        report_held(str(said.reason) for said in actions.strangers)
         for name, st in actions.pools.items():
             WAITING.labels(name).set(st.waiting + st.inadmissible)
             for resource, amount in st.quota.items():

@@ -22,6 +22,7 @@ from gatekeeper.controller import kube as k
 from gatekeeper.controller import resources as r
 from gatekeeper.controller.act import execute
 from gatekeeper.controller.caches import BOUND_PODS, Caches
+from gatekeeper.controller.held import report_held
 from gatekeeper.controller.informer import Informer
 from gatekeeper.controller.loop import Write as Writer
 from gatekeeper.core.backends.volcano import VolcanoActions, VolcanoSnapshot, decide_volcano, plan_writes
@@ -99,6 +100,7 @@ class VolcanoBackend:
         plan = await anyio.to_thread.run_sync(plan_writes, actions, snap, self.memory, now)
         await execute(self.kube, plan, write, self.memory, self._done)
         VOLCANO_WAITING.set(sum(1 for st in actions.statuses if not st.admitted))
+        report_held(st.reason for st in actions.statuses if st.admitted)
         VOLCANO_PASS_SECONDS.observe(time.monotonic() - start)
         return actions
 

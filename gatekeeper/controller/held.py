@@ -1,0 +1,37 @@
+"""How many admitted groups have gated pods their LWS did not say, by reason: one gauge.
+
+Why this exists: a pod a tenant made through an admitted group's StatefulSets past the
+LWS's ``size``, from a hand-edited template, or with a forged claim stays gated, and its
+group's record and a Warning Event say so (``core.members``, ``core.conformance``). An
+operator watching many namespaces wants to see that it happens without reading records:
+``gatekeeper_groups_holding_pods{reason}`` is the number of groups, after each pass, that
+hold such pods back, for each of ``core.reasons.STRANGER_REASONS`` (0 when none).
+
+Called by each backend's pass (``backends.pools``, ``backends.kueue``,
+``backends.volcano``) with the reasons its decision gave its groups.
+"""
+
+from __future__ import annotations
+
+from collections import Counter as Tally
+from collections.abc import Iterable
+
+from prometheus_client import Gauge
+
+from gatekeeper.core.reasons import STRANGER_REASONS
+
+__all__ = ["HELD", "report_held"]
+
+HELD = Gauge(
+    "gatekeeper_groups_holding_pods",
+    "Admitted groups with gated pods their LeaderWorkerSet did not say (forged, past its size, "
+    "or asking other than their role), by reason",
+    ["reason"],
+)
+
+
+def report_held(reasons: Iterable[str]) -> None:
+    """Set the gauge from the reasons of one pass's groups (any reason; others are not counted)."""
+    count = Tally(r for r in reasons if r in STRANGER_REASONS)
+    for reason in sorted(STRANGER_REASONS):
+        HELD.labels(str(reason)).set(count.get(reason, 0))
