@@ -17,10 +17,10 @@ through on its group's admission only when, against its role's template in the L
   names none, the API server may give the pod the cluster's default class, which a pass
   cannot tell from one set by hand).
 
-Called by the backends' decisions (``backends.pools.decide``, ``backends.kueue.decide``)
-for the pods of a group whose admitted demand is the LWS's demand now; pods of a group in
-the middle of a rolling update that changes its demand are told apart by their revision
-(``backends.pools.changed``) instead.
+Called by the backends' decisions (``backends.pools.decide``, ``backends.kueue.decide``,
+``backends.volcano.decide``) for the pods of a group whose admitted demand is the LWS's
+demand now; pods of a group in the middle of a rolling update that changes its demand are
+told apart by their revision (``backends.pools.changed``) instead.
 """
 
 from __future__ import annotations
