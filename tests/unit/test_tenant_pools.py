@@ -228,25 +228,30 @@ def test_the_chain_is_checked_by_uid_so_another_lws_of_the_name_does_not_count()
     assert kept == [] and [s.pod for s in strangers] == ["vllm-0"]
 
 
-def test_a_forged_pod_of_an_admitted_group_stays_gated_and_the_record_and_an_event_say_so() -> None:
-    pods = [lws_pod("vllm", 0, w, gated=False, node_name=f"n{w}", phase="Running") for w in (0, 1)]
-    snap = _snap([*pods, _forged()], [_admitted_record()], [pool("a").obj()])
+def assert_held(snap: Snapshot, reason: Reason, message: str) -> None:
+    """The pass lets none of the group's gated pods through; the record (still admitted)
+    and a Warning Event give ``reason`` and ``message``."""
     actions = decide(snap)
     assert actions.ungate == ()
     [said] = actions.strangers
-    assert said.reason is Reason.NOT_MADE_BY_LWS
-    assert said.message == (
-        "group 0 holds its admission into pool a: 2 nvidia.com/gpu; pod forged was not made by "
-        "LeaderWorkerSet vllm: it claims the group by its labels and stays gated"
-    )
-    plan_ = plan_writes(actions, PassInputs(snap, Memory(), datetime(2026, 12, 1, tzinfo=UTC), 1.0))
-    writes = list(walk(plan_))
-    restate = [w for w in writes if w.tag == "restate"]
-    assert [w.body["conditions"][0]["reason"] for w in restate] == ["NotMadeByLeaderWorkerSet"]
-    assert restate[0].body["conditions"][0]["status"] == "True", "the group keeps its admission"
-    events = [w.body for w in writes if w.op is Op.EVENT]
-    assert [(e.reason, e.warning) for e in events] == [("NotMadeByLeaderWorkerSet", True)]
+    assert (said.reason, said.message) == (reason, message)
+    inputs = PassInputs(snap, Memory(), datetime(2026, 12, 1, tzinfo=UTC), 1.0)
+    writes = list(walk(plan_writes(actions, inputs)))
+    restate = [w.body["conditions"][0] for w in writes if w.tag == "restate"]
+    assert [(c["reason"], c["status"]) for c in restate] == [(str(reason), "True")], "it keeps its admission"
+    assert [(w.body.reason, w.body.warning) for w in writes if w.op is Op.EVENT] == [(str(reason), True)]
     assert not [w for w in writes if w.tag == "ungate"]
+
+
+def test_a_forged_pod_of_an_admitted_group_stays_gated_and_the_record_and_an_event_say_so() -> None:
+    pods = [lws_pod("vllm", 0, w, gated=False, node_name=f"n{w}", phase="Running") for w in (0, 1)]
+    snap = _snap([*pods, _forged()], [_admitted_record()], [pool("a").obj()])
+    assert_held(
+        snap,
+        Reason.NOT_MADE_BY_LWS,
+        "group 0 holds its admission into pool a: 2 nvidia.com/gpu; pod forged was not made by "
+        "LeaderWorkerSet vllm: it claims the group by its labels and stays gated",
+    )
 
 
 def test_once_the_forged_pod_is_gone_the_record_says_admitted_again() -> None:
@@ -335,24 +340,13 @@ def test_a_worker_statefulsets_pod_that_claims_to_be_the_leader_is_no_member() -
 def test_an_admitted_groups_workers_past_its_size_stay_gated_and_the_record_and_an_event_say_so() -> None:
     pods = [lws_pod("vllm", 0, w, gated=False, node_name=f"n{w}", phase="Running") for w in (0, 1)]
     extra = [lws_pod("vllm", 0, w) for w in (2, 3)]
-    snap = _snap([*pods, *extra], [_admitted_record()], [pool("a").obj()])
-    actions = decide(snap)
-    assert actions.ungate == ()
-    [said] = actions.strangers
-    assert said.reason is Reason.BEYOND_GROUP_SIZE
-    assert said.message == (
+    assert_held(
+        _snap([*pods, *extra], [_admitted_record()], [pool("a").obj()]),
+        Reason.BEYOND_GROUP_SIZE,
         "group 0 holds its admission into pool a: 2 nvidia.com/gpu; pods vllm-0-2 (worker 2), "
         "vllm-0-3 (worker 3) are beyond the group's size 2 (LeaderWorkerSet vllm) and stay gated: a "
-        "group is what its LeaderWorkerSet says; change the LeaderWorkerSet, not its StatefulSets"
+        "group is what its LeaderWorkerSet says; change the LeaderWorkerSet, not its StatefulSets",
     )
-    plan_ = plan_writes(actions, PassInputs(snap, Memory(), datetime(2026, 12, 1, tzinfo=UTC), 1.0))
-    writes = list(walk(plan_))
-    restate = [w for w in writes if w.tag == "restate"]
-    assert [w.body["conditions"][0]["reason"] for w in restate] == ["BeyondGroupSize"]
-    assert restate[0].body["conditions"][0]["status"] == "True", "the group keeps its admission"
-    events = [w.body for w in writes if w.op is Op.EVENT]
-    assert [(e.reason, e.warning) for e in events] == [("BeyondGroupSize", True)]
-    assert not [w for w in writes if w.tag == "ungate"]
 
 
 def test_a_new_group_is_admitted_with_its_size_and_its_extra_workers_stay_gated() -> None:
