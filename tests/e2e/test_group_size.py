@@ -153,15 +153,22 @@ async def test_pods_of_a_hand_edited_worker_statefulset_stay_gated(
     )
     answered = (out or err).strip().splitlines()[0] if (out or err).strip() else f"exit {code}"
     await kubectl(cluster, "delete", "pod", "lws-0-1", "-n", namespace, "--wait=false", kubeconfig=kubeconfig)
-    peak = 0
+    peak, lived = 0, 0
     asked_two: dict[str, Any] = {}
+    said: dict[str, str] = {}
+    """The record's reasons seen while sampling, with their message."""
     for _ in range(15):
         pods = await pods_of(api, namespace, "lws")
         peak = max(peak, gpus_bound(pods, nodes.names))
+        two = False
         for p in pods:
             limits = p["spec"]["containers"][0].get("resources", {}).get("limits", {})
             if str(limits.get("nvidia.com/gpu")) == "2" and not p["metadata"].get("deletionTimestamp"):
                 asked_two[p["metadata"]["name"]] = p
+                two = True
+        lived += two
+        now = condition((await records(api, namespace)).get(0, {}))
+        said.setdefault(str(now.get("reason")), str(now.get("message")))
         await anyio.sleep(1)
     assert peak <= QUOTA, f"{peak} GPUs bound on a pool of quota {QUOTA}"
     sts = await list_raw(api, "statefulsets", namespace=namespace)
@@ -177,15 +184,13 @@ async def test_pods_of_a_hand_edited_worker_statefulset_stay_gated(
     # the edit may be undone before the pod is made again; a pod made from it stays gated.
     for name, p in asked_two.items():
         assert gated(p) and not p["spec"].get("nodeName"), f"{name} was let through"
-    if asked_two:
-
-        async def said() -> bool:
-            return condition((await records(api, namespace)).get(0, {})).get("reason") == "NotAsAdmitted"
-
-        await eventually(said, what="the record's reason NotAsAdmitted")
-        message = condition((await records(api, namespace))[0])["message"]
+    if lived >= 3:  # seen by a pass (the StatefulSet controller may replace it sooner)
+        assert "NotAsAdmitted" in said, f"the record said {said} while a pod of 2 GPUs waited"
+        message = said["NotAsAdmitted"]
         assert "more than its role (worker) was admitted with" in message, message
-        seen = f"{answered}; {restored}; {len(asked_two)} pod of 2 GPUs made, gated; record: {message}"
+        seen = f"{answered}; {restored}; a pod of 2 GPUs made, gated ({lived} s); record: {message}"
+    elif asked_two:
+        seen = f"{answered}; {restored}; a pod of 2 GPUs made, gated, replaced within {lived} s"
     else:
         seen = f"{answered}; {restored} before the pod was made again (1 GPU)"
     attack_table.add(
