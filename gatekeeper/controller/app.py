@@ -8,6 +8,7 @@ cleanly: the Lease is given up so the other replica takes over at once.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import signal
@@ -23,6 +24,7 @@ import kr8s.asyncio
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from gatekeeper.controller import resources as r
 from gatekeeper.controller.backends.kueue import KueueBackend
 from gatekeeper.controller.backends.pools import PoolsBackend
 from gatekeeper.controller.backends.volcano import VolcanoBackend
@@ -30,6 +32,7 @@ from gatekeeper.controller.caches import Caches
 from gatekeeper.controller.certs import SelfSignedCerts
 from gatekeeper.controller.checks.node_fit import NodeFitCheck
 from gatekeeper.controller.checks.shared_reservation import SharedReservationCheck
+from gatekeeper.controller.errors import Conflict
 from gatekeeper.controller.hub import HubController
 from gatekeeper.controller.hub_link import HubLink
 from gatekeeper.controller.kube import Kube
@@ -38,6 +41,7 @@ from gatekeeper.controller.loop import Controller, PassLoop
 from gatekeeper.controller.session import keep_connections
 from gatekeeper.core.provisioning import InstanceType
 from gatekeeper.webhook import WebhookThread
+from gatekeeper.webhook.guard import Lookup
 from gatekeeper.webhook.pass_through import PassThrough
 
 __all__ = ["Options", "run"]
@@ -199,6 +203,34 @@ def _admission_loop(
     return lead
 
 
+_LOOKUP_SECONDS = 5.0
+"""How long the StatefulSet guard waits for a StatefulSet to be read (the API server
+waits 10 s for the whole review)."""
+
+
+def _statefulset_lookup(kube: Kube) -> Lookup:
+    """The guard's read of a StatefulSet, from the webhook's thread, on this process's one
+    client (whose loop is the caller's: the request is handed to it)."""
+    loop = asyncio.get_running_loop()
+
+    async def get(namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return await kube.get(r.STATEFULSETS, name, namespace)
+        except Conflict as exc:
+            if exc.code == 404:
+                return None
+            raise
+
+    async def lookup(namespace: str, name: str) -> dict[str, Any] | None:
+        future = asyncio.run_coroutine_threadsafe(get(namespace, name), loop)
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(future), _LOOKUP_SECONDS)
+        finally:
+            future.cancel()
+
+    return lookup
+
+
 async def run(opts: Options) -> None:
     """Serve and reconcile until SIGTERM or SIGINT."""
     api = await kr8s.asyncio.api(kubeconfig=opts.kubeconfig)
@@ -234,6 +266,7 @@ async def run(opts: Options) -> None:
                 opts.cert_dir / "tls.key",
                 pass_through,
                 volcano=opts.backend == "volcano",
+                lookup=_statefulset_lookup(kube),
             )
         )
         log.info("webhook serving on %s:%d (own thread)", opts.webhook_host, opts.webhook_port)

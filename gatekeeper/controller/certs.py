@@ -334,13 +334,19 @@ class SelfSignedCerts:
         return await self._patch_ca_bundle(ca_bundle(data))
 
     async def _patch_ca_bundle(self, bundle: bytes) -> bool:
+        """The CA bundle into the mutating configuration (needed: False until it exists) and
+        into the StatefulSet guard's validating one of the same name (when there is one)."""
+        done = await self._patch_config(r.WEBHOOK_CONFIGURATIONS, bundle, required=True)
+        await self._patch_config(r.VALIDATING_WEBHOOK_CONFIGURATIONS, bundle, required=False)
+        return done
+
+    async def _patch_config(self, res: r.Resource, bundle: bytes, *, required: bool) -> bool:
+        kind = res.plural.removesuffix("s")
         try:
-            config = await self.kube.get(r.WEBHOOK_CONFIGURATIONS, self.webhook_config)
+            config = await self.kube.get(res, self.webhook_config)
         except k.Conflict:
-            log.warning(
-                "mutatingwebhookconfiguration %s not found; its CA bundle is set once it exists",
-                self.webhook_config,
-            )
+            if required:
+                log.warning("%s %s not found; its CA bundle is set once it exists", kind, self.webhook_config)
             return False
         wanted = base64.b64encode(bundle).decode()
         ops: list[dict[str, Any]] = []
@@ -349,8 +355,8 @@ class SelfSignedCerts:
                 ops.append({"op": "test", "path": f"/webhooks/{i}/name", "value": hook["name"]})
                 ops.append({"op": "add", "path": f"/webhooks/{i}/clientConfig/caBundle", "value": wanted})
         if ops:
-            await self.kube.json_patch(r.WEBHOOK_CONFIGURATIONS, self.webhook_config, None, ops)
-            log.info("patched the CA bundle of mutatingwebhookconfiguration %s", self.webhook_config)
+            await self.kube.json_patch(res, self.webhook_config, None, ops)
+            log.info("patched the CA bundle of %s %s", kind, self.webhook_config)
         return True
 
     async def ensure_until_done(self) -> None:

@@ -9,12 +9,11 @@ in order after etcd and asks :func:`apiserver_ready` whether the sandbox is up.
 from __future__ import annotations
 
 import ssl
-from pathlib import Path
 from typing import Any
 
 import yaml
 
-from gatekeeper.sandbox.pki import Pki
+from gatekeeper.sandbox.pki import Pki, identity_kubeconfig, write_kubeconfig
 from gatekeeper.sandbox.process import Runner, ready
 
 __all__ = [
@@ -64,33 +63,6 @@ def _audit_flags(runner: Runner) -> list[str]:
         "--audit-log-format=json",
         "--audit-log-mode=blocking",
     ]
-
-
-def write_kubeconfig(path: Path, port: int, pki: Pki) -> None:
-    """The admin's kubeconfig for the API server on ``port`` (readable by the owner only)."""
-    cfg = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {
-                "name": "sandbox",
-                "cluster": {
-                    "server": f"https://127.0.0.1:{port}",
-                    "certificate-authority": str(pki.ca_crt),
-                },
-            }
-        ],
-        "users": [
-            {
-                "name": "admin",
-                "user": {"client-certificate": str(pki.admin_crt), "client-key": str(pki.admin_key)},
-            }
-        ],
-        "contexts": [{"name": "sandbox", "context": {"cluster": "sandbox", "user": "admin"}}],
-        "current-context": "sandbox",
-    }
-    path.write_text(yaml.safe_dump(cfg))
-    path.chmod(0o600)
 
 
 def apiserver_ready(port: int | None, pki: Pki) -> bool:
@@ -143,14 +115,21 @@ def start_apiserver(runner: Runner, state: dict[str, Any], pki: Pki) -> None:
     )
 
 
+CONTROLLER_MANAGER_USER = "system:kube-controller-manager"
+"""kube-controller-manager's user, as a real cluster's (the garbage collector acts as it)."""
+
+
 def start_controller_manager(runner: Runner, state: dict[str, Any], pki: Pki) -> None:
     """Run every controller of kube-controller-manager (it signs tokens with the sandbox's key)."""
+    kubeconfig = identity_kubeconfig(
+        pki, runner.dir, state["ports"]["apiserver"], "kube-controller-manager", CONTROLLER_MANAGER_USER
+    )
     runner.start(
         state,
         CONTROLLER_MANAGER,
         [
             runner.program("kube-controller-manager"),
-            f"--kubeconfig={runner.kubeconfig}",
+            f"--kubeconfig={kubeconfig}",
             "--leader-elect=false",
             "--bind-address=127.0.0.1",
             f"--secure-port={state['ports']['kcm']}",

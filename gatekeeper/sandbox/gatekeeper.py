@@ -1,10 +1,11 @@
 """The gatekeeper in the sandbox: ``lws-gatekeeper run`` from this Python, its webhook on loopback.
 
 Why this exists: the end-to-end tests, the demo and the benchmarks judge the gatekeeper
-as it runs in a cluster: its own process, its Lease, its mutating webhook registered by
-URL, its ``/metrics``. ``cluster.py`` installs its objects (:func:`install_objects`) and
-runs it (:func:`start`) at the end of ``up``; ``Sandbox.start_gatekeeper`` (tests that
-restart it, add a replica or change its flags) and ``Sandbox.metrics`` call here too.
+as it runs in a cluster: its own process, its Lease, its webhooks (mutating, and the
+StatefulSet guard) registered by URL, its ``/metrics``. ``cluster.py`` installs its
+objects (:func:`install_objects`) and runs it (:func:`start`) at the end of ``up``;
+``Sandbox.start_gatekeeper`` (tests that restart it, add a replica or change its flags)
+and ``Sandbox.metrics`` call here too.
 
 With ``image`` (:class:`FromImage`), the same process runs as the chart's Deployment runs
 it instead: from the image's unpacked root file system (``container.py``), with the
@@ -28,7 +29,7 @@ from gatekeeper.sandbox.kubectl import Kubectl
 from gatekeeper.sandbox.manifests import GATEKEEPER_NAMESPACE, crd_manifests
 from gatekeeper.sandbox.pki import Pki
 from gatekeeper.sandbox.process import Runner, free_ports, ready
-from gatekeeper.webhook.config import mutating_webhook_configuration
+from gatekeeper.webhook.config import mutating_webhook_configuration, validating_webhook_configuration
 
 __all__ = [
     "COMPONENT",
@@ -229,11 +230,13 @@ def start(
     readyz = f"http://127.0.0.1:{metrics_port}/readyz"
     runner.wait(name, lambda: ready(readyz), timeout=60, what="/readyz")
     if register and name == COMPONENT:
+        url, ca = f"https://127.0.0.1:{webhook_port}", pki.ca_crt.read_bytes()
+        # The guard's exempt users are the chart's: the sandbox runs the LWS controller and
+        # kube-controller-manager as the users they have in a cluster.
         kubectl.apply(
             [
-                mutating_webhook_configuration(
-                    url=f"https://127.0.0.1:{webhook_port}", ca_bundle=pki.ca_crt.read_bytes()
-                )
+                mutating_webhook_configuration(url=url, ca_bundle=ca),
+                validating_webhook_configuration(url=url, ca_bundle=ca),
             ]
         )
 

@@ -29,13 +29,16 @@ import yaml
 from gatekeeper.sandbox import build
 from gatekeeper.sandbox.kubectl import Kubectl
 from gatekeeper.sandbox.manifests import lws_webhooks
-from gatekeeper.sandbox.pki import Pki
+from gatekeeper.sandbox.pki import Pki, identity_kubeconfig
 from gatekeeper.sandbox.process import Runner, ours, ready, stop
 
 __all__ = ["COMPONENT", "GANG_SCHEDULERS", "PORTS", "lws_config", "reconfigure", "start"]
 
 #: The process name in the sandbox's state and logs.
 COMPONENT = "lws-controller"
+CONTROLLER_USER = "system:serviceaccount:lws-system:lws-controller-manager"
+"""The controller's user: that of the ServiceAccount LWS's own manifests run it as (the
+StatefulSet guard lets it, and only it, change an LWS's StatefulSets)."""
 
 #: Its ports, by their names in the state's ``ports``.
 PORTS = ("lws_webhook", "lws_health")
@@ -100,10 +103,11 @@ def start(
     crd_dir = lws.files / "config" / "crd" / "bases"
     kubectl.apply("\n---\n".join(f.read_text() for f in sorted(crd_dir.glob("*.yaml"))))
     cfg_path = _write_config(runner, state, pki, gang_scheduler)
+    kubeconfig = identity_kubeconfig(pki, runner.dir, p["apiserver"], COMPONENT, CONTROLLER_USER)
     runner.start(
         state,
         COMPONENT,
-        [runner.program("lws-controller"), f"--config={cfg_path}", f"--kubeconfig={runner.kubeconfig}"],
+        [runner.program("lws-controller"), f"--config={cfg_path}", f"--kubeconfig={kubeconfig}"],
     )
     _wait_ready(runner, state)
     kubectl.apply(lws_webhooks(lws, f"https://127.0.0.1:{p['lws_webhook']}", pki.ca_crt.read_bytes()))

@@ -113,8 +113,9 @@ def sandbox_policies() -> list[dict[str, Any]]:
     objects = load_policies(
         [GATE_PROTECTION, "pool-label", RECORD_PROTECTION, GATEKEEPER_SCOPE, MEMBER_LABELS],
         allowed_usernames=["sandbox-admin", chart_account],
-        # The sandbox's kube-controller-manager runs with the admin's credentials.
-        lists={"gatekeeperUsernames": [chart_account], "statefulSetControllers": ["sandbox-admin"]},
+        # statefulSetControllers as the files say: the sandbox's kube-controller-manager runs as
+        # system:kube-controller-manager (its own user in a cluster, control_plane.py).
+        lists={"gatekeeperUsernames": [chart_account]},
     )
     for obj in objects:
         obj["metadata"]["name"] += "-sandbox"

@@ -1,8 +1,11 @@
-"""The sandbox's own certificates: one CA, serving and client certificates, SA keys.
+"""The sandbox's own certificates: one CA, serving and client certificates, SA keys, and
+the kubeconfigs that carry the client certificates.
 
 Why this exists: a real control plane talks TLS everywhere and the API server calls
 webhooks over TLS only, so the sandbox needs a small PKI of its own. Everything is
 made once per sandbox folder with ``cryptography`` and reused on the next ``up``.
+Components that admission tells apart by their user (the LWS controller, the garbage
+collector) get identities of their own (:func:`identity_kubeconfig`).
 """
 
 from __future__ import annotations
@@ -11,13 +14,14 @@ import datetime as dt
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from gatekeeper.controller import x509_build as x509util
 
-__all__ = ["Pki", "make_pki"]
+__all__ = ["Pki", "client_identity", "identity_kubeconfig", "make_pki", "write_kubeconfig"]
 
 _VALID = dt.timedelta(days=365)
 
@@ -105,6 +109,74 @@ def _renew_webhook(pki: Pki) -> None:
     )
     _write_key(pki.webhook_dir / "tls.key", key)
     (pki.webhook_dir / "tls.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+
+
+def client_identity(pki: Pki, stem: str, user: str) -> tuple[Path, Path]:
+    """A client certificate and key for ``user`` in ``system:masters`` (``<stem>.crt``,
+    ``<stem>.key``), issued with the sandbox's CA unless they exist already.
+
+    A component that a webhook or policy tells apart by its user name (the LWS controller,
+    kube-controller-manager) runs as the user it has in a real cluster, not as the admin.
+    """
+    crt, key_path = pki.dir / f"{stem}.crt", pki.dir / f"{stem}.key"
+    if crt.exists() and key_path.exists() and _valid_for(crt) >= _RENEW_BEFORE:
+        return crt, key_path
+    ca_cert = x509.load_pem_x509_certificate(pki.ca_crt.read_bytes())
+    ca_key = serialization.load_pem_private_key(pki.ca_key.read_bytes(), password=None)
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+        raise ValueError(f"{pki.ca_key}: not the EC key the sandbox makes")
+    now = dt.datetime.now(dt.UTC)
+    key = x509util.new_key()
+    cert = x509util.leaf_certificate(
+        ca_cert,
+        ca_key,
+        key,
+        x509util.name(user, "system:masters"),
+        not_before=now - dt.timedelta(minutes=5),
+        not_after=min(now + _VALID, ca_cert.not_valid_after_utc),
+        server_names=(),
+        client=True,
+    )
+    _write_key(key_path, key)
+    crt.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return crt, key_path
+
+
+def write_kubeconfig(path: Path, port: int, pki: Pki, client: tuple[Path, Path] | None = None) -> None:
+    """The admin's kubeconfig for the API server on ``port`` (readable by the owner only);
+    with ``client`` (certificate, key), that client's instead."""
+    crt, key = client or (pki.admin_crt, pki.admin_key)
+    cfg = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "sandbox",
+                "cluster": {
+                    "server": f"https://127.0.0.1:{port}",
+                    "certificate-authority": str(pki.ca_crt),
+                },
+            }
+        ],
+        "users": [
+            {
+                "name": "admin",
+                "user": {"client-certificate": str(crt), "client-key": str(key)},
+            }
+        ],
+        "contexts": [{"name": "sandbox", "context": {"cluster": "sandbox", "user": "admin"}}],
+        "current-context": "sandbox",
+    }
+    path.write_text(yaml.safe_dump(cfg))
+    path.chmod(0o600)
+
+
+def identity_kubeconfig(pki: Pki, folder: Path, port: int, stem: str, user: str) -> Path:
+    """``folder/kubeconfig.<stem>``: the API server on ``port`` for ``user`` (in
+    ``system:masters``, see :func:`client_identity`)."""
+    path = folder / f"kubeconfig.{stem}"
+    write_kubeconfig(path, port, pki, client_identity(pki, stem, user))
+    return path
 
 
 def make_pki(directory: Path) -> Pki:

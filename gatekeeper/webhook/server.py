@@ -15,8 +15,9 @@ one more is answered at once with 429 and ``Retry-After: 1`` (the API server's c
 retries it), its body never read. So the bodies held in memory are at most
 ``MAX_CONCURRENT_REVIEWS * MAX_BODY_BYTES``.
 
-Routes: ``POST /mutate-pods``, ``POST /mutate-leaderworkersets``, ``GET /healthz``,
-``GET /readyz``. Requests are counted in ``gatekeeper_webhook_requests_total`` (in the
+Routes: ``POST /mutate-pods``, ``POST /mutate-leaderworkersets``, the StatefulSet guard's
+``POST /validate-statefulsets`` and ``POST /validate-statefulsets-scale`` (``guard``),
+``GET /healthz``, ``GET /readyz``. Requests are counted in ``gatekeeper_webhook_requests_total`` (in the
 default prometheus registry) by webhook and result, and timed from their arrival to their
 answer in ``gatekeeper_webhook_request_duration_seconds`` by webhook (the dashboard's
 webhook latency; the API server waits for it on every pod it creates).
@@ -24,14 +25,12 @@ webhook latency; the API server waits for it on every pod it creates).
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
 import os
 import ssl
 import time
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -42,8 +41,10 @@ from prometheus_client import Counter, Histogram
 from gatekeeper.core.backends.volcano import volcano_pod_patch
 from gatekeeper.core.gating import is_opted_in, lws_label_patch, pod_gate_patch
 from gatekeeper.core.keys import POOL_LABEL, SCHEDULING_GATE
-from gatekeeper.webhook.config import LWS_PATH, PODS_PATH
+from gatekeeper.webhook.config import LWS_PATH, PODS_PATH, SCALE_PATH, STATEFULSETS_PATH
+from gatekeeper.webhook.guard import Lookup, scale_guard, statefulset_guard
 from gatekeeper.webhook.pass_through import PassThrough
+from gatekeeper.webhook.review import BadReview, Patch, Review, answer, parse_review
 
 __all__ = [
     "CERT_CHECK_SECONDS",
@@ -57,7 +58,6 @@ log = logging.getLogger("gatekeeper.webhook")
 
 CERT_CHECK_SECONDS = 5.0
 """How often, at most, the certificate files are checked for a change."""
-_ADMISSION_API_VERSION = "admission.k8s.io/v1"
 MAX_BODY_BYTES = 4 * 1024 * 1024
 """The largest AdmissionReview read: an LWS UPDATE holds the old and the new object, each
 at most etcd's 1.5 MiB (the API server takes no larger request than 3 MiB)."""
@@ -66,8 +66,8 @@ MAX_CONCURRENT_REVIEWS = 8
 
 REQUESTS = Counter(
     "gatekeeper_webhook_requests",
-    "AdmissionReviews received, by webhook and result (patched, unchanged, denied, bad_request, "
-    "too_large, busy).",
+    "AdmissionReviews received, by webhook and result (patched, unchanged, allowed, denied, "
+    "error, bad_request, too_large, busy).",
     ["webhook", "result"],
 )
 
@@ -78,71 +78,11 @@ LATENCY = Histogram(
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
 
-Patch = list[dict[str, Any]]
-
 # What each webhook refuses when it cannot mutate the object: (kind, what it would add).
 _REFUSAL = {
     "pods": ("pod", f"scheduling gate {SCHEDULING_GATE}"),
     "leaderworkersets": ("LeaderWorkerSet", f"label {POOL_LABEL} in its pod templates"),
 }
-
-
-class BadReview(ValueError):
-    """The request body is not an AdmissionReview (admission.k8s.io/v1) with a request."""
-
-
-@dataclass(frozen=True)
-class Review:
-    """The parts of an AdmissionReview request the webhooks use."""
-
-    uid: str
-    operation: str
-    obj: Mapping[str, Any]
-    where: str
-    """``namespace/name`` of the object, for messages and logs."""
-    namespace: str = ""
-    """The namespace of the request (a pod being created has none of its own yet, often)."""
-
-
-def parse_review(body: bytes) -> Review:
-    """Decode an AdmissionReview request body; raises BadReview."""
-    try:
-        review = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BadReview(f"body is not JSON: {exc}") from exc
-    if not isinstance(review, dict) or review.get("kind") != "AdmissionReview":
-        raise BadReview("body is not an AdmissionReview")
-    if review.get("apiVersion") != _ADMISSION_API_VERSION:
-        raise BadReview(f"AdmissionReview apiVersion must be {_ADMISSION_API_VERSION}")
-    request = review.get("request")
-    if not isinstance(request, dict) or not isinstance(request.get("uid"), str) or not request["uid"]:
-        raise BadReview("AdmissionReview has no request.uid")
-    obj = request.get("object") or {}
-    if not isinstance(obj, dict):
-        raise BadReview("AdmissionReview request.object is not an object")
-    return Review(
-        uid=request["uid"],
-        operation=str(request.get("operation", "")),
-        obj=obj,
-        where=_where(request, obj),
-        namespace=str(request.get("namespace") or ""),
-    )
-
-
-def _where(request: Mapping[str, Any], obj: Mapping[str, Any]) -> str:
-    meta = obj.get("metadata")
-    generated = f"{meta.get('generateName', '')}*" if isinstance(meta, dict) else "?"
-    return f"{request.get('namespace') or ''}/{request.get('name') or generated}"
-
-
-def _answer(uid: str, patch: Patch | None = None, denied: str | None = None, code: int = 0) -> dict[str, Any]:
-    response: dict[str, Any] = {"uid": uid, "allowed": denied is None}
-    if denied is not None:
-        response["status"] = {"code": code, "message": denied}
-    elif patch:
-        response["patchType"] = "JSONPatch"
-        response["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
-    return {"apiVersion": _ADMISSION_API_VERSION, "kind": "AdmissionReview", "response": response}
 
 
 def _pod_patch(review: Review, pass_through: PassThrough | None = None) -> Patch:
@@ -198,10 +138,21 @@ def _status(code: int, reason: str, message: str) -> dict[str, Any]:
     }
 
 
+Respond = Callable[[Review], Awaitable[dict[str, Any]]]
+"""What a webhook answers a decoded review with: the whole AdmissionReview response."""
+
+
+def _mutating(webhook: str, decide: Callable[[Review], Patch]) -> Respond:
+    async def respond(review: Review) -> dict[str, Any]:
+        return _decide(webhook, decide, review)
+
+    return respond
+
+
 def _handler(
-    webhook: str, decide: Callable[[Review], Patch], in_flight: _InFlight, max_body: int
+    webhook: str, respond: Respond, in_flight: _InFlight, max_body: int
 ) -> Callable[[web.Request], Awaitable[web.Response]]:
-    """An aiohttp handler answering AdmissionReviews with ``decide``'s patch, within the bounds."""
+    """An aiohttp handler answering AdmissionReviews with ``respond``, within the bounds."""
 
     def too_large(size: str) -> web.Response:
         REQUESTS.labels(webhook, "too_large").inc()
@@ -212,7 +163,7 @@ def _handler(
         log.warning("webhook=%s result=too_large error=%r", webhook, message)
         return web.json_response(_status(413, "RequestEntityTooLarge", message), status=413)
 
-    async def answer(request: web.Request) -> web.Response:
+    async def serve(request: web.Request) -> web.Response:
         if request.content_length is not None and request.content_length > max_body:
             return too_large(f"{request.content_length} bytes")
         if in_flight.count >= in_flight.limit:
@@ -238,7 +189,7 @@ def _handler(
                 log.warning("webhook=%s result=bad_request error=%r", webhook, str(exc))
                 return web.json_response({"error": str(exc)}, status=400)
             del body
-            return web.json_response(_decide(webhook, decide, review))
+            return web.json_response(await respond(review))
         finally:
             in_flight.count -= 1
 
@@ -247,7 +198,7 @@ def _handler(
     async def handle(request: web.Request) -> web.Response:
         start = time.perf_counter()
         try:
-            return await answer(request)
+            return await serve(request)
         finally:
             latency.observe(time.perf_counter() - start)
 
@@ -272,7 +223,7 @@ def _decide(webhook: str, decide: Callable[[Review], Patch], review: Review) -> 
             str(exc),
             exc_info=code == 500,
         )
-        return _answer(review.uid, denied=message, code=code)
+        return answer(review.uid, denied=message, code=code)
     result = "patched" if patch else "unchanged"
     REQUESTS.labels(webhook, result).inc()
     log.log(
@@ -285,7 +236,11 @@ def _decide(webhook: str, decide: Callable[[Review], Patch], review: Review) -> 
         result,
         json.dumps(patch, separators=(",", ":")),
     )
-    return _answer(review.uid, patch)
+    return answer(review.uid, patch)
+
+
+def _counter(webhook: str) -> Callable[[str], None]:
+    return lambda result: REQUESTS.labels(webhook, result).inc()
 
 
 async def _ok(request: web.Request) -> web.Response:
@@ -298,18 +253,26 @@ def make_app(
     max_concurrent: int = MAX_CONCURRENT_REVIEWS,
     pass_through: PassThrough | None = None,
     volcano: bool = False,
+    lookup: Lookup | None = None,
 ) -> web.Application:
     """The webhook application (plain HTTP; ``start_webhook_server`` serves it over TLS).
 
-    Both webhooks share one bound of ``max_concurrent`` reviews at once. ``pass_through``
+    All webhooks share one bound of ``max_concurrent`` reviews at once. ``pass_through``
     (published by the leader) lets pods of admitted groups be made without the gate.
     ``volcano``: the pods hook also hands opted-in pods to Volcano (the volcano backend).
+    ``lookup`` reads a StatefulSet for the guard of ``statefulsets/scale`` (``guard``).
     """
     app = web.Application(client_max_size=max_body)
     in_flight = _InFlight(max_concurrent)
     pods = _volcano_pod_patch if volcano else partial(_pod_patch, pass_through=pass_through)
-    app.router.add_post(PODS_PATH, _handler("pods", pods, in_flight, max_body))
-    app.router.add_post(LWS_PATH, _handler("leaderworkersets", _lws_patch, in_flight, max_body))
+    routes: list[tuple[str, str, Respond]] = [
+        (PODS_PATH, "pods", _mutating("pods", pods)),
+        (LWS_PATH, "leaderworkersets", _mutating("leaderworkersets", _lws_patch)),
+        (STATEFULSETS_PATH, "statefulsets", statefulset_guard(_counter("statefulsets"))),
+        (SCALE_PATH, "statefulsets-scale", scale_guard(lookup, _counter("statefulsets-scale"))),
+    ]
+    for path, webhook, respond in routes:
+        app.router.add_post(path, _handler(webhook, respond, in_flight, max_body))
     app.router.add_get("/healthz", _ok)
     app.router.add_get("/readyz", _ok)
     return app
@@ -372,6 +335,7 @@ async def start_webhook_server(
     pass_through: PassThrough | None = None,
     *,
     volcano: bool = False,
+    lookup: Lookup | None = None,
 ) -> web.AppRunner:
     """Serve ``make_app()`` over HTTPS on ``host:port`` (0: any free port); returns the started runner.
 
@@ -379,7 +343,9 @@ async def start_webhook_server(
     bound address.
     """
     tls = _ReloadingTLS(cert_file, key_file)
-    runner = web.AppRunner(make_app(pass_through=pass_through, volcano=volcano), access_log=None)
+    runner = web.AppRunner(
+        make_app(pass_through=pass_through, volcano=volcano, lookup=lookup), access_log=None
+    )
     await runner.setup()
     try:
         await web.TCPSite(runner, host, port, ssl_context=tls.context).start()

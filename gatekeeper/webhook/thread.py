@@ -25,6 +25,7 @@ from typing import Any
 import anyio.to_thread
 from aiohttp import web
 
+from gatekeeper.webhook.guard import Lookup
 from gatekeeper.webhook.pass_through import PassThrough
 from gatekeeper.webhook.server import start_webhook_server
 
@@ -59,6 +60,7 @@ class WebhookThread:
         pass_through: PassThrough | None = None,
         *,
         volcano: bool = False,
+        lookup: Lookup | None = None,
     ) -> WebhookThread:
         """Start serving; returns once the server listens (or raises what kept it from it)."""
         self = cls()
@@ -72,7 +74,9 @@ class WebhookThread:
             self._loop = loop
             try:
                 self._runner = loop.run_until_complete(
-                    start_webhook_server(host, port, cert_file, key_file, pass_through, volcano=volcano)
+                    start_webhook_server(
+                        host, port, cert_file, key_file, pass_through, volcano=volcano, lookup=lookup
+                    )
                 )
             except BaseException as exc:  # reported to the caller, which fails the start
                 failed.append(exc)

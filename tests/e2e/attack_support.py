@@ -1,10 +1,13 @@
-"""Helpers of the attack suite (test_attacks.py): tenant identities, a flood of reviews, memory."""
+"""Helpers of the attack suite (test_attacks.py and others): tenant identities, a flood of
+reviews, memory, the StatefulSet guard turned off."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import ssl
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
@@ -127,3 +130,21 @@ async def dev(cluster: Cluster, namespace: str, where: Path) -> Path:
         f"--serviceaccount={namespace}:dev", "-n", namespace,
     )  # fmt: skip
     return await user_kubeconfig(cluster, namespace, "dev", where)
+
+
+GUARD = "validatingwebhookconfiguration/lws-gatekeeper"
+"""The StatefulSet guard's configuration, as the sandbox registers it."""
+
+
+@contextlib.asynccontextmanager
+async def guard_off(cluster: Cluster) -> AsyncIterator[None]:
+    """The StatefulSet guard unregistered for the block (as with ``statefulSetGuard.enabled:
+    false``), then registered again as it was: the gatekeeper's own checks must hold alone."""
+    live = json.loads(await ok(cluster, "get", GUARD, "-o", "json"))
+    for key in ("uid", "resourceVersion", "creationTimestamp", "generation", "managedFields"):
+        live["metadata"].pop(key, None)
+    await ok(cluster, "delete", GUARD)
+    try:
+        yield
+    finally:
+        await ok(cluster, "create", "-f", "-", input=json.dumps(live))

@@ -1,28 +1,33 @@
 """A group is what its LWS said: a tenant who scales an admitted group's worker StatefulSet
-past the LWS's ``size`` gets no more than the group's reservation.
+past the LWS's ``size``, or edits its template, gets no more than the group's reservation.
 
-The LWS's own chain makes the extra workers (the worker StatefulSet, controlled by the
-group's leader pod), so the owner chain alone would let them through. The gatekeeper holds
-a group to ``size`` pods (``core/members.py``): the extra ones stay gated, born so by the
-webhook (its pass-through table knows the size) and never lifted by a pass, and the
-record and a Warning Event say why. The tenant is ``system:serviceaccount:<ns>:dev`` with
-``edit`` and the LWS editor role; GPUs bound on the pool's nodes are sampled every second.
+With the StatefulSet guard on, the change is refused and the message says to change the
+LWS (``core/owned.py``). With the guard off, the LWS's own chain makes the extra workers
+(the worker StatefulSet, controlled by the group's leader pod), so the owner chain alone
+would let them through. The gatekeeper holds a group to ``size`` pods
+(``core/members.py``) and to what its role asks (``core/conformance.py``): the others stay
+gated, born so by the webhook (its pass-through table knows the size) and never lifted by
+a pass, and the record and a Warning Event say why. The tenant is
+``system:serviceaccount:<ns>:dev`` with ``edit`` and the LWS editor role; GPUs bound on
+the pool's nodes are sampled every second.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
 
 import anyio
 import kr8s.asyncio
+import pytest
 
 from gatekeeper.core import SCHEDULING_GATE
 from gatekeeper.sandbox.replay import list_raw
 
 from . import attack_table
-from .attack_support import dev
+from .attack_support import dev, guard_off
 from .conftest import Cluster, MakeNodes, MakePool, admitted, condition, eventually, records
 from .test_policies import kubectl
 from .test_tenant_pools import create, plain_lws, pods_of, tolerate
@@ -49,6 +54,18 @@ def gated(pod: dict[str, Any]) -> bool:
     return any(g.get("name") == SCHEDULING_GATE for g in pod["spec"].get("schedulingGates", []))
 
 
+def refused_by_the_guard(code: int, err: str, what: str) -> str:
+    """The guard's answer, checked: refused, naming the LWS to change instead."""
+    assert code != 0, f"the guard let {what} through"
+    assert 'admission webhook "statefulsets' in err and "change LeaderWorkerSet lws instead" in err, err
+    return err.strip().splitlines()[-1]
+
+
+GUARD = pytest.mark.parametrize("guard", ["guard", "no-guard"])
+"""Each attack with the StatefulSet guard on, and off (the gatekeeper's own check alone)."""
+
+
+@GUARD
 async def test_workers_past_the_lws_size_stay_gated(
     api: kr8s.asyncio.Api,
     cluster: Cluster,
@@ -56,6 +73,7 @@ async def test_workers_past_the_lws_size_stay_gated(
     fake_nodes: MakeNodes,
     make_pool: MakePool,
     tmp_path: Path,
+    guard: str,
 ) -> None:
     nodes = await fake_nodes(6, gpus=1)
     pool = await make_pool(nodes, quota={"nvidia.com/gpu": QUOTA}, tolerations=tolerate(nodes.id))
@@ -68,21 +86,26 @@ async def test_workers_past_the_lws_size_stay_gated(
 
     await eventually(whole, timeout=90, what="group 0 bound whole")
     kubeconfig = await dev(cluster, namespace, tmp_path)
-    code, out, err = await kubectl(
-        cluster, "scale", "sts/lws-0", "--replicas=3", "-n", namespace, kubeconfig=kubeconfig
-    )
-    answered = (out or err).strip().splitlines()[0] if (out or err).strip() else f"exit {code}"
     peak = 0
     extra: dict[str, dict[str, Any]] = {}
-    for _ in range(15):  # a sample a second; the extra workers are made within it
-        pods = await pods_of(api, namespace, "lws")
-        peak = max(peak, gpus_bound(pods, nodes.names))
-        extra.update(
-            {p["metadata"]["name"]: p for p in pods if p["metadata"]["name"] in ("lws-0-2", "lws-0-3")}
+    async with guard_off(cluster) if guard == "no-guard" else contextlib.nullcontext():
+        code, out, err = await kubectl(
+            cluster, "scale", "sts/lws-0", "--replicas=3", "-n", namespace, kubeconfig=kubeconfig
         )
-        await anyio.sleep(1)
+        answered = (out or err).strip().splitlines()[0] if (out or err).strip() else f"exit {code}"
+        for _ in range(15):  # a sample a second; the extra workers are made within it
+            pods = await pods_of(api, namespace, "lws")
+            peak = max(peak, gpus_bound(pods, nodes.names))
+            extra.update(
+                {p["metadata"]["name"]: p for p in pods if p["metadata"]["name"] in ("lws-0-2", "lws-0-3")}
+            )
+            await anyio.sleep(1)
     assert peak <= QUOTA, f"{peak} GPUs bound on a pool of quota {QUOTA}"
-    if code == 0:  # the scale went through (nothing refuses it yet): the extra workers are made, and held
+    if guard == "guard":
+        seen = refused_by_the_guard(code, err, "a scale of the worker StatefulSet")
+        assert not extra, f"the refused scale made {sorted(extra)}"
+    else:  # the scale went through: the extra workers are made, and held
+        assert code == 0, err
         assert sorted(extra) == ["lws-0-2", "lws-0-3"], f"the scaled worker StatefulSet made {sorted(extra)}"
         now = {p["metadata"]["name"]: p for p in await pods_of(api, namespace, "lws")}
         for name in ("lws-0-2", "lws-0-3"):
@@ -110,8 +133,6 @@ async def test_workers_past_the_lws_size_stay_gated(
         held = [line for line in metrics.splitlines() if line.startswith(HELD_METRIC)]
         assert held and float(held[0].split()[-1]) >= 1, held  # this group (others' may linger)
         seen = f"{answered}; record: {message}"
-    else:
-        seen = answered
     # Other groups go on: an LWS of another pool, made after the attack, runs whole.
     await create(api, namespace, plain_lws("other", other_pool, size=2, replicas=1))
 
@@ -120,12 +141,13 @@ async def test_workers_past_the_lws_size_stay_gated(
 
     await eventually(other_whole, timeout=90, what="another pool's group bound whole")
     attack_table.add(
-        f"dev: kubectl scale sts/lws-0 --replicas=3 (size 2; peak {peak} of {QUOTA} GPUs)",
-        "contained",
+        f"dev: kubectl scale sts/lws-0 --replicas=3 (size 2; {guard}; peak {peak} of {QUOTA} GPUs)",
+        "refused" if guard == "guard" else "contained",
         seen,
     )
 
 
+@GUARD
 async def test_pods_of_a_hand_edited_worker_statefulset_stay_gated(
     api: kr8s.asyncio.Api,
     cluster: Cluster,
@@ -133,6 +155,7 @@ async def test_pods_of_a_hand_edited_worker_statefulset_stay_gated(
     fake_nodes: MakeNodes,
     make_pool: MakePool,
     tmp_path: Path,
+    guard: str,
 ) -> None:
     """The tenant edits the admitted group's worker StatefulSet to ask 2 GPUs a pod (its
     template's revision label kept) and deletes the worker: the StatefulSet controller makes
@@ -148,29 +171,43 @@ async def test_pods_of_a_hand_edited_worker_statefulset_stay_gated(
     kubeconfig = await dev(cluster, namespace, tmp_path)
     limit = "/spec/template/spec/containers/0/resources/limits/nvidia.com~1gpu"
     patch = json.dumps([{"op": "replace", "path": limit, "value": "2"}])
-    code, out, err = await kubectl(
-        cluster, "patch", "sts/lws-0", "--type=json", "-p", patch, "-n", namespace, kubeconfig=kubeconfig
-    )
-    answered = (out or err).strip().splitlines()[0] if (out or err).strip() else f"exit {code}"
-    await kubectl(cluster, "delete", "pod", "lws-0-1", "-n", namespace, "--wait=false", kubeconfig=kubeconfig)
     peak, lived = 0, 0
     asked_two: dict[str, Any] = {}
     said: dict[str, str] = {}
     """The record's reasons seen while sampling, with their message."""
-    for _ in range(15):
-        pods = await pods_of(api, namespace, "lws")
-        peak = max(peak, gpus_bound(pods, nodes.names))
-        two = False
-        for p in pods:
-            limits = p["spec"]["containers"][0].get("resources", {}).get("limits", {})
-            if str(limits.get("nvidia.com/gpu")) == "2" and not p["metadata"].get("deletionTimestamp"):
-                asked_two[p["metadata"]["name"]] = p
-                two = True
-        lived += two
-        now = condition((await records(api, namespace)).get(0, {}))
-        said.setdefault(str(now.get("reason")), str(now.get("message")))
-        await anyio.sleep(1)
+    async with guard_off(cluster) if guard == "no-guard" else contextlib.nullcontext():
+        code, out, err = await kubectl(
+            cluster, "patch", "sts/lws-0", "--type=json", "-p", patch, "-n", namespace, kubeconfig=kubeconfig
+        )
+        answered = (out or err).strip().splitlines()[0] if (out or err).strip() else f"exit {code}"
+        await kubectl(
+            cluster, "delete", "pod", "lws-0-1", "-n", namespace, "--wait=false", kubeconfig=kubeconfig
+        )
+        for _ in range(15):
+            pods = await pods_of(api, namespace, "lws")
+            peak = max(peak, gpus_bound(pods, nodes.names))
+            two = False
+            for p in pods:
+                limits = p["spec"]["containers"][0].get("resources", {}).get("limits", {})
+                if str(limits.get("nvidia.com/gpu")) == "2" and not p["metadata"].get("deletionTimestamp"):
+                    asked_two[p["metadata"]["name"]] = p
+                    two = True
+            lived += two
+            now = condition((await records(api, namespace)).get(0, {}))
+            said.setdefault(str(now.get("reason")), str(now.get("message")))
+            await anyio.sleep(1)
     assert peak <= QUOTA, f"{peak} GPUs bound on a pool of quota {QUOTA}"
+    if guard == "guard":
+        seen = refused_by_the_guard(code, err, "an edit of the worker StatefulSet's template")
+        assert not asked_two, f"the refused edit made {sorted(asked_two)}"
+        attack_table.add(
+            f"dev: worker StatefulSet's template edited to 2 GPUs, its pod deleted ({guard}; "
+            f"peak {peak} of {QUOTA} GPUs)",
+            "refused",
+            f"{seen}; the deleted worker made again with 1 GPU",
+        )
+        return
+    assert code == 0, err
     sts = await list_raw(api, "statefulsets", namespace=namespace)
     kept = [
         x
@@ -194,7 +231,8 @@ async def test_pods_of_a_hand_edited_worker_statefulset_stay_gated(
     else:
         seen = f"{answered}; {restored} before the pod was made again (1 GPU)"
     attack_table.add(
-        f"dev: worker StatefulSet's template edited to 2 GPUs, its pod deleted (peak {peak} of {QUOTA} GPUs)",
+        f"dev: worker StatefulSet's template edited to 2 GPUs, its pod deleted ({guard}; "
+        f"peak {peak} of {QUOTA} GPUs)",
         "contained",
         seen,
     )

@@ -26,6 +26,7 @@ from gatekeeper.controller import kube as k
 from gatekeeper.controller import resources as r
 from gatekeeper.controller.certs import CA_CRT, CA_KEY, TLS_CRT, TLS_KEY, SelfSignedCerts, plan
 from gatekeeper.webhook import mutating_webhook_configuration, start_webhook_server
+from gatekeeper.webhook.config import validating_webhook_configuration
 
 NOW = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 NAMES = certs.service_dns_names("lws-gatekeeper-webhook", "gk-system")
@@ -228,6 +229,12 @@ def install(kube: FakeKube, *, secret: bool = True, config: bool = True) -> None
                 name="gk", service=("gk-system", "lws-gatekeeper-webhook", 443), ca_bundle=b""
             ),
         )
+        kube.put(
+            r.VALIDATING_WEBHOOK_CONFIGURATIONS,
+            validating_webhook_configuration(
+                name="gk", service=("gk-system", "lws-gatekeeper-webhook", 443), ca_bundle=b""
+            ),
+        )
 
 
 def manager(kube: FakeKube, cert_dir: Path) -> SelfSignedCerts:
@@ -262,11 +269,17 @@ async def test_ensure_fills_the_secret_writes_the_files_and_patches_the_ca_bundl
         name="gk", service=("gk-system", "lws-gatekeeper-webhook", 443), ca_bundle=data[CA_CRT]
     )
     assert config["webhooks"] == expected["webhooks"]
+    guard = kube.objects[("validatingwebhookconfigurations", None, "gk")]
+    assert [h["clientConfig"]["caBundle"] for h in guard["webhooks"]] == [bundle, bundle]
 
     # A second round (another replica, or the periodic check) writes nothing.
     kube.calls.clear()
     assert await manager(kube, tmp_path / "other").ensure(NOW + DAY)
-    assert kube.calls == ["get secrets", "get mutatingwebhookconfigurations"]
+    assert kube.calls == [
+        "get secrets",
+        "get mutatingwebhookconfigurations",
+        "get validatingwebhookconfigurations",
+    ]
     assert (tmp_path / "other" / TLS_CRT).read_bytes() == data[TLS_CRT]
 
 

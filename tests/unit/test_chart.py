@@ -30,6 +30,7 @@ from gatekeeper.render.admission import load_policies, service_account_username
 from gatekeeper.sandbox import build
 from gatekeeper.sandbox.karpenter import GPU_TYPES
 from gatekeeper.webhook import mutating_webhook_configuration
+from gatekeeper.webhook.config import validating_webhook_configuration
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "lws-gatekeeper"
@@ -125,12 +126,20 @@ CLUSTER_RULES: list[Rule] = [
     ("lws-gatekeeper.io", "pools/status", ("patch",), ()),
     ("scheduling.k8s.io", "priorityclasses", ("list", "watch"), ()),
 ]
-SELF_SIGNED_CLUSTER_RULE: Rule = (
-    "admissionregistration.k8s.io",
-    "mutatingwebhookconfigurations",
-    ("get", "patch"),
-    ("lws-gatekeeper",),
-)
+SELF_SIGNED_CLUSTER_RULES: list[Rule] = [
+    ("admissionregistration.k8s.io", kind, ("get", "patch"), ("lws-gatekeeper",))
+    for kind in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations")
+]
+
+
+def with_guard(cluster_rules: list[Rule]) -> list[Rule]:
+    """The rules with the StatefulSet guard's read of the StatefulSet behind a scale."""
+    return [
+        (g, r, ("get", *vs) if (g, r) == ("apps", "statefulsets") else vs, names)
+        for g, r, vs, names in cluster_rules
+    ]
+
+
 LEASE_RULES: list[Rule] = [
     ("coordination.k8s.io", "leases", ("create",), ()),
     ("coordination.k8s.io", "leases", ("get", "update"), ("lws-gatekeeper",)),
@@ -294,9 +303,15 @@ def test_default_objects(default: list[dict[str, Any]]) -> None:
             "ServiceAccount",
             *["ValidatingAdmissionPolicy"] * 7,
             *["ValidatingAdmissionPolicyBinding"] * 7,
+            "ValidatingWebhookConfiguration",
         ]
     )
-    cluster_scoped = ("ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration")
+    cluster_scoped = (
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "MutatingWebhookConfiguration",
+        "ValidatingWebhookConfiguration",
+    )
     for obj in default:
         if obj["kind"] not in cluster_scoped and "AdmissionPolicy" not in obj["kind"]:
             assert obj["metadata"]["namespace"] == NAMESPACE, obj["kind"]
@@ -405,9 +420,11 @@ def test_rbac_has_no_wildcards_and_exactly_what_the_controller_uses(
         for rule in role["rules"] or []:
             for field in ("apiGroups", "resources", "verbs", "resourceNames"):
                 assert "*" not in rule.get(field, []), f"{role['kind']} {field}: {rule}"
-    self_signed = "certManager.enabled=true" not in values and "gateInjection=policy" not in values
+    webhook = "gateInjection=policy" not in values
+    self_signed = "certManager.enabled=true" not in values and webhook
     assert rules(objects, "ClusterRole") == sorted(
-        cluster_rules + ([SELF_SIGNED_CLUSTER_RULE] if self_signed else [])
+        (with_guard(cluster_rules) if webhook else cluster_rules)
+        + (SELF_SIGNED_CLUSTER_RULES if self_signed else [])
     )
     leases = [] if "manager.leaderElection.enabled=false" in values else LEASE_RULES
     assert rules(objects, "Role") == sorted(leases + ([SECRET_RULE] if self_signed else []))
@@ -446,6 +463,29 @@ def test_the_webhook_configuration_follows_release_and_port(render: Render) -> N
     )
     assert without_chart_metadata(rendered) == expected
     assert "--webhook-service-name=gk-lws-gatekeeper-webhook" in container(objects)["args"]
+
+
+def test_the_statefulset_guard_is_the_python_one(default: list[dict[str, Any]], render: Render) -> None:
+    rendered = one(default, "ValidatingWebhookConfiguration")
+    expected = validating_webhook_configuration(
+        name="lws-gatekeeper", service=(NAMESPACE, "lws-gatekeeper-webhook", 443), ca_bundle=b""
+    )
+    assert without_chart_metadata(rendered) == expected
+    objects = render(
+        "--set", "statefulSetGuard.exemptUsers={lws-controller}", release="gk", namespace="infra"
+    )
+    expected = validating_webhook_configuration(
+        name="gk-lws-gatekeeper",
+        service=("infra", "gk-lws-gatekeeper-webhook", 443),
+        ca_bundle=b"",
+        exempt_users=["lws-controller"],
+    )
+    assert without_chart_metadata(one(objects, "ValidatingWebhookConfiguration")) == expected
+
+
+def test_the_statefulset_guard_can_be_turned_off(render: Render) -> None:
+    assert not by_kind(render("--set", "statefulSetGuard.enabled=false"), "ValidatingWebhookConfiguration")
+    assert not by_kind(render("--set", "gateInjection=policy"), "ValidatingWebhookConfiguration")
 
 
 def test_the_self_signed_secret_is_made_empty(default: list[dict[str, Any]]) -> None:
