@@ -87,15 +87,21 @@ def _valid_for(crt: Path) -> dt.timedelta:
     return cert.not_valid_after_utc - dt.datetime.now(dt.UTC)
 
 
+def _ca(pki: Pki) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    """The sandbox's CA certificate and key, as ``make_pki`` wrote them."""
+    ca_cert = x509.load_pem_x509_certificate(pki.ca_crt.read_bytes())
+    ca_key = serialization.load_pem_private_key(pki.ca_key.read_bytes(), password=None)
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+        raise ValueError(f"{pki.ca_key}: not the EC key the sandbox makes")
+    return ca_cert, ca_key
+
+
 def _renew_webhook(pki: Pki) -> None:
     """Issue the webhook servers' certificate again, with the sandbox's own CA (which every
     component already trusts). A kept sandbox folder can hold one about to expire, or a
     short-lived one a test wrote and could not put back (killed mid-way): every webhook
     call of the sandbox would fail."""
-    ca_cert = x509.load_pem_x509_certificate(pki.ca_crt.read_bytes())
-    ca_key = serialization.load_pem_private_key(pki.ca_key.read_bytes(), password=None)
-    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
-        raise ValueError(f"{pki.ca_key}: not the EC key the sandbox makes")
+    ca_cert, ca_key = _ca(pki)
     now = dt.datetime.now(dt.UTC)
     key = x509util.new_key()
     cert = x509util.leaf_certificate(
@@ -121,10 +127,7 @@ def client_identity(pki: Pki, stem: str, user: str) -> tuple[Path, Path]:
     crt, key_path = pki.dir / f"{stem}.crt", pki.dir / f"{stem}.key"
     if crt.exists() and key_path.exists() and _valid_for(crt) >= _RENEW_BEFORE:
         return crt, key_path
-    ca_cert = x509.load_pem_x509_certificate(pki.ca_crt.read_bytes())
-    ca_key = serialization.load_pem_private_key(pki.ca_key.read_bytes(), password=None)
-    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
-        raise ValueError(f"{pki.ca_key}: not the EC key the sandbox makes")
+    ca_cert, ca_key = _ca(pki)
     now = dt.datetime.now(dt.UTC)
     key = x509util.new_key()
     cert = x509util.leaf_certificate(
