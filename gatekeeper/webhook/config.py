@@ -38,10 +38,14 @@ SCALE_PATH = "/validate-statefulsets-scale"
 
 _TIMEOUT_SECONDS = 10
 
+GARBAGE_COLLECTOR_USER = "system:serviceaccount:kube-system:generic-garbage-collector"
+"""The garbage collector, as kube-controller-manager runs it with
+``--use-service-account-credentials``."""
+
 LWS_CONTROLLER_USERS = (
     "system:serviceaccount:lws-system:lws-controller-manager",
     "system:kube-controller-manager",
-    "system:serviceaccount:kube-system:generic-garbage-collector",
+    GARBAGE_COLLECTOR_USER,
 )
 """Who may change an LWS's StatefulSets: the LWS controller (as LWS's own chart runs it)
 and the garbage collector (as kube-controller-manager itself, or with

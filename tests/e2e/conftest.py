@@ -27,6 +27,7 @@ from gatekeeper.sandbox import build
 from gatekeeper.sandbox.cluster import Sandbox, as_json_list, default_dir, fake_node
 from gatekeeper.sandbox.hub import Hub
 from gatekeeper.sandbox.replay import list_raw
+from gatekeeper.webhook.config import GARBAGE_COLLECTOR_USER
 
 from . import attack_table
 
@@ -47,6 +48,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 TEST_NODES_KEY = "lws-gatekeeper.io/test-nodes"
+
+ORPHAN_LEADER_STATEFULSET = (
+    f"--as={GARBAGE_COLLECTOR_USER}", "patch", "statefulset", "--type=json",
+    "-p", '[{"op": "remove", "path": "/metadata/ownerReferences"}]',
+)  # fmt: skip
+"""kubectl arguments (then the StatefulSet's name and namespace) that make an LWS's leader
+StatefulSet ownerless as the garbage collector does on ``delete --cascade=orphan``. Tests
+that orphan an LWS's pods do it first: the collector orphans only the dependents its graph
+has seen, and on a loaded machine it was seen to delete the StatefulSets instead, and so
+the pods the test meant to keep."""
 
 
 @dataclass
