@@ -7,7 +7,7 @@ feeds them checked values (see ``pools.py``) and quotes every string for YAML, s
 label value such as ``"true"`` or ``"1"`` stays a string.
 
 Where the templates come from: the source of truth is ``templates/`` at the repository
-root (the README's layout). ``gatekeeper/render/templates`` is a symbolic link to it, so
+root (the layout in docs/development.md). ``gatekeeper/render/templates`` is a symbolic link to it, so
 the package finds them with ``importlib.resources`` both from a source checkout
 (``pip install -e .``) and from a built wheel, where setuptools copies the linked files
 in as package data (``[tool.setuptools.package-data]``).
