@@ -38,6 +38,10 @@ SCHEDULING_GATE: Final = f"{API_GROUP}/admission"
 POOL_LABEL: Final = f"{API_GROUP}/pool"
 """Opt-in label on the LWS (copied to its pod templates); its value names the pool, or with
 the ``kueue`` backend the LocalQueue in the LWS's namespace."""
+CHARGE_KEY: Final = f"{API_GROUP}/charged-to"
+"""Key of the toleration a pod is let through with (``core.charge``): its value names the
+group whose reservation the pod is charged to (``<LWS UID>.<group index>``). No update can
+remove or change a toleration, so the charge follows the pod whatever its labels say."""
 
 LWS_UID_ANNOTATION: Final = f"{API_GROUP}/leaderworkerset-uid"
 """On a Workload of the ``kueue`` backend: the UID of the LWS whose group it stands for."""

@@ -14,8 +14,8 @@ from typing import Any
 
 from gatekeeper.core.demand import Resources, pod_requests
 from gatekeeper.core.fields import mapping, sequence, string
-from gatekeeper.core.keys import KUEUE_POD_GROUP_KEY, KUEUE_ROLE_ANNOTATION
-from gatekeeper.core.objects import is_live
+from gatekeeper.core.keys import CHARGE_KEY, KUEUE_POD_GROUP_KEY, KUEUE_ROLE_ANNOTATION
+from gatekeeper.core.objects import as_list, as_map, is_live
 from gatekeeper.core.quantity import parse_units
 from gatekeeper.core.selectors import Taint, parse_label_map, parse_taints
 
@@ -108,8 +108,9 @@ def _containers(value: Any) -> Any:
 
 
 def bound_pod_view(pod: Mapping[str, Any]) -> dict[str, Any]:
-    """What the decisions read of a bound pod, anyone's: its requests, node, phase and the
-    metadata that ties it to a group or Workload; nothing else.
+    """What the decisions read of a bound pod, anyone's: its requests, node, phase, the
+    metadata that ties it to a group or Workload, and the toleration that charges it to
+    one (``core.charge``); nothing else.
 
     Every pod bound in the cluster is cached for node room, and a whole pod (status,
     env, volumes, probes, annotations) is many times the size of these fields. Reading
@@ -125,6 +126,9 @@ def bound_pod_view(pod: Mapping[str, Any]) -> dict[str, Any]:
         for key in ("containers", "initContainers"):
             if key in spec:
                 view_spec[key] = _containers(spec[key])
+        marks = [t for t in as_list(spec.get("tolerations")) if as_map(t).get("key") == CHARGE_KEY]
+        if marks:  # the group the pod is charged to (core.charge), not its other tolerations
+            view_spec["tolerations"] = marks
     view: dict[str, Any] = {}
     for key in ("apiVersion", "kind"):
         if key in pod:

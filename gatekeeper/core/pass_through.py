@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gatekeeper.core.charge import charge_toleration
 from gatekeeper.core.demand import GroupDemand, Resources, pod_requests
 from gatekeeper.core.gating import Ungate, is_opted_in, ungate_patch
 from gatekeeper.core.keys import (
@@ -80,6 +81,7 @@ class AdmittedGroup:
     """Pods per group, leader included: a worker whose index is not below it stays gated."""
     node_selector: Mapping[str, str]
     tolerations: tuple[Mapping[str, Any], ...]
+    """The pool's, and the mark that charges the pod to its group (``core.charge``)."""
 
 
 Table = Mapping[tuple[str, str, int], AdmittedGroup]
@@ -130,7 +132,7 @@ class Index:
             worker=demand.pods[1].requests if len(demand.pods) > 1 else {},
             size=lws_size(lws),
             node_selector=dict(pool.node_selector),
-            tolerations=tuple(pool.tolerations),
+            tolerations=(*pool.tolerations, charge_toleration(str(uid), index)),
         )
 
 

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from core_builders import lws, lws_pod, lws_statefulsets, pool, record
 
+from gatekeeper.core.charge import charge_toleration
 from gatekeeper.core.groups import DemandMemo
 from gatekeeper.core.pass_through import Table, Written, as_known, build, lift_for, patch_for, written_after
 from gatekeeper.webhook.pass_through import PassThrough
@@ -57,8 +58,8 @@ def test_a_pod_of_an_admitted_group_is_made_with_the_pools_selector_and_tolerati
         assert {
             "op": "add",
             "path": "/spec/tolerations",
-            "value": [{"key": "gpu", "operator": "Exists"}],
-        } in ops
+            "value": [{"key": "gpu", "operator": "Exists"}, charge_toleration("u-1", 0)],
+        } in ops, "the pool's tolerations, and the mark that charges the pod to its group"
         assert not [op for op in ops if "schedulingGates" in op["path"]]
 
 

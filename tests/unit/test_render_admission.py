@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gatekeeper.core.keys import POOL_LABEL, SCHEDULING_GATE
+from gatekeeper.core.keys import CHARGE_KEY, POOL_LABEL, SCHEDULING_GATE
 from gatekeeper.render.admission import (
     ALLOWED_USERNAMES_VARIABLE,
     HUB_POLICY_FILES,
@@ -67,9 +67,14 @@ def test_the_contract_names_are_spelt_right() -> None:
     assert SCHEDULING_GATE in text["gate-injection"]
     assert POOL_LABEL in text["gate-injection"]
     assert POOL_LABEL in text["pool-label"]
+    assert CHARGE_KEY in text["member-labels"]
     # Nothing that looks like the contract names but is not (a typo disables the policy).
     for body in text.values():
-        assert set(re.findall(r"lws-gatekeeper\.io/[a-z]+", body)) <= {SCHEDULING_GATE, POOL_LABEL}
+        assert set(re.findall(r"lws-gatekeeper\.io/[a-z-]*[a-z]", body)) <= {
+            SCHEDULING_GATE,
+            POOL_LABEL,
+            CHARGE_KEY,
+        }
 
 
 def test_allowed_usernames_default_is_the_charts_service_account() -> None:

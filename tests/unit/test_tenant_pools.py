@@ -9,6 +9,7 @@ import pytest
 from core_builders import ctr, gpu_nodes, lws, lws_pod, lws_statefulsets, node, pod_spec, pool, waiting
 
 from gatekeeper.core.backends.pools import PassInputs, Snapshot, decide, plan_writes
+from gatekeeper.core.charge import charge_toleration
 from gatekeeper.core.members import split_members
 from gatekeeper.core.planner import plan
 from gatekeeper.core.pool import parse_pool
@@ -133,7 +134,7 @@ def test_admitting_a_group_steers_its_pods_to_the_pool_in_the_write_that_ungates
     writes = _ungates(_snap(pods, [], [pool("a").tolerations(TAINT).obj()]))
     assert writes["vllm-0"][2:] == [
         {"op": "add", "path": "/spec/nodeSelector", "value": {"pool": "a"}},
-        {"op": "add", "path": "/spec/tolerations", "value": [TAINT]},
+        {"op": "add", "path": "/spec/tolerations", "value": [TAINT, charge_toleration("u-1", 0)]},
     ]
     assert writes["vllm-0-1"][2] == {"op": "add", "path": "/spec/nodeSelector/pool", "value": "a"}
     assert [op["op"] for op in writes["vllm-0"][:2]] == ["test", "remove"]

@@ -81,12 +81,13 @@ from typing import Any
 
 from gatekeeper.core.backends.pools.changed import WaitStatus, changed_template
 from gatekeeper.core.backends.pools.giveback import GiveBack, due, stragglers, waits_for_retry, whole
+from gatekeeper.core.backends.pools.kept import holds_pods, still_charged
+from gatekeeper.core.charge import charge_toleration, live_charges
 from gatekeeper.core.conformance import conforming
 from gatekeeper.core.demand import GroupDemand
 from gatekeeper.core.gating import Ungate
-from gatekeeper.core.groups import DemandMemo, GroupState, PodsByGroup, lws_groups, pods_by_group
+from gatekeeper.core.groups import DemandMemo, GroupState, lws_groups, pods_by_group
 from gatekeeper.core.keys import ADMITTED
-from gatekeeper.core.lws import GroupPod
 from gatekeeper.core.lws import priority as lws_priority
 from gatekeeper.core.lws import size as lws_size
 from gatekeeper.core.members import Stranger, split_members, strangers_said
@@ -247,6 +248,7 @@ def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMem
     sizes = {key: lws_size(obj) for key, obj in lws_by_key.items()}
     members, strangers = split_members(snap.pods, lws_uids, snap.statefulsets, sizes)
     pods_of = pods_by_group(members)
+    charges = live_charges(snap.pods, snap.bound_pods)
     stranger_pods: dict[GroupKey, list[Stranger]] = {}
     for one in strangers:
         stranger_pods.setdefault(GroupKey(one.namespace, one.lws, one.index), []).append(one)
@@ -259,7 +261,7 @@ def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMem
     held_invalid: list[WaitStatus] = []
     held_changed: list[WaitStatus] = []
     restore: list[tuple[str, str, str]] = []
-    partial_ungate: list[tuple[str, str, str]] = []
+    partial_ungate: list[tuple[str, str, str, GroupKey]] = []
     held_pools: dict[GroupKey, str] = {}
     revisions: list[tuple[str, str, str]] = []
     readmitted: dict[GroupKey, str] = {}
@@ -291,7 +293,11 @@ def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMem
             if changed is None and isinstance(demand, GroupDemand):  # a hand-edited StatefulSet's pods
                 gs, off = conforming(gs, pods, lws, demand)
                 stranger_pods.update({key: [*stranger_pods.get(key, []), *off]} if off else {})
-            if record is not None and is_terminating(record) and not _holds_pods(admitted, changed, pods):
+            if (
+                record is not None
+                and is_terminating(record)
+                and not holds_pods(admitted, record, pods, charges, isinstance(changed, WaitingGroup))
+            ):
                 continue  # deleted, and no running pod needs it: it goes; a new one once it is gone
             groups.append(gs)
             state_of[key] = gs
@@ -304,7 +310,7 @@ def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMem
                     readmitted[key] = format_resources(was[0]) if was else ""
                 else:
                     admitted_groups.append(changed[0])
-                    partial_ungate.extend((ns, pod, changed[0].pool) for pod in changed[1])
+                    partial_ungate.extend((ns, pod, changed[0].pool, key) for pod in changed[1])
                     if changed[2] is not None:
                         held_changed.append(changed[2])
                     elif record is not None and _said_changed(record) and key not in stranger_pods:
@@ -363,7 +369,7 @@ def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMem
                 waiting_groups.append(
                     WaitingGroup(key=key, pool=pool, demand=demand, created=created, priority=order)
                 )
-    for rkey, running in _still_running(records, lws_by_key, pods_of):
+    for rkey, running in still_charged(records, wanted_records, lws_by_key, pods_of, charges):
         wanted_records.add(rkey)
         admitted_groups.append(running)
 
@@ -379,10 +385,11 @@ def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMem
     by_name = {p.name: p for p in pools}
     steer: dict[tuple[str, str], Ungate] = {}
 
-    def steered(ns: str, pod: str, pool_name: str) -> bool:
+    def steered(ns: str, pod: str, pool_name: str, key: GroupKey) -> bool:
         pool = by_name.get(pool_name)
-        if pool is not None:  # a pod is never let through to no pool's nodes
-            steer[(ns, pod)] = Ungate(ns, pod, pool.node_selector, pool.tolerations)
+        if pool is not None:  # a pod is never let through to no pool's nodes, and always marked
+            mark = charge_toleration(state_of[key].lws_uid, key.index)
+            steer[(ns, pod)] = Ungate(ns, pod, pool.node_selector, (*pool.tolerations, mark))
         return pool is not None
 
     create = tuple(g for g in groups if (g.key.namespace, g.record) not in wanted_records)
@@ -392,14 +399,11 @@ def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMem
         summary = format_resources(gs.demand.total) if isinstance(gs.demand, GroupDemand) else ""
         admit.append(Admit(group=gs, nodes=tuple(a.nodes), summary=summary))
         for pod in gs.gated:
-            steered(gs.key.namespace, pod, gs.pool)
+            steered(gs.key.namespace, pod, gs.pool, gs.key)
+    lifts = {(k.namespace, pod): (held_pools[k], k) for k in ungate_keys for pod in state_of[k].gated}
+    lifts.update({(ns, pod): (pool_name, key) for ns, pod, pool_name, key in partial_ungate})
     ungate = tuple(
-        (ns, pod)
-        for ns, pod, pool_name in sorted(
-            {(k.namespace, pod, held_pools[k]) for k in ungate_keys for pod in state_of[k].gated}
-            | set(partial_ungate)
-        )
-        if steered(ns, pod, pool_name)
+        (ns, pod) for (ns, pod), (pool_name, key) in sorted(lifts.items()) if steered(ns, pod, pool_name, key)
     )
     waiting: list[WaitStatus] = []
     for w in result.waiting:
@@ -442,48 +446,6 @@ def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMem
         stop=tuple(sorted(stop)),
         settled=tuple(sorted(settled)),
     )
-
-
-def _still_running(
-    records: Mapping[tuple[str, str], Mapping[str, Any]],
-    lwss: Mapping[tuple[str, str], Mapping[str, Any]],
-    pods_of: PodsByGroup,
-) -> list[tuple[tuple[str, str], AdmittedGroup]]:
-    """Admitted records whose LWS is gone (deleted, its namespace deleted, its label removed)
-    but whose pods still live: each keeps its record and holds its recorded demand until its
-    last pod is gone, as a scaled-away group does. No node room is held for it (the shape of
-    its pods is unknown); its pods are in the bound-pod usage."""
-    held: list[tuple[tuple[str, str], AdmittedGroup]] = []
-    for (ns, rname), record in records.items():
-        spec = as_map(record.get("spec"))
-        name, index = spec.get("leaderWorkerSet"), spec.get("groupIndex")
-        if (
-            not isinstance(name, str)
-            or type(index) is not int
-            or (ns, name) in lwss
-            or not is_admitted(record)
-        ):
-            continue
-        if not any(p.live for p in pods_of.get((ns, name), {}).get(index, ())):
-            continue
-        demand = recorded_demand(record)
-        pool = str(as_map(record.get("status")).get("pool") or "")
-        group = AdmittedGroup(
-            GroupKey(ns, name, index), pool, demand, bound=frozenset(range(demand.pod_count))
-        )
-        held.append(((ns, rname), group))
-    return held
-
-
-def _holds_pods(
-    admitted: bool,
-    changed: WaitingGroup | tuple[AdmittedGroup, list[str], WaitStatus | None] | None,
-    pods: Sequence[GroupPod],
-) -> bool:
-    """Is a deleted record of an LWS's group kept? While admitted and a pod of the group lives,
-    unless only new pods of a changed template are left (they are gated, and could only be
-    admitted again on a record being deleted)."""
-    return admitted and not isinstance(changed, WaitingGroup) and any(p.live for p in pods)
 
 
 def _said_changed(record: Mapping[str, Any]) -> bool:
