@@ -19,6 +19,7 @@ from gatekeeper.core.backends.kueue import (
     new_workload,
     plan_writes,
 )
+from gatekeeper.core.charge import charge_toleration
 from gatekeeper.core.gating import Ungate, ungate_patch
 from gatekeeper.core.keys import (
     DEMAND_HASH_ANNOTATION,
@@ -223,7 +224,9 @@ def test_an_admitted_workload_lifts_every_gate_with_the_flavor_labels() -> None:
     assert {tuple(sorted(u.node_selector.items())) for u in acts.ungate} == {
         (("example.com/zone", "a"), ("pool", "h100"))
     }
-    assert all(u.tolerations == tuple(FLAVOR["spec"]["tolerations"]) for u in acts.ungate)  # type: ignore[index]
+    mark = charge_toleration(obj["metadata"]["uid"], 0)
+    flavor = tuple(FLAVOR["spec"]["tolerations"])  # type: ignore[index]
+    assert all(u.tolerations == (*flavor, mark) for u in acts.ungate)  # the flavor's, then the charge
     [st] = acts.statuses
     assert st.admitted and st.reason == "Admitted"
     assert "ClusterQueue cq-gpu, flavor h100" in st.message

@@ -13,6 +13,7 @@ from core_builders import lws_pod, record
 from test_backend_kueue import ADMITTED, EVICTED, LQ, UID, cond, decide, rec, vllm, workload
 
 from gatekeeper.core.backends.kueue import KueueSnapshot, new_workload, plan_writes
+from gatekeeper.core.charge import charge_toleration
 from gatekeeper.core.gating import Ungate
 from gatekeeper.core.keys import ADOPTING_REASON, SPEC_HASH_ANNOTATION, WAITING_FOR_KUEUE
 from gatekeeper.core.record import record_name
@@ -79,7 +80,7 @@ def test_an_adopted_group_waits_for_kueue_with_its_pods_kept_and_its_restarts_le
     ]
     acts = decide([obj], pods, [adopting], [wl(obj, 0, conditions=NO_ROOM)])
     assert acts.stop == () and acts.delete_workloads == () and acts.create_workloads == ()
-    assert acts.ungate == (Ungate("default", "vllm-0-2", {}, ()),)
+    assert acts.ungate == (Ungate("default", "vllm-0-2", {}, (charge_toleration(UID, 0),)),)
     st = status_of(acts, 0)
     assert (st.admitted, st.reason) == (True, ADOPTING_REASON)
     assert "insufficient unused quota" in st.message

@@ -23,7 +23,7 @@ from prometheus_client import Counter, Gauge, Histogram
 from gatekeeper.controller import kube as k
 from gatekeeper.controller import resources as r
 from gatekeeper.controller.act import execute
-from gatekeeper.controller.caches import Caches
+from gatekeeper.controller.caches import BOUND_PODS, Caches
 from gatekeeper.controller.held import report_held
 from gatekeeper.controller.informer import Informer
 from gatekeeper.controller.loop import Write as Writer
@@ -77,6 +77,8 @@ class KueueBackend:
         self.flavors = caches.informer(r.RESOURCE_FLAVORS)
         self.priorities = caches.informer(r.PRIORITY_CLASSES)
         self.statefulsets = caches.informer(r.STATEFULSETS, label_selector=LWS_NAME_LABEL)
+        self.bound = caches.informer(r.PODS, field_selector=BOUND_PODS)
+        """Pods let through keep their group's Workload by the charge they carry (``core.charge``)."""
 
     @property
     def informers(self) -> list[Informer]:
@@ -88,6 +90,7 @@ class KueueBackend:
             self.flavors,
             self.priorities,
             self.statefulsets,
+            self.bound,
         ]
 
     def snapshot(self, now: datetime) -> KueueSnapshot:
@@ -99,6 +102,7 @@ class KueueBackend:
             flavors=self.flavors.values(),
             priorities=self.caches.priorities(),
             statefulsets=self.statefulsets.values(),
+            bound_pods=self.bound.values(),
             now=now,
             retry_seconds=self.retry_seconds,
         )

@@ -86,6 +86,7 @@ from gatekeeper.core.backends.kueue.workload import (
     workload_belongs,
     workload_indices,
 )
+from gatekeeper.core.charge import Charge, charge_toleration, charged, live_charges
 from gatekeeper.core.conformance import conforming
 from gatekeeper.core.demand import GroupDemand
 from gatekeeper.core.gating import Ungate
@@ -115,6 +116,7 @@ from gatekeeper.core.objects import (
 )
 from gatekeeper.core.quantity import format_resources
 from gatekeeper.core.queue import GroupKey, InvalidDemand
+from gatekeeper.core.record import is_admitted
 
 __all__ = [
     "NEVER_FIT_RETRY_MAX_SECONDS",
@@ -146,6 +148,9 @@ class KueueSnapshot:
     """PriorityClass name -> value."""
     statefulsets: Sequence[Mapping[str, Any]] = ()
     """StatefulSets of LWSs: which pods an LWS made (``core.members``)."""
+    bound_pods: Sequence[Mapping[str, Any]] = ()
+    """Every pod bound to a node: a pod let through keeps its group's Workload while it
+    lives, whatever its labels say now (``core.charge``)."""
     now: datetime | None = None
     """The time of the pass, for retry delays (None: every delay is over)."""
     retry_seconds: int = NEVER_FIT_RETRY_SECONDS
@@ -221,6 +226,7 @@ def decide_kueue(snap: KueueSnapshot, memo: DemandMemo | None = None) -> KueueAc
     sizes = {key: lws_size(obj) for obj in snap.lwss if (key := object_key(obj))}
     members_only, strangers = split_members(snap.pods, lws_uids, snap.statefulsets, sizes)
     pods_of = pods_by_group(members_only)
+    charges = live_charges(snap.pods, snap.bound_pods)
     stranger_pods: dict[GroupKey, list[Stranger]] = {}
     for one in strangers:
         stranger_pods.setdefault(GroupKey(one.namespace, one.lws, one.index), []).append(one)
@@ -255,7 +261,8 @@ def decide_kueue(snap: KueueSnapshot, memo: DemandMemo | None = None) -> KueueAc
                 group.staying,
             )
             rname, index, queue, demand = gs.record, gs.key.index, gs.pool, gs.demand
-            live = any(p.live for p in members)
+            mark = charge_toleration(gs.lws_uid, index)
+            live = any(p.live for p in members) or bool(record is not None and charged(record, charges))
             wl = workloads.get((ns, rname))
             if wl is not None and not workload_belongs(wl, name, gs.lws_uid, index):
                 stale.append((ns, rname))
@@ -380,7 +387,7 @@ def decide_kueue(snap: KueueSnapshot, memo: DemandMemo | None = None) -> KueueAc
             if adopting:
                 # Running on another backend's admission: kept, and so are its old pods.
                 let_through = old_pods(record, present)
-                ungate.extend(Ungate(ns, p, {}, ()) for p in sorted(let_through))
+                ungate.extend(Ungate(ns, p, {}, (mark,)) for p in sorted(let_through))
                 why = waiting_reason(wl, index, queue)[1] if wl is not None else "its Workload is being made"
                 said = adopting_message(index, rname, why)
                 statuses.append(RecordStatus(gs, rname, True, ADOPTING_REASON, said))
@@ -396,9 +403,10 @@ def decide_kueue(snap: KueueSnapshot, memo: DemandMemo | None = None) -> KueueAc
                         continue
                     role = "leader" if p.worker == 0 else "worker"
                     labels, tolerations = flavor_steering(wl or {}, flavors, role)
-                    ungate.append(Ungate(ns, p.name, labels, tolerations))
-            elif not admitted and ungated:
-                stop.extend((ns, p.name) for p in ungated)
+                    ungate.append(Ungate(ns, p.name, labels, (*tolerations, mark)))
+            elif not admitted and (running := {p.name for p in ungated} | set(charged(record, charges))):
+                # Its pods stop, those let through whose labels were changed since included.
+                stop.extend((ns, pod) for pod in sorted(running))
             elif not admitted and reserved and _true(conds, EVICTED):
                 clear.append((ns, rname))
             if isinstance(demand, InvalidDemand) and not admitted:
@@ -434,7 +442,7 @@ def decide_kueue(snap: KueueSnapshot, memo: DemandMemo | None = None) -> KueueAc
                 reason, message = waiting_reason(wl, index, queue)
                 statuses.append(RecordStatus(gs, rname, False, reason, message))
     statuses = [said_strangers(st, stranger_pods) for st in statuses]
-    wanted |= _still_running(records, {k for lws in snap.lwss if (k := object_key(lws))}, pods_of)
+    wanted |= _still_running(records, {k for lws in snap.lwss if (k := object_key(lws))}, pods_of, charges)
     release = tuple(sorted(k for k in records if k not in wanted))
     # Workloads of ours without a wanted record (their record was deleted by hand): delete them too.
     orphans = tuple(sorted(k for k in workloads if k not in wanted and k not in records))
@@ -456,16 +464,21 @@ def _still_running(
     records: Mapping[tuple[str, str], Mapping[str, Any]],
     lwss: set[tuple[str, str]],
     pods_of: Mapping[tuple[str, str], Mapping[int, Sequence[GroupPod]]],
+    charges: Mapping[Charge, tuple[str, ...]],
 ) -> set[tuple[str, str]]:
-    """Records (and so Workloads) of groups whose LWS is gone (deleted, its namespace deleted,
-    its label removed) but whose pods still live: kept, so Kueue keeps the quota they use,
-    until the last pod is gone, as on scale-down."""
+    """Records (and so Workloads) of groups whose pods still live though no group wants them:
+    kept, so Kueue keeps the quota they use, until the last pod is gone, as on scale-down.
+    By label: the group's LWS is gone (deleted, its namespace deleted, its label removed).
+    By charge (``core.charge``): a pod let through on an admitted record still lives, its
+    labels changed or its LWS deleted with ``--cascade=orphan`` or replaced."""
     kept: set[tuple[str, str]] = set()
     for (ns, rname), record in records.items():
         spec = as_map(record.get("spec"))
         name, index = spec.get("leaderWorkerSet"), spec.get("groupIndex")
-        if not isinstance(name, str) or type(index) is not int or (ns, name) in lwss:
+        if not isinstance(name, str) or type(index) is not int:
             continue
-        if any(p.live for p in pods_of.get((ns, name), {}).get(index, ())):
+        by_charge = is_admitted(record) and bool(charged(record, charges))
+        by_label = (ns, name) not in lwss and any(p.live for p in pods_of.get((ns, name), {}).get(index, ()))
+        if by_charge or by_label:
             kept.add((ns, rname))
     return kept

@@ -65,7 +65,7 @@ def plan_writes(actions: KueueActions, snap: KueueSnapshot, memory: Memory, now:
     lwss = index_by_key(snap.lwss)
     records = index_by_key(snap.records)
     workloads = index_by_key(snap.workloads)
-    pods = index_by_key(snap.pods)
+    pods = index_by_key([*snap.bound_pods, *snap.pods])  # a pod stopped by its charge may be unlabelled
     events = EventsOnce(memory, lwss)
 
     first: list[Write] = []
