@@ -1,0 +1,77 @@
+"""With the ``kueue`` backend, the charge follows the pods too: a group's Workload (and so
+Kueue's quota) stays while a pod let through on it lives, found by the toleration that
+names its group (``lws-gatekeeper.io/charged-to``), whatever its labels say now.
+
+The pool label is removed from a running group's pods (the policy that refuses it is
+turned off for the namespace, to show the gatekeeper's own hold), its LWS is deleted with
+``--cascade=orphan`` and a second LWS is made on the same LocalQueue, whose ClusterQueue
+has quota for one group while the nodes have room for two. GPUs bound in the namespace
+are sampled every second."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from gatekeeper.core.keys import LWS_NAME_LABEL, POOL_LABEL
+from gatekeeper.sandbox.cluster import POLICIES_LABEL, POLICIES_OFF, Sandbox
+from tests.e2e import attack_table
+from tests.e2e.conftest import ORPHAN_LEADER_STATEFULSET
+from tests.e2e.kueue_support import lws, make_queue, pods, records, settled, wait, workloads
+
+
+def _gpus_bound(sb: Sandbox, ns: str) -> int:
+    def gpus(pod: dict[str, Any]) -> int:
+        return sum(
+            int(c.get("resources", {}).get("limits", {}).get("nvidia.com/gpu", 0))
+            for c in pod["spec"]["containers"]
+        )
+
+    return sum(
+        gpus(p)
+        for p in pods(sb, ns)
+        if p["spec"].get("nodeName") and p.get("status", {}).get("phase") not in ("Succeeded", "Failed")
+    )
+
+
+def test_unlabelled_orphans_keep_their_workloads_quota(kueue_sandbox: Sandbox) -> None:
+    sb = kueue_sandbox
+    q = make_queue(sb, gpus=2, nodes=4, gpus_per_node=1, managed=False)
+    opted = {POOL_LABEL: q.local_queue}
+    sb.apply([lws("first", q.namespace, opted, replicas=1, size=2, gpus_per_pod=1)])
+    wait("A running whole", lambda: settled(sb, q.namespace, running=1, gated=0, size=2, lws_name="first"))
+
+    sb.kubectl("label", "namespace", q.namespace, f"{POLICIES_LABEL}={POLICIES_OFF}")
+    sb.kubectl("label", "pod", "first-0", "first-0-1", f"{POOL_LABEL}-", "-n", q.namespace)
+    sb.kubectl(*ORPHAN_LEADER_STATEFULSET, "first", "-n", q.namespace)  # see its docstring
+    sb.kubectl(
+        "delete", "lws", "first", "-n", q.namespace, "--cascade=orphan", "--wait=true", "--timeout=90s"
+    )
+    sb.apply([lws("second", q.namespace, opted, replicas=1, size=2, gpus_per_pod=1)])
+    wait("B gated whole", lambda: settled(sb, q.namespace, running=0, gated=1, size=2, lws_name="second"))
+    peak, until = 0, time.monotonic() + 15
+    while time.monotonic() < until:
+        peak = max(peak, _gpus_bound(sb, q.namespace))
+        time.sleep(1)
+    assert peak <= 2, f"{peak} GPUs bound on a ClusterQueue of quota 2"
+    assert settled(sb, q.namespace, running=0, gated=1, size=2, lws_name="second"), "B waits"
+    held = [w for w in workloads(sb, q.namespace) if w["metadata"]["labels"][LWS_NAME_LABEL] == "first"]
+    assert len(held) == 1, "A's Workload stays and holds its quota while its unlabelled pods run"
+
+    sb.kubectl(
+        "delete", "statefulsets,pods", "-n", q.namespace, "-l", f"{LWS_NAME_LABEL}=first", "--wait=false"
+    )
+    wait("B running whole", lambda: settled(sb, q.namespace, running=1, gated=0, size=2, lws_name="second"))
+    wait(
+        "A's record and Workload to go",
+        lambda: (
+            all(r["spec"]["leaderWorkerSet"] == "second" for r in records(sb, q.namespace))
+            and len(workloads(sb, q.namespace)) == 1
+        ),
+    )
+    attack_table.add(
+        f"kueue: pool label removed from running pods, LWS deleted --cascade=orphan, another LWS "
+        f"created (peak {peak} of 2 GPUs)",
+        "contained",
+        "A's Workload kept while its pods ran; B waited on Kueue, admitted once they were gone",
+    )
