@@ -56,6 +56,7 @@ from gatekeeper.core.backends.volcano.podgroup import (
     pod_group_name,
     volcano_state,
 )
+from gatekeeper.core.charge import charge_toleration, charged, live_charges
 from gatekeeper.core.conformance import conforming
 from gatekeeper.core.demand import GroupDemand
 from gatekeeper.core.fit import Misfit, NodeTable
@@ -182,6 +183,7 @@ def decide_volcano(snap: VolcanoSnapshot, demands: DemandMemo | None = None) -> 
         {key: lws_size(obj) for key, obj in lws_by_key.items()},
     )
     pods_of = pods_by_group(made)
+    charges = live_charges(snap.pods, snap.bound_pods)
     stranger_pods: dict[GroupKey, list[Stranger]] = defaultdict(list)
     for one in strangers:
         stranger_pods[GroupKey(one.namespace, one.lws, one.index)].append(one)
@@ -288,7 +290,8 @@ def decide_volcano(snap: VolcanoSnapshot, demands: DemandMemo | None = None) -> 
         if made_by is not None and isinstance(st.demand, GroupDemand):  # a hand-edited StatefulSet's pods
             st, off = conforming(st, g.present, made_by, st.demand)
             stranger_pods[st.key].extend(off)
-        ungate.extend(Ungate(ns, name, {}) for name in st.gated)
+        mark = charge_toleration(st.lws_uid, st.key.index)
+        ungate.extend(Ungate(ns, name, {}, (mark,)) for name in st.gated)
         reason: str = VOLCANO_INQUEUE_REASON
         message = f"group {st.key.index} admitted by Volcano Queue {st.pool} (PodGroup {pg_name}, "
         message += f"{answer.phase})"
@@ -299,7 +302,8 @@ def decide_volcano(snap: VolcanoSnapshot, demands: DemandMemo | None = None) -> 
         statuses.append(VolcanoStatus(st, True, reason, message, pod_group=pg_name, warning=warn))
 
     # Records no group of a present LWS claims (a group scaled away whose last pod went, an
-    # LWS deleted): released once no live pod of their group is left.
+    # LWS deleted): released once no live pod of their group is left, by its labels or by
+    # the charge it was let through with (``core.charge``: its labels changed since).
     claimed = {(g.state.key.namespace, g.state.record) for g in groups if g.staying}
     for (ns, name), rec in sorted(records.items()):
         spec = as_map(rec.get("spec"))
@@ -307,7 +311,7 @@ def decide_volcano(snap: VolcanoSnapshot, demands: DemandMemo | None = None) -> 
         if (ns, name) in claimed or (ns, name) in release or not isinstance(lws_name, str):
             continue
         members = pods_of.get((ns, lws_name), {}).get(index, []) if isinstance(index, int) else []
-        if not any(p.live for p in members):
+        if not any(p.live for p in members) and not (is_admitted(rec) and charged(rec, charges)):
             release.append((ns, name))
 
     create_pod_groups: list[tuple[GroupState, str]] = []
