@@ -15,7 +15,9 @@ through on its group's admission only when, against its role's template in the L
 * it runs the RuntimeClass the template names (or none where it names none);
 * it has the PriorityClass the template names, where the template names one (where it
   names none, the API server may give the pod the cluster's default class, which a pass
-  cannot tell from one set by hand).
+  cannot tell from one set by hand);
+* it carries no toleration of a closed pool's taint (``core.closed``): the gatekeeper adds
+  those itself as it lifts the gate, so a gated pod with one had it written by a tenant.
 
 Called by the backends' decisions (``backends.pools.decide``, ``backends.kueue.decide``,
 ``backends.volcano.decide``) for the pods of a group whose admitted demand is the LWS's
@@ -29,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from gatekeeper.core.closed import what_opens
 from gatekeeper.core.demand import GroupDemand, pod_requests
 from gatekeeper.core.groups import GroupState
 from gatekeeper.core.lws import GroupPod, templates
@@ -72,6 +75,9 @@ def departure(pod: GroupPod, lws: Mapping[str, Any], demand: GroupDemand) -> str
             f"pod {pod.name} has PriorityClass {has_class or '(none)'} where its LeaderWorkerSet's "
             f"{what} template says {wanted_class}"
         )
+    opens = what_opens(spec)
+    if opens:
+        return f"pod {pod.name}: {opens}; remove it from the LeaderWorkerSet's {what} template"
     return None
 
 

@@ -43,6 +43,12 @@ CHARGE_KEY: Final = f"{API_GROUP}/charged-to"
 group whose reservation the pod is charged to (``<LWS UID>.<group index>``). No update can
 remove or change a toleration, so the charge follows the pod whatever its labels say."""
 
+POOL_TAINT_KEY: Final = f"{API_GROUP}/pool"
+"""Key of the taint of a closed pool's nodes (value: the Pool's name, with the ``kueue``
+backend the ResourceFlavor's). Reserved: only the gatekeeper gives a pod a toleration that
+tolerates it (``core.closed``), to the pods of a group admitted into that pool, from the
+Pool's ``spec.tolerations`` (or the flavor's). The same string as ``POOL_LABEL``."""
+
 LWS_UID_ANNOTATION: Final = f"{API_GROUP}/leaderworkerset-uid"
 """On a Workload of the ``kueue`` backend: the UID of the LWS whose group it stands for."""
 SPEC_HASH_ANNOTATION: Final = f"{API_GROUP}/spec-hash"

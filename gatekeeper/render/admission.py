@@ -22,6 +22,7 @@ import yaml
 
 __all__ = [
     "ALLOWED_USERNAMES_VARIABLE",
+    "CLOSED_POOLS",
     "GATEKEEPER_SCOPE",
     "GATE_PROTECTION",
     "HUB_MEMBER_CLAIMS",
@@ -41,6 +42,7 @@ GATE_PROTECTION = "gate-protection"
 RECORD_PROTECTION = "record-protection"
 GATEKEEPER_SCOPE = "gatekeeper-scope"
 MEMBER_LABELS = "member-labels"
+CLOSED_POOLS = "closed-pools"
 POLICY_FILES = (
     GATE_PROTECTION,
     "gate-injection",
@@ -48,6 +50,7 @@ POLICY_FILES = (
     RECORD_PROTECTION,
     GATEKEEPER_SCOPE,
     MEMBER_LABELS,
+    CLOSED_POOLS,
 )
 """The policy files (without ``.yaml``): each holds its policies and their bindings."""
 HUB_MEMBER_CLAIMS = "hub-member-claims"
@@ -61,6 +64,7 @@ LIST_VARIABLES = (
     "poolAdminGroups",
     "gatekeeperUsernames",
     "statefulSetControllers",
+    "exemptNamespaces",
 )
 """The CEL list variables an installer fills (see each policy file's PLACEHOLDER comment)."""
 

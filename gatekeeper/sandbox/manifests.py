@@ -19,6 +19,7 @@ import yaml
 
 from gatekeeper.core.keys import KWOK_NODE, SANDBOX_POLICIES_LABEL, SANDBOX_POLICIES_OFF
 from gatekeeper.render.admission import (
+    CLOSED_POOLS,
     GATE_PROTECTION,
     GATEKEEPER_SCOPE,
     MEMBER_LABELS,
@@ -93,10 +94,10 @@ def fake_node(
 def sandbox_policies() -> list[dict[str, Any]]:
     """The validating policies of ``policies/`` as ``up`` installs them: as a chart install does.
 
-    Gate protection, record protection, the pool-label and member-labels checks and the
-    gatekeeper's scope, enforced in every namespace (a chart install binds them
+    Gate protection, record protection, the pool-label, member-labels and closed-pools checks
+    and the gatekeeper's scope, enforced in every namespace (a chart install binds them
     cluster-wide). Who counts as the gatekeeper (may remove the gate, write records and
-    Pool status): the sandbox's
+    Pool status, add a closed pool's toleration): the sandbox's
     gatekeeper, which runs with the admin certificate (CN=sandbox-admin), and the chart's
     default ServiceAccount in GATEKEEPER_NAMESPACE (the chart's tests run the gatekeeper as
     that account). The scope policy holds only that ServiceAccount, as the chart names it:
@@ -111,10 +112,11 @@ def sandbox_policies() -> list[dict[str, Any]]:
     """
     chart_account = service_account_username(GATEKEEPER_NAMESPACE, "lws-gatekeeper")
     objects = load_policies(
-        [GATE_PROTECTION, "pool-label", RECORD_PROTECTION, GATEKEEPER_SCOPE, MEMBER_LABELS],
+        [GATE_PROTECTION, "pool-label", RECORD_PROTECTION, GATEKEEPER_SCOPE, MEMBER_LABELS, CLOSED_POOLS],
         allowed_usernames=["sandbox-admin", chart_account],
         # statefulSetControllers as the files say: the sandbox's kube-controller-manager runs as
-        # system:kube-controller-manager (its own user in a cluster, control_plane.py).
+        # system:kube-controller-manager (its own user in a cluster, control_plane.py); and
+        # exemptNamespaces (kube-system).
         lists={"gatekeeperUsernames": [chart_account]},
     )
     for obj in objects:

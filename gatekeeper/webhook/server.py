@@ -39,8 +39,10 @@ from aiohttp import web
 from prometheus_client import Counter, Histogram
 
 from gatekeeper.core.backends.volcano import volcano_pod_patch
+from gatekeeper.core.closed import what_opens
 from gatekeeper.core.gating import is_opted_in, lws_label_patch, pod_gate_patch
 from gatekeeper.core.keys import POOL_LABEL, SCHEDULING_GATE
+from gatekeeper.core.objects import as_map
 from gatekeeper.webhook.config import LWS_PATH, PODS_PATH, SCALE_PATH, STATEFULSETS_PATH
 from gatekeeper.webhook.guard import Lookup, scale_guard, statefulset_guard
 from gatekeeper.webhook.pass_through import PassThrough
@@ -85,14 +87,23 @@ _REFUSAL = {
 }
 
 
+class Refused(Exception):
+    """The object is refused as written, for the reason given (not for a failure of ours)."""
+
+
 def _pod_patch(review: Review, pass_through: PassThrough | None = None) -> Patch:
     """The gate, on a pod being created with the opt-in label; nothing for any other pod.
 
     A pod of a group that already holds its admission (``pass_through``) is instead made
-    as if its gate had been lifted at once: the pool's node selector and tolerations.
+    as if its gate had been lifted at once: the pool's node selector and tolerations. An
+    opted-in pod written with a toleration of closed pools' taint is refused
+    (``core.closed``): only the gatekeeper gives one, as it lets an admitted group in.
     """
     if review.operation != "CREATE" or not is_opted_in(review.obj):
         return []
+    opens = what_opens(as_map(review.obj.get("spec")))
+    if opens:
+        raise Refused(f"{opens}; remove it from the LeaderWorkerSet's pod template")
     if pass_through is not None:
         ops = pass_through.patch(review.obj, review.namespace)
         if ops is not None:
@@ -210,6 +221,18 @@ def _decide(webhook: str, decide: Callable[[Review], Patch], review: Review) -> 
     kind, what = _REFUSAL[webhook]
     try:
         patch = decide(review)
+    except Refused as exc:
+        REQUESTS.labels(webhook, "denied").inc()
+        log.info(
+            "webhook=%s uid=%s operation=%s object=%s user=%s result=denied reason=%r",
+            webhook,
+            review.uid,
+            review.operation,
+            review.where,
+            review.user,
+            str(exc),
+        )
+        return answer(review.uid, denied=f"lws-gatekeeper refuses {kind} {review.where}: {exc}", code=403)
     except Exception as exc:  # fail closed: the object must not pass unpatched
         code = 400 if isinstance(exc, ValueError) else 500
         message = f"lws-gatekeeper refuses {kind} {review.where}: it cannot be given its {what}: {exc}"

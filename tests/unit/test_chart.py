@@ -495,15 +495,23 @@ def test_the_self_signed_secret_is_made_empty(default: list[dict[str, Any]]) -> 
 
 
 def test_the_policies_are_the_files_of_policies(default: list[dict[str, Any]]) -> None:
-    """Gate protection allows exactly the chart's ServiceAccount; the pool-label and member-labels
-    checks are as written."""
+    """Gate protection allows exactly the chart's ServiceAccount; the pool-label, member-labels and
+    closed-pools checks are as written (the last with its exempt namespaces)."""
     rendered = [
         without_chart_metadata(o) for o in default if o["kind"].startswith("ValidatingAdmissionPolicy")
     ]
     expected = load_policies(
-        ["gate-protection", "pool-label", "record-protection", "gatekeeper-scope", "member-labels"],
+        [
+            "gate-protection",
+            "pool-label",
+            "record-protection",
+            "gatekeeper-scope",
+            "member-labels",
+            "closed-pools",
+        ],
         allowed_usernames=[SA_USERNAME],
         lists={
+            "exemptNamespaces": ["kube-system"],
             "gatekeeperUsernames": [SA_USERNAME],
             "poolAdminUsernames": [],
             "poolAdminGroups": ["system:masters"],
@@ -583,7 +591,7 @@ def test_policies_off(render: Render) -> None:
     objects = render(
         "--set", "policies.gateProtection.enabled=false", "--set", "policies.poolLabel.enabled=false",
         "--set", "policies.recordProtection.enabled=false", "--set", "policies.gatekeeperScope.enabled=false",
-        "--set", "policies.memberLabels.enabled=false",
+        "--set", "policies.memberLabels.enabled=false", "--set", "policies.closedPools.enabled=false",
     )  # fmt: skip
     assert not [o for o in objects if "AdmissionPolicy" in o["kind"]]
     assert by_kind(objects, "MutatingWebhookConfiguration")
@@ -596,7 +604,7 @@ def test_gate_protection_allows_the_chosen_service_account_and_extras(render: Re
         "--set", "policies.gateProtection.extraAllowedUsernames={ops-admin,system:serviceaccount:x:y}",
         "--set", "policies.poolLabel.enabled=false",
         "--set", "policies.recordProtection.enabled=false", "--set", "policies.gatekeeperScope.enabled=false",
-        "--set", "policies.memberLabels.enabled=false",
+        "--set", "policies.memberLabels.enabled=false", "--set", "policies.closedPools.enabled=false",
     )  # fmt: skip
     assert not by_kind(objects, "ServiceAccount")
     usernames = [service_account_username(NAMESPACE, "gk-robot"), "ops-admin", "system:serviceaccount:x:y"]
@@ -604,6 +612,19 @@ def test_gate_protection_allows_the_chosen_service_account_and_extras(render: Re
     expected = load_policies(["gate-protection"], allowed_usernames=usernames)
     assert sorted(rendered, key=str) == sorted(expected, key=str)
     assert one(objects, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"] == "gk-robot"
+
+
+def test_closed_pools_exempt_the_chosen_namespaces(render: Render) -> None:
+    objects = render("--set", "policies.closedPools.exemptNamespaces={kube-system,gpu-operator}")
+    rendered = [
+        without_chart_metadata(o) for o in objects if o["metadata"]["name"] == "lws-gatekeeper-closed-pools"
+    ]
+    expected = load_policies(
+        ["closed-pools"],
+        allowed_usernames=[SA_USERNAME],
+        lists={"exemptNamespaces": ["kube-system", "gpu-operator"]},
+    )
+    assert sorted(rendered, key=str) == sorted(expected, key=str)
 
 
 def test_gate_injection_by_policy_has_no_webhook(render: Render) -> None:
@@ -900,6 +921,7 @@ def test_the_notes_say_how_to_use_each_backend(helm: Path) -> None:
             "policies.gateProtection.extraAllowedUsernames={a'b}",
             "/policies/gateProtection/extraAllowedUsernames/0",
         ),
+        ("policies.closedPools.exemptNamespaces={Kube_System}", "/policies/closedPools/exemptNamespaces/0"),
         ("metrics.serviceMonitor.interval=often", "at '/metrics/serviceMonitor/interval'"),
         ("metrics.dashboard.enabled=yes", "at '/metrics/dashboard/enabled'"),
         ("metrics.dashboard.namespace=Not_A_Namespace", "at '/metrics/dashboard/namespace'"),

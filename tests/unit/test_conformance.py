@@ -20,6 +20,8 @@ from gatekeeper.core.demand import group_demand
 from gatekeeper.core.lws import GroupPod
 from gatekeeper.core.reasons import Reason
 
+CLOSED = {"key": "lws-gatekeeper.io/pool", "operator": "Equal", "value": "a", "effect": "NoSchedule"}
+
 
 def _vllm(**worker: Any) -> dict[str, Any]:
     obj = lws("vllm").pool("a").uid("u-1").size(2).replicas(1).worker(gpu_limit=1).obj()
@@ -63,6 +65,12 @@ def _pod(worker: int = 1, gpus: Any = 1, **spec: Any) -> dict[str, Any]:
         ({"priorityClassName": "low"}, _pod(priorityClassName="high"), "PriorityClass high where its"),
         ({}, _pod(priorityClassName="cluster-default"), None),  # the API server may give the default class
         ({}, _pod(worker=0, gpus=2), "pod vllm-0 asks 2 nvidia.com/gpu, more than its role (leader)"),
+        # a closed pool's taint is tolerated only by what the gatekeeper adds as it lifts the gate
+        ({}, _pod(tolerations=[CLOSED]), "lws-gatekeeper.io/pool=a:NoSchedule tolerates the taint"),
+        ({"tolerations": [CLOSED]}, _pod(tolerations=[CLOSED]), "remove it from the LeaderWorkerSet's"),
+        ({}, _pod(tolerations=[{"operator": "Exists"}]), "every taint (operator Exists, no key)"),
+        ({}, _pod(tolerations=[{"key": "lws-gatekeeper.io/pool", "operator": "Exists"}]), "(operator Exis"),
+        ({}, _pod(tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists"}]), None),
     ],
 )  # fmt: skip
 def test_a_gated_pod_departs_from_its_role_in_requests_runtime_or_priority(

@@ -192,6 +192,34 @@ async def test_malformed_opted_in_pod_is_refused(client: TestClient[Any, Any]) -
     assert "spec.schedulingGates" in message
 
 
+@pytest.mark.parametrize(
+    ("toleration", "said"),
+    [
+        ({"key": "lws-gatekeeper.io/pool", "operator": "Equal", "value": "a", "effect": "NoSchedule"},
+         "lws-gatekeeper.io/pool=a:NoSchedule"),
+        ({"operator": "Exists"}, "every taint (operator Exists, no key)"),
+    ],
+)  # fmt: skip
+async def test_opted_in_pod_written_with_a_closed_pools_toleration_is_refused(
+    client: TestClient[Any, Any], toleration: dict[str, Any], said: str
+) -> None:
+    """Only the gatekeeper gives a pod a toleration of closed pools' taint (the pool's own, as
+    it lets the group in); one the template wrote is refused, whoever makes the pod."""
+    body = review("CREATE", pod({POOL_LABEL: "on-demand"}))
+    gpu = {"key": "nvidia.com/gpu", "operator": "Exists"}
+    body["request"]["object"]["spec"]["tolerations"] = [gpu, toleration]
+    response = await admit(client, PODS_PATH, body)
+    assert response["allowed"] is False
+    assert response["status"]["code"] == 403
+    message = response["status"]["message"]
+    assert message.startswith(f"lws-gatekeeper refuses pod team-a/vllm-0: its toleration {said} tolerates")
+    assert "remove it from the LeaderWorkerSet's pod template" in message
+    # the same pod without the opt-in label is the admission policy's (lws-gatekeeper-closed-pools)
+    body = review("CREATE", pod({"app": "web"}))
+    body["request"]["object"]["spec"]["tolerations"] = [toleration]
+    assert (await admit(client, PODS_PATH, body))["allowed"] is True
+
+
 async def test_lws_create_gets_the_label_in_both_templates(client: TestClient[Any, Any]) -> None:
     response = await admit(client, LWS_PATH, review("CREATE", lws({POOL_LABEL: "on-demand"})))
     assert response["allowed"] is True

@@ -1,0 +1,95 @@
+"""An in-place resize cannot make a pod let through ask more than its group was admitted with.
+
+The tenant (``system:serviceaccount:<ns>:dev``, ``edit``, the LWS editor role, and
+``patch`` on ``pods/resize``, which a team that tunes its pods in place is given) resizes a
+running pod of its admitted group: raising its CPU request, or adding a memory request, is
+refused by the policy lws-gatekeeper-member-resize; lowering it is allowed. A pod never let
+through by the gatekeeper is not held by it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import kr8s.asyncio
+
+from gatekeeper.sandbox.replay import list_raw
+
+from . import attack_table
+from .attack_support import dev
+from .conftest import Cluster, MakeNodes, MakePool, eventually
+from .test_group_size import gpus_bound
+from .test_policies import kubectl, ok
+from .test_tenant_pools import plain_lws, tolerate
+
+RESIZER = {
+    "apiVersion": "rbac.authorization.k8s.io/v1",
+    "kind": "Role",
+    "metadata": {"name": "pod-resizer"},
+    "rules": [{"apiGroups": [""], "resources": ["pods/resize"], "verbs": ["patch", "update"]}],
+}
+
+
+def requests(cpu: str, memory: str | None = None) -> str:
+    asked = {"cpu": cpu, **({"memory": memory} if memory else {})}
+    return json.dumps({"spec": {"containers": [{"name": "c", "resources": {"requests": asked}}]}})
+
+
+async def test_a_resize_of_a_pod_let_through_may_lower_its_requests_not_raise_them(
+    api: kr8s.asyncio.Api,
+    cluster: Cluster,
+    namespace: str,
+    fake_nodes: MakeNodes,
+    make_pool: MakePool,
+    tmp_path: Path,
+) -> None:
+    nodes = await fake_nodes(2, gpus=1)
+    pool = await make_pool(nodes, quota={"nvidia.com/gpu": 2, "cpu": "2"}, tolerations=tolerate(nodes.id))
+    kubeconfig = await dev(cluster, namespace, tmp_path)
+    await ok(cluster, "apply", "-n", namespace, "-f", "-", input=json.dumps(RESIZER))
+    await ok(cluster, "create", "rolebinding", "dev-resize", "--role=pod-resizer",
+             f"--serviceaccount={namespace}:dev", "-n", namespace)  # fmt: skip
+    body: dict[str, Any] = plain_lws("lws", pool, size=2)
+    container = body["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]
+    container["resources"]["requests"] = {"cpu": "1"}
+    await ok(cluster, "apply", "-n", namespace, "-f", "-", kubeconfig=kubeconfig, input=json.dumps(body))
+
+    async def whole() -> bool:
+        return gpus_bound(await list_raw(api, "pods", namespace=namespace), nodes.names) == 2
+
+    await eventually(whole, timeout=90, what="the group bound whole")
+
+    async def resize(pod: str, patch: str) -> tuple[int, str]:
+        code, out, err = await kubectl(
+            cluster, "patch", "pod", pod, "--subresource=resize", "--type=merge", "-p", patch,
+            "-n", namespace, kubeconfig=kubeconfig,
+        )  # fmt: skip
+        return code, (err if code else out).strip()
+
+    code, raised = await resize("lws-0-1", requests("2"))
+    assert code != 0 and "a resize may lower them, not raise them (containers c)" in raised, raised
+    code, added = await resize("lws-0-1", requests("1", memory="64Gi"))
+    assert code != 0 and "not raise them" in added, added
+    code, lowered = await resize("lws-0-1", requests("500m"))
+    assert code == 0, lowered
+    pod = json.loads(await ok(cluster, "get", "pod", "lws-0-1", "-n", namespace, "-o", "json"))
+    assert pod["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "500m"
+    # A pod the gatekeeper never let through is not its to hold.
+    plain = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "plain"},
+        "spec": {
+            "nodeSelector": {"none": "none"},
+            "containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "1"}}}],
+        },
+    }
+    await ok(cluster, "create", "-n", namespace, "-f", "-", kubeconfig=kubeconfig, input=json.dumps(plain))
+    code, said = await resize("plain", requests("2"))
+    assert code == 0, said
+    attack_table.add("dev: pods/resize of a pod let through to 2 CPUs (1 admitted)", "refused",
+                     raised.splitlines()[-1])  # fmt: skip
+    attack_table.add("dev: in-place resize adding a memory request to an admitted pod", "refused",
+                     added.splitlines()[-1])  # fmt: skip
