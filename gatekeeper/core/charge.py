@@ -17,6 +17,10 @@ scaled away, the record deleted) while its group is charged, and holds its recor
 demand. Only pods in the record's namespace count: a tenant who copies another's mark
 onto its own pod only holds its own namespace's records.
 
+:func:`resize_refusal` keeps the charge true of what the pod asks: an in-place resize
+(``pods/resize``) of a pod let through may lower its requests, not raise them (the
+gatekeeper's validating webhook asks it, beside the policy ``lws-gatekeeper-member-resize``).
+
 Not seen: a pod let through, not yet bound, whose labels were changed (the labelled pods'
 informer no longer has it, the bound pods' view not yet); the policy
 ``lws-gatekeeper-member-labels`` refuses that change.
@@ -27,10 +31,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from gatekeeper.core.demand import pod_requests
 from gatekeeper.core.keys import CHARGE_KEY
 from gatekeeper.core.objects import as_list, as_map, is_live, meta
+from gatekeeper.core.quantity import format_resources
 
-__all__ = ["Charge", "charge_toleration", "charged", "charged_to", "live_charges"]
+__all__ = ["Charge", "charge_toleration", "charged", "charged_to", "live_charges", "resize_refusal"]
 
 Charge = tuple[str, str, int]
 """(namespace, LWS UID, group index): the group a pod is charged to."""
@@ -77,3 +83,29 @@ def charged(record: Mapping[str, Any], charges: Mapping[Charge, tuple[str, ...]]
     if not isinstance(uid, str) or type(index) is not int:
         return ()
     return charges.get((str(meta(record).get("namespace") or ""), uid, index), ())
+
+
+def resize_refusal(pod: Mapping[str, Any], old: Mapping[str, Any]) -> str | None:
+    """Why the in-place resize of ``old`` into ``pod`` is refused, in words for who asked it;
+    None when ``old`` was not let through by the gatekeeper or the pod asks no more of any
+    resource than before (its effective requests; the pod overhead left out)."""
+    if charged_to(old) is None:
+        return None
+    name = meta(pod).get("name") or meta(old).get("name") or ""
+
+    def asks(obj: Mapping[str, Any]) -> dict[str, int]:
+        return pod_requests({k: v for k, v in as_map(obj.get("spec")).items() if k != "overhead"})
+
+    try:
+        after, before = asks(pod), asks(old)
+    except (ValueError, ArithmeticError) as exc:
+        return f"pod {name}: its requests cannot be read ({exc})"
+    more = {r: v for r, v in after.items() if v > before.get(r, 0)}
+    if not more:
+        return None
+    return (
+        f"pod {name} was let through on the admission of its group and is charged to it at what it "
+        f"asked then ({format_resources(before) or 'nothing'}): a resize may lower its requests, not "
+        f"raise them ({format_resources(more)} asked); change the LeaderWorkerSet instead, its new "
+        "revision is admitted anew"
+    )

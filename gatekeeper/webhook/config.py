@@ -15,12 +15,13 @@ import base64
 from collections.abc import Sequence
 from typing import Any
 
-from gatekeeper.core.keys import API_GROUP, LWS_API_VERSION, LWS_NAME_LABEL, POOL_LABEL
+from gatekeeper.core.keys import API_GROUP, CHARGE_KEY, LWS_API_VERSION, LWS_NAME_LABEL, POOL_LABEL
 
 __all__ = [
     "LWS_CONTROLLER_USERS",
     "LWS_PATH",
     "PODS_PATH",
+    "RESIZE_PATH",
     "SCALE_PATH",
     "STATEFULSETS_PATH",
     "mutating_webhook_configuration",
@@ -35,6 +36,8 @@ STATEFULSETS_PATH = "/validate-statefulsets"
 """Where the StatefulSet guard takes creates and updates of StatefulSets."""
 SCALE_PATH = "/validate-statefulsets-scale"
 """Where the StatefulSet guard takes updates of ``statefulsets/scale``."""
+RESIZE_PATH = "/validate-pods-resize"
+"""Where the guard takes in-place resizes (``pods/resize``) of pods the gatekeeper let through."""
 
 _TIMEOUT_SECONDS = 10
 
@@ -113,6 +116,8 @@ def validating_webhook_configuration(
     conditions send a create or update only when the StatefulSet's controller (before or
     after the update) is an LWS or a pod, and a scale only when the StatefulSet's selector (which
     cannot change) names an LWS, so unrelated StatefulSets never wait for the gatekeeper.
+    The same configuration sends an in-place resize of a pod only when the gatekeeper let
+    it through (it carries the charge mark, which no update removes).
     """
     if (url is None) == (service is None):
         raise ValueError("give exactly one of url and service")
@@ -144,6 +149,18 @@ def validating_webhook_configuration(
                 "name": "selects-an-lws",
                 "expression": (
                     f"has(object.status.selector) && object.status.selector.contains('{LWS_NAME_LABEL}=')"
+                ),
+            },
+        ),
+        (
+            "pods-resize",
+            RESIZE_PATH,
+            _rule("", "v1", "pods/resize", ["UPDATE"]),
+            {
+                "name": "let-through",
+                "expression": (
+                    "has(oldObject.spec.tolerations) && oldObject.spec.tolerations.exists(t, "
+                    f"has(t.key) && t.key == '{CHARGE_KEY}')"
                 ),
             },
         ),

@@ -11,7 +11,10 @@ webhook refuses the change itself, with a sentence that says to change the LWS
 - ``/validate-statefulsets-scale`` (UPDATE of ``statefulsets/scale``): a Scale names no
   owner, so the StatefulSet is read (``lookup``, one GET on the controller's client, on
   every replica: the guard needs no leader). A StatefulSet that cannot be read is
-  refused with the reason (fail closed, as the configuration's ``failurePolicy``).
+  refused with the reason (fail closed, as the configuration's ``failurePolicy``);
+- ``/validate-pods-resize`` (UPDATE of ``pods/resize``): a pod let through on its group's
+  admission may be resized to ask less, not more (``core.charge.resize_refusal``), so that
+  it stays what its group was charged for.
 
 The configuration's match conditions send only StatefulSets whose selector names an LWS,
 and leave the LWS controller and the garbage collector out (``webhook/config.py``).
@@ -23,11 +26,12 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from gatekeeper.core.charge import resize_refusal
 from gatekeeper.core.objects import as_map
 from gatekeeper.core.owned import scale_refusal, statefulset_refusal
 from gatekeeper.webhook.review import Review, answer
 
-__all__ = ["Lookup", "scale_guard", "statefulset_guard"]
+__all__ = ["Lookup", "resize_guard", "scale_guard", "statefulset_guard"]
 
 log = logging.getLogger("gatekeeper.webhook")
 
@@ -89,5 +93,15 @@ def scale_guard(lookup: Lookup | None, count: Count) -> Callable[[Review], Await
             return answer(review.uid, denied=message, code=503)
         refusal = None if sts is None else scale_refusal(sts, replicas, old)
         return _said("statefulsets-scale", review, refusal, count)
+
+    return respond
+
+
+def resize_guard(count: Count) -> Callable[[Review], Awaitable[dict[str, Any]]]:
+    """The responder of ``/validate-pods-resize``."""
+
+    async def respond(review: Review) -> dict[str, Any]:
+        refusal = None if review.old_obj is None else resize_refusal(review.obj, review.old_obj)
+        return _said("pods-resize", review, refusal, count)
 
     return respond

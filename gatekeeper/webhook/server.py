@@ -15,10 +15,11 @@ one more is answered at once with 429 and ``Retry-After: 1`` (the API server's c
 retries it), its body never read. So the bodies held in memory are at most
 ``MAX_CONCURRENT_REVIEWS * MAX_BODY_BYTES``.
 
-Routes: ``POST /mutate-pods``, ``POST /mutate-leaderworkersets``, the StatefulSet guard's
-``POST /validate-statefulsets`` and ``POST /validate-statefulsets-scale`` (``guard``),
-``GET /healthz``, ``GET /readyz``. Requests are counted in ``gatekeeper_webhook_requests_total`` (in the
-default prometheus registry) by webhook and result, and timed from their arrival to their
+Routes: ``POST /mutate-pods``, ``POST /mutate-leaderworkersets``, the guard's
+``POST /validate-statefulsets``, ``POST /validate-statefulsets-scale`` and
+``POST /validate-pods-resize`` (``guard``), ``GET /healthz``, ``GET /readyz``. Requests are
+counted in ``gatekeeper_webhook_requests_total`` (in the default prometheus registry) by
+webhook and result, and timed from their arrival to their
 answer in ``gatekeeper_webhook_request_duration_seconds`` by webhook (the dashboard's
 webhook latency; the API server waits for it on every pod it creates).
 """
@@ -43,8 +44,8 @@ from gatekeeper.core.closed import what_opens
 from gatekeeper.core.gating import is_opted_in, lws_label_patch, pod_gate_patch
 from gatekeeper.core.keys import POOL_LABEL, SCHEDULING_GATE
 from gatekeeper.core.objects import as_map
-from gatekeeper.webhook.config import LWS_PATH, PODS_PATH, SCALE_PATH, STATEFULSETS_PATH
-from gatekeeper.webhook.guard import Lookup, scale_guard, statefulset_guard
+from gatekeeper.webhook.config import LWS_PATH, PODS_PATH, RESIZE_PATH, SCALE_PATH, STATEFULSETS_PATH
+from gatekeeper.webhook.guard import Lookup, resize_guard, scale_guard, statefulset_guard
 from gatekeeper.webhook.pass_through import PassThrough
 from gatekeeper.webhook.review import BadReview, Patch, Review, answer, parse_review
 
@@ -293,6 +294,7 @@ def make_app(
         (LWS_PATH, "leaderworkersets", _mutating("leaderworkersets", _lws_patch)),
         (STATEFULSETS_PATH, "statefulsets", statefulset_guard(_counter("statefulsets"))),
         (SCALE_PATH, "statefulsets-scale", scale_guard(lookup, _counter("statefulsets-scale"))),
+        (RESIZE_PATH, "pods-resize", resize_guard(_counter("pods-resize"))),
     ]
     for path, webhook, respond in routes:
         app.router.add_post(path, _handler(webhook, respond, in_flight, max_body))

@@ -10,14 +10,15 @@ are sampled every second."""
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
-from gatekeeper.core.keys import LWS_NAME_LABEL, POOL_LABEL
+from gatekeeper.core.keys import LWS_NAME_LABEL, POOL_LABEL, POOL_TAINT_KEY
 from gatekeeper.sandbox.cluster import POLICIES_LABEL, POLICIES_OFF, Sandbox
 from tests.e2e import attack_table
 from tests.e2e.conftest import ORPHAN_LEADER_STATEFULSET
-from tests.e2e.kueue_support import lws, make_queue, pods, records, settled, wait, workloads
+from tests.e2e.kueue_support import lws, make_queue, new_tag, pods, records, settled, wait, workloads
 
 
 def _gpus_bound(sb: Sandbox, ns: str) -> int:
@@ -74,4 +75,41 @@ def test_unlabelled_orphans_keep_their_workloads_quota(kueue_sandbox: Sandbox) -
         f"created (peak {peak} of 2 GPUs)",
         "contained",
         "A's Workload kept while its pods ran; B waited on Kueue, admitted once they were gone",
+    )
+
+
+def test_a_flavor_closed_by_the_pool_taint_takes_only_admitted_groups(kueue_sandbox: Sandbox) -> None:
+    """The flavor's nodes are tainted with the reserved key ``lws-gatekeeper.io/pool`` and its
+    tolerations tolerate it: the gatekeeper adds them to an admitted group's pods as it lifts
+    their gates (an update the policy lws-gatekeeper-closed-pools lets only the gatekeeper
+    make), and a pod that tolerates the taint by itself is refused."""
+    sb = kueue_sandbox
+    tag = new_tag()
+    taint = {"key": POOL_TAINT_KEY, "value": f"gpu-{tag}", "effect": "NoSchedule"}  # the flavor's name
+    q = make_queue(sb, gpus=2, nodes=3, gpus_per_node=1, managed=False, taint=taint, tag=tag)
+    assert q.flavor == taint["value"]
+    sb.apply([lws("closed", q.namespace, {POOL_LABEL: q.local_queue}, replicas=1, size=2, gpus_per_pod=1)])
+    wait("the group running whole", lambda: settled(sb, q.namespace, running=1, gated=0, size=2))
+    assert all({**taint, "operator": "Equal"} in p["spec"]["tolerations"] for p in pods(sb, q.namespace))
+    intruder = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "intruder", "namespace": q.namespace},
+        "spec": {
+            "tolerations": [{**taint, "operator": "Equal"}],
+            "containers": [{"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+        },
+    }
+    refused = sb.kubectl("create", "-f", "-", input=json.dumps(intruder), check=False)
+    assert refused.returncode != 0, refused.stdout
+    assert "of closed pools' nodes" in refused.stderr, refused.stderr
+    peak, until = 0, time.monotonic() + 5
+    while time.monotonic() < until:
+        peak = max(peak, _gpus_bound(sb, q.namespace))
+        time.sleep(1)
+    assert peak <= 2, f"{peak} GPUs bound on a ClusterQueue of quota 2"
+    attack_table.add(
+        f"kueue, flavor closed by the pool taint: a pod tolerating it (peak {peak} of 2 GPUs)",
+        "refused",
+        refused.stderr.strip().splitlines()[-1],
     )

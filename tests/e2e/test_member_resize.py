@@ -3,8 +3,9 @@
 The tenant (``system:serviceaccount:<ns>:dev``, ``edit``, the LWS editor role, and
 ``patch`` on ``pods/resize``, which a team that tunes its pods in place is given) resizes a
 running pod of its admitted group: raising its CPU request, or adding a memory request, is
-refused by the policy lws-gatekeeper-member-resize; lowering it is allowed. A pod never let
-through by the gatekeeper is not held by it.
+refused by the policy lws-gatekeeper-member-resize, and with the namespace's policies
+turned off by the gatekeeper's validating webhook; lowering it is allowed. A pod never let
+through by the gatekeeper is not held by either.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 import kr8s.asyncio
 
+from gatekeeper.sandbox.cluster import POLICIES_LABEL, POLICIES_OFF
 from gatekeeper.sandbox.replay import list_raw
 
 from . import attack_table
@@ -72,6 +74,12 @@ async def test_a_resize_of_a_pod_let_through_may_lower_its_requests_not_raise_th
     assert code != 0 and "a resize may lower them, not raise them (containers c)" in raised, raised
     code, added = await resize("lws-0-1", requests("1", memory="64Gi"))
     assert code != 0 and "not raise them" in added, added
+    # The gatekeeper's own check (its validating webhook) holds with the policies turned off.
+    await ok(cluster, "label", "namespace", namespace, f"{POLICIES_LABEL}={POLICIES_OFF}")
+    code, unpolicied = await resize("lws-0-1", requests("2"))
+    assert code != 0 and 'admission webhook "pods-resize.lws-gatekeeper.io" denied' in unpolicied, unpolicied
+    assert "a resize may lower its requests, not raise them (2 cpu asked)" in unpolicied, unpolicied
+    await ok(cluster, "label", "namespace", namespace, f"{POLICIES_LABEL}-")
     code, lowered = await resize("lws-0-1", requests("500m"))
     assert code == 0, lowered
     pod = json.loads(await ok(cluster, "get", "pod", "lws-0-1", "-n", namespace, "-o", "json"))
@@ -93,3 +101,4 @@ async def test_a_resize_of_a_pod_let_through_may_lower_its_requests_not_raise_th
                      raised.splitlines()[-1])  # fmt: skip
     attack_table.add("dev: in-place resize adding a memory request to an admitted pod", "refused",
                      added.splitlines()[-1])  # fmt: skip
+    attack_table.add("dev: the same resize to 2 CPUs, policies off", "refused", unpolicied.splitlines()[-1])

@@ -270,7 +270,7 @@ async def test_ensure_fills_the_secret_writes_the_files_and_patches_the_ca_bundl
     )
     assert config["webhooks"] == expected["webhooks"]
     guard = kube.objects[("validatingwebhookconfigurations", None, "gk")]
-    assert [h["clientConfig"]["caBundle"] for h in guard["webhooks"]] == [bundle, bundle]
+    assert [h["clientConfig"]["caBundle"] for h in guard["webhooks"]] == [bundle] * 3
 
     # A second round (another replica, or the periodic check) writes nothing.
     kube.calls.clear()

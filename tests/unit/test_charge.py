@@ -9,7 +9,7 @@ import pytest
 from core_builders import lws, lws_pod, lws_statefulsets, node, pool, record
 
 from gatekeeper.core.backends.pools.decide import Snapshot, decide
-from gatekeeper.core.charge import charge_toleration, charged, charged_to, live_charges
+from gatekeeper.core.charge import charge_toleration, charged, charged_to, live_charges, resize_refusal
 from gatekeeper.core.keys import CHARGE_KEY, POOL_LABEL
 from gatekeeper.core.nodes import bound_pod_view
 from gatekeeper.core.reasons import Reason
@@ -149,3 +149,38 @@ def test_pods_are_let_through_with_their_mark() -> None:
     assert sorted(actions.steer) == [("default", "vllm-0"), ("default", "vllm-0-1")]
     assert all(CHARGE_KEY in [t.get("key") for t in u.tolerations] for u in actions.steer.values())
     assert all(MARK in u.tolerations for u in actions.steer.values())
+
+
+def _running(cpu: str, memory: str | None = None, *, mark: bool = True) -> dict[str, Any]:
+    requests = {k: v for k, v in (("cpu", cpu), ("memory", memory)) if v}
+    resources = {"requests": requests, "limits": {"nvidia.com/gpu": "1"}}
+    pod: dict[str, Any] = {
+        "metadata": {"name": "lws-0-1", "namespace": "team-a", "uid": "p1"},
+        "spec": {
+            "containers": [{"name": "c", "resources": resources}],
+            "tolerations": [charge_toleration("u-1", 0)] if mark else [],
+        },
+    }
+    return pod
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "said"),
+    [
+        (_running("1"), _running("500m"), None),  # lowering stays allowed
+        (_running("1"), _running("1"), None),
+        (_running("1"), _running("2"), "not raise them (2 cpu asked)"),
+        (_running("1"), _running("1", "64Gi"), "not raise them (64Gi memory asked)"),
+        (_running("1", "1Gi"), _running("500m", "2Gi"), "(2Gi memory asked)"),  # one down, one up
+        (_running("1", mark=False), _running("2", mark=False), None),  # never let through: not ours
+        (_running("1"), _running("many"), "its requests cannot be read"),
+    ],
+)  # fmt: skip
+def test_a_resize_of_a_pod_let_through_may_lower_not_raise(
+    old: dict[str, Any], new: dict[str, Any], said: str | None
+) -> None:
+    got = resize_refusal(new, old)
+    assert (got is None) is (said is None), got
+    assert said is None or (got is not None and said in got and got.startswith("pod lws-0-1")), got
+    if said and "asked" in said:
+        assert got is not None and "is charged to it at what it asked then (1 cpu" in got

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
+from gatekeeper.core.keys import CHARGE_KEY
 from gatekeeper.webhook import make_app
-from gatekeeper.webhook.config import SCALE_PATH, STATEFULSETS_PATH
+from gatekeeper.webhook.config import RESIZE_PATH, SCALE_PATH, STATEFULSETS_PATH
 
 WORKER = {
     "apiVersion": "apps/v1",
@@ -113,3 +114,26 @@ async def test_a_patch_of_replicas_is_refused_and_a_label_change_is_not() -> Non
     relabelled = {**WORKER, "metadata": {**WORKER["metadata"], "labels": {}}}  # type: ignore[dict-item]
     response = await respond({}, STATEFULSETS_PATH, review("UPDATE", relabelled, WORKER))
     assert response["allowed"] is True
+
+
+def _pod(cpu: str, *, let_through: bool = True) -> dict[str, Any]:
+    tolerations = [{"key": CHARGE_KEY, "operator": "Equal", "value": "u.0", "effect": "NoSchedule"}]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "lws-0", "namespace": "team-a"},
+        "spec": {
+            "containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}],
+            "tolerations": tolerations if let_through else [],
+        },
+    }
+
+
+async def test_a_resize_raising_a_let_through_pods_requests_is_refused_and_lowering_is_not() -> None:
+    raised = await respond({}, RESIZE_PATH, review("UPDATE", _pod("2"), _pod("1")))
+    assert raised["allowed"] is False and raised["status"]["code"] == 403
+    assert raised["status"]["message"].startswith("pod lws-0 was let through on the admission of its group")
+    assert "change the LeaderWorkerSet instead" in raised["status"]["message"]
+    assert (await respond({}, RESIZE_PATH, review("UPDATE", _pod("500m"), _pod("1"))))["allowed"] is True
+    plain = review("UPDATE", _pod("2", let_through=False), _pod("1", let_through=False))
+    assert (await respond({}, RESIZE_PATH, plain))["allowed"] is True
