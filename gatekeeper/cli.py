@@ -147,6 +147,15 @@ def why_cmd(target: str, namespace: str | None, output: str, kubeconfig: str | N
     "Pools with spec.nodePools count what those can still launch.",
 )
 @click.option(
+    "--closed-pool-exempt-namespaces",
+    default="kube-system",
+    show_default=True,
+    help="pools backend: namespaces (comma-separated; empty: none) whose pods on a closed pool's "
+    "nodes (tainted lws-gatekeeper.io/pool) are not held against the pool's quota; pods "
+    "elsewhere that tolerate that taint by themselves are. The chart passes "
+    "policies.closedPools.exemptNamespaces.",
+)
+@click.option(
     "--role",
     type=click.Choice(["member", "hub"]),
     default="member",
@@ -210,6 +219,7 @@ def run_cmd(
     node_fit: bool | None,
     never_fit_retry_seconds: int,
     karpenter_instance_types: Path | None,
+    closed_pool_exempt_namespaces: str,
     role: str,
     hub_kubeconfig: str | None,
     cluster_name: str,
@@ -263,6 +273,7 @@ def run_cmd(
         node_fit=backend == "kueue" if node_fit is None else node_fit,
         never_fit_retry_seconds=never_fit_retry_seconds,
         instance_types=instance_types,
+        closed_pool_exempt_namespaces=tuple(n for n in closed_pool_exempt_namespaces.split(",") if n),
         role=role,
         hub_kubeconfig=hub_kubeconfig,
         cluster_name=cluster_name,

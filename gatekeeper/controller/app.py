@@ -83,6 +83,9 @@ class Options:
     again; pools, a group given back after its Pool's ``spec.admissionTimeout``."""
     instance_types: tuple[InstanceType, ...] | None = None
     """pools backend: what Karpenter can launch; None: Karpenter's NodePools are not read."""
+    closed_pool_exempt_namespaces: tuple[str, ...] = ("kube-system",)
+    """pools backend: namespaces whose pods on a closed pool's nodes are not held against its
+    quota (``core.intruders``), as the policy lws-gatekeeper-closed-pools exempts them."""
     role: str = "member"
     """``member`` (a cluster's gatekeeper) or ``hub`` (grants the claims of every member)."""
     hub_kubeconfig: str | None = None
@@ -142,6 +145,7 @@ def controllers(
                 opts.instance_types,
                 pass_through=pass_through,
                 retry_seconds=opts.never_fit_retry_seconds,
+                exempt_namespaces=opts.closed_pool_exempt_namespaces,
             )
         )
     if opts.node_fit:

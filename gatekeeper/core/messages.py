@@ -94,14 +94,17 @@ def waits_for_quota(
     quota: Mapping[str, int],
     used: Mapping[str, int],
     holders: Mapping[str, int],
+    intruders: int = 0,
 ) -> str:
     resource = by_importance(short)[0]
     held, total = used.get(resource, 0), quota.get(resource, 0)
     free = format_amount(resource, max(total - held, 0))
+    by = plural(holders.get(resource, 0), "admitted group")
+    if intruders:
+        by += f" and {plural(intruders, 'pod')} on its nodes without an admission"
     text = (
         f"{_group_need(demand, resource)}; pool {pool} has {free} free "
-        f"({format_amount(resource, held)} of {format_amount(resource, total)} held by "
-        f"{plural(holders.get(resource, 0), 'admitted group')})"
+        f"({format_amount(resource, held)} of {format_amount(resource, total)} held by {by})"
     )
     others = [r for r in by_importance(short) if r != resource]
     if others:

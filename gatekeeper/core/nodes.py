@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gatekeeper.core.closed import opens_closed_pools
 from gatekeeper.core.demand import Resources, pod_requests
 from gatekeeper.core.fields import mapping, sequence, string
 from gatekeeper.core.keys import CHARGE_KEY, KUEUE_POD_GROUP_KEY, KUEUE_ROLE_ANNOTATION
@@ -109,8 +110,8 @@ def _containers(value: Any) -> Any:
 
 def bound_pod_view(pod: Mapping[str, Any]) -> dict[str, Any]:
     """What the decisions read of a bound pod, anyone's: its requests, node, phase, the
-    metadata that ties it to a group or Workload, and the toleration that charges it to
-    one (``core.charge``); nothing else.
+    metadata that ties it to a group or Workload, the toleration that charges it to one
+    (``core.charge``) and those that open closed pools (``core.intruders``); nothing else.
 
     Every pod bound in the cluster is cached for node room, and a whole pod (status,
     env, volumes, probes, annotations) is many times the size of these fields. Reading
@@ -126,8 +127,12 @@ def bound_pod_view(pod: Mapping[str, Any]) -> dict[str, Any]:
         for key in ("containers", "initContainers"):
             if key in spec:
                 view_spec[key] = _containers(spec[key])
-        marks = [t for t in as_list(spec.get("tolerations")) if as_map(t).get("key") == CHARGE_KEY]
-        if marks:  # the group the pod is charged to (core.charge), not its other tolerations
+        marks = [
+            t
+            for t in as_list(spec.get("tolerations"))
+            if as_map(t).get("key") == CHARGE_KEY or opens_closed_pools(as_map(t))
+        ]
+        if marks:  # the group it is charged to (core.charge), whether it opens closed pools (core.intruders)
             view_spec["tolerations"] = marks
     view: dict[str, Any] = {}
     for key in ("apiVersion", "kind"):

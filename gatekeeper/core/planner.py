@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from gatekeeper.core import messages as text
 from gatekeeper.core.demand import GroupDemand, PodDemand, Resources
 from gatekeeper.core.fit import Misfit, NodeTable, Placement
+from gatekeeper.core.intruders import Intruders
 from gatekeeper.core.nodes import Node
 from gatekeeper.core.pool import NodeFit, Pool, QueueingStrategy, sum_allocatable
 from gatekeeper.core.provisioning import Launcher
@@ -97,6 +98,9 @@ class PoolStatus:
     inadmissible: int
     nodes: int
     stranded: tuple[GroupKey, ...] = ()
+    intruders: tuple[str, ...] = ()
+    """Pods on the pool's closed nodes that no admission let there (``core.intruders``),
+    ``namespace/name``; what they ask is in ``used``."""
 
     def describe(self) -> str:
         """One line for people, e.g. ``pool on-demand: 4/4 nvidia.com/gpu held; 2 admitted, 8 waiting``."""
@@ -137,6 +141,13 @@ class _PoolState:
     inadmissible: int = 0
     blocker: GroupKey | None = None
     stranded: list[GroupKey] = field(default_factory=list)
+    intruders: tuple[str, ...] = ()
+
+    def intrude(self, found: Intruders) -> None:
+        """Hold what the pods on the pool's nodes without an admission ask, against its quota."""
+        for resource, amount in found.requests.items():
+            self.used[resource] = self.used.get(resource, 0) + amount
+        self.intruders = found.pods
 
     def hold(self, demand: GroupDemand) -> None:
         held = dict(demand.total)
@@ -159,6 +170,7 @@ class _PoolState:
             inadmissible=self.inadmissible,
             nodes=self.nodes,
             stranded=tuple(self.stranded),
+            intruders=self.intruders,
         )
 
 
@@ -240,7 +252,7 @@ class _Pass:
         check = check_quota(demand, state.quota, state.used, ceiling=state.ceiling)
         if not check.fits and _quota_applies(state.pool):
             detail = text.waits_for_quota(
-                group.pool, demand, check.short, state.quota, state.used, state.holders
+                group.pool, demand, check.short, state.quota, state.used, state.holders, len(state.intruders)
             )
             return self._wait(state, group, Reason.WAITING_FOR_QUOTA, detail)
         outcome = self._place(state, demand)
@@ -365,17 +377,22 @@ def plan(
     waiting: Iterable[WaitingGroup],
     namespaces: Mapping[str, Mapping[str, str]] | None = None,
     launcher: Launcher | None = None,
+    intruders: Mapping[str, Intruders] | None = None,
 ) -> Plan:
     """Decide which waiting groups to admit now and why each other one waits.
 
     ``usage`` is what bound, non-terminal pods request per node (``nodes.node_usage``).
     ``namespaces`` holds each namespace's labels (for the pools' ``namespaceSelector``).
     ``launcher`` is what the pools' Karpenter NodePools can still launch (``nodes`` then
-    include the nodes coming up, ``provisioning.coming_up``).
+    include the nodes coming up, ``provisioning.coming_up``). ``intruders`` are the pods on
+    each pool's closed nodes without an admission (``core.intruders``): held against its quota.
     Waiting groups already in ``admitted`` (same key) are ignored. Raises ValueError if
     two pools share a name.
     """
     planning = _Pass(pools, nodes, usage, namespaces, launcher)
+    for name, found in (intruders or {}).items():
+        if name in planning.states:
+            planning.states[name].intrude(found)
     admitted_keys: set[GroupKey] = set()
     for group in sorted(admitted, key=lambda g: g.key):
         admitted_keys.add(group.key)

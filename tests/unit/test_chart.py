@@ -344,6 +344,7 @@ def test_deployment_is_highly_available_and_restricted(default: list[dict[str, A
         "--backend=pools",
         "--no-node-fit",
         "--metrics-port=8080",
+        "--closed-pool-exempt-namespaces=kube-system",
         "--webhook-port=9443",
         "--cert-dir=/certs",
         "--self-signed-certs-secret=lws-gatekeeper-webhook-cert",
@@ -625,6 +626,10 @@ def test_closed_pools_exempt_the_chosen_namespaces(render: Render) -> None:
         lists={"exemptNamespaces": ["kube-system", "gpu-operator"]},
     )
     assert sorted(rendered, key=str) == sorted(expected, key=str)
+    # the gatekeeper holds pods on a closed pool's nodes against its quota outside the same namespaces
+    assert "--closed-pool-exempt-namespaces=kube-system,gpu-operator" in container(objects)["args"]
+    none = render("--set", "policies.closedPools.exemptNamespaces={}")
+    assert "--closed-pool-exempt-namespaces=" in container(none)["args"]
 
 
 def test_gate_injection_by_policy_has_no_webhook(render: Render) -> None:

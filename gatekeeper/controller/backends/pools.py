@@ -91,10 +91,13 @@ class PoolsBackend:
         *,
         pass_through: PassThrough | None = None,
         retry_seconds: int = 60,
+        exempt_namespaces: Sequence[str] = ("kube-system",),
     ) -> None:
         self.kube = kube
         self.retry_seconds = retry_seconds
         """First delay before a group given back (``spec.admissionTimeout``) is tried again."""
+        self.exempt_namespaces = frozenset(exempt_namespaces)
+        """Namespaces whose pods on a closed pool's nodes are not held against its quota."""
         # Karpenter's NodePools and NodeClaims are read only when the instance types are
         # known (``--karpenter-instance-types``): without them nothing can be planned on
         # them, and a cluster without Karpenter serves neither kind.
@@ -181,6 +184,7 @@ class PoolsBackend:
             instance_types=self.instance_types,
             now=datetime.now(UTC),
             retry_seconds=self.retry_seconds,
+            exempt_namespaces=self.exempt_namespaces,
         )
 
     async def reconcile_once(self, write: Writer) -> Actions:

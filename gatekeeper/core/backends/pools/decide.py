@@ -87,6 +87,7 @@ from gatekeeper.core.conformance import conforming
 from gatekeeper.core.demand import GroupDemand
 from gatekeeper.core.gating import Ungate
 from gatekeeper.core.groups import DemandMemo, GroupState, lws_groups, pods_by_group
+from gatekeeper.core.intruders import intruders
 from gatekeeper.core.keys import ADMITTED
 from gatekeeper.core.lws import priority as lws_priority
 from gatekeeper.core.lws import size as lws_size
@@ -147,6 +148,8 @@ class Snapshot:
     """The time of the pass (admission timeouts, retry times); None: no admission times out."""
     retry_seconds: int = 60
     """First delay before a given-back group is tried again (doubled per give-back)."""
+    exempt_namespaces: frozenset[str] = frozenset({"kube-system"})
+    """Namespaces whose pods on a closed pool's nodes are not intruders (``core.intruders``)."""
 
 
 @dataclass(frozen=True)
@@ -381,6 +384,7 @@ def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMem
         waiting_groups,
         snap.namespaces,
         launcher,
+        intruders(pools, snap.nodes, snap.bound_pods, snap.exempt_namespaces),
     )
     by_name = {p.name: p for p in pools}
     steer: dict[tuple[str, str], Ungate] = {}

@@ -28,6 +28,7 @@ from gatekeeper.core.keys import (
     RECORD_PLURAL,
     VALID_REASON,
 )
+from gatekeeper.core.messages import plural
 from gatekeeper.core.objects import (
     as_map,
     condition,
@@ -56,6 +57,9 @@ __all__ = [
     "restated_admission",
     "wait_status",
 ]
+
+MAX_INTRUDERS_SHOWN = 20
+"""Pods on a closed pool's nodes without an admission named in its status (all are counted)."""
 
 MESSAGE_REFRESH_SECONDS = 60.0
 """A waiting group's message is rewritten at most this often when only its numbers change
@@ -142,6 +146,14 @@ def _describe(st: PoolStatus) -> str:
         # pods the gatekeeper does not control, or placement rules it does not model). The
         # reservation stays: the pods bind when room frees; people are told which groups.
         text += "; admitted groups whose pods fit no node now: " + ", ".join(map(str, st.stranded))
+    if st.intruders:
+        # Pods that tolerate the pool's taint by themselves (core.intruders): held against its quota.
+        shown = ", ".join(st.intruders[:MAX_INTRUDERS_SHOWN])
+        more = len(st.intruders) - MAX_INTRUDERS_SHOWN
+        text += (
+            f"; {plural(len(st.intruders), 'pod')} on its closed nodes without an admission, held "
+            f"against its quota: {shown}{f' and {more} more' if more > 0 else ''}"
+        )
     return text
 
 
@@ -167,6 +179,7 @@ def _desired(st: PoolStatus | None, invalid: str | None) -> dict[str, Any] | Non
         "admittedGroups": st.admitted,
         "waitingGroups": st.waiting + st.inadmissible,
         "strandedGroups": [str(key) for key in st.stranded],
+        "intruders": list(st.intruders[:MAX_INTRUDERS_SHOWN]),
         "conditions": [
             {"type": POOL_VALID, "status": "True", "reason": VALID_REASON, "message": _describe(st)}
         ],
