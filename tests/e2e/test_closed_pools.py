@@ -9,7 +9,10 @@ to get on them without an admission: a pod tolerating the taint, one tolerating 
 to a pending pod, an LWS whose template tolerates it, and a pod with the opt-in label that
 does. The policy lws-gatekeeper-closed-pools refuses the first four; the gatekeeper's pod
 webhook refuses the last two, and still does with the namespace's policies turned off.
-GPUs bound on the pool's nodes are sampled every second throughout; an LWS of another pool
+With the policies off, a plain pod that tolerates the taint does bind there (nothing but
+the policy sees such a pod at creation): the gatekeeper then holds what it asks against the
+pool's quota and names it in the Pool's status, so the tenant's own group waits until it
+is gone. GPUs bound on the pool's nodes are sampled every second throughout; an LWS of another pool
 runs meanwhile, and the tenant's own group is admitted again at the end.
 """
 
@@ -29,7 +32,7 @@ from gatekeeper.sandbox.replay import list_raw
 
 from . import attack_table
 from .attack_support import dev
-from .conftest import TEST_NODES_KEY, Cluster, MakeNodes, MakePool, eventually
+from .conftest import TEST_NODES_KEY, Cluster, MakeNodes, MakePool, condition, eventually
 from .test_group_size import QUOTA, gpus_bound
 from .test_policies import kubectl, ok
 from .test_tenant_pools import create, plain_lws, tolerate
@@ -69,7 +72,7 @@ async def test_nothing_but_admitted_groups_runs_on_a_closed_pools_nodes(
     make_pool: MakePool,
     tmp_path: Path,
 ) -> None:
-    nodes = await fake_nodes(2, gpus=1)
+    nodes = await fake_nodes(3, gpus=1)  # more room than quota: the quota, not the nodes, must hold
     pool = await make_pool(nodes, quota={"nvidia.com/gpu": QUOTA})
     tolerations = [*tolerate(nodes.id), closed(pool)]
     spec = json.dumps({"spec": {"tolerations": tolerations}})
@@ -188,6 +191,8 @@ async def test_nothing_but_admitted_groups_runs_on_a_closed_pools_nodes(
         assert code == 0, said
         rows.append(("an LWS whose pod template tolerates the pool's taint",
                      last_line(await failed_create("sneaky", WEBHOOK))))  # fmt: skip
+        # Its group would be admitted on its spec and hold the quota with no pod: it goes.
+        await ok(cluster, "delete", "lws", "sneaky", "-n", namespace, "--wait=true", kubeconfig=kubeconfig)
         # With the namespace's policies off, the webhook alone holds opted-in pods.
         await ok(cluster, "label", "namespace", namespace, f"{POLICIES_LABEL}={POLICIES_OFF}")
         labelled = gpu_pod("labelled", nodes.id, [closed(pool)], **{POOL_LABEL: pool})
@@ -199,13 +204,47 @@ async def test_nothing_but_admitted_groups_runs_on_a_closed_pools_nodes(
             return gpus_bound(await pods(), others.names) == 2
 
         await eventually(other_whole, timeout=90, what="another pool's group bound whole")
-        # Nothing got on in the meantime; the tenant's own group is admitted again.
+        # Nothing got on in the meantime.
         for _ in range(5):
             await anyio.sleep(1)
-        intruders = [p["metadata"]["name"] for p in await pods() if p["spec"].get("nodeName") in nodes.names]
-        assert not intruders, f"pods on the closed pool's nodes without an admission: {intruders}"
+        on_nodes = [p["metadata"]["name"] for p in await pods() if p["spec"].get("nodeName") in nodes.names]
+        assert not on_nodes, f"pods on the closed pool's nodes without an admission: {on_nodes}"
+        # With the policies off, a plain pod tolerating the taint gets on: the gatekeeper holds
+        # it against the pool's quota, so the tenant's own group of 2 waits for what it leaves.
+        await ok(cluster, "label", "namespace", namespace, f"{POLICIES_LABEL}={POLICIES_OFF}")
+        await ok(cluster, "create", "-f", "-", "-n", namespace, kubeconfig=kubeconfig,
+                 input=json.dumps(gpu_pod("intruder", nodes.id, [closed(pool)])))  # fmt: skip
+        await ok(cluster, "label", "namespace", namespace, f"{POLICIES_LABEL}-")
+
+        async def intruder_bound() -> bool:
+            return any(
+                p["metadata"]["name"] == "intruder" and p["spec"].get("nodeName") for p in await pods()
+            )
+
+        await eventually(intruder_bound, timeout=60, what="the intruder bound")
+
+        async def named() -> bool:
+            status = json.loads(await ok(cluster, "get", "pool", pool, "-o", "json")).get("status", {})
+            return f"{namespace}/intruder" in status.get("intruders", [])
+
+        await eventually(named, timeout=60, what="the Pool's status naming the intruder")
         await ok(cluster, "scale", "lws", "lws", "--replicas=1", "-n", namespace, kubeconfig=kubeconfig)
-        await eventually(whole, timeout=90, what="the tenant's group admitted again")
+        said = ""
+
+        async def waits() -> bool:
+            nonlocal said
+            every = await list_raw(api, "groupadmissions.lws-gatekeeper.io", namespace=namespace)
+            found = [r for r in every if r["spec"].get("leaderWorkerSet") == "lws"]
+            said = condition(found[0]).get("message", "") if found else ""
+            return "1 pod on its nodes without an admission" in said
+
+        await eventually(waits, timeout=60, what="the group waiting for what the intruder leaves")
+        for _ in range(8):
+            await anyio.sleep(1)
+        assert await bound() == 1, "only the intruder is bound; the group of 2 waits"
+        rows.append(("policies off: a plain pod tolerating the taint binds (held against the quota)", said))
+        await ok(cluster, "delete", "pod", "intruder", "-n", namespace, "--wait=false", kubeconfig=kubeconfig)
+        await eventually(whole, timeout=90, what="the tenant's group admitted once the intruder is gone")
         tg.cancel_scope.cancel()
     assert peak <= QUOTA, f"{peak} GPUs bound on a pool of quota {QUOTA}"
     stranded = [
@@ -216,4 +255,5 @@ async def test_nothing_but_admitted_groups_runs_on_a_closed_pools_nodes(
     ]  # fmt: skip
     assert not stranded, stranded
     for attack, said in rows:
-        attack_table.add(f"dev, closed pool: {attack} (peak {peak} of {QUOTA} GPUs)", "refused", said)
+        expected = "contained" if attack.startswith("policies off: a plain") else "refused"
+        attack_table.add(f"dev, closed pool: {attack} (peak {peak} of {QUOTA} GPUs)", expected, said)
