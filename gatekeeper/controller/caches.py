@@ -95,6 +95,17 @@ class Caches:
             self._nodes = (inf.changes, nodes)
         return self._nodes[1]
 
+    def default_priority(self) -> int:
+        """The value of the PriorityClass with ``globalDefault`` (the highest, if several); 0
+        without one: what the API server gives a pod that names no class."""
+        values = [
+            obj.get("value", 0)
+            for obj in self.informer(r.PRIORITY_CLASSES).values()
+            if obj.get("globalDefault") is True
+        ]
+        found = [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
+        return max(found) if found else 0
+
     def priorities(self) -> dict[str, int]:
         """PriorityClass name -> value, read once per change of their informer."""
         inf = self.informer(r.PRIORITY_CLASSES)

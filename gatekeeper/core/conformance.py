@@ -13,9 +13,10 @@ through on its group's admission only when, against its role's template in the L
   give a container default CPU and memory requests its template does not have, which a
   pass cannot tell from ones written by hand;
 * it runs the RuntimeClass the template names (or none where it names none);
-* it has the PriorityClass the template names, where the template names one (where it
-  names none, the API server may give the pod the cluster's default class, which a pass
-  cannot tell from one set by hand);
+* it has the PriorityClass the template names, where the template names one; where it
+  names none, the API server gives the pod the cluster's default class (the one with
+  ``globalDefault``), so its priority may be no higher than that class's value (0 without
+  one): a class set by hand would let it preempt other tenants' pods;
 * it carries no toleration of a closed pool's taint (``core.closed``): the gatekeeper adds
   those itself as it lifts the gate, so a gated pod with one had it written by a tenant.
 
@@ -42,9 +43,12 @@ from gatekeeper.core.quantity import format_resources
 __all__ = ["conforming", "departure"]
 
 
-def departure(pod: GroupPod, lws: Mapping[str, Any], demand: GroupDemand) -> str | None:
+def departure(
+    pod: GroupPod, lws: Mapping[str, Any], demand: GroupDemand, default_priority: int = 0
+) -> str | None:
     """Why ``pod`` (gated) may not go through on its group's admission at ``demand``, in
-    words that name it; None when it asks what its role was admitted with."""
+    words that name it; None when it asks what its role was admitted with.
+    ``default_priority`` is the value of the cluster's default PriorityClass (0 without one)."""
     if pod.spec is None:
         return None
     leader = pod.worker == 0
@@ -75,6 +79,18 @@ def departure(pod: GroupPod, lws: Mapping[str, Any], demand: GroupDemand) -> str
             f"pod {pod.name} has PriorityClass {has_class or '(none)'} where its LeaderWorkerSet's "
             f"{what} template says {wanted_class}"
         )
+    value = spec.get("priority")
+    if (
+        not wanted_class
+        and isinstance(value, int)
+        and not isinstance(value, bool)
+        and value > default_priority
+    ):
+        return (
+            f"pod {pod.name} has priority {value} (PriorityClass {has_class or '(none)'}) where its "
+            f"LeaderWorkerSet's {what} template names no PriorityClass, which gives it at most "
+            f"{default_priority} (the cluster's default)"
+        )
     opens = what_opens(spec)
     if opens:
         return f"pod {pod.name}: {opens}; remove it from the LeaderWorkerSet's {what} template"
@@ -82,11 +98,19 @@ def departure(pod: GroupPod, lws: Mapping[str, Any], demand: GroupDemand) -> str
 
 
 def conforming(
-    state: GroupState, pods: Sequence[GroupPod], lws: Mapping[str, Any], demand: GroupDemand
+    state: GroupState,
+    pods: Sequence[GroupPod],
+    lws: Mapping[str, Any],
+    demand: GroupDemand,
+    default_priority: int = 0,
 ) -> tuple[GroupState, list[Stranger]]:
     """``state`` with only the gated pods that ask what their role was admitted with left in
     ``gated``, and the others as strangers (reported, kept gated)."""
-    off = [(p, why) for p in pods if p.gated and not p.terminating and (why := departure(p, lws, demand))]
+    off = [
+        (p, why)
+        for p in pods
+        if p.gated and not p.terminating and (why := departure(p, lws, demand, default_priority))
+    ]
     if not off:
         return state, []
     names = {p.name for p, _ in off}

@@ -160,3 +160,25 @@ async def test_the_bound_pod_informer_caches_views_and_the_others_whole_objects(
             tg.cancel_scope.cancel()
     assert bound.values() == [bound_pod_view(full_pod())]
     assert ours.values()[0]["status"] == full_pod()["status"]
+
+
+@pytest.mark.anyio
+async def test_the_default_priority_is_the_global_default_classes_value_or_zero() -> None:
+    def klass(name: str, value: Any, default: bool | None = None) -> dict[str, Any]:
+        obj: dict[str, Any] = {"metadata": {"name": name}, "value": value}
+        if default is not None:
+            obj["globalDefault"] = default
+        return obj
+
+    for items, expected in (
+        ([klass("low", 10), klass("high", 1000, False)], 0),
+        ([klass("low", 10), klass("normal", 100, True), klass("bad", "x", True)], 100),
+    ):
+        caches = Caches(Lists(items))  # type: ignore[arg-type]
+        classes = caches.informer(r.PRIORITY_CLASSES)
+        with anyio.fail_after(5):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(caches.run)
+                await classes.synced.wait()
+                tg.cancel_scope.cancel()
+        assert caches.default_priority() == expected

@@ -64,6 +64,8 @@ def _pod(worker: int = 1, gpus: Any = 1, **spec: Any) -> dict[str, Any]:
         ({"priorityClassName": "low"}, _pod(priorityClassName="low"), None),
         ({"priorityClassName": "low"}, _pod(priorityClassName="high"), "PriorityClass high where its"),
         ({}, _pod(priorityClassName="cluster-default"), None),  # the API server may give the default class
+        ({}, _pod(priorityClassName="cluster-default", priority=0), None),  # no higher than the default
+        ({}, _pod(priorityClassName="high", priority=1000), "has priority 1000 (PriorityClass high) where"),
         ({}, _pod(worker=0, gpus=2), "pod vllm-0 asks 2 nvidia.com/gpu, more than its role (leader)"),
         # a closed pool's taint is tolerated only by what the gatekeeper adds as it lifts the gate
         ({}, _pod(tolerations=[CLOSED]), "lws-gatekeeper.io/pool=a:NoSchedule tolerates the taint"),
@@ -80,6 +82,19 @@ def test_a_gated_pod_departs_from_its_role_in_requests_runtime_or_priority(
     got = departure(GroupPod.read(pod, pod["metadata"]["name"]), obj, group_demand(obj))
     assert (got is None) is (said is None), got
     assert said is None or (got is not None and said in got and got.startswith("pod vllm-0")), got
+
+
+@pytest.mark.parametrize(
+    ("priority", "default", "departs"), [(100, 100, False), (101, 100, True), (-5, 0, False)]
+)
+def test_where_the_template_names_no_class_a_pod_may_be_no_higher_than_the_clusters_default(
+    priority: int, default: int, departs: bool
+) -> None:
+    obj = _vllm()
+    pod = _pod(priorityClassName="some-class", priority=priority)
+    got = departure(GroupPod.read(pod, "vllm-0-1"), obj, group_demand(obj), default)
+    assert (got is not None) is departs, got
+    assert got is None or f"gives it at most {default} (the cluster's default)" in got
 
 
 def test_a_pod_let_through_is_not_judged_again() -> None:

@@ -101,6 +101,7 @@ class KueueBackend:
             workloads=self.workloads.values(),
             flavors=self.flavors.values(),
             priorities=self.caches.priorities(),
+            default_priority=self.caches.default_priority(),
             statefulsets=self.statefulsets.values(),
             bound_pods=self.bound.values(),
             now=now,

@@ -177,6 +177,7 @@ class PoolsBackend:
             pools=self.pools.values(),
             records=self.records.values(),
             priorities=self.caches.priorities(),
+            default_priority=self.caches.default_priority(),
             namespaces=namespace_labels(self.namespaces.values()),
             statefulsets=self.statefulsets.values(),
             node_pools=self.node_pools.values() if self.node_pools is not None else (),

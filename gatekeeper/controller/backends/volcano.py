@@ -89,6 +89,7 @@ class VolcanoBackend:
             nodes=self.caches.nodes(),
             bound_pods=self.bound.values(),
             priorities=self.caches.priorities(),
+            default_priority=self.caches.default_priority(),
             statefulsets=self.statefulsets.values(),
         )
 

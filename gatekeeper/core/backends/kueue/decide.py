@@ -146,6 +146,8 @@ class KueueSnapshot:
     """Kueue ResourceFlavors."""
     priorities: Mapping[str, int] = field(default_factory=dict)
     """PriorityClass name -> value."""
+    default_priority: int = 0
+    """The value of the cluster's default PriorityClass (``globalDefault``); 0 without one."""
     statefulsets: Sequence[Mapping[str, Any]] = ()
     """StatefulSets of LWSs: which pods an LWS made (``core.members``)."""
     bound_pods: Sequence[Mapping[str, Any]] = ()
@@ -395,7 +397,9 @@ def decide_kueue(snap: KueueSnapshot, memo: DemandMemo | None = None) -> KueueAc
             if admitted and staying:
                 held: set[str] = set()
                 if wl is not None and isinstance(demand, GroupDemand) and not demand_changed(wl, demand):
-                    off = conforming(gs, present, lws, demand)[1]  # a hand-edited StatefulSet's pods
+                    off = conforming(gs, present, lws, demand, snap.default_priority)[
+                        1
+                    ]  # a hand-edited StatefulSet's pods
                     stranger_pods.update({gs.key: [*stranger_pods.get(gs.key, []), *off]} if off else {})
                     held = {one.pod for one in off}
                 for p in present:

@@ -134,6 +134,8 @@ class Snapshot:
     records: Sequence[Mapping[str, Any]]
     priorities: Mapping[str, int] = field(default_factory=dict)
     """PriorityClass name -> value."""
+    default_priority: int = 0
+    """The value of the cluster's default PriorityClass (``globalDefault``); 0 without one."""
     namespaces: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     """Namespace name -> its labels (the pools' ``spec.namespaceSelector``)."""
     statefulsets: Sequence[Mapping[str, Any]] = ()
@@ -294,7 +296,7 @@ def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMem
                 else None
             )
             if changed is None and isinstance(demand, GroupDemand):  # a hand-edited StatefulSet's pods
-                gs, off = conforming(gs, pods, lws, demand)
+                gs, off = conforming(gs, pods, lws, demand, snap.default_priority)
                 stranger_pods.update({key: [*stranger_pods.get(key, []), *off]} if off else {})
             if (
                 record is not None

@@ -107,6 +107,8 @@ class VolcanoSnapshot:
     """Every pod on a node, anyone's: the room they take."""
     priorities: Mapping[str, int] = field(default_factory=dict)
     """PriorityClass name -> value: which waiting group of a Queue is offered first."""
+    default_priority: int = 0
+    """The value of the cluster's default PriorityClass (``globalDefault``); 0 without one."""
     statefulsets: Sequence[Mapping[str, Any]] = ()
     """StatefulSets of LWSs: which pods an LWS made (``core.members``)."""
 
@@ -288,7 +290,7 @@ def decide_volcano(snap: VolcanoSnapshot, demands: DemandMemo | None = None) -> 
                 continue
         made_by = lws_by_key.get((ns, st.key.name))
         if made_by is not None and isinstance(st.demand, GroupDemand):  # a hand-edited StatefulSet's pods
-            st, off = conforming(st, g.present, made_by, st.demand)
+            st, off = conforming(st, g.present, made_by, st.demand, snap.default_priority)
             stranger_pods[st.key].extend(off)
         mark = charge_toleration(st.lws_uid, st.key.index)
         ungate.extend(Ungate(ns, name, {}, (mark,)) for name in st.gated)
