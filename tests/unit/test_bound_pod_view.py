@@ -67,7 +67,10 @@ def full_pod() -> dict[str, Any]:
                 }
             ],
             "volumes": [{"name": "data", "emptyDir": {}}],
-            "tolerations": [{"operator": "Exists"}],
+            "tolerations": [
+                {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"},
+                {"operator": "Exists"},
+            ],
         },
         "status": {
             "phase": "Running",
@@ -96,7 +99,16 @@ def test_the_view_reads_as_the_pod_and_keeps_only_what_is_read() -> None:
         pod["metadata"]["deletionTimestamp"],
     )
     assert view["status"] == {"phase": "Running"}
-    assert set(view["spec"]) == {"nodeName", "overhead", "resources", "initContainers", "containers"}
+    assert set(view["spec"]) == {
+        "nodeName",
+        "overhead",
+        "resources",
+        "initContainers",
+        "containers",
+        "tolerations",
+    }
+    # only a toleration that opens closed pools (core.intruders) or charges the pod (core.charge)
+    assert view["spec"]["tolerations"] == [{"operator": "Exists"}]
     assert view["spec"]["containers"] == [
         {"name": "c", "resources": pod["spec"]["containers"][0]["resources"]}
     ]
