@@ -301,8 +301,8 @@ def test_default_objects(default: list[dict[str, Any]]) -> None:
             "Service",
             "Service",
             "ServiceAccount",
-            *["ValidatingAdmissionPolicy"] * 7,
-            *["ValidatingAdmissionPolicyBinding"] * 7,
+            *["ValidatingAdmissionPolicy"] * 9,
+            *["ValidatingAdmissionPolicyBinding"] * 9,
             "ValidatingWebhookConfiguration",
         ]
     )
@@ -628,7 +628,7 @@ def test_closed_pools_exempt_the_chosen_namespaces(render: Render) -> None:
     assert sorted(rendered, key=str) == sorted(expected, key=str)
     # the gatekeeper holds pods on a closed pool's nodes against its quota outside the same namespaces
     assert "--closed-pool-exempt-namespaces=kube-system,gpu-operator" in container(objects)["args"]
-    none = render("--set", "policies.closedPools.exemptNamespaces={}")
+    none = render("--set-json", "policies.closedPools.exemptNamespaces=[]")
     assert "--closed-pool-exempt-namespaces=" in container(none)["args"]
 
 
