@@ -40,11 +40,69 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             terminalreporter.write_line(line)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+SIDE_SANDBOXES = ("kueue_sandbox", "shared_hub", "volcano_sandbox", "karpenter_sandbox", "prometheus_sandbox")
+"""The session fixtures that start a sandbox beside the main one."""
+
+_STRETCHES = (
+    frozenset(),
+    frozenset({"kueue_sandbox"}),
+    frozenset({"kueue_sandbox", "shared_hub"}),
+    frozenset({"shared_hub"}),
+    frozenset({"volcano_sandbox"}),
+    frozenset({"karpenter_sandbox"}),
+    frozenset({"prometheus_sandbox"}),
+)
+"""The order of the tests by the side sandboxes they use: each side sandbox's tests run in
+one stretch (the Kueue sandbox joined to the hub between the two), so it is started at the
+first and stopped after the last (``pytest_runtest_teardown``), and at most two side
+sandboxes run beside the main one at any time."""
+
+_LAST_USER: dict[str, str] = {}
+"""Side sandbox fixture -> node id of the last test (in run order) that uses it."""
+_STOPPERS: dict[str, Callable[[], None]] = {}
+"""Side sandbox fixture -> how to stop it, while it runs."""
+
+
+def _stretch(item: pytest.Item) -> int:
+    used = frozenset(SIDE_SANDBOXES).intersection(getattr(item, "fixturenames", ()))
+    return _STRETCHES.index(used) if used in _STRETCHES else len(_STRETCHES)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     here = Path(__file__).parent
     for item in items:
         if here in Path(item.path).parents:
             item.add_marker(pytest.mark.e2e)
+    items[:] = sorted(items, key=_stretch)  # stable: files and tests keep their order within a stretch
+    _LAST_USER.clear()
+    for item in items:
+        for name in SIDE_SANDBOXES:
+            if name in getattr(item, "fixturenames", ()):
+                _LAST_USER[name] = item.nodeid
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """After the last test that uses a side sandbox (and its own fixtures' teardown), stop it."""
+    yield
+    if item.config.getoption("--keep-sandbox"):
+        return
+    for name, last in list(_LAST_USER.items()):
+        if last == item.nodeid and name in _STOPPERS:
+            print(f"\nstopping {name}: its last test has run", flush=True)
+            _STOPPERS.pop(name)()
+
+
+def _register_stop(name: str, stop: Callable[[], None]) -> Callable[[], None]:
+    """Register ``stop`` for the side sandbox ``name``; returns what the fixture's own end
+    calls (nothing when the sandbox was stopped after its last test already)."""
+    _STOPPERS[name] = stop
+
+    def at_end() -> None:
+        if _STOPPERS.pop(name, None) is not None:
+            stop()
+
+    return at_end
 
 
 TEST_NODES_KEY = "lws-gatekeeper.io/test-nodes"
@@ -152,8 +210,9 @@ def _sandbox_of_its_own(
 
     Its folder is the session sandbox's with ``-<suffix>`` appended (so two pytest runs
     with different ``--sandbox-dir`` never share, and race on, one); started with
-    ``Sandbox.up(nodes=0, **up)``; stopped at the end unless ``--keep-sandbox``. One that
-    cannot start fails every test that uses it, never a skip.
+    ``Sandbox.up(nodes=0, **up)``; stopped after the last test that uses it (the fixture
+    ``<suffix>_sandbox``, see ``_STRETCHES``) unless ``--keep-sandbox``. One that cannot
+    start fails every test that uses it, never a skip.
     """
     if request.config.getoption("--cluster") != "sandbox":
         pytest.fail(f"the tests of {what} run the sandbox's own: use --cluster=sandbox", pytrace=False)
@@ -166,11 +225,12 @@ def _sandbox_of_its_own(
         pytest.fail(
             f"the sandbox with {what} could not start (CI={os.environ.get('CI', '')}): {exc}", pytrace=False
         )
+    at_end = _register_stop(f"{suffix}_sandbox", sb.down)
     try:
         yield sb
     finally:
         if not request.config.getoption("--keep-sandbox"):
-            sb.down()
+            at_end()
 
 
 @pytest.fixture(scope="session")
@@ -218,13 +278,18 @@ def shared_hub(request: pytest.FixtureRequest) -> Iterator[SharedHub]:
             sb.down(quiet=True)
         hub.down(quiet=True)
         pytest.fail(f"the hub and its members could not start: {exc}", pytrace=False)
+
+    def stop() -> None:
+        for sb in members.values():
+            sb.down()
+        hub.down()
+
+    at_end = _register_stop("shared_hub", stop)
     try:
         yield SharedHub(hub, members, label)
     finally:
         if not request.config.getoption("--keep-sandbox"):
-            for sb in members.values():
-                sb.down()
-            hub.down()
+            at_end()
 
 
 @pytest.fixture(scope="session")
