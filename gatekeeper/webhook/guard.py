@@ -31,7 +31,7 @@ from gatekeeper.core.objects import as_map
 from gatekeeper.core.owned import scale_refusal, statefulset_refusal
 from gatekeeper.webhook.review import Review, answer
 
-__all__ = ["Lookup", "resize_guard", "scale_guard", "statefulset_guard"]
+__all__ = ["Lookup", "resize_guard", "scale_guard", "statefulset_guard", "verdict"]
 
 log = logging.getLogger("gatekeeper.webhook")
 
@@ -43,7 +43,9 @@ Count = Callable[[str], None]
 """Counts a review's result (``allowed``, ``denied``) in the webhook's metrics."""
 
 
-def _said(webhook: str, review: Review, refusal: str | None, count: Count) -> dict[str, Any]:
+def verdict(webhook: str, review: Review, refusal: str | None, count: Count) -> dict[str, Any]:
+    """The answer to ``review``: allowed, or refused (403) with ``refusal``, counted and logged
+    (also the pod webhook's answer to a pod refused as written)."""
     if refusal is None:
         count("allowed")
         return answer(review.uid)
@@ -65,7 +67,7 @@ def statefulset_guard(count: Count) -> Callable[[Review], Awaitable[dict[str, An
 
     async def respond(review: Review) -> dict[str, Any]:
         refusal = statefulset_refusal(review.operation, review.obj, review.old_obj)
-        return _said("statefulsets", review, refusal, count)
+        return verdict("statefulsets", review, refusal, count)
 
     return respond
 
@@ -78,7 +80,7 @@ def scale_guard(lookup: Lookup | None, count: Count) -> Callable[[Review], Await
         replicas = as_map(review.obj.get("spec")).get("replicas")
         old = as_map(as_map(review.old_obj).get("spec")).get("replicas")
         if review.operation != "UPDATE" or replicas == old:
-            return _said("statefulsets-scale", review, None, count)
+            return verdict("statefulsets-scale", review, None, count)
         try:
             if lookup is None:
                 raise RuntimeError("this server reads no StatefulSets")
@@ -92,7 +94,7 @@ def scale_guard(lookup: Lookup | None, count: Count) -> Callable[[Review], Await
             log.warning("webhook=statefulsets-scale uid=%s result=error error=%r", review.uid, str(exc))
             return answer(review.uid, denied=message, code=503)
         refusal = None if sts is None else scale_refusal(sts, replicas, old)
-        return _said("statefulsets-scale", review, refusal, count)
+        return verdict("statefulsets-scale", review, refusal, count)
 
     return respond
 
@@ -102,6 +104,6 @@ def resize_guard(count: Count) -> Callable[[Review], Awaitable[dict[str, Any]]]:
 
     async def respond(review: Review) -> dict[str, Any]:
         refusal = None if review.old_obj is None else resize_refusal(review.obj, review.old_obj)
-        return _said("pods-resize", review, refusal, count)
+        return verdict("pods-resize", review, refusal, count)
 
     return respond

@@ -45,7 +45,7 @@ from gatekeeper.core.gating import is_opted_in, lws_label_patch, pod_gate_patch
 from gatekeeper.core.keys import POOL_LABEL, SCHEDULING_GATE
 from gatekeeper.core.objects import as_map
 from gatekeeper.webhook.config import LWS_PATH, PODS_PATH, RESIZE_PATH, SCALE_PATH, STATEFULSETS_PATH
-from gatekeeper.webhook.guard import Lookup, resize_guard, scale_guard, statefulset_guard
+from gatekeeper.webhook.guard import Lookup, resize_guard, scale_guard, statefulset_guard, verdict
 from gatekeeper.webhook.pass_through import PassThrough
 from gatekeeper.webhook.review import BadReview, Patch, Review, answer, parse_review
 
@@ -223,17 +223,9 @@ def _decide(webhook: str, decide: Callable[[Review], Patch], review: Review) -> 
     try:
         patch = decide(review)
     except Refused as exc:
-        REQUESTS.labels(webhook, "denied").inc()
-        log.info(
-            "webhook=%s uid=%s operation=%s object=%s user=%s result=denied reason=%r",
-            webhook,
-            review.uid,
-            review.operation,
-            review.where,
-            review.user,
-            str(exc),
+        return verdict(
+            webhook, review, f"lws-gatekeeper refuses {kind} {review.where}: {exc}", _counter(webhook)
         )
-        return answer(review.uid, denied=f"lws-gatekeeper refuses {kind} {review.where}: {exc}", code=403)
     except Exception as exc:  # fail closed: the object must not pass unpatched
         code = 400 if isinstance(exc, ValueError) else 500
         message = f"lws-gatekeeper refuses {kind} {review.where}: it cannot be given its {what}: {exc}"
