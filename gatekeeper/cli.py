@@ -2,10 +2,11 @@
 
 Why this exists: one program for everything the project runs: the controller
 (``run``, as a member or ``--role hub``), ``render``, ``why`` (why an LWS or a pool waits),
-the sandbox cluster (``sandbox up|down|status|build``), the sandbox hub
-(``sandbox hub up|down|status``), a hub's Reservations (``hub release``), the container
-image (``image build|lock``) and the demo that replays the LWS issue.
-Each sub-command is a thin wrapper; the work lives in the modules it calls.
+a hub's Reservations (``hub release``). Each sub-command is a thin wrapper; the work lives
+in the modules it calls. A development install adds the sandbox cluster and hub
+(``sandbox ...``), the container image (``image build|lock``) and the demos (``demo``)
+through the entry points ``lws_gatekeeper.commands``: nothing here imports them, so
+``run`` never loads the lab.
 """
 
 from __future__ import annotations
@@ -13,14 +14,12 @@ from __future__ import annotations
 import json
 import sys
 import warnings
+from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 
 import click
 
 from gatekeeper.render.cli import render_cmd
-from gatekeeper.sandbox import build as sandbox_build
-from gatekeeper.sandbox.cli import dir_option, sandbox, say
-from gatekeeper.sandbox.cluster import SandboxError, default_dir
 
 __all__ = ["main"]
 
@@ -28,7 +27,38 @@ __all__ = ["main"]
 warnings.filterwarnings("ignore", message="Kubernetes version .* is not supported", category=UserWarning)
 
 
-@click.group()
+DEV_COMMANDS = "lws_gatekeeper.commands"
+"""Entry-point group of the commands a development install adds (``sandbox``, ``image``,
+``demo``): the product neither has nor imports them; they are loaded only when named."""
+
+
+def say(msg: str) -> None:
+    click.echo(msg, err=True)
+
+
+class _Main(click.Group):
+    """The main group, with the development commands found by entry point, loaded on use."""
+
+    def _dev(self) -> dict[str, EntryPoint]:
+        return {ep.name: ep for ep in entry_points(group=DEV_COMMANDS)}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self._dev()})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        found = super().get_command(ctx, cmd_name)
+        if found is not None:
+            return found
+        ep = self._dev().get(cmd_name)
+        if ep is None:
+            return None
+        command = ep.load()
+        if not isinstance(command, click.Command):
+            raise click.ClickException(f"entry point {ep.value} ({DEV_COMMANDS}) is not a click command")
+        return command
+
+
+@click.group(cls=_Main)
 @click.version_option(package_name="lws-gatekeeper")
 def main() -> None:
     """All-or-nothing admission of LeaderWorkerSet groups into shared GPU pools."""
@@ -323,76 +353,4 @@ def hub_release_cmd(cluster: str, kubeconfig: str | None, force: bool) -> None:
         click.echo(f"  {name}")
 
 
-@main.command("demo")
-@dir_option
-@click.option(
-    "--karpenter",
-    is_flag=True,
-    help="Replay the issue's autoscaled case instead, with the real Karpenter (its own sandbox, "
-    "no static node): a NodePool of 4 GPUs, an LWS of size 2 scaled from 1 to 3.",
-)
-@click.option(
-    "--shared",
-    is_flag=True,
-    help="Replay the issue's shared-reservation case instead: a hub and two member clusters "
-    "(their own sandboxes) launching from one reservation of 4 one-GPU machines.",
-)
-def demo(directory: Path | None, karpenter: bool, shared: bool) -> None:
-    """Replay the LWS gang-scheduling issue on the sandbox, step by step."""
-    if karpenter and shared:
-        raise click.UsageError("--karpenter and --shared are two demos: choose one")
-    try:
-        if shared:
-            from gatekeeper import demo_shared
-
-            demo_shared.run_demo(directory or default_dir("demo-shared"), say=say)
-        elif karpenter:
-            from gatekeeper import demo_karpenter
-
-            demo_karpenter.run_demo(directory or default_dir("demo-karpenter"), say=say)
-        else:
-            from gatekeeper.demo import run_demo
-
-            run_demo(directory or default_dir("demo"), say=say)
-    except (SandboxError, sandbox_build.BuildError, TimeoutError) as exc:
-        raise click.ClickException(str(exc)) from exc
-
-
 main.add_command(render_cmd, "render")
-main.add_command(sandbox, "sandbox")
-
-
-@main.group()
-def image() -> None:
-    """The project's container image: an OCI layout built from pinned Debian packages and wheels."""
-
-
-@image.command("build")
-@click.option("--out", type=click.Path(path_type=Path), default=None, help="Folder for the layout and SBOM.")
-@click.option("--fresh", is_flag=True, help="Build again even when the cache has this image.")
-def image_build(out: Path | None, fresh: bool) -> None:
-    """Build the image of this source tree (cached by its inputs) and print where it is."""
-    from gatekeeper.image import build as image_builder
-
-    source = Path(__file__).resolve().parents[1]
-    if not (source / "pyproject.toml").is_file():
-        raise click.ClickException(f"{source} is not a source tree of the project: build from a clone")
-    try:
-        built = image_builder.build(source, say=say, fresh=fresh, out=out)
-    except RuntimeError as exc:
-        raise click.ClickException(str(exc)) from exc
-    click.echo(f"image      oci:{built.layout}:{built.tag}")
-    click.echo(f"digest     {built.digest}")
-    click.echo(
-        f"size       {built.size / 1e6:.1f} MB compressed, {built.unpacked_size / 1e6:.1f} MB unpacked"
-    )
-    click.echo(f"sbom       {built.sbom}")
-    click.echo(f"seconds    {built.seconds:.1f}{' (cached)' if built.cached else ''}")
-
-
-@image.command("lock")
-def image_lock() -> None:
-    """Pin the Debian packages and wheels the registries serve now (debian.lock, requirements.lock)."""
-    from gatekeeper.image import build as image_builder
-
-    image_builder.lock(Path(__file__).resolve().parents[1], say=say)

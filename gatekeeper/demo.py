@@ -3,7 +3,9 @@
 Why this exists: it is the README's first command and the quickest way to see the
 problem this project solves. It starts the sandbox with the scenario's four 1-GPU
 nodes, replays the reporter's ``kubectl`` steps and prints, after each one, the pods
-as ``kubectl get pods`` shows them and a one-line verdict.
+as ``kubectl get pods`` shows them and a one-line verdict. ``lws-gatekeeper demo`` (a
+development install's command, entry point ``lws_gatekeeper.commands``) runs it, or
+another demo with ``--karpenter`` or ``--shared``.
 """
 
 from __future__ import annotations
@@ -14,15 +16,18 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import click
 import kr8s
 import kr8s.asyncio
 from kr8s.asyncio.objects import Namespace
 
 from gatekeeper.core.keys import POOL_LABEL
-from gatekeeper.sandbox.cluster import Sandbox
+from gatekeeper.sandbox import build as sandbox_build
+from gatekeeper.sandbox.cli import dir_option, say
+from gatekeeper.sandbox.cluster import Sandbox, SandboxError, default_dir
 from gatekeeper.sandbox.replay import StepResult, list_raw, load_scenario, replay
 
-__all__ = ["run_demo"]
+__all__ = ["demo", "run_demo"]
 
 WITHOUT = "without-gatekeeper"
 WITH = "with-gatekeeper"
@@ -110,3 +115,36 @@ def run_demo(directory: Path, say: Callable[[str], None] = print) -> None:
     sb = Sandbox(directory, say=say)
     sb.up(nodes=0)
     anyio.run(_demo, sb, say)
+
+
+@click.command("demo")
+@dir_option
+@click.option(
+    "--karpenter",
+    is_flag=True,
+    help="Replay the issue's autoscaled case instead, with the real Karpenter (its own sandbox, "
+    "no static node): a NodePool of 4 GPUs, an LWS of size 2 scaled from 1 to 3.",
+)
+@click.option(
+    "--shared",
+    is_flag=True,
+    help="Replay the issue's shared-reservation case instead: a hub and two member clusters "
+    "(their own sandboxes) launching from one reservation of 4 one-GPU machines.",
+)
+def demo(directory: Path | None, karpenter: bool, shared: bool) -> None:
+    """Replay the LWS gang-scheduling issue on the sandbox, step by step."""
+    if karpenter and shared:
+        raise click.UsageError("--karpenter and --shared are two demos: choose one")
+    try:
+        if shared:
+            from gatekeeper import demo_shared
+
+            demo_shared.run_demo(directory or default_dir("demo-shared"), say=say)
+        elif karpenter:
+            from gatekeeper import demo_karpenter
+
+            demo_karpenter.run_demo(directory or default_dir("demo-karpenter"), say=say)
+        else:
+            run_demo(directory or default_dir("demo"), say=say)
+    except (SandboxError, sandbox_build.BuildError, TimeoutError) as exc:
+        raise click.ClickException(str(exc)) from exc

@@ -3,8 +3,9 @@
 Why this exists: the sandbox (``gatekeeper.sandbox.cluster``) and its hub
 (``gatekeeper.sandbox.hub``) are what the demo, the tests and a developer trying the
 project run; these commands (``up``, ``down``, ``status``, ``build``, ``hub up|down|status``)
-are thin wrappers over them. ``gatekeeper.cli`` adds the group to the main command and
-uses ``dir_option`` and ``say`` for the demo.
+are thin wrappers over them. The main command (``gatekeeper.cli``) finds the group
+through the entry point ``lws_gatekeeper.commands`` of a development install; the demo
+(``gatekeeper.demo``) and the image's commands use ``dir_option`` and ``say``.
 """
 
 from __future__ import annotations
