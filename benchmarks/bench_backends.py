@@ -53,11 +53,11 @@ import anyio.abc
 import kr8s.asyncio
 
 from gatekeeper.core.keys import POOL_LABEL, VOLCANO_API_VERSION
-from gatekeeper.sandbox.cluster import LWS_GANG_OFF, Sandbox, default_dir, fake_node
-from gatekeeper.sandbox.kueue import MANAGED_NAMESPACE_LABEL
-from gatekeeper.sandbox.observe import Verdict
-from gatekeeper.sandbox.replay import LeaderWorkerSet, list_raw, settle
-from gatekeeper.sandbox.volcano import SCHEDULER_NAME as VOLCANO_SCHEDULER
+from gatekeeper_lab.sandbox.cluster import LWS_GANG_OFF, Sandbox, default_dir, fake_node
+from gatekeeper_lab.sandbox.kueue import MANAGED_NAMESPACE_LABEL
+from gatekeeper_lab.sandbox.observe import Verdict
+from gatekeeper_lab.sandbox.replay import LeaderWorkerSet, list_raw, settle
+from gatekeeper_lab.sandbox.volcano import SCHEDULER_NAME as VOLCANO_SCHEDULER
 
 KUEUE = "kueue.x-k8s.io/v1beta2"
 NODE_FIT_CHECK = "bench-node-fit"

@@ -44,8 +44,8 @@ import anyio
 import kr8s.asyncio
 
 from gatekeeper.core.keys import LWS_NAME_LABEL, POOL_LABEL, SCHEDULING_GATE
-from gatekeeper.sandbox.cluster import Sandbox, default_dir, fake_node
-from gatekeeper.sandbox.replay import LeaderWorkerSet, list_raw
+from gatekeeper_lab.sandbox.cluster import Sandbox, default_dir, fake_node
+from gatekeeper_lab.sandbox.replay import LeaderWorkerSet, list_raw
 
 SIZES = (1, 1, 2, 2, 2, 4, 4, 8, 16, 32)
 """Gang sizes are drawn from these (pods, each a whole node)."""

@@ -1,6 +1,6 @@
 """Fault-injection benchmark: every fault scenario at full size, one table.
 
-For each scenario (``gatekeeper/sandbox/fault_scenarios.py``): faults injected, groups
+For each scenario (``lab/gatekeeper_lab/sandbox/fault_scenarios.py``): faults injected, groups
 admitted twice, peak quota overrun (GPUs of bound pods against the Pool's quota, sampled
 every second), pods ungated with no admitted record, admissible groups not admitted 30 s
 after the last fault, pods the gatekeeper deleted, writes a replica made after its renew
@@ -21,9 +21,9 @@ from pathlib import Path
 
 import anyio
 
-from gatekeeper.sandbox.cluster import Sandbox, default_dir
-from gatekeeper.sandbox.fault_scenarios import SCENARIOS, Burst, prepare, run_scenario, write_table
-from gatekeeper.sandbox.faults import Tally
+from gatekeeper_lab.sandbox.cluster import Sandbox, default_dir
+from gatekeeper_lab.sandbox.fault_scenarios import SCENARIOS, Burst, prepare, run_scenario, write_table
+from gatekeeper_lab.sandbox.faults import Tally
 
 
 async def main(args: argparse.Namespace) -> None:

@@ -45,9 +45,9 @@ from typing import Any
 
 from bench_timeline import audit_events
 
-from gatekeeper.sandbox.cluster import Sandbox, default_dir, fake_node
-from gatekeeper.sandbox.control_plane import AUDIT_LOG
-from gatekeeper.sandbox.hub import GATEKEEPER, Hub
+from gatekeeper_lab.sandbox.cluster import Sandbox, default_dir, fake_node
+from gatekeeper_lab.sandbox.control_plane import AUDIT_LOG
+from gatekeeper_lab.sandbox.hub import GATEKEEPER, Hub
 
 GPU = "nvidia.com/gpu"
 GPUS_PER_NODE, SIZE = 8, 2

@@ -22,8 +22,8 @@ from typing import Any
 
 from gatekeeper.core.keys import GATEKEEPER_API_VERSION
 from gatekeeper.core.reservation import CLUSTER_LABEL
-from gatekeeper.sandbox.cluster import default_dir
-from gatekeeper.sandbox.hub import GATEKEEPER, Hub
+from gatekeeper_lab.sandbox.cluster import default_dir
+from gatekeeper_lab.sandbox.hub import GATEKEEPER, Hub
 
 RESERVATION = "takeover"
 RUNS = 3

@@ -36,8 +36,8 @@ from gatekeeper.core.keys import (
     POOL_KIND,
     POOL_LABEL,
 )
-from gatekeeper.sandbox.cluster import Sandbox, default_dir
-from gatekeeper.sandbox.karpenter import NODE_CLASS, NODE_CLASS_GROUP, NODE_CLASS_KIND
+from gatekeeper_lab.sandbox.cluster import Sandbox, default_dir
+from gatekeeper_lab.sandbox.karpenter import NODE_CLASS, NODE_CLASS_GROUP, NODE_CLASS_KIND
 
 NODE_POOL = "bench-gpu"
 POOL = "bench-karpenter"

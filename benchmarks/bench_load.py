@@ -58,8 +58,8 @@ from load_support import (
 )
 
 from gatekeeper.core.keys import POOL_LABEL
-from gatekeeper.sandbox import control_plane
-from gatekeeper.sandbox.cluster import Sandbox, default_dir, fake_node
+from gatekeeper_lab.sandbox import control_plane
+from gatekeeper_lab.sandbox.cluster import Sandbox, default_dir, fake_node
 
 
 async def churn(api: Api, nodes: list[str], seconds: float, interval: float, tag: str) -> int:

@@ -24,9 +24,9 @@ import anyio
 import kr8s.asyncio
 
 from gatekeeper.core.keys import POOL_LABEL
-from gatekeeper.sandbox.cluster import Sandbox, default_dir, fake_node
-from gatekeeper.sandbox.observe import Verdict
-from gatekeeper.sandbox.replay import LeaderWorkerSet, settle
+from gatekeeper_lab.sandbox.cluster import Sandbox, default_dir, fake_node
+from gatekeeper_lab.sandbox.observe import Verdict
+from gatekeeper_lab.sandbox.replay import LeaderWorkerSet, settle
 
 
 def lws(name: str, namespace: str, groups: int, size: int, pool: str | None) -> dict[str, Any]:

@@ -34,10 +34,10 @@ from typing import Any
 import anyio
 import kr8s.asyncio
 
-from gatekeeper.sandbox.cluster import Sandbox, default_dir, fake_node
-from gatekeeper.sandbox.control_plane import AUDIT_LOG
-from gatekeeper.sandbox.observe import Verdict
-from gatekeeper.sandbox.replay import LeaderWorkerSet, settle
+from gatekeeper_lab.sandbox.cluster import Sandbox, default_dir, fake_node
+from gatekeeper_lab.sandbox.control_plane import AUDIT_LOG
+from gatekeeper_lab.sandbox.observe import Verdict
+from gatekeeper_lab.sandbox.replay import LeaderWorkerSet, settle
 
 STAGES = ("pods created", "record made", "admitted", "ungated", "bound", "running")
 

@@ -16,7 +16,7 @@ import anyio
 import httpx
 
 from gatekeeper.core.keys import ADMITTED, GATEKEEPER_API_VERSION, POOL_LABEL
-from gatekeeper.sandbox.cluster import GATEKEEPER_NAMESPACE, Sandbox
+from gatekeeper_lab.sandbox.cluster import GATEKEEPER_NAMESPACE, Sandbox
 
 WEBHOOK = "pods.lws-gatekeeper.io"
 CONTROL = "mpod.kb.io"

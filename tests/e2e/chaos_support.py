@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gatekeeper.core.quantity import parse_units
-from gatekeeper.sandbox import gatekeeper as gk
-from gatekeeper.sandbox.cluster import Sandbox
-from gatekeeper.sandbox.hub import Hub
+from gatekeeper_lab.sandbox import gatekeeper as gk
+from gatekeeper_lab.sandbox.cluster import Sandbox
+from gatekeeper_lab.sandbox.hub import Hub
 
 from .hub_support import GPU, HOLDING, lws_manifest
 

@@ -23,11 +23,11 @@ import kr8s.asyncio
 import pytest
 from kr8s.asyncio.objects import Namespace, Node, new_class
 
-from gatekeeper.sandbox import build
-from gatekeeper.sandbox.cluster import Sandbox, as_json_list, default_dir, fake_node
-from gatekeeper.sandbox.hub import Hub
-from gatekeeper.sandbox.replay import list_raw
 from gatekeeper.webhook.config import GARBAGE_COLLECTOR_USER
+from gatekeeper_lab.sandbox import build
+from gatekeeper_lab.sandbox.cluster import Sandbox, as_json_list, default_dir, fake_node
+from gatekeeper_lab.sandbox.hub import Hub
+from gatekeeper_lab.sandbox.replay import list_raw
 
 from . import attack_table
 

@@ -14,8 +14,8 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from gatekeeper.sandbox.cluster import Sandbox
-from gatekeeper.sandbox.karpenter import NODE_CLASS, NODE_CLASS_GROUP, NODE_CLASS_KIND
+from gatekeeper_lab.sandbox.cluster import Sandbox
+from gatekeeper_lab.sandbox.karpenter import NODE_CLASS, NODE_CLASS_GROUP, NODE_CLASS_KIND
 from tests.e2e.kueue_support import items, make_namespace, new_tag, wait
 
 #: The label (and taint key) that ties a test's Karpenter nodes to it.

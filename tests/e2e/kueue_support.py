@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from gatekeeper.core.keys import SCHEDULING_GATE
-from gatekeeper.sandbox.cluster import Sandbox, fake_node
-from gatekeeper.sandbox.kueue import MANAGED_NAMESPACE_LABEL
+from gatekeeper_lab.sandbox.cluster import Sandbox, fake_node
+from gatekeeper_lab.sandbox.kueue import MANAGED_NAMESPACE_LABEL
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 KUEUE_GATE = "kueue.x-k8s.io/admission"

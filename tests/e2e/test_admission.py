@@ -16,8 +16,8 @@ from kr8s.asyncio.objects import Pod
 
 from gatekeeper.core import POOL_LABEL
 from gatekeeper.core.keys import REVISION_LABEL
-from gatekeeper.sandbox.observe import LWS_NAME_LABEL, summarize
-from gatekeeper.sandbox.replay import LeaderWorkerSet, isolate, list_raw, load_scenario, replay, settle
+from gatekeeper_lab.sandbox.observe import LWS_NAME_LABEL, summarize
+from gatekeeper_lab.sandbox.replay import LeaderWorkerSet, isolate, list_raw, load_scenario, replay, settle
 
 from .conftest import Cluster, MakeNodes, MakePool, NodeSet, Pool, admitted, condition, eventually, records
 

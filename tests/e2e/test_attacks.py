@@ -25,9 +25,9 @@ import kr8s.asyncio
 import pytest
 
 from gatekeeper.core import POOL_LABEL, SCHEDULING_GATE
-from gatekeeper.sandbox.cluster import GATEKEEPER_NAMESPACE, Sandbox
-from gatekeeper.sandbox.replay import list_raw, settle
 from gatekeeper.webhook.config import PODS_PATH
+from gatekeeper_lab.sandbox.cluster import GATEKEEPER_NAMESPACE, Sandbox
+from gatekeeper_lab.sandbox.replay import list_raw, settle
 
 from . import attack_table
 from .attack_support import flood, memory, reset_peak, review, tenants

@@ -13,7 +13,7 @@ from typing import Any
 
 import kr8s.asyncio
 
-from gatekeeper.sandbox.replay import list_raw, settle
+from gatekeeper_lab.sandbox.replay import list_raw, settle
 
 from .conftest import Cluster, MakeNodes, MakePool, admitted, condition, eventually
 from .test_admission import create_lws, lws_body

@@ -35,9 +35,9 @@ from kr8s.asyncio.objects import Pod
 
 from gatekeeper.controller import x509_build as x509util
 from gatekeeper.core import POOL_LABEL, SCHEDULING_GATE
-from gatekeeper.sandbox import gatekeeper as gk
-from gatekeeper.sandbox.cluster import Sandbox
 from gatekeeper.webhook.server import CERT_CHECK_SECONDS
+from gatekeeper_lab.sandbox import gatekeeper as gk
+from gatekeeper_lab.sandbox.cluster import Sandbox
 
 from . import attack_table
 from .conftest import Cluster

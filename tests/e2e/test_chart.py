@@ -44,10 +44,10 @@ import yaml
 from gatekeeper.controller.certs import CA_CRT, TLS_CRT, SelfSignedCerts
 from gatekeeper.controller.kube import Kube
 from gatekeeper.core import POOL_LABEL, SCHEDULING_GATE
-from gatekeeper.sandbox import build
-from gatekeeper.sandbox.cluster import GATEKEEPER_NAMESPACE, Sandbox
-from gatekeeper.sandbox.observe import GROUP_INDEX_LABEL, LWS_NAME_LABEL
-from gatekeeper.sandbox.replay import list_raw, settle
+from gatekeeper_lab.sandbox import build
+from gatekeeper_lab.sandbox.cluster import GATEKEEPER_NAMESPACE, Sandbox
+from gatekeeper_lab.sandbox.observe import GROUP_INDEX_LABEL, LWS_NAME_LABEL
+from gatekeeper_lab.sandbox.replay import list_raw, settle
 
 from .conftest import Cluster, MakeNodes, MakePool, admitted, condition, eventually, records
 from .kueue_support import (

@@ -27,8 +27,8 @@ import kr8s.asyncio
 
 from gatekeeper.core import POOL_LABEL
 from gatekeeper.core.keys import POOL_TAINT_KEY
-from gatekeeper.sandbox.cluster import POLICIES_LABEL, POLICIES_OFF
-from gatekeeper.sandbox.replay import list_raw
+from gatekeeper_lab.sandbox.cluster import POLICIES_LABEL, POLICIES_OFF
+from gatekeeper_lab.sandbox.replay import list_raw
 
 from . import attack_table
 from .attack_support import dev

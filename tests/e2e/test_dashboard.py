@@ -2,7 +2,7 @@
 
 Why this exists: a dashboard whose query names a metric wrongly, or aggregates away the
 label its legend shows, draws an empty panel and nobody notices until an incident. So the
-queries are taken from the chart's JSON (``gatekeeper/sandbox/dashboard.py``: no copy
+queries are taken from the chart's JSON (``lab/gatekeeper_lab/sandbox/dashboard.py``: no copy
 here that could drift), with Grafana's variables filled in as Grafana would (``$pool``
 this test's Pool, ``$__rate_interval`` 15 s), and sent to Prometheus 3.16.0 built from its
 module (``prometheus_sandbox``: ``sandbox up --with-prometheus``), which scrapes the
@@ -24,9 +24,9 @@ import time
 from typing import Any
 
 from gatekeeper.core.keys import POOL_LABEL
-from gatekeeper.sandbox import control_plane, dashboard
-from gatekeeper.sandbox.cluster import Sandbox, fake_node
-from gatekeeper.sandbox.prometheus import SCRAPE_SECONDS, label_values, query, query_range
+from gatekeeper_lab.sandbox import control_plane, dashboard
+from gatekeeper_lab.sandbox.cluster import Sandbox, fake_node
+from gatekeeper_lab.sandbox.prometheus import SCRAPE_SECONDS, label_values, query, query_range
 from tests.e2e.kueue_support import lws, make_namespace, new_tag, settled, wait
 
 GPU = "nvidia.com/gpu"

@@ -14,8 +14,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from gatekeeper import demo_karpenter as demo
-from gatekeeper.sandbox.cluster import Sandbox
+from gatekeeper_lab import demo_karpenter as demo
+from gatekeeper_lab.sandbox.cluster import Sandbox
 from tests.e2e.karpenter_support import delete_node_pool
 
 

@@ -2,7 +2,7 @@
 pod ungated without a record, no admissible group stuck, no pod deleted, no write by a
 deposed leader.
 
-Each test runs one scenario of ``gatekeeper/sandbox/fault_scenarios.py`` at CI size (20
+Each test runs one scenario of ``lab/gatekeeper_lab/sandbox/fault_scenarios.py`` at CI size (20
 groups of 2 into room for 12) on a sandbox of its own (``fault_sandbox``: audit log on, two
 gatekeeper replicas), since the faults stop the API server, etcd and the gatekeepers.
 ``benchmarks/bench_faults.py`` runs the same scenarios at full size and prints the table.
@@ -20,9 +20,9 @@ from pathlib import Path
 import anyio
 import pytest
 
-from gatekeeper.sandbox.cluster import Sandbox, default_dir
-from gatekeeper.sandbox.fault_scenarios import SCENARIOS, Burst, prepare, run_scenario
-from gatekeeper.sandbox.process import alive
+from gatekeeper_lab.sandbox.cluster import Sandbox, default_dir
+from gatekeeper_lab.sandbox.fault_scenarios import SCENARIOS, Burst, prepare, run_scenario
+from gatekeeper_lab.sandbox.process import alive
 
 CI_BURST = Burst(groups=20, room=12, size=2, kills=6, malformed=80, settle_timeout=120)
 

@@ -19,8 +19,8 @@ import pytest
 from kr8s.asyncio.objects import Pod
 
 from gatekeeper.core import POOL_LABEL, SCHEDULING_GATE
-from gatekeeper.sandbox.observe import GROUP_INDEX_LABEL, LWS_NAME_LABEL
-from gatekeeper.sandbox.replay import LeaderWorkerSet, isolate, list_raw, load_scenario, settle
+from gatekeeper_lab.sandbox.observe import GROUP_INDEX_LABEL, LWS_NAME_LABEL
+from gatekeeper_lab.sandbox.replay import LeaderWorkerSet, isolate, list_raw, load_scenario, settle
 
 from .conftest import Cluster, MakeNodes, NodeSet
 

@@ -24,7 +24,7 @@ import kr8s.asyncio
 import pytest
 
 from gatekeeper.core import SCHEDULING_GATE
-from gatekeeper.sandbox.replay import list_raw
+from gatekeeper_lab.sandbox.replay import list_raw
 
 from . import attack_table
 from .attack_support import dev, guard_off

@@ -4,10 +4,10 @@ Why this exists: the chart runs ``lws-gatekeeper`` from the project's image as u
 with a read-only root file system, a tmpfs at /tmp, its certificate Secret at /certs and
 its ServiceAccount's token; nothing else proves that the program works so (a file it
 writes, a module it cannot import, a permission it lacks). So the image is built here
-(``gatekeeper.image.build``, cached by its inputs: a cold build in CI, a cache hit after),
+(``gatekeeper_lab.image.build``, cached by its inputs: a cold build in CI, a cache hit after),
 unpacked, and the sandbox's gatekeeper is started from it with the Deployment that
 ``helm template`` renders (``Sandbox.start_gatekeeper(image=...)``, run by
-``gatekeeper/sandbox/container.py`` in user and mount namespaces): its command and args,
+``lab/gatekeeper_lab/sandbox/container.py`` in user and mount namespaces): its command and args,
 its environment, its user and mounts, in-cluster configuration with a token of the
 chart's ServiceAccount and the chart's RBAC. The values set are only those the sandbox
 needs: free ports on loopback, and ``certManager.enabled=true`` so that the webhook reads
@@ -27,12 +27,12 @@ import pytest
 import yaml
 
 from gatekeeper.core import SCHEDULING_GATE
-from gatekeeper.image import build, oci
-from gatekeeper.sandbox import gatekeeper as gk
-from gatekeeper.sandbox.cluster import GATEKEEPER_NAMESPACE, Sandbox
-from gatekeeper.sandbox.observe import GROUP_INDEX_LABEL, LWS_NAME_LABEL
-from gatekeeper.sandbox.process import free_ports
-from gatekeeper.sandbox.replay import list_raw, settle
+from gatekeeper_lab.image import build, oci
+from gatekeeper_lab.sandbox import gatekeeper as gk
+from gatekeeper_lab.sandbox.cluster import GATEKEEPER_NAMESPACE, Sandbox
+from gatekeeper_lab.sandbox.observe import GROUP_INDEX_LABEL, LWS_NAME_LABEL
+from gatekeeper_lab.sandbox.process import free_ports
+from gatekeeper_lab.sandbox.replay import list_raw, settle
 
 from .conftest import Cluster, MakeNodes, MakePool, admitted, condition, records
 from .test_admission import create_lws, lws_body

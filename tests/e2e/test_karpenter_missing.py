@@ -19,9 +19,9 @@ import kr8s.asyncio
 import pytest
 from kr8s.asyncio.objects import Pod
 
-from gatekeeper.sandbox import gatekeeper as gk
-from gatekeeper.sandbox.karpenter import instance_types
-from gatekeeper.sandbox.replay import settle
+from gatekeeper_lab.sandbox import gatekeeper as gk
+from gatekeeper_lab.sandbox.karpenter import instance_types
+from gatekeeper_lab.sandbox.replay import settle
 
 from .conftest import Cluster, MakeNodes, MakePool, condition, eventually
 from .test_admission import create_lws, lws_body

@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 
 from gatekeeper.core.keys import GATEKEEPER_API_VERSION, POOL_KIND, POOL_LABEL, SCHEDULING_GATE
-from gatekeeper.sandbox import build
-from gatekeeper.sandbox.cluster import GATEKEEPER_NAMESPACE, Sandbox
-from gatekeeper.sandbox.karpenter import GPU_TYPES
+from gatekeeper_lab.sandbox import build
+from gatekeeper_lab.sandbox.cluster import GATEKEEPER_NAMESPACE, Sandbox
+from gatekeeper_lab.sandbox.karpenter import GPU_TYPES
 from tests.e2e.conftest import Cluster
 from tests.e2e.karpenter_support import (
     TEST_LABEL,

@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from gatekeeper.core.keys import LWS_NAME_LABEL, POOL_LABEL, POOL_TAINT_KEY
-from gatekeeper.sandbox.cluster import POLICIES_LABEL, POLICIES_OFF, Sandbox
+from gatekeeper_lab.sandbox.cluster import POLICIES_LABEL, POLICIES_OFF, Sandbox
 from tests.e2e import attack_table
 from tests.e2e.conftest import ORPHAN_LEADER_STATEFULSET
 from tests.e2e.kueue_support import lws, make_queue, new_tag, pods, records, settled, wait, workloads

@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from gatekeeper.sandbox.cluster import Sandbox, fake_node
+from gatekeeper_lab.sandbox.cluster import Sandbox, fake_node
 from tests.e2e.kueue_support import (
     KUEUE_GATE,
     NODE_FIT_CONTROLLER,

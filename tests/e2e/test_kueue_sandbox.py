@@ -16,9 +16,9 @@ from typing import Any
 import yaml
 
 from gatekeeper.render import parse_pools, render_stream
-from gatekeeper.sandbox import build
-from gatekeeper.sandbox.cluster import Sandbox
-from gatekeeper.sandbox.kueue import MANAGED_NAMESPACE_LABEL
+from gatekeeper_lab.sandbox import build
+from gatekeeper_lab.sandbox.cluster import Sandbox
+from gatekeeper_lab.sandbox.kueue import MANAGED_NAMESPACE_LABEL
 from tests.e2e.kueue_support import (
     KUEUE_API,
     KUEUE_GATE,

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from gatekeeper.core.keys import ADOPTING_REASON, GATEKEEPER_API_VERSION, POOL_KIND, POOL_LABEL
-from gatekeeper.sandbox.cluster import Sandbox
+from gatekeeper_lab.sandbox.cluster import Sandbox
 from tests.e2e.kueue_support import (
     Queue,
     condition,

@@ -18,7 +18,7 @@ import kr8s.asyncio
 
 from gatekeeper.core import POOL_LABEL
 from gatekeeper.core.keys import GROUP_INDEX_LABEL, LWS_NAME_LABEL, WORKER_INDEX_LABEL
-from gatekeeper.sandbox.replay import list_raw
+from gatekeeper_lab.sandbox.replay import list_raw
 
 from . import attack_table
 from .attack_support import tenants

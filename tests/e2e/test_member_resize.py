@@ -17,8 +17,8 @@ from typing import Any
 
 import kr8s.asyncio
 
-from gatekeeper.sandbox.cluster import POLICIES_LABEL, POLICIES_OFF
-from gatekeeper.sandbox.replay import list_raw
+from gatekeeper_lab.sandbox.cluster import POLICIES_LABEL, POLICIES_OFF
+from gatekeeper_lab.sandbox.replay import list_raw
 
 from . import attack_table
 from .attack_support import dev

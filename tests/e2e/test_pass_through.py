@@ -14,7 +14,7 @@ import kr8s.asyncio
 from kr8s.asyncio.objects import Pod
 
 from gatekeeper.core import SCHEDULING_GATE
-from gatekeeper.sandbox.replay import list_raw, settle
+from gatekeeper_lab.sandbox.replay import list_raw, settle
 
 from .conftest import Cluster, MakeNodes, MakePool, eventually
 from .test_admission import create_lws, lws_body

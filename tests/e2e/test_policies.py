@@ -38,7 +38,7 @@ import yaml
 
 from gatekeeper.core.keys import POOL_LABEL, SCHEDULING_GATE
 from gatekeeper.render.admission import load_policies, service_account_username
-from gatekeeper.sandbox.cluster import POLICIES_LABEL, POLICIES_OFF
+from gatekeeper_lab.sandbox.cluster import POLICIES_LABEL, POLICIES_OFF
 
 from .conftest import Cluster
 

@@ -18,7 +18,7 @@ import kr8s.asyncio
 from kr8s.asyncio.objects import Namespace, Pod
 
 from gatekeeper.core.keys import LWS_NAME_LABEL
-from gatekeeper.sandbox.replay import list_raw, settle
+from gatekeeper_lab.sandbox.replay import list_raw, settle
 
 from .conftest import ORPHAN_LEADER_STATEFULSET, Cluster, MakeNodes, MakePool, admitted, condition, eventually
 from .test_admission import create_lws, lws_body, lws_pods

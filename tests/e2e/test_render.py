@@ -22,7 +22,7 @@ from click.testing import CliRunner
 
 from gatekeeper.render import parse_pools, render_stream
 from gatekeeper.render.cli import render_cmd
-from gatekeeper.sandbox import build
+from gatekeeper_lab.sandbox import build
 
 from .conftest import Cluster
 

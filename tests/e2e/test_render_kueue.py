@@ -25,7 +25,7 @@ from click.testing import CliRunner
 
 from gatekeeper.core.keys import POOL_LABEL
 from gatekeeper.render.cli import render_cmd
-from gatekeeper.sandbox.cluster import Sandbox, fake_node
+from gatekeeper_lab.sandbox.cluster import Sandbox, fake_node
 from tests.e2e.kueue_support import (
     check_state,
     condition,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import kr8s.asyncio
 
-from gatekeeper.sandbox.replay import isolate, load_scenario, replay
+from gatekeeper_lab.sandbox.replay import isolate, load_scenario, replay
 
 from .conftest import MakeNodes
 

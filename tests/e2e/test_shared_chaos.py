@@ -38,8 +38,8 @@ from pathlib import Path
 
 import pytest
 
-from gatekeeper.sandbox.cluster import Sandbox, default_dir
-from gatekeeper.sandbox.hub import GATEKEEPER, Hub
+from gatekeeper_lab.sandbox.cluster import Sandbox, default_dir
+from gatekeeper_lab.sandbox.hub import GATEKEEPER, Hub
 
 from .chaos_support import (
     Chaos,

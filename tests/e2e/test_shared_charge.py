@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from gatekeeper.core.keys import LWS_NAME_LABEL, POOL_LABEL
-from gatekeeper.sandbox.cluster import POLICIES_LABEL, POLICIES_OFF
+from gatekeeper_lab.sandbox.cluster import POLICIES_LABEL, POLICIES_OFF
 
 from . import attack_table
 from .conftest import ORPHAN_LEADER_STATEFULSET, SharedHub

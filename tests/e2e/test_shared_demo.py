@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from gatekeeper import demo_shared as demo
+from gatekeeper_lab import demo_shared as demo
 
 from .conftest import SharedHub
 

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from gatekeeper.sandbox import gatekeeper as gk
-from gatekeeper.sandbox.cluster import Sandbox
+from gatekeeper_lab.sandbox import gatekeeper as gk
+from gatekeeper_lab.sandbox.cluster import Sandbox
 from tests.e2e.kueue_support import (
     KUEUE_GATE,
     QUEUE_LABEL,

@@ -32,8 +32,8 @@ import yaml
 from gatekeeper.core.keys import GATEKEEPER_API_VERSION
 from gatekeeper.core.reservation import CLUSTER_LABEL, heartbeat_body
 from gatekeeper.core.reservation.unsure import FENCE_ANNOTATION
-from gatekeeper.sandbox.cluster import default_dir
-from gatekeeper.sandbox.hub import GATEKEEPER, Hub
+from gatekeeper_lab.sandbox.cluster import default_dir
+from gatekeeper_lab.sandbox.hub import GATEKEEPER, Hub
 
 from .hold_proxy import HoldProxy
 from .hub_support import eventually

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from gatekeeper.sandbox import gatekeeper as gk
+from gatekeeper_lab.sandbox import gatekeeper as gk
 
 from .conftest import SharedHub
 from .hub_support import CAPACITY, Sampler, _json, eventually, granted_gpus, scene, whole_running_groups

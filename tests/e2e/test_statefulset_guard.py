@@ -19,7 +19,7 @@ from typing import Any
 import anyio
 import kr8s.asyncio
 
-from gatekeeper.sandbox.replay import list_raw
+from gatekeeper_lab.sandbox.replay import list_raw
 
 from . import attack_table
 from .attack_support import dev

@@ -17,7 +17,7 @@ from kr8s.asyncio.objects import Namespace, Pod
 from gatekeeper.core import POOL_LABEL
 from gatekeeper.core.keys import GROUP_INDEX_LABEL, LWS_NAME_LABEL, SCHEDULING_GATE, WORKER_INDEX_LABEL
 from gatekeeper.render.admission import MEMBER_LABELS, load_policies
-from gatekeeper.sandbox.replay import LeaderWorkerSet, list_raw
+from gatekeeper_lab.sandbox.replay import LeaderWorkerSet, list_raw
 
 from . import attack_table
 from .conftest import TEST_NODES_KEY, Cluster, MakeNodes, MakePool, admitted, condition, eventually, records

@@ -31,9 +31,9 @@ from typing import Any
 import kr8s.asyncio
 
 from gatekeeper.core.keys import LWS_NAME_LABEL, POOL_LABEL, VOLCANO_API_VERSION, VOLCANO_GROUP_ANNOTATION
-from gatekeeper.sandbox.cluster import Sandbox, fake_node
-from gatekeeper.sandbox.replay import isolate, load_scenario, replay
-from gatekeeper.sandbox.volcano import SCHEDULER_NAME
+from gatekeeper_lab.sandbox.cluster import Sandbox, fake_node
+from gatekeeper_lab.sandbox.replay import isolate, load_scenario, replay
+from gatekeeper_lab.sandbox.volcano import SCHEDULER_NAME
 from tests.e2e.kueue_support import (
     condition,
     group_states,

@@ -27,10 +27,10 @@ import yaml
 from gatekeeper.core.keys import NODE_FIT_CONTROLLER, POOL_LABEL
 from gatekeeper.core.provisioning import parse_instance_types
 from gatekeeper.render.admission import load_policies, service_account_username
-from gatekeeper.sandbox import build
-from gatekeeper.sandbox.karpenter import GPU_TYPES
 from gatekeeper.webhook import mutating_webhook_configuration
 from gatekeeper.webhook.config import validating_webhook_configuration
+from gatekeeper_lab.sandbox import build
+from gatekeeper_lab.sandbox.karpenter import GPU_TYPES
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "lws-gatekeeper"

@@ -17,7 +17,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 import gatekeeper.controller.app  # noqa: F401  (registers every metric of the controller)
-from gatekeeper.sandbox import build, dashboard
+from gatekeeper_lab.sandbox import build, dashboard
 from tests.unit.test_chart import CHART, NAMESPACE, by_kind, one, template
 
 FILE = CHART / "files" / "dashboards" / "lws-gatekeeper.json"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gatekeeper.sandbox import build
+from gatekeeper_lab.sandbox import build
 from tests.unit.test_chart import one, template
 
 

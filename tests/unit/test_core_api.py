@@ -22,7 +22,7 @@ FORBIDDEN = {
     "socket",
     "subprocess",
     "asyncio",
-    "gatekeeper.sandbox",
+    "gatekeeper_lab.sandbox",
 }
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from gatekeeper.sandbox import dashboard, dashboard_png
+from gatekeeper_lab.sandbox import dashboard, dashboard_png
 
 
 def test_missing_steps_break_the_line() -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from gatekeeper.sandbox.faults import Monitor, Tally
+from gatekeeper_lab.sandbox.faults import Monitor, Tally
 
 POOL = "p"
 

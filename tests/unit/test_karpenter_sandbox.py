@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gatekeeper.sandbox import build
-from gatekeeper.sandbox.karpenter import ZONE, instance_types, karpenter_argv, karpenter_crds
-from gatekeeper.sandbox.process import Runner
+from gatekeeper_lab.sandbox import build
+from gatekeeper_lab.sandbox.karpenter import ZONE, instance_types, karpenter_argv, karpenter_crds
+from gatekeeper_lab.sandbox.process import Runner
 
 
 def test_instance_types_offer_one_and_eight_gpus_on_demand_and_spot_in_one_zone() -> None:

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 import yaml
 
-from gatekeeper.sandbox import build
-from gatekeeper.sandbox.cluster import SandboxError, webhooks_by_url
-from gatekeeper.sandbox.kueue import (
+from gatekeeper_lab.sandbox import build
+from gatekeeper_lab.sandbox.cluster import SandboxError, webhooks_by_url
+from gatekeeper_lab.sandbox.kueue import (
     FRAMEWORKS,
     MANAGED_NAMESPACE_LABEL,
     kueue_config,

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCES = sorted(p for d in ("gatekeeper", "benchmarks", "tests") for p in (ROOT / d).rglob("*.py"))
-PACKAGE = sorted((ROOT / "gatekeeper").rglob("*.py"))
+SOURCES = sorted(p for d in ("gatekeeper", "lab", "benchmarks", "tests") for p in (ROOT / d).rglob("*.py"))
+PACKAGE = sorted(p for d in ("gatekeeper", "lab/gatekeeper_lab") for p in (ROOT / d).rglob("*.py"))
 MAX_LINES = 500
 
 

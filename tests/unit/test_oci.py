@@ -1,6 +1,6 @@
 """The OCI layout writer: the same trees give the same digest, and what is written unpacks back.
 
-Why this exists: the image's reproducibility (``gatekeeper/image/oci.py``) rests on layers
+Why this exists: the image's reproducibility (``lab/gatekeeper_lab/image/oci.py``) rests on layers
 whose bytes depend only on the files; these tests change what must not matter (file
 times, creation order, the folder's name) and what must (a byte, the epoch).
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gatekeeper.image import oci
+from gatekeeper_lab.image import oci
 
 IMAGE = oci.Image(
     entrypoint=["/usr/local/bin/x"], cmd=["run"], env=["PATH=/usr/bin"], user="65532:65532",

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 
-from gatekeeper.sandbox.process import alive, free_ports
+from gatekeeper_lab.sandbox.process import alive, free_ports
 
 CHILD = r"""
 import socket, sys, threading, time

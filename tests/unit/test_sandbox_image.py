@@ -1,7 +1,7 @@
 """The chart's Deployment read as a kubelet reads it, for the gatekeeper run from the image.
 
 Why this exists: ``tests/e2e/test_image.py`` runs the gatekeeper from the image "as the
-chart runs it"; that claim rests on ``gatekeeper.sandbox.gatekeeper.container_spec``
+chart runs it"; that claim rests on ``gatekeeper_lab.sandbox.gatekeeper.container_spec``
 reading the Deployment ``helm template`` renders as a kubelet would. These tests hold it
 to that on the real rendered Deployment, without a cluster: command and args with
 ``$(POD_NAME)`` expanded, the environment (image, pod, in-cluster), the user from the
@@ -13,8 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gatekeeper.sandbox.container import Bind
-from gatekeeper.sandbox.gatekeeper import SERVICE_ACCOUNT_DIR, FromImage, container_spec
+from gatekeeper_lab.sandbox.container import Bind
+from gatekeeper_lab.sandbox.gatekeeper import SERVICE_ACCOUNT_DIR, FromImage, container_spec
 from tests.unit.test_chart import helm as helm  # the session fixture
 from tests.unit.test_chart import template
 

@@ -10,12 +10,12 @@ import pkgutil
 
 import pytest
 
-import gatekeeper.sandbox as sandbox
+import gatekeeper_lab.sandbox as sandbox
 
-MODULES = sorted(m.name for m in pkgutil.iter_modules(sandbox.__path__, prefix="gatekeeper.sandbox."))
+MODULES = sorted(m.name for m in pkgutil.iter_modules(sandbox.__path__, prefix="gatekeeper_lab.sandbox."))
 
 
-@pytest.mark.parametrize("module", ["gatekeeper.sandbox", *MODULES])
+@pytest.mark.parametrize("module", ["gatekeeper_lab.sandbox", *MODULES])
 def test_every_sandbox_module_says_why_it_exists(module: str) -> None:
     doc = importlib.import_module(module).__doc__
     assert doc is not None

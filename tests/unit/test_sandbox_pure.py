@@ -13,13 +13,13 @@ import pytest
 import yaml
 from cryptography import x509
 
-from gatekeeper.sandbox import build
-from gatekeeper.sandbox.cluster import fake_node, lws_webhooks
-from gatekeeper.sandbox.lws import lws_config
-from gatekeeper.sandbox.observe import GATE, summarize
-from gatekeeper.sandbox.pki import make_pki
-from gatekeeper.sandbox.prometheus import JOB, scrape_config
-from gatekeeper.sandbox.volcano import scheduler_config
+from gatekeeper_lab.sandbox import build
+from gatekeeper_lab.sandbox.cluster import fake_node, lws_webhooks
+from gatekeeper_lab.sandbox.lws import lws_config
+from gatekeeper_lab.sandbox.observe import GATE, summarize
+from gatekeeper_lab.sandbox.pki import make_pki
+from gatekeeper_lab.sandbox.prometheus import JOB, scrape_config
+from gatekeeper_lab.sandbox.volcano import scheduler_config
 
 
 def test_pins_name_every_component_with_a_version() -> None:
@@ -59,7 +59,7 @@ def test_pins_name_every_component_with_a_version() -> None:
 
 def test_cache_key_changes_only_with_its_own_pin() -> None:
     a = build.load_pins()
-    text = build.resources.files("gatekeeper.sandbox").joinpath("pins.toml").read_text()
+    text = build.resources.files("gatekeeper_lab.sandbox").joinpath("pins.toml").read_text()
     b = build.load_pins(text.replace('version = "v0.8.0"', 'version = "v0.7.0"'))
     assert a["kwok"].key("go1.26") != b["kwok"].key("go1.26")
     assert a["kubernetes"].key("go1.26") == b["kubernetes"].key("go1.26")
@@ -257,7 +257,7 @@ def test_volcano_scheduler_config_enqueues_gangs_and_shares_queues() -> None:
 
 
 def test_a_fresh_start_keeps_logs_bounded(tmp_path: Path) -> None:
-    from gatekeeper.sandbox.process import Runner
+    from gatekeeper_lab.sandbox.process import Runner
 
     logs = tmp_path / "logs"
     logs.mkdir()
@@ -289,7 +289,7 @@ def test_lws_config_turns_on_lws_own_gang_scheduling_only_when_asked(tmp_path: P
 
 
 def test_kwok_pod_ready_stage_waits_for_the_pods_own_delay_and_only_then() -> None:
-    from gatekeeper.sandbox.kwok import READY_DELAY_ANNOTATION, ready_after
+    from gatekeeper_lab.sandbox.kwok import READY_DELAY_ANNOTATION, ready_after
 
     stage = {"kind": "Stage", "metadata": {"name": "pod-ready"}, "spec": {"next": {"statusTemplate": "x"}}}
     made = ready_after(stage)
@@ -300,7 +300,7 @@ def test_kwok_pod_ready_stage_waits_for_the_pods_own_delay_and_only_then() -> No
 
 
 def test_kwok_stage_files_rewrite_only_the_pod_ready_stage(tmp_path: Path) -> None:
-    from gatekeeper.sandbox.kwok import stage_files
+    from gatekeeper_lab.sandbox.kwok import stage_files
 
     root = tmp_path / "kwok"
     files = root / "files"

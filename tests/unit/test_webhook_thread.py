@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from gatekeeper.sandbox.pki import make_pki
 from gatekeeper.webhook import WebhookThread
+from gatekeeper_lab.sandbox.pki import make_pki
 
 
 @pytest.mark.anyio

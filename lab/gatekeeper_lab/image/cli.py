@@ -1,0 +1,52 @@
+"""``lws-gatekeeper image build|lock``: the image's commands, in a development install.
+
+Why this exists: building the image is a development tool, not part of the product; the
+main command finds this group through the entry point ``lws_gatekeeper.commands``
+(``gatekeeper.cli``), so ``run`` never loads it. ``./scripts/image`` calls it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from gatekeeper_lab.image import build as image_builder
+
+__all__ = ["image"]
+
+
+def say(msg: str) -> None:
+    click.echo(msg, err=True)
+
+
+@click.group()
+def image() -> None:
+    """The project's container image: an OCI layout built from pinned Debian packages and wheels."""
+
+
+@image.command("build")
+@click.option("--out", type=click.Path(path_type=Path), default=None, help="Folder for the layout and SBOM.")
+@click.option("--fresh", is_flag=True, help="Build again even when the cache has this image.")
+def image_build(out: Path | None, fresh: bool) -> None:
+    """Build the image of this source tree (cached by its inputs) and print where it is."""
+    source = Path(__file__).resolve().parents[3]
+    if not (source / "pyproject.toml").is_file():
+        raise click.ClickException(f"{source} is not a source tree of the project: build from a clone")
+    try:
+        built = image_builder.build(source, say=say, fresh=fresh, out=out)
+    except RuntimeError as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(f"image      oci:{built.layout}:{built.tag}")
+    click.echo(f"digest     {built.digest}")
+    click.echo(
+        f"size       {built.size / 1e6:.1f} MB compressed, {built.unpacked_size / 1e6:.1f} MB unpacked"
+    )
+    click.echo(f"sbom       {built.sbom}")
+    click.echo(f"seconds    {built.seconds:.1f}{' (cached)' if built.cached else ''}")
+
+
+@image.command("lock")
+def image_lock() -> None:
+    """Pin the Debian packages and wheels the registries serve now (debian.lock, requirements.lock)."""
+    image_builder.lock(Path(__file__).resolve().parents[3], say=say)
