@@ -107,15 +107,27 @@ def _register_stop(name: str, stop: Callable[[], None]) -> Callable[[], None]:
 
 TEST_NODES_KEY = "lws-gatekeeper.io/test-nodes"
 
-ORPHAN_LEADER_STATEFULSET = (
-    f"--as={GARBAGE_COLLECTOR_USER}", "patch", "statefulset", "--type=json",
-    "-p", '[{"op": "remove", "path": "/metadata/ownerReferences"}]',
-)  # fmt: skip
-"""kubectl arguments (then the StatefulSet's name and namespace) that make an LWS's leader
-StatefulSet ownerless as the garbage collector does on ``delete --cascade=orphan``. Tests
-that orphan an LWS's pods do it first: the collector orphans only the dependents its graph
-has seen, and on a loaded machine it was seen to delete the StatefulSets instead, and so
-the pods the test meant to keep."""
+
+def orphaning(name: str, namespace: str) -> tuple[list[str], list[str], list[str]]:
+    """The kubectl argument lists that delete LWS ``name`` with ``--cascade=orphan`` and keep
+    its StatefulSets and pods, run in this order: the delete (not waited for), the garbage
+    collector's own patch that makes the leader StatefulSet ownerless, and a wait until the LWS
+    is gone.
+
+    The order matters. The LWS controller re-applies its owner reference to the leader
+    StatefulSet on every reconcile until the LWS is being deleted, and the collector orphans
+    only the dependents its graph has already seen: on a loaded machine it was seen to delete a
+    just-made StatefulSet instead, and so the pods a test meant to keep. Once the delete has
+    begun nothing re-adds the reference, and the patch (a merge, so that it holds whether or not
+    the collector got there first) leaves the collector nothing to delete."""
+    return (
+        ["delete", "leaderworkerset", name, "-n", namespace, "--cascade=orphan", "--wait=false"],
+        [
+            f"--as={GARBAGE_COLLECTOR_USER}", "patch", "statefulset", name, "-n", namespace,
+            "--type=merge", "-p", '{"metadata": {"ownerReferences": null}}',
+        ],
+        ["wait", "--for=delete", f"leaderworkerset/{name}", "-n", namespace, "--timeout=90s"],
+    )  # fmt: skip
 
 
 @dataclass

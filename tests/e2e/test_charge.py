@@ -28,13 +28,13 @@ from gatekeeper_lab.sandbox.replay import list_raw
 from . import attack_table
 from .attack_support import dev
 from .conftest import (
-    ORPHAN_LEADER_STATEFULSET,
     Cluster,
     MakeNodes,
     MakePool,
     admitted,
     condition,
     eventually,
+    orphaning,
 )
 from .test_group_size import QUOTA, gpus_bound
 from .test_policies import kubectl, ok
@@ -75,22 +75,15 @@ async def test_orphaned_pods_without_their_label_keep_their_charge(
     refusal = err.strip().splitlines()[-1]
     await ok(cluster, "label", "namespace", namespace, f"{POLICIES_LABEL}={POLICIES_OFF}")
     said = []
-    # The leader StatefulSet is made ownerless first (see ORPHAN_LEADER_STATEFULSET).
-    await ok(cluster, *ORPHAN_LEADER_STATEFULSET, "lws", "-n", namespace)
-    for args in (
-        ["label", "pod", "lws-0", "lws-0-1", f"{POOL_LABEL}-"],
-        ["delete", "lws", "lws", "--cascade=orphan", "--wait=true", "--timeout=90s"],
-    ):
-        code, out, err = await kubectl(cluster, *args, "-n", namespace, kubeconfig=kubeconfig)
+    delete, ownerless, gone = orphaning("lws", namespace)
+    for args in (["label", "pod", "lws-0", "lws-0-1", f"{POOL_LABEL}-", "-n", namespace], delete):
+        code, out, err = await kubectl(cluster, *args, kubeconfig=kubeconfig)
         said.append((out or err).strip().splitlines()[-1] if (out or err).strip() else f"exit {code}")
         assert code == 0, f"kubectl {' '.join(args)}: {err}"
+    # What the garbage collector does on an orphaning delete (see orphaning).
+    await ok(cluster, *ownerless)
+    await ok(cluster, *gone)
     name = "lws" if second == "same-name" else "second"
-
-    async def gone() -> bool:
-        code, _, _ = await kubectl(cluster, "get", "lws", "lws", "-n", namespace)
-        return code != 0
-
-    await eventually(gone, timeout=30, what="the first LWS gone")
     await create(api, namespace, plain_lws(name, pool, size=2, replicas=1))
     peak = 0
     for _ in range(20):

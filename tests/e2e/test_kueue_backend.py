@@ -567,9 +567,12 @@ def test_why_names_the_cluster_queue_its_holders_and_kueues_words(kueue_sandbox:
         assert out.returncode == 0, out.stderr
         got: dict[str, Any] = json.loads(out.stdout)
         view = got["pool_view"] or {}
-        return got if len(view.get("admitted", [])) == 2 and len(view.get("waiting", [])) == 1 else None
+        # Kueue writes the ClusterQueue's usage after it admits, so the usage may lag the Workloads.
+        used = (view.get("used") or {}).get("nvidia.com/gpu")
+        held = len(view.get("admitted", [])) == 2 and len(view.get("waiting", [])) == 1
+        return got if held and used == "4" else None
 
-    got = wait("the ClusterQueue holds 2 groups and 1 waits", answer)
+    got = wait("the ClusterQueue holds 2 groups, uses 4 GPUs and 1 group waits", answer)
     assert [(g["group"], g["state"]) for g in got["groups"]] == [
         (0, "admitted"),
         (1, "admitted"),

@@ -17,7 +17,7 @@ from typing import Any
 from gatekeeper.core.keys import LWS_NAME_LABEL, POOL_LABEL, POOL_TAINT_KEY
 from gatekeeper_lab.sandbox.cluster import POLICIES_LABEL, POLICIES_OFF, Sandbox
 from tests.e2e import attack_table
-from tests.e2e.conftest import ORPHAN_LEADER_STATEFULSET
+from tests.e2e.conftest import orphaning
 from tests.e2e.kueue_support import lws, make_queue, new_tag, pods, records, settled, wait, workloads
 
 
@@ -44,10 +44,8 @@ def test_unlabelled_orphans_keep_their_workloads_quota(kueue_sandbox: Sandbox) -
 
     sb.kubectl("label", "namespace", q.namespace, f"{POLICIES_LABEL}={POLICIES_OFF}")
     sb.kubectl("label", "pod", "first-0", "first-0-1", f"{POOL_LABEL}-", "-n", q.namespace)
-    sb.kubectl(*ORPHAN_LEADER_STATEFULSET, "first", "-n", q.namespace)  # see its docstring
-    sb.kubectl(
-        "delete", "lws", "first", "-n", q.namespace, "--cascade=orphan", "--wait=true", "--timeout=90s"
-    )
+    for args in orphaning("first", q.namespace):
+        sb.kubectl(*args)
     sb.apply([lws("second", q.namespace, opted, replicas=1, size=2, gpus_per_pod=1)])
     wait("B gated whole", lambda: settled(sb, q.namespace, running=0, gated=1, size=2, lws_name="second"))
     peak, until = 0, time.monotonic() + 15

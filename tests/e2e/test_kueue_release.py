@@ -12,7 +12,7 @@ import time
 
 from gatekeeper.core.keys import LWS_NAME_LABEL, POOL_LABEL
 from gatekeeper_lab.sandbox.cluster import Sandbox
-from tests.e2e.conftest import ORPHAN_LEADER_STATEFULSET
+from tests.e2e.conftest import orphaning
 from tests.e2e.kueue_support import group_states, lws, make_queue, records, settled, wait, workloads
 
 
@@ -25,17 +25,8 @@ def test_orphaned_pods_of_a_deleted_lws_keep_its_workloads_quota(kueue_sandbox: 
     sb.apply([lws("first", q.namespace, opted, replicas=1, size=2, gpus_per_pod=1)])
     wait("A running whole", lambda: settled(sb, q.namespace, running=1, gated=0, size=2, lws_name="first"))
 
-    sb.kubectl(*ORPHAN_LEADER_STATEFULSET, "first", "-n", q.namespace)  # see its docstring
-    sb.kubectl(
-        "delete",
-        "leaderworkerset",
-        "first",
-        "-n",
-        q.namespace,
-        "--cascade=orphan",
-        "--wait=true",
-        "--timeout=90s",
-    )
+    for args in orphaning("first", q.namespace):
+        sb.kubectl(*args)
     sb.apply([lws("second", q.namespace, opted, replicas=1, size=2, gpus_per_pod=1)])
     wait("B gated whole", lambda: settled(sb, q.namespace, running=0, gated=1, size=2, lws_name="second"))
     until = time.monotonic() + 8

@@ -20,7 +20,7 @@ from kr8s.asyncio.objects import Namespace, Pod
 from gatekeeper.core.keys import LWS_NAME_LABEL
 from gatekeeper_lab.sandbox.replay import list_raw, settle
 
-from .conftest import ORPHAN_LEADER_STATEFULSET, Cluster, MakeNodes, MakePool, admitted, condition, eventually
+from .conftest import Cluster, MakeNodes, MakePool, admitted, condition, eventually, orphaning
 from .test_admission import create_lws, lws_body, lws_pods
 
 HOLD = "test.lws-gatekeeper.io/hold"
@@ -78,18 +78,8 @@ async def test_orphaned_pods_of_a_deleted_lws_hold_its_quota(
     v = await settle(api, namespace, "first", expected_pods=2, size=2)
     assert v.whole_groups == 1
 
-    # The leader StatefulSet is made ownerless first (see ORPHAN_LEADER_STATEFULSET).
-    cluster.kubectl(*ORPHAN_LEADER_STATEFULSET, "first", "-n", namespace)
-    cluster.kubectl(
-        "delete",
-        "leaderworkerset",
-        "first",
-        "-n",
-        namespace,
-        "--cascade=orphan",
-        "--wait=true",
-        "--timeout=90s",
-    )
+    for args in orphaning("first", namespace):
+        cluster.kubectl(*args)
     await create_lws(api, namespace, lws_body("second", pool, nodes))
     await _stays_waiting(api, namespace, "second")
     left = await lws_pods(api, namespace, "first")

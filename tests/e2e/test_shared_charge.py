@@ -18,7 +18,7 @@ from gatekeeper.core.keys import LWS_NAME_LABEL, POOL_LABEL
 from gatekeeper_lab.sandbox.cluster import POLICIES_LABEL, POLICIES_OFF
 
 from . import attack_table
-from .conftest import ORPHAN_LEADER_STATEFULSET, SharedHub
+from .conftest import SharedHub, orphaning
 from .hub_support import scene
 from .test_shared_members_gone import a_holds_the_reservation, sampled, states, whole
 
@@ -32,8 +32,8 @@ def test_orphaned_unlabelled_pods_of_a_member_keep_its_claims(shared_hub: Shared
         a_holds_the_reservation(shared_hub, reservation, ns)
         a.kubectl("label", "namespace", ns, f"{POLICIES_LABEL}={POLICIES_OFF}")
         a.kubectl("label", "pods", "-n", ns, "-l", f"{LWS_NAME_LABEL}=vllm", f"{POOL_LABEL}-")
-        a.kubectl(*ORPHAN_LEADER_STATEFULSET, "vllm", "-n", ns)  # see its docstring
-        a.kubectl("delete", "lws", "vllm", "-n", ns, "--cascade=orphan", "--wait=true", "--timeout=90s")
+        for args in orphaning("vllm", ns):
+            a.kubectl(*args)
         until = time.monotonic() + 20
         while time.monotonic() < until:
             assert states(shared_hub, reservation, "cluster-a") == ["Granted", "Granted"]
