@@ -19,6 +19,7 @@ from pathlib import Path
 
 import click
 
+from gatekeeper.core.backends import BACKENDS
 from gatekeeper.render.cli import render_cmd
 
 __all__ = ["main"]
@@ -102,7 +103,11 @@ def why_cmd(target: str, namespace: str | None, output: str, kubeconfig: str | N
     if output == "json":
         click.echo(json.dumps(why.as_json(result), indent=2))
         return
-    lines = lines_for_lws(result) if isinstance(result, why.LwsAnswer) else lines_for_pool(result)
+    kinds = why.pool_kinds()
+    if isinstance(result, why.LwsAnswer):
+        lines = lines_for_lws(result, kinds=kinds)
+    else:
+        lines = lines_for_pool(result, kinds=kinds)
     click.echo("\n".join(lines))
 
 
@@ -143,12 +148,10 @@ def why_cmd(target: str, namespace: str | None, output: str, kubeconfig: str | N
 )
 @click.option(
     "--backend",
-    type=click.Choice(["pools", "kueue", "volcano"]),
-    default="pools",
+    type=click.Choice(BACKENDS.names),
+    default=BACKENDS.default.name,
     show_default=True,
-    help="pools: the gatekeeper's own Pool objects decide. kueue: the pool label names a Kueue "
-    "LocalQueue; one Kueue Workload per group, Kueue's ClusterQueue decides. volcano: the pool "
-    "label names a Volcano Queue; one PodGroup per group, Volcano's scheduler decides and places.",
+    help=" ".join(f"{b.name}: {b.summary}" for b in BACKENDS),
 )
 @click.option(
     "--node-fit/--no-node-fit",
@@ -268,7 +271,7 @@ def run_cmd(
         raise click.UsageError("--hub-kubeconfig needs --cluster-name, a DNS label such as cluster-a")
     if shared_reservation_check and not hub_kubeconfig:
         raise click.UsageError("--shared-reservation-check claims on a hub: it needs --hub-kubeconfig")
-    if role == "hub" and (hub_kubeconfig or backend != "pools"):
+    if role == "hub" and (hub_kubeconfig or backend != BACKENDS.default.name):
         raise click.UsageError("--role hub takes neither --hub-kubeconfig nor --backend")
     import anyio
 

@@ -4,10 +4,10 @@ Why this exists: the answer to "why is my LWS not running?" spans the LWS, its p
 groups' records, the pool and the groups that hold it. This module reads those objects
 with the user's own kubeconfig (read-only: list and get, nothing written) and hands them
 to ``core.explain``, which puts the answer together; ``cli.py`` prints it as text or
-JSON. It works for the three backends: with ``pools`` the pool is a ``Pool``; with
-``kueue`` the LWS's label names a LocalQueue, and the pool shown is its ClusterQueue; with
-``volcano`` the label names a Volcano Queue, shown with its capability and what Volcano
-reports allocated in it. Called by ``cli.why_cmd`` only.
+JSON. It works for every backend: each backend's ``why`` viewer (``core.backend.Backend.pool_view``)
+says whether the name the LWS's label gives is one of its pools (a ``Pool``, a LocalQueue
+and its ClusterQueue, ...) and how it looks; the first that knows it
+answers. Called by ``cli.why_cmd`` only.
 """
 
 from __future__ import annotations
@@ -19,71 +19,81 @@ from typing import Any
 import kr8s
 import kr8s.asyncio
 
-from gatekeeper.core.explain import (
-    LwsAnswer,
-    PoolView,
-    explain_lws,
-    explain_pool,
-    kueue_pool_view,
-    volcano_queue_view,
-)
-
-__all__ = ["LwsAnswer", "NotFound", "PoolView", "as_json", "default_namespace", "why_lws", "why_pool"]
-from gatekeeper.core.keys import LWS_NAME_LABEL, POOL_LABEL
+from gatekeeper.core.backends import BACKENDS
+from gatekeeper.core.explain import LwsAnswer, PoolView, explain_lws, explain_pool
+from gatekeeper.core.keys import API_GROUP, LWS_NAME_LABEL, POOL_LABEL, RECORD_PLURAL
 from gatekeeper.core.objects import as_map, meta
 
+__all__ = [
+    "LwsAnswer",
+    "NotFound",
+    "PoolView",
+    "as_json",
+    "default_namespace",
+    "pool_kinds",
+    "why_lws",
+    "why_pool",
+]
+
 LWS_KIND = "leaderworkersets.leaderworkerset.x-k8s.io"
-RECORD_KIND = "groupadmissions.lws-gatekeeper.io"
-POOL_KIND = "pools.lws-gatekeeper.io"
-VOLCANO_QUEUE_KIND = "queues.scheduling.volcano.sh"
+RECORD_KIND = f"{RECORD_PLURAL}.{API_GROUP}"
 
 
 class NotFound(Exception):
     """The object asked about is not there (the message says which)."""
 
 
-async def _list(api: kr8s.asyncio.Api, kind: str, **selectors: Any) -> list[dict[str, Any]]:
-    try:
-        return [o async for o in api.get(kind, raw=True, **selectors) if isinstance(o, dict)]
-    except (kr8s.NotFoundError, ValueError):  # the API is not served (Kueue not installed, say)
-        return []
+class _Reader:
+    """``core.explain.Reader`` on kr8s, with the user's kubeconfig."""
+
+    def __init__(self, api: kr8s.asyncio.Api) -> None:
+        self.api = api
+        self._classes: dict[str, int] | None = None
+
+    async def _list(self, kind: str, **selectors: Any) -> list[dict[str, Any]]:
+        try:
+            return [o async for o in self.api.get(kind, raw=True, **selectors) if isinstance(o, dict)]
+        except (kr8s.NotFoundError, ValueError):  # the API is not served (Kueue not installed, say)
+            return []
+
+    async def one(self, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+        where = {"namespace": namespace} if namespace else {}
+        found = await self._list(kind, field_selector=f"metadata.name={name}", **where)
+        return found[0] if found else None
+
+    async def every(self, kind: str, **selectors: Any) -> list[dict[str, Any]]:
+        return await self._list(kind, namespace=kr8s.ALL, **selectors)
+
+    async def pods(self, namespace: str, lws: str) -> list[dict[str, Any]]:
+        return await self._list("pods", namespace=namespace, label_selector={LWS_NAME_LABEL: lws})
+
+    async def opted_in(self, pool: str) -> list[dict[str, Any]]:
+        return await self.every(LWS_KIND, label_selector={POOL_LABEL: pool})
+
+    async def classes(self) -> Mapping[str, int]:
+        if self._classes is None:
+            self._classes = {}
+            for pc in await self._list("priorityclasses.scheduling.k8s.io"):
+                value = pc.get("value")
+                if isinstance(value, int) and not isinstance(value, bool):
+                    self._classes[str(meta(pc).get("name"))] = value
+        return self._classes
 
 
-async def _one(
-    api: kr8s.asyncio.Api, kind: str, name: str, namespace: str | None = None
-) -> dict[str, Any] | None:
-    where = {"namespace": namespace} if namespace else {}
-    found = await _list(api, kind, field_selector=f"metadata.name={name}", **where)
-    return found[0] if found else None
-
-
-async def _classes(api: kr8s.asyncio.Api) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for pc in await _list(api, "priorityclasses.scheduling.k8s.io"):
-        value = pc.get("value")
-        if isinstance(value, int) and not isinstance(value, bool):
-            out[str(meta(pc).get("name"))] = value
-    return out
+def pool_kinds() -> tuple[str, ...]:
+    """What a pool may be, one word per backend (``why`` says none of them was found)."""
+    return tuple(b.pool_kind for b in BACKENDS)
 
 
 async def _pool_view(
-    api: kr8s.asyncio.Api, pool: str, namespace: str, records: list[dict[str, Any]]
-) -> PoolView:
-    """The pool behind ``pool``: a Pool of that name, else the ClusterQueue of the LocalQueue
-    (records with a Workload: the kueue backend), else a Volcano Queue of that name."""
-    obj = await _one(api, POOL_KIND, pool)
-    kueue = any(as_map(r.get("status")).get("workload") for r in records)
-    if obj is not None or not kueue:
-        lwss = await _list(api, LWS_KIND, namespace=kr8s.ALL, label_selector={POOL_LABEL: pool})
-        queue = await _one(api, VOLCANO_QUEUE_KIND, pool) if obj is None else None
-        if queue is not None:
-            return volcano_queue_view(queue, pool, records, lwss, await _classes(api))
-        return explain_pool(obj, pool, records, lwss, await _classes(api))
-    local = await _one(api, "localqueues.kueue.x-k8s.io", pool, namespace)
-    cq_name = str(as_map(as_map(local).get("spec")).get("clusterQueue") or "")
-    cq = await _one(api, "clusterqueues.kueue.x-k8s.io", cq_name) if cq_name else None
-    workloads = await _list(api, "workloads.kueue.x-k8s.io", namespace=kr8s.ALL, label_selector=POOL_LABEL)
-    return kueue_pool_view(cq, cq_name or pool, workloads, records, (namespace, pool))
+    read: _Reader, pool: str, namespace: str | None, records: list[dict[str, Any]]
+) -> PoolView | None:
+    """The first backend's view of ``pool`` (in the registry's order), or None."""
+    for backend in BACKENDS:
+        view = await backend.pool_view(read, pool, namespace, records)
+        if view is not None:
+            return view
+    return None
 
 
 async def default_namespace(kubeconfig: str | None) -> str:
@@ -93,29 +103,30 @@ async def default_namespace(kubeconfig: str | None) -> str:
 
 
 async def why_lws(kubeconfig: str | None, namespace: str, name: str) -> LwsAnswer:
-    api = await kr8s.asyncio.api(kubeconfig=kubeconfig)
-    lws = await _one(api, LWS_KIND, name, namespace)
+    read = _Reader(await kr8s.asyncio.api(kubeconfig=kubeconfig))
+    lws = await read.one(LWS_KIND, name, namespace)
     if lws is None:
         raise NotFound(f"LeaderWorkerSet {namespace}/{name} not found")
     pool = str(as_map(meta(lws).get("labels")).get(POOL_LABEL) or "")
-    records = await _list(api, RECORD_KIND, namespace=kr8s.ALL)
-    pods = await _list(api, "pods", namespace=namespace, label_selector={LWS_NAME_LABEL: name})
-    view = await _pool_view(api, pool, namespace, records) if pool else None
+    records = await read.every(RECORD_KIND)
+    pods = await read.pods(namespace, name)
+    view = None
+    if pool:
+        view = await _pool_view(read, pool, namespace, records) or explain_pool(
+            None, pool, records, await read.opted_in(pool), await read.classes()
+        )
     return explain_lws(lws, records, pods, view)
 
 
 async def why_pool(kubeconfig: str | None, name: str) -> PoolView:
-    api = await kr8s.asyncio.api(kubeconfig=kubeconfig)
-    obj = await _one(api, POOL_KIND, name)
-    records = await _list(api, RECORD_KIND, namespace=kr8s.ALL)
-    queue = await _one(api, VOLCANO_QUEUE_KIND, name) if obj is None else None
-    if queue is not None:
-        lwss = await _list(api, LWS_KIND, namespace=kr8s.ALL, label_selector={POOL_LABEL: name})
-        return volcano_queue_view(queue, name, records, lwss, await _classes(api))
-    if obj is None and not any(as_map(r.get("status")).get("pool") == name for r in records):
+    read = _Reader(await kr8s.asyncio.api(kubeconfig=kubeconfig))
+    records = await read.every(RECORD_KIND)
+    view = await _pool_view(read, name, None, records)
+    if view is not None:
+        return view
+    if not any(as_map(r.get("status")).get("pool") == name for r in records):
         raise NotFound(f"Pool {name} not found")
-    lwss = await _list(api, LWS_KIND, namespace=kr8s.ALL, label_selector={POOL_LABEL: name})
-    return explain_pool(obj, name, records, lwss, await _classes(api))
+    return explain_pool(None, name, records, await read.opted_in(name), await read.classes())
 
 
 def as_json(value: LwsAnswer | PoolView) -> Mapping[str, Any]:

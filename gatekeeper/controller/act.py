@@ -19,14 +19,14 @@ gate nothing: the Events a stage's writes earn are posted after the last stage.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import anyio
 
 from gatekeeper.controller.kube import Kube
 from gatekeeper.controller.loop import Write as Writer
-from gatekeeper.controller.resources import by_plural
+from gatekeeper.controller.resources import Resource, by_plural
 from gatekeeper.core.writes import Event, Memory, Op, Plan, Write
 
 __all__ = ["execute"]
@@ -39,14 +39,17 @@ async def execute(
     memory: Memory,
     done: Callable[[Write], None] = lambda _w: None,
     answered: Callable[[Write, Mapping[str, Any]], None] | None = None,
+    kinds: Iterable[Resource] = (),
 ) -> None:
     """Run ``plan``; ``done`` hears of every write that went through, ``answered`` (first)
-    of each with the object the API server answered it with."""
+    of each with the object the API server answered it with. ``kinds``: the resources a
+    backend writes beyond those of ``resources`` (the objects only it makes)."""
+    own = {res.plural: res for res in kinds}
     told: list[Write] = []  # Events earned, posted after the last stage
 
     async def run(one: Write, parent: Mapping[str, Any] | None, depth: int) -> None:
         result: dict[str, Any] = {}
-        if not await write(_call, kube, one, parent, result, rank=-depth):
+        if not await write(_call, kube, one, parent, result, own, rank=-depth):
             return
         memory.apply(one.marks, time.monotonic())
         if answered is not None:
@@ -73,8 +76,14 @@ def _telling(one: Write) -> bool:
     return one.op is Op.EVENT and not one.then
 
 
-async def _call(kube: Kube, one: Write, parent: Mapping[str, Any] | None, result: dict[str, Any]) -> None:
-    res = by_plural(one.resource)
+async def _call(
+    kube: Kube,
+    one: Write,
+    parent: Mapping[str, Any] | None,
+    result: dict[str, Any],
+    own: Mapping[str, Resource],
+) -> None:
+    res = own.get(one.resource) or by_plural(one.resource)
     parent_meta = (parent or {}).get("metadata", {})
     guard = str(parent_meta.get("resourceVersion") or "") or None if one.guard_from_parent else one.guard
     if one.op is Op.CREATE:

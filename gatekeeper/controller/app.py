@@ -25,9 +25,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gatekeeper.controller import resources as r
-from gatekeeper.controller.backends.kueue import KueueBackend
-from gatekeeper.controller.backends.pools import PoolsBackend
-from gatekeeper.controller.backends.volcano import VolcanoBackend
+from gatekeeper.controller.backends import PLUGINS
 from gatekeeper.controller.caches import Caches
 from gatekeeper.controller.certs import SelfSignedCerts
 from gatekeeper.controller.checks.node_fit import NodeFitCheck
@@ -38,7 +36,9 @@ from gatekeeper.controller.hub_link import HubLink
 from gatekeeper.controller.kube import Kube
 from gatekeeper.controller.leader import LeaderElector
 from gatekeeper.controller.loop import Controller, PassLoop
+from gatekeeper.controller.plugin import Term
 from gatekeeper.controller.session import keep_connections
+from gatekeeper.core.backends import BACKENDS
 from gatekeeper.core.provisioning import InstanceType
 from gatekeeper.webhook import WebhookThread
 from gatekeeper.webhook.guard import Lookup
@@ -70,9 +70,8 @@ class Options:
     """The MutatingWebhookConfiguration whose CA bundle the self-signed certificates go into."""
     webhook_service_name: str = "lws-gatekeeper-webhook"
     """The webhook Service, whose DNS names the self-signed serving certificate carries."""
-    backend: str = "pools"
-    """``pools`` (our Pool objects decide), ``kueue`` (a Kueue Workload per group) or
-    ``volcano`` (a Volcano PodGroup per group)."""
+    backend: str = BACKENDS.default.name
+    """Who admits a group: a name of ``core.backends.BACKENDS``."""
     node_fit: bool = False
     """Also run the controller of Kueue AdmissionChecks ``lws-gatekeeper.io/node-fit``."""
     shared_reservation_check: bool = False
@@ -131,23 +130,16 @@ def controllers(
     asked, the node-fit check's."""
     if opts.role == "hub":
         return [HubController(kube, caches, opts.lease_namespace)]
-    found: list[Controller] = []
-    if opts.backend == "kueue":
-        found.append(KueueBackend(kube, caches, retry_seconds=opts.never_fit_retry_seconds))
-    elif opts.backend == "volcano":
-        found.append(VolcanoBackend(kube, caches))
-    else:
-        found.append(
-            PoolsBackend(
-                kube,
-                caches,
-                hub,
-                opts.instance_types,
-                pass_through=pass_through,
-                retry_seconds=opts.never_fit_retry_seconds,
-                exempt_namespaces=opts.closed_pool_exempt_namespaces,
-            )
-        )
+    term = Term(
+        kube,
+        caches,
+        hub,
+        pass_through,
+        retry_seconds=opts.never_fit_retry_seconds,
+        instance_types=opts.instance_types,
+        exempt_namespaces=opts.closed_pool_exempt_namespaces,
+    )
+    found: list[Controller] = [PLUGINS[opts.backend].make(term)]
     if opts.node_fit:
         found.append(NodeFitCheck(kube, caches))
     if opts.shared_reservation_check:
@@ -269,7 +261,7 @@ async def run(opts: Options) -> None:
                 opts.cert_dir / "tls.crt",
                 opts.cert_dir / "tls.key",
                 pass_through,
-                volcano=opts.backend == "volcano",
+                pod_patch=BACKENDS[opts.backend].pod_patch,
                 lookup=_statefulset_lookup(kube),
             )
         )

@@ -7,8 +7,8 @@ operator watching many namespaces wants to see that it happens without reading r
 ``gatekeeper_groups_holding_pods{reason}`` is the number of groups, after each pass, that
 hold such pods back, for each of ``core.reasons.STRANGER_REASONS`` (0 when none).
 
-Called by each backend's pass (``backends.pools``, ``backends.kueue``,
-``backends.volcano``) with the reasons its decision gave its groups.
+Called by each backend's pass (``controller.backends``) with the reasons its decision gave
+its groups.
 """
 
 from __future__ import annotations

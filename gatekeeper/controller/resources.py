@@ -15,11 +15,9 @@ from gatekeeper.core.keys import (
     KUEUE_API_VERSION,
     LEASE_API_VERSION,
     LWS_API_VERSION,
-    POD_GROUP_PLURAL,
     POOL_PLURAL,
     PRIORITY_CLASS_API_VERSION,
     RECORD_PLURAL,
-    VOLCANO_API_VERSION,
 )
 
 __all__ = [
@@ -32,7 +30,6 @@ __all__ = [
     "NODE_CLAIMS",
     "NODE_POOLS",
     "PODS",
-    "POD_GROUPS",
     "POOLS",
     "PRIORITY_CLASSES",
     "RECORDS",
@@ -86,12 +83,11 @@ RESERVATIONS = Resource("reservations", GATEKEEPER_API_VERSION, namespaced=False
 """On the hub: the Reservations members share."""
 CLAIMS = Resource("reservationclaims", GATEKEEPER_API_VERSION, namespaced=False)
 """On the hub: one claim per group of any member."""
-POD_GROUPS = Resource(POD_GROUP_PLURAL, VOLCANO_API_VERSION)
 
 _ALL = (
     LWS, PODS, NAMESPACES, STATEFULSETS, NODES, EVENTS, SECRETS, POOLS, RECORDS, PRIORITY_CLASSES, LEASES,
     WEBHOOK_CONFIGURATIONS, VALIDATING_WEBHOOK_CONFIGURATIONS, WORKLOADS, RESOURCE_FLAVORS, ADMISSION_CHECKS,
-    NODE_POOLS, NODE_CLAIMS, RESERVATIONS, CLAIMS, POD_GROUPS,
+    NODE_POOLS, NODE_CLAIMS, RESERVATIONS, CLAIMS,
 )  # fmt: skip
 
 

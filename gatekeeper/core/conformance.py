@@ -20,10 +20,10 @@ through on its group's admission only when, against its role's template in the L
 * it carries no toleration of a closed pool's taint (``core.closed``): the gatekeeper adds
   those itself as it lifts the gate, so a gated pod with one had it written by a tenant.
 
-Called by the backends' decisions (``backends.pools.decide``, ``backends.kueue.decide``,
-``backends.volcano.decide``) for the pods of a group whose admitted demand is the LWS's
-demand now; pods of a group in the middle of a rolling update that changes its demand are
-told apart by their revision (``backends.pools.changed``) instead.
+Called by every backend's decision (``core.backends``) for the pods of a group whose
+admitted demand is the LWS's demand now; pods of a group in the middle of a rolling update
+that changes its demand are told apart by their revision (``backends.pools.changed``)
+instead.
 """
 
 from __future__ import annotations

@@ -12,13 +12,13 @@ records; only the arithmetic of "what must free up" is done here.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from gatekeeper.core.keys import ADMITTED, POOL_LABEL
 from gatekeeper.core.lws import group_index, is_gated, pool_of, priority, replicas, size
-from gatekeeper.core.objects import as_list, as_map, condition, is_terminating, meta, parse_time
+from gatekeeper.core.objects import as_map, condition, is_terminating, meta, parse_time
 from gatekeeper.core.quantity import format_amount, format_resources, parse_units
 from gatekeeper.core.queue import GroupKey, WaitingGroup, queue_order
 from gatekeeper.core.record import recorded_demand
@@ -28,12 +28,18 @@ __all__ = [
     "Holder",
     "LwsAnswer",
     "PoolView",
+    "PoolViewer",
+    "Reader",
+    "amounts",
+    "by_admission",
     "explain_lws",
     "explain_pool",
-    "kueue_pool_view",
+    "formatted",
+    "holder",
+    "is_admitted",
     "lines_for_lws",
     "lines_for_pool",
-    "volcano_queue_view",
+    "waiting_order",
 ]
 
 MAX_LISTED = 20
@@ -58,14 +64,17 @@ class PoolView:
 
     name: str
     kind: str
-    """``Pool``, ``ClusterQueue`` (the kueue backend), ``Queue`` (the volcano backend), or ``missing``."""
+    """What the pool is to its backend (``Pool``, ``ClusterQueue``, ``Queue``, ...) or ``missing``."""
     quota: Mapping[str, str] = field(default_factory=dict)
     used: Mapping[str, str] = field(default_factory=dict)
     free: Mapping[str, str] = field(default_factory=dict)
     admitted: tuple[Holder, ...] = ()
     """Groups that hold room, oldest admission first."""
     waiting: tuple[Holder, ...] = ()
-    """Groups that wait, in the order the gatekeeper serves them."""
+    """Groups that wait, in the order the gatekeeper serves them (if ``ordered``)."""
+    ordered: bool = True
+    """``waiting`` is in the order the groups are served (else by name: the backend's own
+    queue decides, and its order is not read)."""
 
 
 @dataclass(frozen=True)
@@ -101,7 +110,36 @@ class LwsAnswer:
         return asdict(self)
 
 
-def _amounts(raw: object) -> dict[str, int]:
+class Reader(Protocol):
+    """What ``why`` reads with, on the user's own kubeconfig (list and get, nothing written):
+    a backend's pool viewer asks through it for the objects it shows, and ``gatekeeper.why``
+    gives it one on its client, so no client lives here.
+
+    ``kind`` is a resource as kubectl names it (``clusterqueues.kueue.x-k8s.io``); an API the
+    cluster does not serve reads as nothing."""
+
+    async def one(self, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None: ...
+
+    async def every(self, kind: str, **selectors: Any) -> list[dict[str, Any]]:
+        """Every object of ``kind`` in every namespace (``selectors`` as kr8s takes them)."""
+        ...
+
+    async def opted_in(self, pool: str) -> list[dict[str, Any]]:
+        """The LWSs, in every namespace, whose pool label is ``pool``."""
+        ...
+
+    async def classes(self) -> Mapping[str, int]:
+        """The PriorityClasses' values by name."""
+        ...
+
+
+PoolViewer = Callable[[Reader, str, str | None, Sequence[Mapping[str, Any]]], Awaitable["PoolView | None"]]
+"""``(read, pool, namespace, records)``: a backend's view of the pool an LWS's label names
+(``namespace`` is the LWS's; None when ``why pool`` asks by name alone), or None when that
+name is no pool of this backend's. ``records`` are every namespace's GroupAdmissions."""
+
+
+def amounts(raw: object) -> dict[str, int]:
     out: dict[str, int] = {}
     for resource, value in as_map(raw).items():
         try:
@@ -112,10 +150,10 @@ def _amounts(raw: object) -> dict[str, int]:
 
 
 def _summary(raw: object) -> str:
-    return format_resources(_amounts(raw))
+    return format_resources(amounts(raw))
 
 
-def _holder(record: Mapping[str, Any]) -> Holder:
+def holder(record: Mapping[str, Any]) -> Holder:
     spec, status = as_map(record.get("spec")), as_map(record.get("status"))
     said = condition(record, ADMITTED)
     index = spec.get("groupIndex")
@@ -129,23 +167,23 @@ def _holder(record: Mapping[str, Any]) -> Holder:
     )
 
 
-def _admitted(record: Mapping[str, Any]) -> bool:
+def is_admitted(record: Mapping[str, Any]) -> bool:
     return condition(record, ADMITTED).get("status") == "True"
 
 
-def _by_admission(records: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+def by_admission(records: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """Admitted records, oldest admission first."""
     return sorted(
         records,
         key=lambda r: (
             str(as_map(r.get("status")).get("admittedAt") or ""),
-            _holder(r).namespace,
-            _holder(r).lws,
+            holder(r).namespace,
+            holder(r).lws,
         ),
     )
 
 
-def _waiting_order(
+def waiting_order(
     records: Iterable[Mapping[str, Any]],
     lwss: Mapping[tuple[str, str], Mapping[str, Any]],
     classes: Mapping[str, int],
@@ -153,7 +191,7 @@ def _waiting_order(
     """Waiting records in the order the planner serves their groups (``core.queue``)."""
     keyed: list[tuple[tuple[int, Any, str, str, int], Mapping[str, Any]]] = []
     for record in records:
-        h = _holder(record)
+        h = holder(record)
         lws = lwss.get((h.namespace, h.lws))
         created = parse_time(meta(lws or record).get("creationTimestamp"))
         order = priority(lws, classes).order if lws is not None else 0
@@ -178,11 +216,11 @@ def explain_pool(
     """
     mine = [r for r in records if as_map(r.get("status")).get("pool") == name and not is_terminating(r)]
     by_key = {(str(meta(o).get("namespace") or ""), str(meta(o).get("name") or "")): o for o in lwss}
-    held = _by_admission(r for r in mine if _admitted(r))
-    waiting = _waiting_order((r for r in mine if not _admitted(r)), by_key, classes or {})
+    held = by_admission(r for r in mine if is_admitted(r))
+    waiting = waiting_order((r for r in mine if not is_admitted(r)), by_key, classes or {})
     if pool is None:
         return PoolView(
-            name, "missing", admitted=tuple(map(_holder, held)), waiting=tuple(map(_holder, waiting))
+            name, "missing", admitted=tuple(map(holder, held)), waiting=tuple(map(holder, waiting))
         )
     status = as_map(pool.get("status"))
     quota = as_map(status.get("quota")) or as_map(as_map(pool.get("spec")).get("quota"))
@@ -192,104 +230,12 @@ def explain_pool(
         quota={str(k): str(v) for k, v in quota.items()},
         used={str(k): str(v) for k, v in as_map(status.get("used")).items()},
         free={str(k): str(v) for k, v in as_map(status.get("free")).items()},
-        admitted=tuple(map(_holder, held)),
-        waiting=tuple(map(_holder, waiting)),
+        admitted=tuple(map(holder, held)),
+        waiting=tuple(map(holder, waiting)),
     )
 
 
-def kueue_pool_view(
-    cluster_queue: Mapping[str, Any] | None,
-    name: str,
-    workloads: Iterable[Mapping[str, Any]],
-    records: Iterable[Mapping[str, Any]],
-    local_queue: tuple[str, str] = ("", ""),
-) -> PoolView:
-    """With the ``kueue`` backend: the ClusterQueue ``name`` behind the LWS's LocalQueue,
-    its nominal quota and usage summed over flavors, the groups of ours it admitted (our
-    Workloads, read with their records), and the groups of ``local_queue`` (namespace,
-    LocalQueue) that wait, with a Workload or for one (the gatekeeper offers an LWS's
-    groups to Kueue a few at a time). Other LocalQueues may feed the same ClusterQueue;
-    their waiting groups are not listed (which LocalQueue feeds which is not read)."""
-    if cluster_queue is None:
-        return PoolView(name, "missing")
-    quota: dict[str, int] = {}
-    for group in as_list(as_map(cluster_queue.get("spec")).get("resourceGroups")):
-        for flavor in as_list(as_map(group).get("flavors")):
-            for res in as_list(as_map(flavor).get("resources")):
-                res = as_map(res)
-                amount = _amounts({str(res.get("name")): res.get("nominalQuota")})
-                for k, v in amount.items():
-                    quota[k] = quota.get(k, 0) + v
-    used: dict[str, int] = {}
-    for flavor in as_list(as_map(cluster_queue.get("status")).get("flavorsUsage")):
-        for res in as_list(as_map(flavor).get("resources")):
-            res = as_map(res)
-            for k, v in _amounts({str(res.get("name")): res.get("total")}).items():
-                used[k] = used.get(k, 0) + v
-    records = list(records)
-    by_name = {(str(meta(r).get("namespace")), str(meta(r).get("name"))): r for r in records}
-    held: list[Holder] = []
-    waiting: list[Holder] = []
-    for wl in workloads:
-        key = (str(meta(wl).get("namespace")), str(meta(wl).get("name")))
-        record = by_name.get(key)
-        if record is None:
-            continue
-        admission = as_map(as_map(wl.get("status")).get("admission"))
-        if admission.get("clusterQueue") == name and _admitted(record):
-            held.append(_holder(record))
-    for record in records:
-        key = (str(meta(record).get("namespace")), str(meta(record).get("name")))
-        status = as_map(record.get("status"))
-        lq = (key[0], str(status.get("pool") or ""))
-        mine = local_queue[1] and lq == local_queue
-        if mine and not _admitted(record) and not is_terminating(record):
-            waiting.append(_holder(record))
-    fmt = _formatted
-    return PoolView(
-        name,
-        "ClusterQueue",
-        quota=fmt(quota),
-        used=fmt(used),
-        free=fmt({k: max(0, v - used.get(k, 0)) for k, v in quota.items()}),
-        admitted=tuple(sorted(held, key=lambda h: (h.namespace, h.lws, h.group))),
-        waiting=tuple(sorted(waiting, key=lambda h: (h.namespace, h.lws, h.group))),
-    )
-
-
-def volcano_queue_view(
-    queue: Mapping[str, Any],
-    name: str,
-    records: Iterable[Mapping[str, Any]],
-    lwss: Iterable[Mapping[str, Any]] = (),
-    classes: Mapping[str, int] | None = None,
-) -> PoolView:
-    """With the ``volcano`` backend: the Volcano Queue ``name`` the LWS's label names, its
-    ``capability`` as quota and what Volcano's scheduler reports allocated in it (its running
-    pods', anyone's: ``status.allocated``, written at each session's close), the groups of
-    ours it admitted and those that wait, in the order the backend offers them to Volcano
-    (highest priority, then oldest LWS: ``lwss`` and ``classes`` give it). With no
-    capability the Queue is bounded by the cluster only: used is all it reports, free is
-    not known."""
-    capability = _amounts(as_map(queue.get("spec")).get("capability"))
-    allocated = _amounts(as_map(queue.get("status")).get("allocated"))
-    used = {k: allocated.get(k, 0) for k in capability} if capability else allocated
-    mine = [r for r in records if as_map(r.get("status")).get("pool") == name and not is_terminating(r)]
-    by_key = {(str(meta(o).get("namespace") or ""), str(meta(o).get("name") or "")): o for o in lwss}
-    held = _by_admission(r for r in mine if _admitted(r))
-    waiting = _waiting_order((r for r in mine if not _admitted(r)), by_key, classes or {})
-    return PoolView(
-        name,
-        "Queue",
-        quota=_formatted(capability),
-        used=_formatted(used),
-        free=_formatted({k: max(0, v - used.get(k, 0)) for k, v in capability.items()}),
-        admitted=tuple(map(_holder, held)),
-        waiting=tuple(map(_holder, waiting)),
-    )
-
-
-def _formatted(amounts: Mapping[str, int]) -> dict[str, str]:
+def formatted(amounts: Mapping[str, int]) -> dict[str, str]:
     return {k: format_amount(k, v) for k, v in sorted(amounts.items())}
 
 
@@ -313,10 +259,10 @@ def _next_group(namespace: str, lws: str, group: GroupView, view: PoolView | Non
     """What must free up before ``group`` (the LWS's first waiting group) can go."""
     if view is None or view.kind == "missing":
         return f"group {group.group} waits: {group.message or group.reason}"
-    need = _amounts(_demand_map(group.demand))
-    limited = _amounts(view.quota)
+    need = amounts(_demand_map(group.demand))
+    limited = amounts(view.quota)
     # Only what the group asks and the pool limits: the rest is not why it waits.
-    free = {r: _amounts(view.free).get(r, 0) for r in need if r in limited}
+    free = {r: amounts(view.free).get(r, 0) for r in need if r in limited}
     short = {r: n - free[r] for r, n in need.items() if r in free and n > free[r]}
     ahead = next(
         (
@@ -391,8 +337,8 @@ def explain_lws(
         if record is None:
             state, reason, message, demand, since = "unrecorded", "", "no record yet", "", ""
         else:
-            h = _holder(record)
-            state = "admitted" if _admitted(record) else "waiting"
+            h = holder(record)
+            state = "admitted" if is_admitted(record) else "waiting"
             reason, message, demand = h.reason, h.message, h.demand
             since = str(said.get("lastTransitionTime") or "")
         groups.append(
@@ -425,10 +371,13 @@ def _listed(holders: Sequence[Holder], words: bool) -> list[str]:
     return out
 
 
-def lines_for_pool(view: PoolView, *, waiting_words: bool = True) -> list[str]:
-    """A pool's usage, the groups that hold it and those that wait, as text lines."""
+def lines_for_pool(
+    view: PoolView, *, kinds: Sequence[str] = ("Pool",), waiting_words: bool = True
+) -> list[str]:
+    """A pool's usage, the groups that hold it and those that wait, as text lines; ``kinds``
+    name what was looked for, for a pool that is not there."""
     if view.kind == "missing":
-        return [f"pool {view.name}: not found (no Pool, ClusterQueue or Volcano Queue of that name)"]
+        return [f"pool {view.name}: not found (no {_either(kinds)} of that name)"]
     out = [
         f"{view.kind} {view.name}: quota {_resources(view.quota)}; used {_resources(view.used)}; "
         f"free {_resources(view.free)}; {len(view.admitted)} admitted, {len(view.waiting)} waiting"
@@ -437,10 +386,13 @@ def lines_for_pool(view: PoolView, *, waiting_words: bool = True) -> list[str]:
         out.append("  held by:")
         out.extend(_listed(view.admitted, False))
     if view.waiting:
-        served = view.kind in ("Pool", "Queue")
-        out.append("  waiting, in the order they are served:" if served else "  waiting:")
+        out.append("  waiting, in the order they are served:" if view.ordered else "  waiting:")
         out.extend(_listed(view.waiting, waiting_words))
     return out
+
+
+def _either(words: Sequence[str]) -> str:
+    return words[0] if len(words) < 2 else f"{', '.join(words[:-1])} or {words[-1]}"
 
 
 def _count(n: int, word: str) -> str:
@@ -451,8 +403,8 @@ def _since(value: str) -> str:
     return f" since {value}" if value else ""
 
 
-def lines_for_lws(answer: LwsAnswer) -> list[str]:
-    """The whole answer for an LWS as text lines."""
+def lines_for_lws(answer: LwsAnswer, *, kinds: Sequence[str] = ("Pool",)) -> list[str]:
+    """The whole answer for an LWS as text lines (``kinds``: as ``lines_for_pool`` takes them)."""
     out = [
         f"LeaderWorkerSet {answer.namespace}/{answer.name}: {_count(answer.replicas, 'group')} of "
         f"{_count(answer.size, 'pod')}, {POOL_LABEL}={answer.pool or '(none)'}"
@@ -464,7 +416,7 @@ def lines_for_lws(answer: LwsAnswer) -> list[str]:
         if g.message:
             out.append(f"    {g.message}")
     if answer.pool_view is not None:
-        out.extend(lines_for_pool(answer.pool_view, waiting_words=False))
+        out.extend(lines_for_pool(answer.pool_view, kinds=kinds, waiting_words=False))
     if answer.next_group:
         out.append(f"next: {answer.next_group}")
     elif answer.groups and all(g.state == "admitted" for g in answer.groups):

@@ -165,22 +165,6 @@ SANDBOX_POLICIES_LABEL: Final = f"sandbox.{API_GROUP}/policies"
 SANDBOX_POLICIES_OFF: Final = "off"
 """The value of SANDBOX_POLICIES_LABEL that leaves a namespace out of the sandbox's policies."""
 
-# ----- Volcano (volcano.sh) ----------------------------------------------------------------
-
-VOLCANO_API_VERSION: Final = "scheduling.volcano.sh/v1beta1"
-"""Volcano ``Queue`` objects (``render --backend volcano``) and ``PodGroup`` objects (the
-``volcano`` backend)."""
-POD_GROUP_PLURAL: Final = "podgroups"
-"""Volcano's ``PodGroup`` (``scheduling.volcano.sh/v1beta1``), one per group with the volcano backend."""
-VOLCANO_SCHEDULER_NAME: Final = "volcano"
-"""``spec.schedulerName`` of the pods Volcano's scheduler schedules (its default name)."""
-VOLCANO_GROUP_ANNOTATION: Final = "scheduling.k8s.io/group-name"
-"""Pod annotation naming the PodGroup (same namespace) a pod belongs to, for Volcano."""
-VOLCANO_INQUEUE: Final = "Inqueue"
-"""PodGroup ``status.phase`` once Volcano's enqueue action found its minResources fit its Queue."""
-VOLCANO_RUNNING: Final = "Running"
-"""PodGroup ``status.phase`` once at least ``minMember`` of its pods are placed."""
-
 # ----- Kubernetes ------------------------------------------------------------------------
 
 PRIORITY_CLASS_API_VERSION: Final = "scheduling.k8s.io/v1"

@@ -13,11 +13,10 @@ sits just above ``gatekeeper.core`` and below everything that talks to a cluster
 """
 
 from gatekeeper.render.admission import load_policies, service_account_username
-from gatekeeper.render.manifests import Backend, RenderedPool, render, render_stream
+from gatekeeper.render.manifests import RenderedPool, render, render_stream
 from gatekeeper.render.pools import PoolsError, PoolsFile, PoolSpec, parse_pools
 
 __all__ = [
-    "Backend",
     "PoolSpec",
     "PoolsError",
     "PoolsFile",

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import click
 
-from gatekeeper.render.manifests import Backend, TemplatesMissing, render, render_stream
+from gatekeeper.core.backends import BACKENDS
+from gatekeeper.render.manifests import TemplatesMissing, render, render_stream
 from gatekeeper.render.pools import PoolsError, parse_pools
 
 __all__ = ["render_cmd"]
@@ -23,10 +24,10 @@ __all__ = ["render_cmd"]
 @click.argument("pools_file", metavar="POOLS.yaml", type=click.Path(dir_okay=False, allow_dash=True))
 @click.option(
     "--backend",
-    type=click.Choice([b.value for b in Backend]),
-    default=Backend.POOLS.value,
+    type=click.Choice(BACKENDS.names),
+    default=BACKENDS.default.name,
     show_default=True,
-    help="pools: Pool objects; kueue: ResourceFlavor, ClusterQueue and LocalQueues; volcano: Queues.",
+    help="; ".join(f"{b.name}: {b.renders}" for b in BACKENDS) + ".",
 )
 @click.option(
     "-o",
@@ -54,10 +55,10 @@ def render_cmd(pools_file: str, backend: str, output_dir: Path | None) -> None:
                                        # the ClusterQueue requires
 
     \b
-    Without cpu/memory only the GPUs are limited: Pools and Volcano Queues list
-    no cpu/memory quota; the Kueue ClusterQueue, which must cover every resource
-    the pods ask, gets cpu 100M and memory 100Pi (more than any pool has).
-    The pools and volcano backends ignore admissionChecks (a comment says so).
+    Without cpu/memory only the GPUs are limited, and most backends' objects
+    list no cpu/memory quota; a Kueue ClusterQueue, which must cover every
+    resource the pods ask, gets cpu 100M and memory 100Pi (more than any pool
+    has). Backends other than kueue ignore admissionChecks (a comment says so).
     """
     if pools_file == "-":
         source, text = "<stdin>", sys.stdin.read()

@@ -1,7 +1,8 @@
 """Cluster objects for the reserved pools, per backend, from the jinja2 templates in ``templates/``.
 
-Why this exists: the same few lines of pool description become a ``Pool`` (built-in
-backend), a Kueue ResourceFlavor + ClusterQueue + LocalQueues, or a Volcano Queue. The
+Why this exists: the same few lines of pool description become each backend's objects
+(a ``Pool``, a Kueue ResourceFlavor + ClusterQueue + LocalQueues, ...): the template and the
+names it reads are the backend's own (``core.backend.Backend``). The
 shapes live in templates a person can read next to the backends' docs; this module only
 feeds them checked values (see ``pools.py``) and quotes every string for YAML, so a
 label value such as ``"true"`` or ``"1"`` stays a string.
@@ -19,21 +20,18 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from enum import StrEnum
 from importlib import resources
 from importlib.resources.abc import Traversable
 
 import jinja2
 import yaml
 
-from gatekeeper.core.keys import GATEKEEPER_API_VERSION, KUEUE_API_VERSION, POOL_KIND, VOLCANO_API_VERSION
+from gatekeeper.core.backend import Backend
+from gatekeeper.core.backends import BACKENDS
 from gatekeeper.render.pools import PoolsFile, PoolSpec
 
 __all__ = [
-    "KUEUE_API_VERSION",
     "MANAGED_BY",
-    "VOLCANO_API_VERSION",
-    "Backend",
     "RenderedPool",
     "TemplatesMissing",
     "render",
@@ -45,14 +43,6 @@ MANAGED_BY = "lws-gatekeeper-render"
 """Value of app.kubernetes.io/managed-by on every rendered object (select them with -l)."""
 
 
-class Backend(StrEnum):
-    """The quota authorities a description renders objects for."""
-
-    POOLS = "pools"
-    KUEUE = "kueue"
-    VOLCANO = "volcano"
-
-
 class TemplatesMissing(RuntimeError):
     """The package was installed without its templates."""
 
@@ -62,19 +52,19 @@ class RenderedPool:
     """One pool's objects for one backend, as a YAML stream (one or more documents)."""
 
     pool: str
-    backend: Backend
+    backend: str
     text: str
 
     @property
     def file_name(self) -> str:
         """Where ``render -o DIR`` writes it."""
-        return f"{self.backend.value}-{self.pool}.yaml"
+        return f"{self.backend}-{self.pool}.yaml"
 
 
 def templates_dir() -> Traversable:
     """The templates folder shipped with the package; TemplatesMissing names the fix if absent."""
     folder = resources.files("gatekeeper.render").joinpath("templates")
-    if not folder.is_dir() or not folder.joinpath(_template(Backend.POOLS)).is_file():
+    if not folder.is_dir() or not folder.joinpath(BACKENDS.default.template).is_file():
         raise TemplatesMissing(
             f"the render templates are missing from {folder}: it should be a link to the "
             "repository's templates/ folder (a source checkout) or hold its files (a wheel). "
@@ -85,11 +75,11 @@ def templates_dir() -> Traversable:
 
 
 def render(pools: PoolsFile, backend: Backend | str) -> list[RenderedPool]:
-    """Each pool's objects for ``backend``, in the description's order."""
-    backend = Backend(backend)
-    template = _environment().get_template(_template(backend))
+    """Each pool's objects for ``backend`` (one or its name), in the description's order."""
+    one = BACKENDS[backend] if isinstance(backend, str) else backend
+    template = _environment().get_template(one.template)
     return [
-        RenderedPool(pool.name, backend, template.render(_context(pool)).rstrip("\n") + "\n")
+        RenderedPool(pool.name, one.name, template.render(_context(pool, one)).rstrip("\n") + "\n")
         for pool in pools.pools
     ]
 
@@ -97,10 +87,6 @@ def render(pools: PoolsFile, backend: Backend | str) -> list[RenderedPool]:
 def render_stream(pools: PoolsFile, backend: Backend | str) -> str:
     """All pools' objects as one YAML stream (what ``render`` prints without ``-o``)."""
     return "---\n".join(rendered.text for rendered in render(pools, backend))
-
-
-def _template(backend: Backend) -> str:
-    return f"{backend.value}.yaml.j2"
 
 
 def _environment() -> jinja2.Environment:
@@ -121,15 +107,8 @@ def _environment() -> jinja2.Environment:
     return env
 
 
-def _context(pool: PoolSpec) -> dict[str, object]:
-    return {
-        "pool": pool,
-        "api_version": GATEKEEPER_API_VERSION,
-        "kind": POOL_KIND,
-        "kueue_api_version": KUEUE_API_VERSION,
-        "volcano_api_version": VOLCANO_API_VERSION,
-        "managed_by": MANAGED_BY,
-    }
+def _context(pool: PoolSpec, backend: Backend) -> dict[str, object]:
+    return {**backend.render_context, "pool": pool, "managed_by": MANAGED_BY}
 
 
 def _quote(value: object) -> str:

@@ -39,7 +39,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import Counter, Histogram
 
-from gatekeeper.core.backends.volcano import volcano_pod_patch
+from gatekeeper.core.backend import PodPatch
 from gatekeeper.core.closed import what_opens
 from gatekeeper.core.gating import is_opted_in, lws_label_patch, pod_gate_patch
 from gatekeeper.core.keys import POOL_LABEL, SCHEDULING_GATE
@@ -112,15 +112,15 @@ def _pod_patch(review: Review, pass_through: PassThrough | None = None) -> Patch
     return pod_gate_patch(review.obj)
 
 
-def _volcano_pod_patch(review: Review) -> Patch:
-    """With the volcano backend: the gate, and the pod handed to Volcano (its scheduler name
-    and its group's PodGroup, ``core.backends.volcano``)."""
-    gate = _pod_patch(review)
+def _backend_pod_patch(review: Review, pass_through: PassThrough | None, extra: PodPatch) -> Patch:
+    """The gate (or the pass-through), then what the backend adds to an opted-in pod it is
+    made with (``core.backend.Backend.pod_patch``)."""
+    gate = _pod_patch(review, pass_through)
     if review.operation != "CREATE" or not is_opted_in(review.obj):
         return gate
     if review.obj.get("spec") is None:
         return gate  # the gate's patch makes the spec; such a pod is no LWS's anyway
-    return [*gate, *volcano_pod_patch(review.obj)]
+    return [*gate, *extra(review.obj)]
 
 
 def _lws_patch(review: Review) -> Patch:
@@ -268,19 +268,23 @@ def make_app(
     max_body: int = MAX_BODY_BYTES,
     max_concurrent: int = MAX_CONCURRENT_REVIEWS,
     pass_through: PassThrough | None = None,
-    volcano: bool = False,
+    pod_patch: PodPatch | None = None,
     lookup: Lookup | None = None,
 ) -> web.Application:
     """The webhook application (plain HTTP; ``start_webhook_server`` serves it over TLS).
 
     All webhooks share one bound of ``max_concurrent`` reviews at once. ``pass_through``
     (published by the leader) lets pods of admitted groups be made without the gate.
-    ``volcano``: the pods hook also hands opted-in pods to Volcano (the volcano backend).
+    ``pod_patch``: what the backend adds to the opted-in pods the pods hook lets be made.
     ``lookup`` reads a StatefulSet for the guard of ``statefulsets/scale`` (``guard``).
     """
     app = web.Application(client_max_size=max_body)
     in_flight = _InFlight(max_concurrent)
-    pods = _volcano_pod_patch if volcano else partial(_pod_patch, pass_through=pass_through)
+    pods = (
+        partial(_pod_patch, pass_through=pass_through)
+        if pod_patch is None
+        else partial(_backend_pod_patch, pass_through=pass_through, extra=pod_patch)
+    )
     routes: list[tuple[str, str, Respond]] = [
         (PODS_PATH, "pods", _mutating("pods", pods)),
         (LWS_PATH, "leaderworkersets", _mutating("leaderworkersets", _lws_patch)),
@@ -351,7 +355,7 @@ async def start_webhook_server(
     key_file: Path,
     pass_through: PassThrough | None = None,
     *,
-    volcano: bool = False,
+    pod_patch: PodPatch | None = None,
     lookup: Lookup | None = None,
 ) -> web.AppRunner:
     """Serve ``make_app()`` over HTTPS on ``host:port`` (0: any free port); returns the started runner.
@@ -361,7 +365,7 @@ async def start_webhook_server(
     """
     tls = _ReloadingTLS(cert_file, key_file)
     runner = web.AppRunner(
-        make_app(pass_through=pass_through, volcano=volcano, lookup=lookup), access_log=None
+        make_app(pass_through=pass_through, pod_patch=pod_patch, lookup=lookup), access_log=None
     )
     await runner.setup()
     try:

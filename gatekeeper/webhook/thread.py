@@ -25,6 +25,7 @@ from typing import Any
 import anyio.to_thread
 from aiohttp import web
 
+from gatekeeper.core.backend import PodPatch
 from gatekeeper.webhook.guard import Lookup
 from gatekeeper.webhook.pass_through import PassThrough
 from gatekeeper.webhook.server import start_webhook_server
@@ -59,7 +60,7 @@ class WebhookThread:
         key_file: Path,
         pass_through: PassThrough | None = None,
         *,
-        volcano: bool = False,
+        pod_patch: PodPatch | None = None,
         lookup: Lookup | None = None,
     ) -> WebhookThread:
         """Start serving; returns once the server listens (or raises what kept it from it)."""
@@ -75,7 +76,7 @@ class WebhookThread:
             try:
                 self._runner = loop.run_until_complete(
                     start_webhook_server(
-                        host, port, cert_file, key_file, pass_through, volcano=volcano, lookup=lookup
+                        host, port, cert_file, key_file, pass_through, pod_patch=pod_patch, lookup=lookup
                     )
                 )
             except BaseException as exc:  # reported to the caller, which fails the start

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import time
 
-from gatekeeper.core.keys import LWS_NAME_LABEL, VOLCANO_GROUP_ANNOTATION
+from gatekeeper.core.backends.volcano.keys import VOLCANO_GROUP_ANNOTATION
+from gatekeeper.core.keys import LWS_NAME_LABEL
 from gatekeeper_lab.sandbox.cluster import POLICIES_LABEL, POLICIES_OFF, Sandbox
 from tests.e2e import attack_table
 from tests.e2e.kueue_support import new_tag, pods, records, settled, wait

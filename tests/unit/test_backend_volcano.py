@@ -22,6 +22,7 @@ from gatekeeper.core.backends.volcano import (
     volcano_pod_patch,
     volcano_state,
 )
+from gatekeeper.core.backends.volcano.keys import POD_GROUP_PLURAL, VOLCANO_API_VERSION
 from gatekeeper.core.backends.volcano.podgroup import MAX_MESSAGE, min_member
 from gatekeeper.core.groups import DemandMemo, GroupState, lws_groups, pods_by_group
 from gatekeeper.core.keys import (
@@ -29,9 +30,7 @@ from gatekeeper.core.keys import (
     HOLD_FINALIZER,
     LWS_NAME_LABEL,
     LWS_UID_ANNOTATION,
-    POD_GROUP_PLURAL,
     POOL_LABEL,
-    VOLCANO_API_VERSION,
 )
 from gatekeeper.core.objects import index_by_key
 from gatekeeper.core.writes import Memory, walk

@@ -10,15 +10,15 @@ from typing import Any
 import pytest
 from core_builders import lws, lws_pod, pool, record
 
+from gatekeeper.core.backends.kueue.view import kueue_pool_view
+from gatekeeper.core.backends.volcano.view import volcano_queue_view
 from gatekeeper.core.explain import (
     MAX_LISTED,
     PoolView,
     explain_lws,
     explain_pool,
-    kueue_pool_view,
     lines_for_lws,
     lines_for_pool,
-    volcano_queue_view,
 )
 
 
@@ -114,7 +114,7 @@ def test_a_pool_lists_holders_by_admission_time_and_skips_other_pools() -> None:
 def test_a_pool_that_is_not_there_says_so() -> None:
     view = explain_pool(None, "gone", [_rec(VLLM, 0, False, pool="gone")], [VLLM])
     assert view.kind == "missing"
-    assert lines_for_pool(view) == [
+    assert lines_for_pool(view, kinds=("Pool", "ClusterQueue", "Volcano Queue")) == [
         "pool gone: not found (no Pool, ClusterQueue or Volcano Queue of that name)"
     ]
     answer = explain_lws(VLLM, [_rec(VLLM, 0, False, pool="gone")], [], view)

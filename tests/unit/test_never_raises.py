@@ -5,8 +5,9 @@ in turn. Hypothesis takes a valid cluster (an LWS with its pods and records, a P
 a Kueue Workload and flavor) and breaks it at random places with random values (None,
 negative, enormous or non-integer numbers, strings, lists, maps, quantities of many
 digits), then runs every decision on it: each must return, never raise. The cluster has
-a Pool over a Karpenter NodePool too, with a NodeClaim and an instance type. Nodes and Pools
-are parsed as the controller parses them, where a ``ValueError`` (or an arithmetic error)
+a Pool over a Karpenter NodePool too, with a NodeClaim and an instance type, and a Volcano
+PodGroup with an Event on it; every backend of the registry is run (``COVERED`` names them).
+Nodes and Pools are parsed as the controller parses them, where a ``ValueError`` (or an arithmetic error)
 means "this object is skipped and reported".
 """
 
@@ -20,9 +21,12 @@ from core_builders import ctr, lws, lws_pod, node, pod_spec, pool, record
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gatekeeper.core.backends import BACKENDS
 from gatekeeper.core.backends.kueue import KueueSnapshot, decide_kueue
 from gatekeeper.core.backends.kueue import plan_writes as kueue_writes
 from gatekeeper.core.backends.pools import PassInputs, Snapshot, decide, plan_writes
+from gatekeeper.core.backends.volcano import VolcanoSnapshot, decide_volcano
+from gatekeeper.core.backends.volcano import plan_writes as volcano_writes
 from gatekeeper.core.checks.node_fit import decide_node_fit
 from gatekeeper.core.checks.node_fit import plan_writes as node_fit_writes
 from gatekeeper.core.nodes import parse_node
@@ -30,6 +34,8 @@ from gatekeeper.core.provisioning import parse_instance_types
 from gatekeeper.core.writes import Memory
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
+COVERED = ("pools", "kueue", "volcano")
+"""The backends the property runs, in the registry's order."""
 GPU = "nvidia.com/gpu"
 
 JUNK = st.one_of(
@@ -142,6 +148,32 @@ def cluster() -> dict[str, Any]:
         "checks": [
             {"metadata": {"name": "node-fit"}, "spec": {"controllerName": "lws-gatekeeper.io/node-fit"}}
         ],
+        "pod_groups": [
+            {
+                "metadata": {
+                    "name": "vllm-0-gk",
+                    "namespace": "team",
+                    "uid": "pg-1",
+                    "labels": {"lws-gatekeeper.io/pool": "a"},
+                    "ownerReferences": [{"kind": "GroupAdmission", "name": "vllm-0", "uid": "r-0"}],
+                },
+                "spec": {"queue": "a", "minMember": 2, "minResources": {GPU: "2"}},
+                "status": {"phase": "Inqueue"},
+            }
+        ],
+        "events": [
+            {
+                "involvedObject": {
+                    "kind": "PodGroup",
+                    "name": "vllm-0-gk",
+                    "namespace": "team",
+                    "uid": "pg-1",
+                },
+                "reason": "Unschedulable",
+                "message": "queue resource quota insufficient",
+                "lastTimestamp": "2026-12-01T00:00:00Z",
+            }
+        ],
     }
 
 
@@ -231,6 +263,22 @@ def test_no_broken_object_makes_a_decision_raise(objs: dict[str, Any]) -> None:
     kacts = decide_kueue(ksnap)
     kueue_writes(kacts, ksnap, Memory(), NOW)
 
+    vsnap = VolcanoSnapshot(
+        lwss=_lst(objs["lwss"]),
+        pods=_lst(objs["pods"]),
+        records=_lst(objs["records"]),
+        pod_groups=_lst(objs["pod_groups"]),
+        events=_lst(objs["events"]),
+        nodes=nodes,
+        bound_pods=snap.bound_pods,
+        priorities={"high": 1000},
+    )
+    volcano_writes(decide_volcano(vsnap), vsnap, Memory(), NOW)
+
     workloads, checks = _lst(objs["workloads"]), _lst(objs["checks"])
     nacts = decide_node_fit(workloads, checks, _lst(objs["flavors"]), nodes, snap.bound_pods)
     node_fit_writes(nacts, workloads, checks, NOW)
+
+
+def test_the_property_runs_every_registered_backend() -> None:
+    assert BACKENDS.names == COVERED

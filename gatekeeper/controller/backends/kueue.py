@@ -27,6 +27,7 @@ from gatekeeper.controller.caches import BOUND_PODS, Caches
 from gatekeeper.controller.held import report_held
 from gatekeeper.controller.informer import Informer
 from gatekeeper.controller.loop import Write as Writer
+from gatekeeper.controller.plugin import ControllerPlugin, Term
 from gatekeeper.core.backends.kueue import (
     NEVER_FIT_RETRY_SECONDS,
     KueueActions,
@@ -36,10 +37,10 @@ from gatekeeper.core.backends.kueue import (
 )
 from gatekeeper.core.backends.kueue.urgency import KueueUrgency
 from gatekeeper.core.groups import DemandMemo
-from gatekeeper.core.keys import LWS_NAME_LABEL, POOL_LABEL
+from gatekeeper.core.keys import KUEUE_API_VERSION, LWS_NAME_LABEL, POOL_LABEL
 from gatekeeper.core.writes import Memory, Write
 
-__all__ = ["KueueBackend"]
+__all__ = ["PLUGIN", "KueueBackend"]
 
 log = logging.getLogger("gatekeeper.kueue")
 
@@ -133,3 +134,13 @@ class KueueBackend:
             log.info("gave back the quota of evicted Workload %s/%s", one.namespace, one.name)
         elif one.tag == "release":
             log.info("released %s %s/%s", one.resource, one.namespace, one.name)
+
+
+_KUEUE = KUEUE_API_VERSION.split("/")[0]
+
+
+def _make(term: Term) -> KueueBackend:
+    return KueueBackend(term.kube, term.caches, retry_seconds=term.retry_seconds)
+
+
+PLUGIN = ControllerPlugin("kueue", make=_make)

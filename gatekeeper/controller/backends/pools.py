@@ -31,6 +31,7 @@ from gatekeeper.controller.hub_link import HubLink
 from gatekeeper.controller.informer import Informer
 from gatekeeper.controller.lift import Lifter
 from gatekeeper.controller.loop import Write as Writer
+from gatekeeper.controller.plugin import ControllerPlugin, Term
 from gatekeeper.core import pass_through as admitted
 from gatekeeper.core.backends.pools import Actions, PassInputs, Snapshot, decide, hold_node_pools, plan_writes
 from gatekeeper.core.backends.pools.urgency import Urgency
@@ -42,7 +43,7 @@ from gatekeeper.core.provisioning import InstanceType
 from gatekeeper.core.writes import Memory, Write, walk
 from gatekeeper.webhook.pass_through import PassThrough
 
-__all__ = ["PoolsBackend"]
+__all__ = ["PLUGIN", "PoolsBackend"]
 
 log = logging.getLogger("gatekeeper.reconciler")
 
@@ -290,3 +291,18 @@ class PoolsBackend:
 def namespace_labels(namespaces: Iterable[Mapping[str, Any]]) -> dict[str, Mapping[str, str]]:
     """Namespace name -> its labels."""
     return {name_of(ns): {str(k): str(v) for k, v in labels(ns).items()} for ns in namespaces}
+
+
+def _make(term: Term) -> PoolsBackend:
+    return PoolsBackend(
+        term.kube,
+        term.caches,
+        term.hub,
+        term.instance_types,
+        pass_through=term.pass_through,
+        retry_seconds=term.retry_seconds,
+        exempt_namespaces=term.exempt_namespaces,
+    )
+
+
+PLUGIN = ControllerPlugin("pools", make=_make)

@@ -25,14 +25,19 @@ from gatekeeper.controller.caches import BOUND_PODS, Caches
 from gatekeeper.controller.held import report_held
 from gatekeeper.controller.informer import Informer
 from gatekeeper.controller.loop import Write as Writer
+from gatekeeper.controller.plugin import ControllerPlugin, Term
 from gatekeeper.core.backends.volcano import VolcanoActions, VolcanoSnapshot, decide_volcano, plan_writes
+from gatekeeper.core.backends.volcano.keys import POD_GROUP_PLURAL, VOLCANO_API_VERSION
 from gatekeeper.core.groups import DemandMemo
 from gatekeeper.core.keys import LWS_NAME_LABEL, POOL_LABEL
 from gatekeeper.core.writes import Memory, Write
 
-__all__ = ["VolcanoBackend"]
+__all__ = ["PLUGIN", "POD_GROUPS", "VolcanoBackend"]
 
 log = logging.getLogger("gatekeeper.volcano")
+
+POD_GROUPS = r.Resource(POD_GROUP_PLURAL, VOLCANO_API_VERSION)
+"""Volcano's PodGroups: one of ours per group."""
 
 VOLCANO_ADMISSIONS = Counter(
     "gatekeeper_volcano_admissions_total",
@@ -58,7 +63,7 @@ class VolcanoBackend:
         self.lws = caches.informer(r.LWS, label_selector=POOL_LABEL)
         self.pods = caches.informer(r.PODS, label_selector=POOL_LABEL)
         self.records = caches.informer(r.RECORDS)
-        self.pod_groups = caches.informer(r.POD_GROUPS, label_selector=POOL_LABEL)
+        self.pod_groups = caches.informer(POD_GROUPS, label_selector=POOL_LABEL)
         self.events = caches.informer(r.EVENTS, field_selector="involvedObject.kind=PodGroup")
         self.bound = caches.informer(r.PODS, field_selector=BOUND_PODS)
         self.nodes = caches.informer(r.NODES)
@@ -99,7 +104,7 @@ class VolcanoBackend:
         snap = self.snapshot()
         actions = await anyio.to_thread.run_sync(decide_volcano, snap, self.demands)
         plan = await anyio.to_thread.run_sync(plan_writes, actions, snap, self.memory, now)
-        await execute(self.kube, plan, write, self.memory, self._done)
+        await execute(self.kube, plan, write, self.memory, self._done, kinds=(POD_GROUPS,))
         VOLCANO_WAITING.set(sum(1 for st in actions.statuses if not st.admitted))
         report_held(st.reason for st in actions.statuses if st.admitted)
         VOLCANO_PASS_SECONDS.observe(time.monotonic() - start)
@@ -114,3 +119,10 @@ class VolcanoBackend:
             log.info("withdrew PodGroup %s/%s for a group of a higher priority", one.namespace, one.name)
         elif one.tag == "release":
             log.info("released %s %s/%s", one.resource, one.namespace, one.name)
+
+
+def _make(term: Term) -> VolcanoBackend:
+    return VolcanoBackend(term.kube, term.caches)
+
+
+PLUGIN = ControllerPlugin("volcano", make=_make)

@@ -34,6 +34,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gatekeeper.core.backends.volcano.keys import (
+    VOLCANO_API_VERSION,
+    VOLCANO_GROUP_ANNOTATION,
+    VOLCANO_INQUEUE,
+    VOLCANO_RUNNING,
+    VOLCANO_SCHEDULER_NAME,
+)
 from gatekeeper.core.demand import GroupDemand
 from gatekeeper.core.groups import GroupState
 from gatekeeper.core.keys import (
@@ -43,11 +50,6 @@ from gatekeeper.core.keys import (
     LWS_UID_ANNOTATION,
     POOL_LABEL,
     RECORD_KIND,
-    VOLCANO_API_VERSION,
-    VOLCANO_GROUP_ANNOTATION,
-    VOLCANO_INQUEUE,
-    VOLCANO_RUNNING,
-    VOLCANO_SCHEDULER_NAME,
 )
 from gatekeeper.core.lws import size, templates
 from gatekeeper.core.objects import as_list, as_map, json_pointer, labels, meta

@@ -13,10 +13,11 @@ from datetime import datetime
 from typing import Any
 
 from gatekeeper.core.backends.volcano.decide import VolcanoActions, VolcanoSnapshot, VolcanoStatus
+from gatekeeper.core.backends.volcano.keys import POD_GROUP_PLURAL
 from gatekeeper.core.backends.volcano.podgroup import new_pod_group
 from gatekeeper.core.finalizers import FINALIZER_WRITES_PER_PASS, release_writes
 from gatekeeper.core.gating import ungate_patch
-from gatekeeper.core.keys import ADMITTED, POD_GROUP_PLURAL, RECORD_PLURAL
+from gatekeeper.core.keys import ADMITTED, RECORD_PLURAL
 from gatekeeper.core.objects import as_map, condition, index_by_key, resource_version
 from gatekeeper.core.record import admitted_condition, demand_status, new_record
 from gatekeeper.core.writes import EventsOnce, Memory, Op, Plan, Write, rfc3339

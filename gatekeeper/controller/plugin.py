@@ -1,0 +1,54 @@
+"""What a backend is to the controller: the I/O half of its plug-in contract.
+
+Why this exists: ``core.backend.Backend`` is what the CLI, the webhook, ``render`` and ``why``
+know of a backend; this is the rest: how to make its controller loop for a term
+(``app.controllers``). Each
+backend's controller module declares one ``ControllerPlugin`` as ``PLUGIN``;
+``controller.backends.PLUGINS`` lists them, and a unit test checks that it names the same
+backends as ``core.backends.BACKENDS``, in the same order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from gatekeeper.controller.caches import Caches
+from gatekeeper.controller.hub_link import HubLink
+from gatekeeper.controller.kube import Kube
+from gatekeeper.controller.loop import Controller
+from gatekeeper.core.provisioning import InstanceType
+from gatekeeper.webhook.pass_through import PassThrough
+
+__all__ = ["ControllerPlugin", "MakeController", "Term"]
+
+
+@dataclass(frozen=True)
+class Term:
+    """What a backend's controller is made from, once per leader term (``app.controllers``)."""
+
+    kube: Kube
+    caches: Caches
+    """The term's caches, shared by every controller of the term."""
+    hub: HubLink | None = None
+    """The link to a hub (``--hub-kubeconfig``); None: no hub."""
+    pass_through: PassThrough | None = None
+    """The webhook's table of admitted groups, for a backend that publishes one."""
+    retry_seconds: int = 60
+    """``--never-fit-retry-seconds``."""
+    instance_types: Sequence[InstanceType] | None = None
+    """``--karpenter-instance-types``; None: Karpenter's NodePools are not read."""
+    exempt_namespaces: Sequence[str] = ("kube-system",)
+    """``--closed-pool-exempt-namespaces``."""
+
+
+MakeController = Callable[[Term], Controller]
+
+
+@dataclass(frozen=True)
+class ControllerPlugin:
+    """A backend's controller and ``why`` view."""
+
+    name: str
+    """As in ``core.backends.BACKENDS``."""
+    make: MakeController
