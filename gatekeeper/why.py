@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
+import anyio
 import kr8s
 import kr8s.asyncio
 
@@ -39,6 +40,19 @@ LWS_KIND = "leaderworkersets.leaderworkerset.x-k8s.io"
 RECORD_KIND = f"{RECORD_PLURAL}.{API_GROUP}"
 
 
+_TRIES = 5
+"""Reads an API server answers with 429 (too many requests, or a resource's storage being
+initialized after its CRD changed) are tried this many times before ``why`` gives up."""
+
+
+def _retry_after(response: Any) -> float:
+    """The seconds the API server asks a 429's client to wait (Retry-After), 1 to 5."""
+    try:
+        return min(5.0, max(1.0, float(response.headers.get("Retry-After", 1))))
+    except (TypeError, ValueError):
+        return 1.0
+
+
 class NotFound(Exception):
     """The object asked about is not there (the message says which)."""
 
@@ -51,10 +65,18 @@ class _Reader:
         self._classes: dict[str, int] | None = None
 
     async def _list(self, kind: str, **selectors: Any) -> list[dict[str, Any]]:
-        try:
-            return [o async for o in self.api.get(kind, raw=True, **selectors) if isinstance(o, dict)]
-        except (kr8s.NotFoundError, ValueError):  # the API is not served (Kueue not installed, say)
-            return []
+        tries = 0
+        while True:
+            try:
+                return [o async for o in self.api.get(kind, raw=True, **selectors) if isinstance(o, dict)]
+            except (kr8s.NotFoundError, ValueError):  # the API is not served (Kueue not installed, say)
+                return []
+            except kr8s.ServerError as exc:
+                tries += 1
+                code = exc.response.status_code if exc.response is not None else 0
+                if code != 429 or tries >= _TRIES:
+                    raise
+                await anyio.sleep(_retry_after(exc.response))
 
     async def one(self, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
         where = {"namespace": namespace} if namespace else {}

@@ -18,7 +18,7 @@ from gatekeeper.core.backends.kueue.status import RecordStatus
 from gatekeeper.core.backends.kueue.workload import clear_admission_status, new_workload
 from gatekeeper.core.demand import GroupDemand
 from gatekeeper.core.finalizers import FINALIZER_WRITES_PER_PASS, hold_patch, release_writes
-from gatekeeper.core.gating import ungate_patch
+from gatekeeper.core.group_writes import record_writes, ungate_writes
 from gatekeeper.core.groups import GroupState
 from gatekeeper.core.keys import ADMITTED, RECORD_PLURAL, WORKLOAD_PLURAL
 from gatekeeper.core.objects import as_map, condition, index_by_key, resource_version, uid_of
@@ -95,12 +95,7 @@ def plan_writes(actions: KueueActions, snap: KueueSnapshot, memory: Memory, now:
         if lws is not None and record_uid:
             first.append(_create_workload(group, new_workload(group, lws, record_uid, snap.priorities)))
 
-    second: list[Write] = []
-    for ungate in actions.ungate:
-        pod = pods.get((ungate.namespace, ungate.pod))
-        ops = ungate_patch(pod, ungate) if pod is not None else None
-        if ops is not None:
-            second.append(Write(Op.JSON_PATCH, "pods", ungate.namespace, ungate.pod, ops, tag="ungate"))
+    second = ungate_writes(actions.ungate, pods)
     second.extend(
         Write(Op.DELETE, "pods", ns, pod, uid=uid_of(pods.get((ns, pod))), tag="stop")
         for ns, pod in actions.stop
@@ -120,34 +115,7 @@ def plan_writes(actions: KueueActions, snap: KueueSnapshot, memory: Memory, now:
                     tag="give-back",
                 )
             )
-    for st in actions.statuses:
-        group = st.group
-        record = records.get((group.key.namespace, group.record))
-        if record is None:
-            continue
-        status, changed = record_status_patch(st, record, stamp)
-        if status is None:
-            continue
-        # An admission is always told; a waiting reason once per LWS and reason.
-        told = (
-            events.once(group.key, st.reason, st.message, warning=st.warning, force=st.admitted)
-            if changed
-            else None
-        )
-        was_admitted = condition(record, ADMITTED).get("status") == "True"
-        tag = "admitted" if st.admitted and not was_admitted else "status"
-        second.append(
-            Write(
-                Op.MERGE_STATUS,
-                RECORD_PLURAL,
-                group.key.namespace,
-                group.record,
-                status,
-                guard=resource_version(record),
-                then=(told,) if told is not None else (),
-                tag=tag,
-            )
-        )
+    second.extend(record_writes(actions.statuses, records, events, record_status_patch, stamp))
     return (tuple(first), tuple(second), tuple(_hold_older(actions, records, workloads)))
 
 

@@ -16,9 +16,9 @@ from gatekeeper.core.backends.volcano.decide import VolcanoActions, VolcanoSnaps
 from gatekeeper.core.backends.volcano.keys import POD_GROUP_PLURAL
 from gatekeeper.core.backends.volcano.podgroup import new_pod_group
 from gatekeeper.core.finalizers import FINALIZER_WRITES_PER_PASS, release_writes
-from gatekeeper.core.gating import ungate_patch
+from gatekeeper.core.group_writes import record_writes, ungate_writes
 from gatekeeper.core.keys import ADMITTED, RECORD_PLURAL
-from gatekeeper.core.objects import as_map, condition, index_by_key, resource_version
+from gatekeeper.core.objects import as_map, condition, index_by_key
 from gatekeeper.core.record import admitted_condition, demand_status, new_record
 from gatekeeper.core.writes import EventsOnce, Memory, Op, Plan, Write, rfc3339
 
@@ -88,36 +88,8 @@ def plan_writes(actions: VolcanoActions, snap: VolcanoSnapshot, memory: Memory, 
     for ns, name, uid in actions.withdraw_pod_groups:
         first.append(Write(Op.DELETE, POD_GROUP_PLURAL, ns, name, uid=uid or None, tag="withdraw"))
 
-    second: list[Write] = []
-    for one in actions.ungate:
-        pod = pods.get((one.namespace, one.pod))
-        ops = ungate_patch(pod, one) if pod is not None else None
-        if ops is not None:
-            second.append(Write(Op.JSON_PATCH, "pods", one.namespace, one.pod, ops, tag="ungate"))
-    for st in actions.statuses:
-        group = st.group
-        record = records.get((group.key.namespace, group.record))
-        if record is None:
-            continue
-        status, changed = record_status_patch(st, record, stamp)
-        if status is None:
-            continue
-        told = (
-            events.once(group.key, st.reason, st.message, warning=st.warning, force=st.admitted)
-            if changed
-            else None
-        )
-        was = condition(record, ADMITTED).get("status") == "True"
-        second.append(
-            Write(
-                Op.MERGE_STATUS,
-                RECORD_PLURAL,
-                group.key.namespace,
-                group.record,
-                status,
-                guard=resource_version(record),
-                then=(told,) if told is not None else (),
-                tag="admitted" if st.admitted and not was else "status",
-            )
-        )
+    second = [
+        *ungate_writes(actions.ungate, pods),
+        *record_writes(actions.statuses, records, events, record_status_patch, stamp),
+    ]
     return (tuple(first), tuple(second))
