@@ -237,13 +237,13 @@ async def test_kueue_pass_lifts_gates_of_an_admitted_workload_onto_its_flavor() 
             },
         },
     }
-    fill(backend.lws, vllm)
-    fill(backend.records, rec)
+    fill(backend.groups.lws, vllm)
+    fill(backend.groups.records, rec)
     fill(backend.workloads, workload)
     fill(backend.flavors, {"metadata": {"name": "h100"}, "spec": {"nodeLabels": {"pool": "h100"}}})
     pods = [lws_pod("vllm", 0, 0, namespace=NS, pool="lq"), lws_pod("vllm", 0, 1, namespace=NS, pool="lq")]
-    fill(backend.pods, *pods)
-    fill(backend.statefulsets, *lws_statefulsets([vllm], pods))
+    fill(backend.groups.pods, *pods)
+    fill(backend.groups.statefulsets, *lws_statefulsets([vllm], pods))
     await loop_of(backend).pass_once()
 
     patches = {name: ops for verb, _, name, ops in kube.writes if verb == "json_patch"}

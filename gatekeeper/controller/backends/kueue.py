@@ -17,17 +17,16 @@ import logging
 import time
 from datetime import UTC, datetime
 
-import anyio.to_thread
 from prometheus_client import Counter, Gauge, Histogram
 
 from gatekeeper.controller import kube as k
 from gatekeeper.controller import resources as r
-from gatekeeper.controller.act import execute
-from gatekeeper.controller.caches import BOUND_PODS, Caches
+from gatekeeper.controller.caches import Caches
 from gatekeeper.controller.held import report_held
 from gatekeeper.controller.informer import Informer
 from gatekeeper.controller.loop import Write as Writer
 from gatekeeper.controller.plugin import ControllerPlugin, Term
+from gatekeeper.controller.shell import GroupInformers, decide_and_act
 from gatekeeper.core.backends.kueue import (
     NEVER_FIT_RETRY_SECONDS,
     KueueActions,
@@ -37,7 +36,7 @@ from gatekeeper.core.backends.kueue import (
 )
 from gatekeeper.core.backends.kueue.urgency import KueueUrgency
 from gatekeeper.core.groups import DemandMemo
-from gatekeeper.core.keys import KUEUE_API_VERSION, LWS_NAME_LABEL, POOL_LABEL
+from gatekeeper.core.keys import KUEUE_API_VERSION, POOL_LABEL
 from gatekeeper.core.writes import Memory, Write
 
 __all__ = ["PLUGIN", "KueueBackend"]
@@ -71,40 +70,27 @@ class KueueBackend:
         self.urgent = KueueUrgency()
         """Which watched changes call for a pass at once (the loop's ``urgent``)."""
 
-        self.lws = caches.informer(r.LWS, label_selector=POOL_LABEL)
-        self.pods = caches.informer(r.PODS, label_selector=POOL_LABEL)
-        self.records = caches.informer(r.RECORDS)
+        self.groups = GroupInformers(caches)
         self.workloads = caches.informer(r.WORKLOADS, label_selector=POOL_LABEL)
         self.flavors = caches.informer(r.RESOURCE_FLAVORS)
-        self.priorities = caches.informer(r.PRIORITY_CLASSES)
-        self.statefulsets = caches.informer(r.STATEFULSETS, label_selector=LWS_NAME_LABEL)
-        self.bound = caches.informer(r.PODS, field_selector=BOUND_PODS)
-        """Pods let through keep their group's Workload by the charge they carry (``core.charge``)."""
 
     @property
     def informers(self) -> list[Informer]:
-        return [
-            self.lws,
-            self.pods,
-            self.records,
-            self.workloads,
-            self.flavors,
-            self.priorities,
-            self.statefulsets,
-            self.bound,
-        ]
+        return [*self.groups.informers, self.workloads, self.flavors]
 
     def snapshot(self, now: datetime) -> KueueSnapshot:
+        g = self.groups
         return KueueSnapshot(
-            lwss=self.lws.values(),
-            pods=self.pods.values(),
-            records=self.records.values(),
+            lwss=g.lws.values(),
+            pods=g.pods.values(),
+            records=g.records.values(),
             workloads=self.workloads.values(),
             flavors=self.flavors.values(),
             priorities=self.caches.priorities(),
             default_priority=self.caches.default_priority(),
-            statefulsets=self.statefulsets.values(),
-            bound_pods=self.bound.values(),
+            statefulsets=g.statefulsets.values(),
+            # Pods let through keep their group's Workload by the charge they carry (``core.charge``).
+            bound_pods=g.bound.values(),
             now=now,
             retry_seconds=self.retry_seconds,
         )
@@ -113,10 +99,14 @@ class KueueBackend:
         """One pass: decide and plan (pure), then execute the plan through ``write``."""
         start, now = time.monotonic(), datetime.now(UTC)
         snap = self.snapshot(now)
-        # In a worker thread, off the event loop that serves the webhook and the Lease.
-        actions = await anyio.to_thread.run_sync(decide_kueue, snap, self.demands)
-        plan = await anyio.to_thread.run_sync(plan_writes, actions, snap, self.memory, now)
-        await execute(self.kube, plan, write, self.memory, self._done)
+        actions = await decide_and_act(
+            self.kube,
+            write,
+            self.memory,
+            lambda: decide_kueue(snap, self.demands),
+            lambda acts: plan_writes(acts, snap, self.memory, now),
+            self._done,
+        )
         KUEUE_WAITING.set(sum(1 for st in actions.statuses if not st.admitted))
         report_held(st.reason for st in actions.statuses if st.admitted)
         KUEUE_PASS_SECONDS.observe(time.monotonic() - start)

@@ -15,21 +15,20 @@ import logging
 import time
 from datetime import UTC, datetime
 
-import anyio.to_thread
 from prometheus_client import Counter, Gauge, Histogram
 
 from gatekeeper.controller import kube as k
 from gatekeeper.controller import resources as r
-from gatekeeper.controller.act import execute
-from gatekeeper.controller.caches import BOUND_PODS, Caches
+from gatekeeper.controller.caches import Caches
 from gatekeeper.controller.held import report_held
 from gatekeeper.controller.informer import Informer
 from gatekeeper.controller.loop import Write as Writer
 from gatekeeper.controller.plugin import ControllerPlugin, Term
+from gatekeeper.controller.shell import GroupInformers, decide_and_act
 from gatekeeper.core.backends.volcano import VolcanoActions, VolcanoSnapshot, decide_volcano, plan_writes
 from gatekeeper.core.backends.volcano.keys import POD_GROUP_PLURAL, VOLCANO_API_VERSION
 from gatekeeper.core.groups import DemandMemo
-from gatekeeper.core.keys import LWS_NAME_LABEL, POOL_LABEL
+from gatekeeper.core.keys import POOL_LABEL
 from gatekeeper.core.writes import Memory, Write
 
 __all__ = ["PLUGIN", "POD_GROUPS", "VolcanoBackend"]
@@ -60,51 +59,43 @@ class VolcanoBackend:
         self.caches = caches
         self.memory = Memory()
         self.demands = DemandMemo()
-        self.lws = caches.informer(r.LWS, label_selector=POOL_LABEL)
-        self.pods = caches.informer(r.PODS, label_selector=POOL_LABEL)
-        self.records = caches.informer(r.RECORDS)
+        self.groups = GroupInformers(caches)
         self.pod_groups = caches.informer(POD_GROUPS, label_selector=POOL_LABEL)
         self.events = caches.informer(r.EVENTS, field_selector="involvedObject.kind=PodGroup")
-        self.bound = caches.informer(r.PODS, field_selector=BOUND_PODS)
         self.nodes = caches.informer(r.NODES)
-        self.priorities = caches.informer(r.PRIORITY_CLASSES)
-        self.statefulsets = caches.informer(r.STATEFULSETS, label_selector=LWS_NAME_LABEL)
 
     @property
     def informers(self) -> list[Informer]:
-        return [
-            self.lws,
-            self.pods,
-            self.records,
-            self.pod_groups,
-            self.events,
-            self.bound,
-            self.nodes,
-            self.priorities,
-            self.statefulsets,
-        ]
+        return [*self.groups.informers, self.pod_groups, self.events, self.nodes]
 
     def snapshot(self) -> VolcanoSnapshot:
+        g = self.groups
         return VolcanoSnapshot(
-            lwss=self.lws.values(),
-            pods=self.pods.values(),
-            records=self.records.values(),
+            lwss=g.lws.values(),
+            pods=g.pods.values(),
+            records=g.records.values(),
             pod_groups=self.pod_groups.values(),
             events=self.events.values(),
             nodes=self.caches.nodes(),
-            bound_pods=self.bound.values(),
+            bound_pods=g.bound.values(),
             priorities=self.caches.priorities(),
             default_priority=self.caches.default_priority(),
-            statefulsets=self.statefulsets.values(),
+            statefulsets=g.statefulsets.values(),
         )
 
     async def reconcile_once(self, write: Writer) -> VolcanoActions:
         """One pass: decide and plan (pure, off the event loop), then execute through ``write``."""
         start, now = time.monotonic(), datetime.now(UTC)
         snap = self.snapshot()
-        actions = await anyio.to_thread.run_sync(decide_volcano, snap, self.demands)
-        plan = await anyio.to_thread.run_sync(plan_writes, actions, snap, self.memory, now)
-        await execute(self.kube, plan, write, self.memory, self._done, kinds=(POD_GROUPS,))
+        actions = await decide_and_act(
+            self.kube,
+            write,
+            self.memory,
+            lambda: decide_volcano(snap, self.demands),
+            lambda acts: plan_writes(acts, snap, self.memory, now),
+            self._done,
+            kinds=(POD_GROUPS,),
+        )
         VOLCANO_WAITING.set(sum(1 for st in actions.statuses if not st.admitted))
         report_held(st.reason for st in actions.statuses if st.admitted)
         VOLCANO_PASS_SECONDS.observe(time.monotonic() - start)

@@ -1,0 +1,67 @@
+"""What every backend's controller loop is made of besides its own objects: the group
+informers, and one pass of decide, plan and execute.
+
+Why this exists: each backend's controller (``controller.backends``) reads the same objects
+of the groups (the opted-in LWSs and their pods, the records, PriorityClasses, the LWSs'
+StatefulSets, the pods on nodes) beside its own, and runs a pass the same way: the pure
+decision and plan in a worker thread (a pass over a large cluster must not hold up the
+webhook, the probes and the Lease renewals served by the event loop), then ``act.execute``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TypeVar
+
+import anyio.to_thread
+
+from gatekeeper.controller import kube as k
+from gatekeeper.controller import resources as r
+from gatekeeper.controller.act import execute
+from gatekeeper.controller.caches import BOUND_PODS, Caches
+from gatekeeper.controller.informer import Informer
+from gatekeeper.controller.loop import Write as Writer
+from gatekeeper.core.keys import LWS_NAME_LABEL, POOL_LABEL
+from gatekeeper.core.writes import Memory, Plan, Write
+
+__all__ = ["GroupInformers", "decide_and_act"]
+
+A = TypeVar("A")
+
+
+class GroupInformers:
+    """The informers of the groups that every backend's pass reads."""
+
+    def __init__(self, caches: Caches) -> None:
+        self.lws = caches.informer(r.LWS, label_selector=POOL_LABEL)
+        self.pods = caches.informer(r.PODS, label_selector=POOL_LABEL)
+        """Pods of opted-in LWSs (they carry the pool label)."""
+        self.records = caches.informer(r.RECORDS)
+        self.priorities = caches.informer(r.PRIORITY_CLASSES)
+        # The LWS controller labels its StatefulSets with the LWS's name: only those are read.
+        self.statefulsets = caches.informer(r.STATEFULSETS, label_selector=LWS_NAME_LABEL)
+        """Which pods an LWS made (``core.members``)."""
+        self.bound = caches.informer(r.PODS, field_selector=BOUND_PODS)
+        """Every pod on a node, anyone's: the room they take, and the charge pods let through carry."""
+
+    @property
+    def informers(self) -> list[Informer]:
+        return [self.lws, self.pods, self.records, self.priorities, self.statefulsets, self.bound]
+
+
+async def decide_and_act(
+    kube: k.Kube,
+    write: Writer,
+    memory: Memory,
+    decide: Callable[[], A],
+    plan: Callable[[A], Plan],
+    done: Callable[[Write], None],
+    *,
+    kinds: Iterable[r.Resource] = (),
+) -> A:
+    """One pass after its snapshot: ``decide`` and ``plan`` (pure) in a worker thread, then
+    the plan executed through ``write``; returns what was decided."""
+    actions = await anyio.to_thread.run_sync(decide)
+    writes = await anyio.to_thread.run_sync(plan, actions)
+    await execute(kube, writes, write, memory, done, kinds=kinds)
+    return actions
