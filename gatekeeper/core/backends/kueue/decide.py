@@ -86,11 +86,11 @@ from gatekeeper.core.backends.kueue.workload import (
     workload_belongs,
     workload_indices,
 )
-from gatekeeper.core.charge import Charge, charge_toleration, charged, live_charges
+from gatekeeper.core.charge import Charge, charge_toleration, charged
 from gatekeeper.core.conformance import conforming
 from gatekeeper.core.demand import GroupDemand
 from gatekeeper.core.gating import Ungate
-from gatekeeper.core.groups import DemandMemo, GroupState, lws_groups, pods_by_group
+from gatekeeper.core.groups import DemandMemo, GroupState, lws_groups
 from gatekeeper.core.keys import (
     ADMITTED,
     ADOPTING_REASON,
@@ -101,8 +101,7 @@ from gatekeeper.core.keys import (
     WAITING_FOR_KUEUE,
 )
 from gatekeeper.core.lws import GroupPod
-from gatekeeper.core.lws import size as lws_size
-from gatekeeper.core.members import Stranger, split_members
+from gatekeeper.core.membership import membership
 from gatekeeper.core.objects import (
     as_list,
     as_map,
@@ -115,7 +114,7 @@ from gatekeeper.core.objects import (
     parse_time,
 )
 from gatekeeper.core.quantity import format_resources
-from gatekeeper.core.queue import GroupKey, InvalidDemand
+from gatekeeper.core.queue import InvalidDemand
 from gatekeeper.core.record import is_admitted
 
 __all__ = [
@@ -224,14 +223,9 @@ def decide_kueue(snap: KueueSnapshot, memo: DemandMemo | None = None) -> KueueAc
     workloads = index_by_key(snap.workloads)
     flavors = {str(meta(f).get("name")): f for f in snap.flavors}
 
-    lws_uids = {key: str(meta(obj).get("uid") or "") for obj in snap.lwss if (key := object_key(obj))}
-    sizes = {key: lws_size(obj) for obj in snap.lwss if (key := object_key(obj))}
-    members_only, strangers = split_members(snap.pods, lws_uids, snap.statefulsets, sizes)
-    pods_of = pods_by_group(members_only)
-    charges = live_charges(snap.pods, snap.bound_pods)
-    stranger_pods: dict[GroupKey, list[Stranger]] = {}
-    for one in strangers:
-        stranger_pods.setdefault(GroupKey(one.namespace, one.lws, one.index), []).append(one)
+    lws_by_key = {key: obj for obj in snap.lwss if (key := object_key(obj))}
+    who = membership(lws_by_key, snap.pods, snap.statefulsets, snap.bound_pods)
+    pods_of, charges, stranger_pods = who.pods_of, who.charges, who.strangers
 
     create_records: list[GroupState] = []
     create_workloads: list[tuple[GroupState, str]] = []

@@ -82,16 +82,16 @@ from typing import Any
 from gatekeeper.core.backends.pools.changed import WaitStatus, changed_template
 from gatekeeper.core.backends.pools.giveback import GiveBack, due, stragglers, waits_for_retry, whole
 from gatekeeper.core.backends.pools.kept import holds_pods, still_charged
-from gatekeeper.core.charge import charge_toleration, live_charges
+from gatekeeper.core.charge import charge_toleration
 from gatekeeper.core.conformance import conforming
 from gatekeeper.core.demand import GroupDemand
 from gatekeeper.core.gating import Ungate
-from gatekeeper.core.groups import DemandMemo, GroupState, lws_groups, pods_by_group
+from gatekeeper.core.groups import DemandMemo, GroupState, lws_groups
 from gatekeeper.core.intruders import intruders
 from gatekeeper.core.keys import ADMITTED
 from gatekeeper.core.lws import priority as lws_priority
-from gatekeeper.core.lws import size as lws_size
-from gatekeeper.core.members import Stranger, split_members, strangers_said
+from gatekeeper.core.members import strangers_said
+from gatekeeper.core.membership import membership
 from gatekeeper.core.nodes import Node, RequestsMemo, node_usage_skipping
 from gatekeeper.core.objects import (
     as_map,
@@ -249,14 +249,8 @@ def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMem
         lws_by_key[lkey] = obj
     records = index_by_key(snap.records)
 
-    lws_uids = {key: str(meta(obj).get("uid") or "") for key, obj in lws_by_key.items()}
-    sizes = {key: lws_size(obj) for key, obj in lws_by_key.items()}
-    members, strangers = split_members(snap.pods, lws_uids, snap.statefulsets, sizes)
-    pods_of = pods_by_group(members)
-    charges = live_charges(snap.pods, snap.bound_pods)
-    stranger_pods: dict[GroupKey, list[Stranger]] = {}
-    for one in strangers:
-        stranger_pods.setdefault(GroupKey(one.namespace, one.lws, one.index), []).append(one)
+    who = membership(lws_by_key, snap.pods, snap.statefulsets, snap.bound_pods)
+    pods_of, charges, stranger_pods = who.pods_of, who.charges, who.strangers
 
     groups: list[GroupState] = []
     wanted_records: set[tuple[str, str]] = set()

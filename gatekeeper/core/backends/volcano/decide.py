@@ -56,16 +56,16 @@ from gatekeeper.core.backends.volcano.podgroup import (
     pod_group_name,
     volcano_state,
 )
-from gatekeeper.core.charge import charge_toleration, charged, live_charges
+from gatekeeper.core.charge import Charge, charge_toleration, charged
 from gatekeeper.core.conformance import conforming
 from gatekeeper.core.demand import GroupDemand
 from gatekeeper.core.fit import Misfit, NodeTable
 from gatekeeper.core.gating import Ungate
-from gatekeeper.core.groups import DemandMemo, GroupState, LwsGroup, lws_groups, pods_by_group
+from gatekeeper.core.groups import DemandMemo, GroupState, LwsGroup, PodsByGroup, lws_groups
 from gatekeeper.core.keys import INVALID_SPEC_REASON
 from gatekeeper.core.lws import priority
-from gatekeeper.core.lws import size as lws_size
-from gatekeeper.core.members import Stranger, split_members, strangers_said
+from gatekeeper.core.members import Stranger, strangers_said
+from gatekeeper.core.membership import membership
 from gatekeeper.core.nodes import Node, node_usage_skipping
 from gatekeeper.core.objects import as_map, index_by_key, meta, object_key
 from gatekeeper.core.queue import GroupKey, InvalidDemand
@@ -170,32 +170,49 @@ def _higher_waiting(
     return min(ahead, key=lambda w: (-value(w), w.state.key)) if ahead else None
 
 
+Rank = Mapping[tuple[str, str], tuple[int, str]]
+"""Per LWS: (minus its priority, its creation time), the order its groups are offered in."""
+
+
 def decide_volcano(snap: VolcanoSnapshot, demands: DemandMemo | None = None) -> VolcanoActions:
-    """One pass of the ``volcano`` backend (see the module docstring)."""
-    memo = demands or DemandMemo()
+    """One pass of the ``volcano`` backend (see the module docstring), in named stages:
+    the groups and their order; each sorted by where its PodGroup stands; the groups Volcano
+    holds judged; the records no group claims released; the next offer of each Queue made."""
     problems: list[str] = []
     records = index_by_key(snap.records)
-    pgs = index_by_key(snap.pod_groups)
-    said = _events_by_object(snap.events)
     lws_by_key = {key: obj for obj in snap.lwss if (key := object_key(obj)) is not None}
-    made, strangers = split_members(
-        snap.pods,
-        {key: str(meta(obj).get("uid") or "") for key, obj in lws_by_key.items()},
-        snap.statefulsets,
-        {key: lws_size(obj) for key, obj in lws_by_key.items()},
-    )
-    pods_of = pods_by_group(made)
-    charges = live_charges(snap.pods, snap.bound_pods)
-    stranger_pods: dict[GroupKey, list[Stranger]] = defaultdict(list)
-    for one in strangers:
-        stranger_pods[GroupKey(one.namespace, one.lws, one.index)].append(one)
+    who = membership(lws_by_key, snap.pods, snap.statefulsets, snap.bound_pods)
     table = NodeTable(snap.nodes, node_usage_skipping(snap.bound_pods, problems))
     table.add_view(_ALL, lambda _node: True)
+    groups, rank = _groups(snap, demands or DemandMemo(), who.pods_of, records, problems)
+    said = _events_by_object(snap.events)
+    where = _where(groups, index_by_key(snap.pod_groups), said)
+    held = [
+        _judge(g, pg, said, where.offers, rank, table, lws_by_key, who.strangers, snap.default_priority)
+        for g, pg in where.live
+    ]
+    create_pod_groups, offered = _offer(where.offers, where.busy, rank)
+    return VolcanoActions(
+        create_records=tuple(where.create_records),
+        create_pod_groups=tuple(create_pod_groups),
+        withdraw_pod_groups=tuple(h.withdraw for h in held if h.withdraw is not None),
+        release=tuple(_unclaimed(records, groups, who.pods_of, who.charges)),
+        ungate=tuple(u for h in held for u in h.ungate),
+        statuses=(*where.statuses, *(h.status for h in held), *offered),
+        problems=tuple(problems),
+    )
 
+
+def _groups(
+    snap: VolcanoSnapshot,
+    memo: DemandMemo,
+    pods_of: PodsByGroup,
+    records: Mapping[tuple[str, str], Mapping[str, Any]],
+    problems: list[str],
+) -> tuple[list[LwsGroup], dict[tuple[str, str], tuple[int, str]]]:
+    """Every group of every LWS, and each LWS's rank; one bad LWS never stops the others."""
     groups: list[LwsGroup] = []
     rank: dict[tuple[str, str], tuple[int, str]] = {}
-    withdraw: list[tuple[str, str, str]] = []
-    """Per LWS: (minus its priority, its creation time), the order its groups are offered in."""
     for lws in sorted(snap.lwss, key=lambda o: object_key(o) or ("", "")):
         key = object_key(lws)
         if key is None:
@@ -205,118 +222,157 @@ def decide_volcano(snap: VolcanoSnapshot, demands: DemandMemo | None = None) -> 
         rank[key] = (-max(min(value, 10**9), -(10**9)), created if isinstance(created, str) else "")
         try:
             groups.extend(lws_groups(key[0], key[1], lws, pods_of, records, lambda *_: set(), memo))
-        except (ValueError, TypeError) as exc:  # one bad LWS never stops the others
+        except (ValueError, TypeError) as exc:
             problems.append(f"LeaderWorkerSet {key[0]}/{key[1]}: {exc}")
+    return groups, rank
 
-    create_records: list[GroupState] = []
-    release: list[tuple[str, str]] = []
-    ungate: list[Ungate] = []
-    statuses: list[VolcanoStatus] = []
-    busy: set[str] = set()
+
+@dataclass
+class _Where:
+    """The staying groups, sorted by where their PodGroup stands."""
+
+    create_records: list[GroupState] = field(default_factory=list)
+    statuses: list[VolcanoStatus] = field(default_factory=list)
+    """Of groups whose demand cannot be read."""
+    offers: dict[str, list[LwsGroup]] = field(default_factory=lambda: defaultdict(list))
+    """Per Queue: the groups without a PodGroup of theirs, to be offered."""
+    live: list[tuple[LwsGroup, Mapping[str, Any]]] = field(default_factory=list)
+    """The groups with their PodGroup."""
+    busy: set[str] = field(default_factory=set)
     """Queues with a PodGroup of ours that Volcano has not let in, or let in with gated pods."""
-    offers: dict[str, list[LwsGroup]] = defaultdict(list)
 
-    live: list[tuple[LwsGroup, Mapping[str, Any]]] = []
+
+def _where(
+    groups: Sequence[LwsGroup],
+    pgs: Mapping[tuple[str, str], Mapping[str, Any]],
+    said: Mapping[tuple[str, str], Sequence[Mapping[str, Any]]],
+) -> _Where:
+    out = _Where()
     for g in groups:
         st = g.state
         ns = st.key.namespace
         if not g.staying:
-            continue  # released below once no pod of it lives, terminating ones included
+            continue  # released by _unclaimed once no pod of it lives, terminating ones included
         if g.record is None:
-            create_records.append(st)
+            out.create_records.append(st)
             continue
         if isinstance(st.demand, InvalidDemand):
-            statuses.append(VolcanoStatus(st, False, INVALID_SPEC_REASON, st.demand.message, warning=True))
+            out.statuses.append(
+                VolcanoStatus(st, False, INVALID_SPEC_REASON, st.demand.message, warning=True)
+            )
             continue
         pg_name = pod_group_name(st.key.name, st.key.index)
         pg = pgs.get((ns, pg_name))
         if pg is not None and not pod_group_belongs(pg, st.key.name, st.lws_uid, st.key.index):
             pg = None  # an earlier incarnation's, going with its record
         if pg is None:
-            offers[st.pool].append(g)
+            out.offers[st.pool].append(g)
             continue
-        live.append((g, pg))
+        out.live.append((g, pg))
         answer = volcano_state(pg, tuple(said.get((ns, pg_name), ())))
         if not answer.admitted or st.gated:
-            busy.add(st.pool)
+            out.busy.add(st.pool)
+    return out
 
-    for g, pg in live:
-        st = g.state
-        ns, pg_name = st.key.namespace, str(meta(pg).get("name"))
-        answer = volcano_state(pg, tuple(said.get((ns, pg_name), ())))
-        started = any(p.live and not p.gated for p in g.present) or is_admitted(g.record)
-        if not answer.admitted and not started:
-            ahead = _higher_waiting(g, offers.get(st.pool, []), rank)
-            if ahead is not None:
-                withdraw.append((ns, pg_name, str(meta(pg).get("uid") or "")))
-                statuses.append(
-                    VolcanoStatus(
-                        st,
-                        False,
-                        WAITING_FOR_VOLCANO,
-                        f"group {st.key.index} waits in Volcano Queue {st.pool}: its PodGroup {pg_name} "
-                        f"is withdrawn for group {ahead.state.key.index} of LWS {ahead.state.key.name}, "
-                        "of a higher priority",
-                    )
-                )
-                continue
-        if not answer.admitted:
-            words = f": {answer.message}" if answer.message else ""
-            statuses.append(
-                VolcanoStatus(
-                    st,
-                    False,
-                    answer.reason if answer.message else WAITING_FOR_VOLCANO,
-                    f"group {st.key.index} waits in Volcano Queue {st.pool} (PodGroup {pg_name}, "
-                    f"{answer.phase}){words}",
-                    pod_group=pg_name,
-                )
+
+@dataclass(frozen=True)
+class _Judged:
+    """What becomes of a group with its PodGroup."""
+
+    status: VolcanoStatus
+    ungate: tuple[Ungate, ...] = ()
+    withdraw: tuple[str, str, str] | None = None
+    """(namespace, PodGroup, its UID): the offer withdrawn for a group of a higher priority."""
+
+
+def _judge(
+    g: LwsGroup,
+    pg: Mapping[str, Any],
+    said: Mapping[tuple[str, str], Sequence[Mapping[str, Any]]],
+    offers: Mapping[str, Sequence[LwsGroup]],
+    rank: Rank,
+    table: NodeTable,
+    lws_by_key: Mapping[tuple[str, str], Mapping[str, Any]],
+    stranger_pods: dict[GroupKey, list[Stranger]],
+    default_priority: int,
+) -> _Judged:
+    """A group whose PodGroup Volcano holds: withdrawn for a higher priority, waiting in
+    Volcano's words, waiting for the nodes, or let through (only the pods its LWS said)."""
+    st = g.state
+    ns, pg_name = st.key.namespace, str(meta(pg).get("name"))
+    answer = volcano_state(pg, tuple(said.get((ns, pg_name), ())))
+    started = any(p.live and not p.gated for p in g.present) or is_admitted(g.record)
+    if not answer.admitted and not started:
+        ahead = _higher_waiting(g, offers.get(st.pool, []), rank)
+        if ahead is not None:
+            message = (
+                f"group {st.key.index} waits in Volcano Queue {st.pool}: its PodGroup {pg_name} "
+                f"is withdrawn for group {ahead.state.key.index} of LWS {ahead.state.key.name}, "
+                "of a higher priority"
             )
-            continue
-        if st.gated and not started:
-            assert isinstance(st.demand, GroupDemand)
-            placed = table.place(_ALL, st.demand.pods)
-            if isinstance(placed, Misfit):
-                statuses.append(
-                    VolcanoStatus(
-                        st,
-                        False,
-                        NOT_ON_NODES,
-                        f"group {st.key.index} is Inqueue in Volcano Queue {st.pool} but the whole group "
-                        f"does not fit the nodes now ({_misfit(placed)})",
-                        pod_group=pg_name,
-                    )
-                )
-                continue
-        made_by = lws_by_key.get((ns, st.key.name))
-        if made_by is not None and isinstance(st.demand, GroupDemand):  # a hand-edited StatefulSet's pods
-            st, off = conforming(st, g.present, made_by, st.demand, snap.default_priority)
-            stranger_pods[st.key].extend(off)
-        mark = charge_toleration(st.lws_uid, st.key.index)
-        ungate.extend(Ungate(ns, name, {}, (mark,)) for name in st.gated)
-        reason: str = VOLCANO_INQUEUE_REASON
-        message = f"group {st.key.index} admitted by Volcano Queue {st.pool} (PodGroup {pg_name}, "
-        message += f"{answer.phase})"
-        if stranger_pods.get(st.key):
-            reason, words = strangers_said(stranger_pods[st.key])
-            message = f"{message}; {words}"
-        warn = reason in STRANGER_REASONS
-        statuses.append(VolcanoStatus(st, True, reason, message, pod_group=pg_name, warning=warn))
+            withdraw = (ns, pg_name, str(meta(pg).get("uid") or ""))
+            return _Judged(VolcanoStatus(st, False, WAITING_FOR_VOLCANO, message), withdraw=withdraw)
+    if not answer.admitted:
+        words = f": {answer.message}" if answer.message else ""
+        message = (
+            f"group {st.key.index} waits in Volcano Queue {st.pool} (PodGroup {pg_name}, "
+            f"{answer.phase}){words}"
+        )
+        why = answer.reason if answer.message else WAITING_FOR_VOLCANO
+        return _Judged(VolcanoStatus(st, False, why, message, pod_group=pg_name))
+    if st.gated and not started:
+        assert isinstance(st.demand, GroupDemand)
+        placed = table.place(_ALL, st.demand.pods)
+        if isinstance(placed, Misfit):
+            message = (
+                f"group {st.key.index} is Inqueue in Volcano Queue {st.pool} but the whole group "
+                f"does not fit the nodes now ({_misfit(placed)})"
+            )
+            return _Judged(VolcanoStatus(st, False, NOT_ON_NODES, message, pod_group=pg_name))
+    made_by = lws_by_key.get((ns, st.key.name))
+    if made_by is not None and isinstance(st.demand, GroupDemand):  # a hand-edited StatefulSet's pods
+        st, off = conforming(st, g.present, made_by, st.demand, default_priority)
+        stranger_pods.setdefault(st.key, []).extend(off)
+    mark = charge_toleration(st.lws_uid, st.key.index)
+    ungate = tuple(Ungate(ns, name, {}, (mark,)) for name in st.gated)
+    reason: str = VOLCANO_INQUEUE_REASON
+    message = f"group {st.key.index} admitted by Volcano Queue {st.pool} (PodGroup {pg_name}, {answer.phase})"
+    if stranger_pods.get(st.key):
+        reason, words = strangers_said(stranger_pods[st.key])
+        message = f"{message}; {words}"
+    warn = reason in STRANGER_REASONS
+    return _Judged(VolcanoStatus(st, True, reason, message, pod_group=pg_name, warning=warn), ungate)
 
-    # Records no group of a present LWS claims (a group scaled away whose last pod went, an
-    # LWS deleted): released once no live pod of their group is left, by its labels or by
-    # the charge it was let through with (``core.charge``: its labels changed since).
+
+def _unclaimed(
+    records: Mapping[tuple[str, str], Mapping[str, Any]],
+    groups: Sequence[LwsGroup],
+    pods_of: PodsByGroup,
+    charges: Mapping[Charge, tuple[str, ...]],
+) -> list[tuple[str, str]]:
+    """Records no group of a present LWS claims (a group scaled away whose last pod went, an
+    LWS deleted): released once no live pod of their group is left, by its labels or by
+    the charge it was let through with (``core.charge``: its labels changed since)."""
     claimed = {(g.state.key.namespace, g.state.record) for g in groups if g.staying}
+    release: list[tuple[str, str]] = []
     for (ns, name), rec in sorted(records.items()):
         spec = as_map(rec.get("spec"))
         lws_name, index = spec.get("leaderWorkerSet"), spec.get("groupIndex")
-        if (ns, name) in claimed or (ns, name) in release or not isinstance(lws_name, str):
+        if (ns, name) in claimed or not isinstance(lws_name, str):
             continue
         members = pods_of.get((ns, lws_name), {}).get(index, []) if isinstance(index, int) else []
         if not any(p.live for p in members) and not (is_admitted(rec) and charged(rec, charges)):
             release.append((ns, name))
+    return release
 
-    create_pod_groups: list[tuple[GroupState, str]] = []
+
+def _offer(
+    offers: Mapping[str, list[LwsGroup]], busy: set[str], rank: Rank
+) -> tuple[list[tuple[GroupState, str]], list[VolcanoStatus]]:
+    """Per Queue that has none in flight, its first waiting group's PodGroup made; the others
+    told that they wait for their turn."""
+    create: list[tuple[GroupState, str]] = []
+    statuses: list[VolcanoStatus] = []
     for pool, waiting in sorted(offers.items()):
         waiting.sort(
             key=lambda g: (rank.get((g.state.key.namespace, g.state.key.name), (0, "")), g.state.key)
@@ -326,7 +382,7 @@ def decide_volcano(snap: VolcanoSnapshot, demands: DemandMemo | None = None) -> 
             if i == 0 and pool not in busy:
                 uid = str(meta(g.record).get("uid") or "") if g.record is not None else ""
                 if uid:
-                    create_pod_groups.append((st, uid))
+                    create.append((st, uid))
                 message = f"group {st.key.index}: its PodGroup is being made in Volcano Queue {pool}"
             else:
                 message = (
@@ -334,13 +390,4 @@ def decide_volcano(snap: VolcanoSnapshot, demands: DemandMemo | None = None) -> 
                     "at a time is offered to Volcano"
                 )
             statuses.append(VolcanoStatus(st, False, WAITING_FOR_VOLCANO, message))
-
-    return VolcanoActions(
-        create_records=tuple(create_records),
-        create_pod_groups=tuple(create_pod_groups),
-        withdraw_pod_groups=tuple(withdraw),
-        release=tuple(release),
-        ungate=tuple(ungate),
-        statuses=tuple(statuses),
-        problems=tuple(problems),
-    )
+    return create, statuses
