@@ -71,50 +71,26 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any
 
-from gatekeeper.core.backends.kueue.adopt import adopted_elsewhere, adopting_message, old_pods
-from gatekeeper.core.backends.kueue.order import Offers, queue_state, unreserved
+from gatekeeper.core.backends.kueue.order import Offers, queue_state
+from gatekeeper.core.backends.kueue.stages import GroupPass, Settings
 from gatekeeper.core.backends.kueue.status import RecordStatus, said_strangers
 from gatekeeper.core.backends.kueue.workload import (
-    demand_changed,
-    flavor_steering,
-    never_fits,
-    stale_spec,
-    waiting_reason,
-    workload_belongs,
     workload_indices,
 )
-from gatekeeper.core.charge import Charge, charge_toleration, charged
-from gatekeeper.core.conformance import conforming
-from gatekeeper.core.demand import GroupDemand
+from gatekeeper.core.charge import Charge, charged
 from gatekeeper.core.gating import Ungate
 from gatekeeper.core.groups import DemandMemo, GroupState, lws_groups
-from gatekeeper.core.keys import (
-    ADMITTED,
-    ADOPTING_REASON,
-    EVICTED,
-    KUEUE_ADMITTED,
-    NO_NODE_FITS,
-    QUOTA_RESERVED,
-    WAITING_FOR_KUEUE,
-)
 from gatekeeper.core.lws import GroupPod
 from gatekeeper.core.membership import membership
 from gatekeeper.core.objects import (
-    as_list,
     as_map,
-    condition,
-    conditions,
     index_by_key,
-    is_terminating,
     meta,
     object_key,
-    parse_time,
 )
-from gatekeeper.core.quantity import format_resources
-from gatekeeper.core.queue import InvalidDemand
 from gatekeeper.core.record import is_admitted
 
 __all__ = [
@@ -180,38 +156,6 @@ class KueueActions:
     problems: tuple[str, ...] = ()
 
 
-def _new_pods(
-    wl: Mapping[str, Any], record: Mapping[str, Any], demand: GroupDemand, members: Sequence[GroupPod]
-) -> list[str]:
-    """Pods made from templates that ask another demand than the admitted Workload's.
-
-    Empty when the demand did not change. Old pods carry the revision the record noted
-    while the Workload was admitted (``status.templateRevision``) or that of a pod of the
-    group already let through; pods without a revision label count as old.
-    """
-    if not demand_changed(wl, demand):
-        return []
-    made_at = str(as_map(record.get("status")).get("templateRevision") or "")
-    old = {p.revision for p in members if p.live and not p.gated} | {made_at}
-    return sorted(
-        p.name for p in members if p.live and not p.terminating and p.revision and p.revision not in old
-    )
-
-
-def _true(conds: Mapping[str, Mapping[str, Any]], kind: str) -> bool:
-    return conds.get(kind, {}).get("status") == "True"
-
-
-def _retries(record: Mapping[str, Any]) -> int:
-    count = as_map(record.get("status")).get("retries")
-    return count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else 0
-
-
-def _backing_off(record: Mapping[str, Any], now: datetime | None) -> bool:
-    """Is the group waiting out the delay after its Workload could never fit?"""
-    return now is not None and now < parse_time(as_map(record.get("status")).get("retryAt"))
-
-
 def decide_kueue(snap: KueueSnapshot, memo: DemandMemo | None = None) -> KueueActions:
     """The whole decision of one ``kueue`` backend pass. Pure: same snapshot, same actions.
 
@@ -225,18 +169,18 @@ def decide_kueue(snap: KueueSnapshot, memo: DemandMemo | None = None) -> KueueAc
 
     lws_by_key = {key: obj for obj in snap.lwss if (key := object_key(obj))}
     who = membership(lws_by_key, snap.pods, snap.statefulsets, snap.bound_pods)
-    pods_of, charges, stranger_pods = who.pods_of, who.charges, who.strangers
 
-    create_records: list[GroupState] = []
-    create_workloads: list[tuple[GroupState, str]] = []
-    wanted: set[tuple[str, str]] = set()
-    ungate: list[Ungate] = []
-    stop: list[tuple[str, str]] = []
-    clear: list[tuple[str, str]] = []
-    statuses: list[RecordStatus] = []
-    stale: list[tuple[str, str]] = []
-    deferred: set[tuple[str, str]] = set()
-
+    settings = Settings(
+        workloads,
+        flavors,
+        who.charges,
+        snap.priorities,
+        snap.default_priority,
+        snap.now,
+        snap.retry_seconds,
+        NEVER_FIT_RETRY_MAX_SECONDS,
+    )
+    one = GroupPass(settings, who.strangers)
     for lws in sorted(snap.lwss, key=lambda o: object_key(o) or ("", "")):
         lkey = object_key(lws)
         if lkey is None:
@@ -244,215 +188,27 @@ def decide_kueue(snap: KueueSnapshot, memo: DemandMemo | None = None) -> KueueAc
             continue
         ns, name = lkey
         groups = lws_groups(
-            ns, name, lws, pods_of, records, lambda n, lw, u: workload_indices(workloads, n, lw, u), memo
+            ns, name, lws, who.pods_of, records, lambda n, lw, u: workload_indices(workloads, n, lw, u), memo
         )
         waiting, holding = queue_state(groups, workloads)
         offers = Offers(waiting, holding)
         for group in groups:
-            gs, record, members, present, staying = (
-                group.state,
-                group.record,
-                group.members,
-                group.present,
-                group.staying,
-            )
-            rname, index, queue, demand = gs.record, gs.key.index, gs.pool, gs.demand
-            mark = charge_toleration(gs.lws_uid, index)
-            live = any(p.live for p in members) or bool(record is not None and charged(record, charges))
-            wl = workloads.get((ns, rname))
-            if wl is not None and not workload_belongs(wl, name, gs.lws_uid, index):
-                stale.append((ns, rname))
-                wl = None
-            conds = conditions(wl) if wl is not None else {}
-            admitted = _true(conds, KUEUE_ADMITTED) and not _true(conds, EVICTED)
-            admission = as_map(as_map(wl.get("status")).get("admission")) if wl is not None else {}
-            reserved = _true(conds, QUOTA_RESERVED) or bool(admission)
-            if not staying and not live:
-                continue  # gone: record and Workload are released below
-            if record is None:
-                if staying:
-                    create_records.append(gs)
-                    if isinstance(demand, GroupDemand) and not offers.take():
-                        deferred.add((ns, rname))
-                continue
-            if is_terminating(record) and not (admitted and live):
-                continue  # deleted, and no running pod needs it: it goes with its Workload
-            if wl is not None and is_terminating(wl) and staying:
-                # Deleted (by hand, say): its admission is taken back, as on eviction. It holds
-                # its quota until no pod it let through is left, then it goes and a new one is made.
-                admitted = False
-                if not any(p.live and not p.gated for p in members):
-                    stale.append((ns, rname))
-            wanted.add((ns, rname))
-            if (
-                wl is not None
-                and not reserved
-                and staying
-                and isinstance(demand, GroupDemand)
-                and stale_spec(wl, gs, lws, snap.priorities)
-            ):
-                # Not admitted yet and the LWS now asks for something else (another LocalQueue,
-                # other templates, another priority): Kueue's pod sets cannot change, so the
-                # Workload is made again.
-                stale.append((ns, rname))
-                wl, conds, admitted, admission = None, {}, False, {}
-            ungated = [p for p in present if not p.gated and p.live]
-            adopting = (
-                staying
-                and not admitted
-                and not _true(conds, EVICTED)
-                and bool(ungated)
-                and adopted_elsewhere(record)
-            )
-            if (
-                wl is not None
-                and staying
-                and not adopting
-                and waiting is not None
-                and waiting.ahead_of(index, wl)
-                and not ungated
-                and ((waiting.evaluated and unreserved(wl)) or admitted)
-            ):
-                # A lower group of the same spec waits: this one must not go first. Its waiting
-                # Workload goes once Kueue found the lower one inadmissible (it could not fit
-                # either), and so does an admitted one, whose quota then goes to the lower group.
-                if waiting.evaluated:
-                    stale.append((ns, rname))
-                said = (
-                    f"group {index} waits for group {waiting.index} of its LeaderWorkerSet: "
-                    "Kueue admits an LeaderWorkerSet's groups lowest index first"
-                )
-                statuses.append(RecordStatus(gs, rname, False, WAITING_FOR_KUEUE, said))
-                continue
-            waits_new: list[str] = []
-            if admitted and staying and wl is not None and isinstance(demand, GroupDemand):
-                waits_new = _new_pods(wl, record, demand, members)
-                if waits_new and all(p.name in waits_new for p in members if p.live):
-                    # Only new pods are left: the old Workload goes (its quota back to Kueue)
-                    # and a new one, for the new demand, is made on the next pass.
-                    stale.append((ns, rname))
-                    said = (
-                        f"group {index} waits: its LeaderWorkerSet's templates changed its "
-                        f"demand to {format_resources(demand.total)}; its old Workload is "
-                        "deleted and a new one is made for Kueue to admit"
-                    )
-                    statuses.append(RecordStatus(gs, rname, False, "TemplateChanged", said))
-                    continue
-            never = never_fits(wl) if wl is not None and reserved and not admitted else None
-            backing_off = _backing_off(record, snap.now)
-            if backing_off and (wl is None or never is not None):
-                # Waiting out the delay (its Workload deleted, or still going): as it was.
-                if wl is not None:
-                    stale.append((ns, rname))
-                said_before = condition(record, ADMITTED)
-                reason_before = str(said_before.get("reason") or "")
-                statuses.append(
-                    RecordStatus(gs, rname, False, reason_before, str(said_before.get("message") or ""))
-                )
-                continue
-            if never is not None and staying and isinstance(demand, GroupDemand):
-                retries = _retries(record) + 1
-                delay = min(NEVER_FIT_RETRY_MAX_SECONDS, snap.retry_seconds << min(retries - 1, 20))
-                when = (snap.now or datetime.fromtimestamp(0, UTC)) + timedelta(seconds=delay)
-                stale.append((ns, rname))
-                said = (
-                    f"group {index} {never}; its Workload is deleted so that it holds no quota, "
-                    f"and made again in {delay} s"
-                )
-                reason = "NoMatchingNode" if never.startswith(NO_NODE_FITS) else "NodesTooSmall"
-                retry_at = when.strftime("%Y-%m-%dT%H:%M:%SZ")
-                statuses.append(
-                    RecordStatus(gs, rname, False, reason, said, retry_at=retry_at, retries=retries)
-                )
-                continue
-            if (
-                wl is None
-                and staying
-                and isinstance(demand, GroupDemand)
-                and (ns, rname) not in stale
-                and not is_terminating(record)
-            ):
-                if not (adopting or offers.take()):
-                    said = (
-                        f"group {index} waits: its Workload is made once the lower groups of its "
-                        "LeaderWorkerSet are admitted (Kueue admits them lowest index first)"
-                    )
-                    statuses.append(RecordStatus(gs, rname, False, WAITING_FOR_KUEUE, said))
-                    continue
-                create_workloads.append((gs, str(meta(record).get("uid") or "")))
-            if adopting:
-                # Running on another backend's admission: kept, and so are its old pods.
-                let_through = old_pods(record, present)
-                ungate.extend(Ungate(ns, p, {}, (mark,)) for p in sorted(let_through))
-                why = waiting_reason(wl, index, queue)[1] if wl is not None else "its Workload is being made"
-                said = adopting_message(index, rname, why)
-                statuses.append(RecordStatus(gs, rname, True, ADOPTING_REASON, said))
-                continue
-            if admitted and staying:
-                held: set[str] = set()
-                if wl is not None and isinstance(demand, GroupDemand) and not demand_changed(wl, demand):
-                    off = conforming(gs, present, lws, demand, snap.default_priority)[
-                        1
-                    ]  # a hand-edited StatefulSet's pods
-                    stranger_pods.update({gs.key: [*stranger_pods.get(gs.key, []), *off]} if off else {})
-                    held = {one.pod for one in off}
-                for p in present:
-                    if not p.gated or p.name in waits_new or p.name in held:
-                        continue
-                    role = "leader" if p.worker == 0 else "worker"
-                    labels, tolerations = flavor_steering(wl or {}, flavors, role)
-                    ungate.append(Ungate(ns, p.name, labels, (*tolerations, mark)))
-            elif not admitted and (running := {p.name for p in ungated} | set(charged(record, charges))):
-                # Its pods stop, those let through whose labels were changed since included.
-                stop.extend((ns, pod) for pod in sorted(running))
-            elif not admitted and reserved and _true(conds, EVICTED):
-                clear.append((ns, rname))
-            if isinstance(demand, InvalidDemand) and not admitted:
-                said = f"group {index} waits: {demand.message}"
-                statuses.append(RecordStatus(gs, rname, False, "InvalidSpec", said))
-            elif admitted:
-                flavors_used = sorted(
-                    {
-                        str(f)
-                        for psa in as_list(admission.get("podSetAssignments"))
-                        for f in as_map(as_map(psa).get("flavors")).values()
-                    }
-                )
-                cq = admission.get("clusterQueue", "")
-                summary = format_resources(demand.total) if isinstance(demand, GroupDemand) else ""
-                said = f"group {index} admitted by Kueue: ClusterQueue {cq}, flavor " + (
-                    f"{', '.join(flavors_used) or '-'}" + (f", {summary}" if summary else "")
-                )
-                if waits_new:
-                    count = (
-                        f"{len(waits_new)} new pod waits"
-                        if len(waits_new) == 1
-                        else f"{len(waits_new)} new pods wait"
-                    )
-                    said += (
-                        f"; its LeaderWorkerSet's templates changed its demand: its {count} "
-                        "for its old ones to go, then it is queued again"
-                    )
-                # The revision its pods run under this Workload, unless new pods wait.
-                revision = None if waits_new else gs.revision or None
-                statuses.append(RecordStatus(gs, rname, True, "Admitted", said, revision))
-            else:
-                reason, message = waiting_reason(wl, index, queue)
-                statuses.append(RecordStatus(gs, rname, False, reason, message))
-    statuses = [said_strangers(st, stranger_pods) for st in statuses]
-    wanted |= _still_running(records, {k for lws in snap.lwss if (k := object_key(lws))}, pods_of, charges)
+            one.group(lws, group, waiting, offers)
+    statuses = [said_strangers(st, one.strangers) for st in one.statuses]
+    wanted = one.wanted
+    wanted |= _still_running(records, set(lws_by_key), who.pods_of, who.charges)
     release = tuple(sorted(k for k in records if k not in wanted))
     # Workloads of ours without a wanted record (their record was deleted by hand): delete them too.
     orphans = tuple(sorted(k for k in workloads if k not in wanted and k not in records))
     return KueueActions(
-        create_records=tuple(create_records),
-        deferred=frozenset(deferred),
-        create_workloads=tuple(create_workloads),
+        create_records=tuple(one.create_records),
+        deferred=frozenset(one.deferred),
+        create_workloads=tuple(one.create_workloads),
         release=tuple(sorted({*release, *orphans})),
-        delete_workloads=tuple(sorted(stale)),
-        ungate=tuple(ungate),
-        stop=tuple(stop),
-        clear_admission=tuple(clear),
+        delete_workloads=tuple(sorted(one.stale)),
+        ungate=tuple(one.ungate),
+        stop=tuple(one.stop),
+        clear_admission=tuple(one.clear),
         statuses=tuple(statuses),
         problems=tuple(sorted(problems)),
     )
