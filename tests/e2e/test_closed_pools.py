@@ -178,6 +178,9 @@ async def test_nothing_but_admitted_groups_runs_on_a_closed_pools_nodes(
         assert code == 0, said
         said = await failed_create("sneak", POLICY)
         rows.append(("a Deployment whose pods tolerate the pool's taint", last_line(said)))
+        # Its ReplicaSet tries again: gone before the namespace's policies are turned off below.
+        await ok(cluster, "delete", "deployment", "sneak", "-n", namespace, "--wait=true",
+                 kubeconfig=kubeconfig)  # fmt: skip
         # A pod pending on the taint, given the toleration by an update.
         await ok(cluster, "create", "-f", "-", "-n", namespace, kubeconfig=kubeconfig,
                  input=json.dumps(gpu_pod("pending", nodes.id, [])))  # fmt: skip

@@ -79,25 +79,21 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from gatekeeper.core.backends.pools.changed import WaitStatus, changed_template
-from gatekeeper.core.backends.pools.giveback import GiveBack, due, stragglers, waits_for_retry, whole
-from gatekeeper.core.backends.pools.kept import holds_pods, still_charged
+from gatekeeper.core.backends.pools.changed import WaitStatus
+from gatekeeper.core.backends.pools.giveback import GiveBack
+from gatekeeper.core.backends.pools.kept import still_charged
+from gatekeeper.core.backends.pools.stages import GroupPass, Settings, restored
 from gatekeeper.core.charge import charge_toleration
-from gatekeeper.core.conformance import conforming
 from gatekeeper.core.demand import GroupDemand
 from gatekeeper.core.gating import Ungate
 from gatekeeper.core.groups import DemandMemo, GroupState, lws_groups
 from gatekeeper.core.intruders import intruders
-from gatekeeper.core.keys import ADMITTED
 from gatekeeper.core.lws import priority as lws_priority
 from gatekeeper.core.members import strangers_said
 from gatekeeper.core.membership import membership
 from gatekeeper.core.nodes import Node, RequestsMemo, node_usage_skipping
 from gatekeeper.core.objects import (
-    as_map,
-    condition,
     index_by_key,
-    is_terminating,
     meta,
     object_key,
     parse_time,
@@ -106,17 +102,16 @@ from gatekeeper.core.planner import Plan, PoolStatus, plan
 from gatekeeper.core.pool import Pool, parse_pool
 from gatekeeper.core.provisioning import InstanceType, read_launcher
 from gatekeeper.core.quantity import format_resources
-from gatekeeper.core.queue import AdmittedGroup, GroupKey, WaitingGroup
-from gatekeeper.core.reasons import STRANGER_REASONS, Reason
+from gatekeeper.core.queue import GroupKey
+from gatekeeper.core.reasons import Reason
 from gatekeeper.core.record import (
     admitted_indices,
     is_admitted,
-    placement,
-    recorded_demand,
-    recorded_shape,
 )
 
 __all__ = ["Actions", "Admit", "Snapshot", "WaitStatus", "decide"]
+
+Key = tuple[str, str]
 
 
 @dataclass(frozen=True)
@@ -250,182 +245,39 @@ def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMem
     records = index_by_key(snap.records)
 
     who = membership(lws_by_key, snap.pods, snap.statefulsets, snap.bound_pods)
-    pods_of, charges, stranger_pods = who.pods_of, who.charges, who.strangers
 
-    groups: list[GroupState] = []
-    wanted_records: set[tuple[str, str]] = set()
-    waiting_groups: list[WaitingGroup] = []
-    admitted_groups: list[AdmittedGroup] = []
-    ungate_keys: list[GroupKey] = []
-    held_invalid: list[WaitStatus] = []
-    held_changed: list[WaitStatus] = []
-    restore: list[tuple[str, str, str]] = []
-    partial_ungate: list[tuple[str, str, str, GroupKey]] = []
-    held_pools: dict[GroupKey, str] = {}
-    revisions: list[tuple[str, str, str]] = []
-    readmitted: dict[GroupKey, str] = {}
-    state_of: dict[GroupKey, GroupState] = {}
-    gives: list[GiveBack] = []
-    stop: list[tuple[str, str]] = []
-    settled: list[tuple[str, str]] = []
-    pool_of = {p.name: p for p in pools}
     launcher, launching = read_launcher(
         snap.node_pools, snap.node_claims, snap.instance_types, snap.nodes, problems
     )
+    settings = Settings(
+        who.charges, {p.name: p for p in pools}, launcher, snap.now, snap.retry_seconds, snap.default_priority
+    )
+    one = GroupPass(settings, who.strangers)
     for (ns, name), lws in sorted(lws_by_key.items()):
-        lws_meta = meta(lws)
-        created = parse_time(lws_meta.get("creationTimestamp"))
+        created = parse_time(meta(lws).get("creationTimestamp"))
         order = lws_priority(lws, snap.priorities).order
         for group in lws_groups(
-            ns, name, lws, pods_of, records, lambda n, lw, u: admitted_indices(records, n, lw, u), memo
+            ns, name, lws, who.pods_of, records, lambda n, lw, u: admitted_indices(records, n, lw, u), memo
         ):
-            gs, record, pods, staying = group.state, group.record, group.members, group.staying
-            key, rname, index, pool, demand = gs.key, gs.record, gs.key.index, gs.pool, gs.demand
-            admitted = is_admitted(record)
-            if not (staying or admitted):
-                continue  # leaving and holding nothing: its record (if any) goes now
-            changed = (
-                changed_template(record, demand, pods, gs, order, created)
-                if record is not None and admitted and isinstance(demand, GroupDemand)
-                else None
-            )
-            if changed is None and isinstance(demand, GroupDemand):  # a hand-edited StatefulSet's pods
-                gs, off = conforming(gs, pods, lws, demand, snap.default_priority)
-                stranger_pods.update({key: [*stranger_pods.get(key, []), *off]} if off else {})
-            if (
-                record is not None
-                and is_terminating(record)
-                and not holds_pods(admitted, record, pods, charges, isinstance(changed, WaitingGroup))
-            ):
-                continue  # deleted, and no running pod needs it: it goes; a new one once it is gone
-            groups.append(gs)
-            state_of[key] = gs
-            if record is not None:
-                wanted_records.add((ns, rname))
-            if changed is not None:
-                if isinstance(changed, WaitingGroup):
-                    waiting_groups.append(changed)
-                    was = recorded_shape(record or {})
-                    readmitted[key] = format_resources(was[0]) if was else ""
-                else:
-                    admitted_groups.append(changed[0])
-                    partial_ungate.extend((ns, pod, changed[0].pool, key) for pod in changed[1])
-                    if changed[2] is not None:
-                        held_changed.append(changed[2])
-                    elif record is not None and _said_changed(record) and key not in stranger_pods:
-                        restore.append(_restored(gs, record))
-            elif record is not None and admitted:
-                if _said_changed(record) and key not in stranger_pods:
-                    restore.append(_restored(gs, record))
-                status = as_map(record.get("status"))
-                held_pool = str(status.get("pool") or pool)
-                give = (
-                    due(gs, record, pods, pool_of.get(held_pool), launcher, snap.now, snap.retry_seconds)
-                    if staying
-                    else None
-                )
-                if give is not None:
-                    gives.append(give)  # it holds nothing from now on: its pods go
-                elif isinstance(demand, GroupDemand):
-                    if status.get("retries") and whole(pods, demand):
-                        settled.append((ns, rname))
-                    admitted_groups.append(
-                        AdmittedGroup(
-                            key=key,
-                            pool=held_pool,
-                            demand=demand,
-                            nodes=placement(status.get("placement")),
-                            bound=frozenset(p.worker for p in pods if p.bound and p.live),
-                        )
-                    )
-                    if staying:
-                        ungate_keys.append(key)
-                        held_pools[key] = held_pool
-                        recorded_revision = str(status.get("templateRevision") or "")
-                        if gs.revision and gs.revision != recorded_revision:
-                            revisions.append((ns, rname, gs.revision))
-                else:
-                    held = recorded_demand(record)
-                    admitted_groups.append(
-                        AdmittedGroup(
-                            key=key,
-                            pool=held_pool,
-                            demand=held,
-                            bound=frozenset(range(held.pod_count)),
-                        )
-                    )
-                    summary = format_resources(held.total) or "nothing recorded"
-                    message = (
-                        f"group {index} keeps its admission into pool {held_pool} ({summary}), "
-                        f"but its demand cannot be computed any more: {demand.message}; "
-                        "its new pods stay gated until the LeaderWorkerSet is fixed"
-                    )
-                    held_invalid.append(WaitStatus(gs, Reason.INVALID_SPEC, message, 0))
-            else:
-                stop.extend((ns, p) for p in stragglers(record, pods))
-                if waits_for_retry(record, snap.now):
-                    continue  # given back: planned again at its status.retryAt
-                waiting_groups.append(
-                    WaitingGroup(key=key, pool=pool, demand=demand, created=created, priority=order)
-                )
-    for rkey, running in still_charged(records, wanted_records, lws_by_key, pods_of, charges):
-        wanted_records.add(rkey)
-        admitted_groups.append(running)
+            one.group(lws, group, created, order)
+    for rkey, running in still_charged(records, one.wanted_records, lws_by_key, who.pods_of, who.charges):
+        one.wanted_records.add(rkey)
+        one.admitted_groups.append(running)
 
     result = plan(
         pools,
         [*snap.nodes, *launching],
         node_usage_skipping(snap.bound_pods, problems, requests),
-        admitted_groups,
-        waiting_groups,
+        one.admitted_groups,
+        one.waiting_groups,
         snap.namespaces,
         launcher,
         intruders(pools, snap.nodes, snap.bound_pods, snap.exempt_namespaces),
     )
-    by_name = {p.name: p for p in pools}
-    steer: dict[tuple[str, str], Ungate] = {}
-
-    def steered(ns: str, pod: str, pool_name: str, key: GroupKey) -> bool:
-        pool = by_name.get(pool_name)
-        if pool is not None:  # a pod is never let through to no pool's nodes, and always marked
-            mark = charge_toleration(state_of[key].lws_uid, key.index)
-            steer[(ns, pod)] = Ungate(ns, pod, pool.node_selector, (*pool.tolerations, mark))
-        return pool is not None
-
-    create = tuple(g for g in groups if (g.key.namespace, g.record) not in wanted_records)
-    admit: list[Admit] = []
-    for a in result.admit:
-        gs = state_of[a.key]
-        summary = format_resources(gs.demand.total) if isinstance(gs.demand, GroupDemand) else ""
-        admit.append(Admit(group=gs, nodes=tuple(a.nodes), summary=summary))
-        for pod in gs.gated:
-            steered(gs.key.namespace, pod, gs.pool, gs.key)
-    lifts = {(k.namespace, pod): (held_pools[k], k) for k in ungate_keys for pod in state_of[k].gated}
-    lifts.update({(ns, pod): (pool_name, key) for ns, pod, pool_name, key in partial_ungate})
-    ungate = tuple(
-        (ns, pod) for (ns, pod), (pool_name, key) in sorted(lifts.items()) if steered(ns, pod, pool_name, key)
-    )
-    waiting: list[WaitStatus] = []
-    for w in result.waiting:
-        message = w.message
-        if w.reason is Reason.POOL_NOT_FOUND and w.pool in invalid_pools:
-            message = f"group {w.key.index} waits: pool {w.pool} is invalid: {invalid_pools[w.pool]}"
-        if w.key in readmitted:
-            before = readmitted[w.key] or "an unrecorded demand"
-            message = (
-                f"{message}; it was admitted with {before} before its LeaderWorkerSet's templates "
-                "changed, and gave that back when its last old pod went"
-            )
-        waiting.append(WaitStatus(state_of[w.key], w.reason, message, w.position))
-    release = tuple(sorted(k for k in records if k not in wanted_records))
-    said: list[WaitStatus] = []
-    for key, ones in sorted(stranger_pods.items()):
-        if key in state_of:
-            gs = state_of[key]
-            record = records.get((key.namespace, gs.record))
-            holds = f"{_restored(gs, record)[2]}; " if record is not None and is_admitted(record) else ""
-            reason, words = strangers_said(ones)
-            said.append(WaitStatus(gs, reason, holds + words, 0))
+    admit, ungate, steer = _steering(result, one)
+    waiting = _waiting_words(result, one, invalid_pools)
+    create = tuple(g for g in one.groups if (g.key.namespace, g.record) not in one.wanted_records)
+    release = tuple(sorted(k for k in records if k not in one.wanted_records))
     return Actions(
         create_records=create,
         admit=tuple(admit),
@@ -435,28 +287,75 @@ def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMem
         pools=result.pools,
         invalid_pools=invalid_pools,
         plan=result,
-        held_invalid=tuple(held_invalid),
-        held_changed=tuple(held_changed),
-        restore_admitted=tuple(sorted(restore)),
-        revisions=tuple(sorted(revisions)),
+        held_invalid=tuple(one.held_invalid),
+        held_changed=tuple(one.held_changed),
+        restore_admitted=tuple(sorted(one.restore)),
+        revisions=tuple(sorted(one.revisions)),
         problems=tuple(sorted(problems)),
-        strangers=tuple(said),
+        strangers=_strangers_said(one, records),
         steer=steer,
-        give_back=tuple(gives),
-        stop=tuple(sorted(stop)),
-        settled=tuple(sorted(settled)),
+        give_back=tuple(one.gives),
+        stop=tuple(sorted(one.stop)),
+        settled=tuple(sorted(one.settled)),
     )
 
 
-def _said_changed(record: Mapping[str, Any]) -> bool:
-    """Does an admitted record say why some of its group's pods wait?"""
-    reason = condition(record, ADMITTED).get("reason")
-    return isinstance(reason, str) and (reason == Reason.TEMPLATE_CHANGED or reason in STRANGER_REASONS)
+def _steering(result: Plan, one: GroupPass) -> tuple[tuple[Admit, ...], tuple[Key, ...], dict[Key, Ungate]]:
+    """The groups admitted this pass, and the pods let through (theirs, and those of groups
+    that hold their admission), each steered onto its pool's nodes and marked with its charge."""
+    steer: dict[Key, Ungate] = {}
+    pools = one.settings.pools
+
+    def steered(ns: str, pod: str, pool_name: str, key: GroupKey) -> bool:
+        pool = pools.get(pool_name)
+        if pool is not None:  # a pod is never let through to no pool's nodes, and always marked
+            mark = charge_toleration(one.state_of[key].lws_uid, key.index)
+            steer[(ns, pod)] = Ungate(ns, pod, pool.node_selector, (*pool.tolerations, mark))
+        return pool is not None
+
+    admit: list[Admit] = []
+    for a in result.admit:
+        gs = one.state_of[a.key]
+        summary = format_resources(gs.demand.total) if isinstance(gs.demand, GroupDemand) else ""
+        admit.append(Admit(group=gs, nodes=tuple(a.nodes), summary=summary))
+        for pod in gs.gated:
+            steered(gs.key.namespace, pod, gs.pool, gs.key)
+    lifts = {
+        (k.namespace, pod): (one.held_pools[k], k) for k in one.ungate_keys for pod in one.state_of[k].gated
+    }
+    lifts.update({(ns, pod): (pool_name, key) for ns, pod, pool_name, key in one.partial_ungate})
+    ungate = tuple(
+        (ns, pod) for (ns, pod), (pool_name, key) in sorted(lifts.items()) if steered(ns, pod, pool_name, key)
+    )
+    return tuple(admit), ungate, steer
 
 
-def _restored(group: GroupState, record: Mapping[str, Any]) -> tuple[str, str, str]:
-    status = as_map(record.get("status"))
-    held = str(status.get("demandSummary") or "") or format_resources(recorded_demand(record).total)
-    pool = str(status.get("pool") or group.pool)
-    message = f"group {group.key.index} holds its admission into pool {pool}: {held}"
-    return group.key.namespace, group.record, message
+def _waiting_words(result: Plan, one: GroupPass, invalid_pools: Mapping[str, str]) -> tuple[WaitStatus, ...]:
+    """Why each waiting group waits, in the planner's words, with what a pool or a template
+    change adds."""
+    waiting: list[WaitStatus] = []
+    for w in result.waiting:
+        message = w.message
+        if w.reason is Reason.POOL_NOT_FOUND and w.pool in invalid_pools:
+            message = f"group {w.key.index} waits: pool {w.pool} is invalid: {invalid_pools[w.pool]}"
+        if w.key in one.readmitted:
+            before = one.readmitted[w.key] or "an unrecorded demand"
+            message = (
+                f"{message}; it was admitted with {before} before its LeaderWorkerSet's templates "
+                "changed, and gave that back when its last old pod went"
+            )
+        waiting.append(WaitStatus(one.state_of[w.key], w.reason, message, w.position))
+    return tuple(waiting)
+
+
+def _strangers_said(one: GroupPass, records: Mapping[Key, Mapping[str, Any]]) -> tuple[WaitStatus, ...]:
+    """What the record of each group with strangers says of them (and of its admission)."""
+    said: list[WaitStatus] = []
+    for key, ones in sorted(one.strangers.items()):
+        if key in one.state_of:
+            gs = one.state_of[key]
+            record = records.get((key.namespace, gs.record))
+            holds = f"{restored(gs, record)[2]}; " if record is not None and is_admitted(record) else ""
+            reason, words = strangers_said(ones)
+            said.append(WaitStatus(gs, reason, holds + words, 0))
+    return tuple(said)

@@ -1,0 +1,217 @@
+"""The ``pools`` backend's decision for one group before planning, in named stages
+(``decide.decide`` runs them for every group of every LWS, then plans).
+
+Why this exists: what a group brings to the planner depends on its record, its pods and
+its LWS now; told as one function it was too long to read. A group leaving and holding
+nothing is dropped; a hand-edited StatefulSet's pods are told apart (``core.conformance``);
+a deleted record no running pod needs goes. Then one of three: its templates changed its
+demand (``changed``), it holds an admission (kept, given back past its pool's
+``spec.admissionTimeout``, or held at its recorded demand when it cannot be read any more),
+or it waits (its stragglers stopped, after its retry time).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from gatekeeper.core.backends.pools.changed import WaitStatus, changed_template
+from gatekeeper.core.backends.pools.giveback import GiveBack, due, stragglers, waits_for_retry, whole
+from gatekeeper.core.backends.pools.kept import holds_pods
+from gatekeeper.core.charge import Charge
+from gatekeeper.core.conformance import conforming
+from gatekeeper.core.demand import GroupDemand
+from gatekeeper.core.groups import GroupState, LwsGroup
+from gatekeeper.core.keys import ADMITTED
+from gatekeeper.core.lws import GroupPod
+from gatekeeper.core.members import Stranger
+from gatekeeper.core.objects import as_map, condition, is_terminating
+from gatekeeper.core.pool import Pool
+from gatekeeper.core.provisioning import Launcher
+from gatekeeper.core.quantity import format_resources
+from gatekeeper.core.queue import AdmittedGroup, GroupKey, WaitingGroup
+from gatekeeper.core.reasons import STRANGER_REASONS, Reason
+from gatekeeper.core.record import is_admitted, placement, recorded_demand, recorded_shape
+
+__all__ = ["GroupPass", "Settings", "restored"]
+
+Key = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the stages read of the pass besides the group."""
+
+    charges: Mapping[Charge, tuple[str, ...]]
+    pools: Mapping[str, Pool]
+    launcher: Launcher
+    now: datetime | None
+    retry_seconds: int
+    default_priority: int
+
+
+@dataclass
+class GroupPass:
+    """The stages, and what they gathered for the planner from every group so far."""
+
+    settings: Settings
+    strangers: dict[GroupKey, list[Stranger]]
+    """The pass's strangers (``core.membership``): pods not as admitted are added here."""
+    groups: list[GroupState] = field(default_factory=list)
+    state_of: dict[GroupKey, GroupState] = field(default_factory=dict)
+    wanted_records: set[Key] = field(default_factory=set)
+    waiting_groups: list[WaitingGroup] = field(default_factory=list)
+    admitted_groups: list[AdmittedGroup] = field(default_factory=list)
+    ungate_keys: list[GroupKey] = field(default_factory=list)
+    """Admitted groups whose gated pods are let through onto their pool's nodes."""
+    held_pools: dict[GroupKey, str] = field(default_factory=dict)
+    """The pool each of ``ungate_keys`` holds its admission in."""
+    partial_ungate: list[tuple[str, str, str, GroupKey]] = field(default_factory=list)
+    """(namespace, pod, pool, group): old pods of a group whose templates changed."""
+    held_invalid: list[WaitStatus] = field(default_factory=list)
+    held_changed: list[WaitStatus] = field(default_factory=list)
+    restore: list[tuple[str, str, str]] = field(default_factory=list)
+    revisions: list[tuple[str, str, str]] = field(default_factory=list)
+    readmitted: dict[GroupKey, str] = field(default_factory=dict)
+    """Groups queued again after a template change, with the demand they were admitted with."""
+    gives: list[GiveBack] = field(default_factory=list)
+    stop: list[Key] = field(default_factory=list)
+    settled: list[Key] = field(default_factory=list)
+
+    def group(self, lws: Mapping[str, Any], group: LwsGroup, created: datetime, order: int) -> None:
+        """Decide what one group of ``lws`` (made at ``created``, of priority ``order``) brings."""
+        gs, record, pods, staying = group.state, group.record, group.members, group.staying
+        admitted = is_admitted(record)
+        if not (staying or admitted):
+            return  # leaving and holding nothing: its record (if any) goes now
+        demand = gs.demand
+        changed = (
+            changed_template(record, demand, pods, gs, order, created)
+            if record is not None and admitted and isinstance(demand, GroupDemand)
+            else None
+        )
+        if changed is None and isinstance(demand, GroupDemand):  # a hand-edited StatefulSet's pods
+            gs, off = conforming(gs, pods, lws, demand, self.settings.default_priority)
+            if off:
+                self.strangers[gs.key] = [*self.strangers.get(gs.key, []), *off]
+        charges = self.settings.charges
+        if (
+            record is not None
+            and is_terminating(record)
+            and not holds_pods(admitted, record, pods, charges, isinstance(changed, WaitingGroup))
+        ):
+            return  # deleted, and no running pod needs it: it goes; a new one once it is gone
+        self.groups.append(gs)
+        self.state_of[gs.key] = gs
+        if record is not None:
+            self.wanted_records.add((gs.key.namespace, gs.record))
+        if changed is not None:
+            assert record is not None
+            self._changed(gs, record, changed)
+        elif record is not None and admitted:
+            self._admitted(gs, record, pods, staying)
+        else:
+            self._waiting(gs, record, pods, created, order)
+
+    def _changed(
+        self,
+        gs: GroupState,
+        record: Mapping[str, Any],
+        changed: WaitingGroup | tuple[AdmittedGroup, list[str], WaitStatus | None],
+    ) -> None:
+        """Its templates changed its demand: queued again once its old pods are gone, or
+        held with its old pods let through and its new ones waiting."""
+        key = gs.key
+        if isinstance(changed, WaitingGroup):
+            self.waiting_groups.append(changed)
+            was = recorded_shape(record)
+            self.readmitted[key] = format_resources(was[0]) if was else ""
+            return
+        self.admitted_groups.append(changed[0])
+        self.partial_ungate.extend((key.namespace, pod, changed[0].pool, key) for pod in changed[1])
+        if changed[2] is not None:
+            self.held_changed.append(changed[2])
+        elif said_changed(record) and key not in self.strangers:
+            self.restore.append(restored(gs, record))
+
+    def _admitted(
+        self, gs: GroupState, record: Mapping[str, Any], pods: Sequence[GroupPod], staying: bool
+    ) -> None:
+        """It holds an admission: given back when due, kept (its gated pods let through), or
+        held at its recorded demand when its demand cannot be read any more."""
+        key, s = gs.key, self.settings
+        if said_changed(record) and key not in self.strangers:
+            self.restore.append(restored(gs, record))
+        status = as_map(record.get("status"))
+        held_pool = str(status.get("pool") or gs.pool)
+        give = (
+            due(gs, record, pods, s.pools.get(held_pool), s.launcher, s.now, s.retry_seconds)
+            if staying
+            else None
+        )
+        if give is not None:
+            self.gives.append(give)  # it holds nothing from now on: its pods go
+            return
+        demand = gs.demand
+        if not isinstance(demand, GroupDemand):
+            self._held_unreadable(gs, record, held_pool, demand.message)
+            return
+        if status.get("retries") and whole(pods, demand):
+            self.settled.append((key.namespace, gs.record))
+        bound = frozenset(p.worker for p in pods if p.bound and p.live)
+        nodes = placement(status.get("placement"))
+        self.admitted_groups.append(
+            AdmittedGroup(key=key, pool=held_pool, demand=demand, nodes=nodes, bound=bound)
+        )
+        if staying:
+            self.ungate_keys.append(key)
+            self.held_pools[key] = held_pool
+            recorded_revision = str(status.get("templateRevision") or "")
+            if gs.revision and gs.revision != recorded_revision:
+                self.revisions.append((key.namespace, gs.record, gs.revision))
+
+    def _held_unreadable(self, gs: GroupState, record: Mapping[str, Any], held_pool: str, why: str) -> None:
+        held = recorded_demand(record)
+        self.admitted_groups.append(
+            AdmittedGroup(key=gs.key, pool=held_pool, demand=held, bound=frozenset(range(held.pod_count)))
+        )
+        summary = format_resources(held.total) or "nothing recorded"
+        message = (
+            f"group {gs.key.index} keeps its admission into pool {held_pool} ({summary}), "
+            f"but its demand cannot be computed any more: {why}; "
+            "its new pods stay gated until the LeaderWorkerSet is fixed"
+        )
+        self.held_invalid.append(WaitStatus(gs, Reason.INVALID_SPEC, message, 0))
+
+    def _waiting(
+        self,
+        gs: GroupState,
+        record: Mapping[str, Any] | None,
+        pods: Sequence[GroupPod],
+        created: datetime,
+        order: int,
+    ) -> None:
+        """It waits: its stragglers stopped, and queued unless given back until its retry time."""
+        self.stop.extend((gs.key.namespace, p) for p in stragglers(record, pods))
+        if waits_for_retry(record, self.settings.now):
+            return  # given back: planned again at its status.retryAt
+        self.waiting_groups.append(
+            WaitingGroup(key=gs.key, pool=gs.pool, demand=gs.demand, created=created, priority=order)
+        )
+
+
+def said_changed(record: Mapping[str, Any]) -> bool:
+    """Does an admitted record say why some of its group's pods wait?"""
+    reason = condition(record, ADMITTED).get("reason")
+    return isinstance(reason, str) and (reason == Reason.TEMPLATE_CHANGED or reason in STRANGER_REASONS)
+
+
+def restored(group: GroupState, record: Mapping[str, Any]) -> tuple[str, str, str]:
+    """(namespace, record, message) that says the group holds its admission, as it did."""
+    status = as_map(record.get("status"))
+    held = str(status.get("demandSummary") or "") or format_resources(recorded_demand(record).total)
+    pool = str(status.get("pool") or group.pool)
+    message = f"group {group.key.index} holds its admission into pool {pool}: {held}"
+    return group.key.namespace, group.record, message
