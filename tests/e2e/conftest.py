@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import subprocess
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
@@ -106,6 +107,18 @@ def _register_stop(name: str, stop: Callable[[], None]) -> Callable[[], None]:
 
 
 TEST_NODES_KEY = "lws-gatekeeper.io/test-nodes"
+
+
+_HTTP_403 = re.compile(r"(?<![\w.])403(?![\w.])")
+
+
+def refusals(log_text: str) -> list[str]:
+    """The lines of a gatekeeper log that say the API server refused it something.
+
+    A 403 as a number of its own, or "forbidden": a port such as 40333 in a log line is
+    not a refusal (a CI run failed on ``('127.0.0.1', 40333)`` matching " 403").
+    """
+    return [line for line in log_text.splitlines() if _HTTP_403.search(line) or "forbidden" in line.lower()]
 
 
 def orphaning(name: str, namespace: str) -> tuple[list[str], list[str], list[str]]:

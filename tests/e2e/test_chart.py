@@ -49,7 +49,7 @@ from gatekeeper_lab.sandbox.cluster import GATEKEEPER_NAMESPACE, Sandbox
 from gatekeeper_lab.sandbox.observe import GROUP_INDEX_LABEL, LWS_NAME_LABEL
 from gatekeeper_lab.sandbox.replay import list_raw, settle
 
-from .conftest import Cluster, MakeNodes, MakePool, admitted, condition, eventually, records
+from .conftest import Cluster, MakeNodes, MakePool, admitted, condition, eventually, records, refusals
 from .kueue_support import (
     NODE_FIT_CONTROLLER,
     check_state,
@@ -262,8 +262,8 @@ def gatekeeper_as(cluster: Cluster, chart_identity: Path) -> Iterator[Path]:
         sb.stop("gatekeeper")
         sb.start_gatekeeper()
         text = log.read_bytes()[start:].decode(errors="replace")
-        refusals = [line for line in text.splitlines() if " 403" in line or "forbidden" in line.lower()]
-        assert not refusals, "the gatekeeper was refused something it needs:\n" + "\n".join(refusals[:10])
+        denials = refusals(text)
+        assert not denials, "the gatekeeper was refused something it needs:\n" + "\n".join(denials[:10])
 
 
 async def test_the_gatekeeper_runs_as_the_charts_service_account_and_no_more(
@@ -412,8 +412,8 @@ async def kueue_chart_identity(
             sb.stop("gatekeeper")
             sb.start_gatekeeper(backend="kueue")
             text = log.read_bytes()[start:].decode(errors="replace")
-            refusals = [line for line in text.splitlines() if " 403" in line or "forbidden" in line.lower()]
-            assert not refusals, "the gatekeeper was refused something it needs:\n" + "\n".join(refusals[:10])
+            denials = refusals(text)
+            assert not denials, "the gatekeeper was refused something it needs:\n" + "\n".join(denials[:10])
 
 
 async def test_the_kueue_backend_runs_as_the_charts_service_account_and_no_more(

@@ -34,7 +34,7 @@ from gatekeeper_lab.sandbox.observe import GROUP_INDEX_LABEL, LWS_NAME_LABEL
 from gatekeeper_lab.sandbox.process import free_ports
 from gatekeeper_lab.sandbox.replay import list_raw, settle
 
-from .conftest import Cluster, MakeNodes, MakePool, admitted, condition, records
+from .conftest import Cluster, MakeNodes, MakePool, admitted, condition, records, refusals
 from .test_admission import create_lws, lws_body
 from .test_chart import RBAC_KINDS, installed, template
 from .test_chart import helm as helm  # the module fixture
@@ -92,8 +92,8 @@ def from_image(cluster: Cluster, helm: Path, image: build.Built, rootfs: Path) -
             print(text[-3000:])
             sb.stop(gk.COMPONENT)
             sb.start_gatekeeper()
-    refusals = [line for line in text.splitlines() if " 403" in line or "forbidden" in line.lower()]
-    assert not refusals, "the gatekeeper was refused something it needs:\n" + "\n".join(refusals[:10])
+    denials = refusals(text)
+    assert not denials, "the gatekeeper was refused something it needs:\n" + "\n".join(denials[:10])
 
 
 def _proc(pid: int, what: str) -> str:

@@ -25,7 +25,7 @@ from gatekeeper.core.keys import GATEKEEPER_API_VERSION, POOL_KIND, POOL_LABEL, 
 from gatekeeper_lab.sandbox import build
 from gatekeeper_lab.sandbox.cluster import GATEKEEPER_NAMESPACE, Sandbox
 from gatekeeper_lab.sandbox.karpenter import GPU_TYPES
-from tests.e2e.conftest import Cluster
+from tests.e2e.conftest import Cluster, refusals
 from tests.e2e.karpenter_support import (
     TEST_LABEL,
     node_claims,
@@ -78,8 +78,8 @@ async def identity(
             sb.stop("gatekeeper")
             sb.start_gatekeeper()
             text = log.read_bytes()[start:].decode(errors="replace")
-            refusals = [line for line in text.splitlines() if " 403" in line or "forbidden" in line.lower()]
-            assert not refusals, "the gatekeeper was refused something it needs:\n" + "\n".join(refusals[:10])
+            denials = refusals(text)
+            assert not denials, "the gatekeeper was refused something it needs:\n" + "\n".join(denials[:10])
 
 
 def _gated(pod: dict[str, Any]) -> bool:
