@@ -53,7 +53,7 @@ import anyio.abc
 import kr8s.asyncio
 
 from gatekeeper.core.backends.volcano.keys import VOLCANO_API_VERSION
-from gatekeeper.core.keys import POOL_LABEL
+from gatekeeper.core.kube.keys import POOL_LABEL
 from gatekeeper_lab.sandbox.cluster import LWS_GANG_OFF, Sandbox, default_dir, fake_node
 from gatekeeper_lab.sandbox.kueue import MANAGED_NAMESPACE_LABEL
 from gatekeeper_lab.sandbox.observe import Verdict

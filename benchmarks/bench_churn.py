@@ -43,7 +43,7 @@ from typing import Any
 import anyio
 import kr8s.asyncio
 
-from gatekeeper.core.keys import LWS_NAME_LABEL, POOL_LABEL, SCHEDULING_GATE
+from gatekeeper.core.kube.keys import LWS_NAME_LABEL, POOL_LABEL, SCHEDULING_GATE
 from gatekeeper_lab.sandbox.cluster import Sandbox, default_dir, fake_node
 from gatekeeper_lab.sandbox.replay import LeaderWorkerSet, list_raw
 

@@ -17,18 +17,12 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from gatekeeper.core import (
-    AdmittedGroup,
-    GroupDemand,
-    GroupKey,
-    Node,
-    Plan,
-    WaitingGroup,
-    group_demand,
-    parse_node,
-    parse_pool,
-    plan,
-)
+from gatekeeper.core.admission.queue import AdmittedGroup, WaitingGroup
+from gatekeeper.core.backends.pools.planner import Plan, plan
+from gatekeeper.core.model.demand import GroupDemand, group_demand
+from gatekeeper.core.model.group import GroupKey
+from gatekeeper.core.model.nodes import Node, parse_node
+from gatekeeper.core.model.pool import parse_pool
 
 NODES = 5_000
 GROUPS = 10_000

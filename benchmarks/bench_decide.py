@@ -25,13 +25,19 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from gatekeeper.core import POOL_LABEL, SCHEDULING_GATE, parse_node
 from gatekeeper.core.backends.pools import PassInputs, Snapshot, decide, plan_writes
-from gatekeeper.core.groups import DemandMemo
-from gatekeeper.core.keys import GROUP_INDEX_LABEL, LWS_NAME_LABEL, REVISION_LABEL, WORKER_INDEX_LABEL
-from gatekeeper.core.nodes import RequestsMemo
-from gatekeeper.core.record import record_name
-from gatekeeper.core.writes import Memory, walk
+from gatekeeper.core.kube.keys import (
+    GROUP_INDEX_LABEL,
+    LWS_NAME_LABEL,
+    POOL_LABEL,
+    REVISION_LABEL,
+    SCHEDULING_GATE,
+    WORKER_INDEX_LABEL,
+)
+from gatekeeper.core.model.groups import DemandMemo
+from gatekeeper.core.model.nodes import RequestsMemo, parse_node
+from gatekeeper.core.model.record import record_name
+from gatekeeper.core.writes.plan import Memory, walk
 
 NODES = 2_000
 LWSS = 500

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from gatekeeper.core.keys import GATEKEEPER_API_VERSION
+from gatekeeper.core.kube.keys import GATEKEEPER_API_VERSION
 from gatekeeper.core.reservation import ClaimMemo, claim_body, decide, status_body
 
 CLAIMS = 10_000

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gatekeeper.core.keys import GATEKEEPER_API_VERSION
+from gatekeeper.core.kube.keys import GATEKEEPER_API_VERSION
 from gatekeeper.core.reservation import CLUSTER_LABEL
 from gatekeeper_lab.sandbox.cluster import default_dir
 from gatekeeper_lab.sandbox.hub import GATEKEEPER, Hub

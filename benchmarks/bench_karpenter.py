@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gatekeeper.core.keys import (
+from gatekeeper.core.kube.keys import (
     GATEKEEPER_API_VERSION,
     GROUP_INDEX_LABEL,
     LWS_NAME_LABEL,

@@ -57,7 +57,7 @@ from load_support import (
     row,
 )
 
-from gatekeeper.core.keys import POOL_LABEL
+from gatekeeper.core.kube.keys import POOL_LABEL
 from gatekeeper_lab.sandbox import control_plane
 from gatekeeper_lab.sandbox.cluster import Sandbox, default_dir, fake_node
 

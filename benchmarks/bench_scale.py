@@ -23,7 +23,7 @@ from typing import Any
 import anyio
 import kr8s.asyncio
 
-from gatekeeper.core.keys import POOL_LABEL
+from gatekeeper.core.kube.keys import POOL_LABEL
 from gatekeeper_lab.sandbox.cluster import Sandbox, default_dir, fake_node
 from gatekeeper_lab.sandbox.observe import Verdict
 from gatekeeper_lab.sandbox.replay import LeaderWorkerSet, settle

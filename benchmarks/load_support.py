@@ -15,7 +15,7 @@ from typing import Any
 import anyio
 import httpx
 
-from gatekeeper.core.keys import ADMITTED, GATEKEEPER_API_VERSION, POOL_LABEL
+from gatekeeper.core.kube.keys import ADMITTED, GATEKEEPER_API_VERSION, POOL_LABEL
 from gatekeeper_lab.sandbox.cluster import GATEKEEPER_NAMESPACE, Sandbox
 
 WEBHOOK = "pods.lws-gatekeeper.io"

@@ -82,7 +82,7 @@ def why_cmd(target: str, namespace: str | None, output: str, kubeconfig: str | N
     import json
 
     from gatekeeper import why
-    from gatekeeper.core.explain import lines_for_lws, lines_for_pool
+    from gatekeeper.core.plugin.explain import lines_for_lws, lines_for_pool
 
     kind, _, name = target.rpartition("/")
     kind = kind.lower() or "lws"
@@ -276,7 +276,7 @@ def run_cmd(
     import anyio
 
     from gatekeeper.controller.app import Options, run
-    from gatekeeper.core.provisioning import parse_instance_types
+    from gatekeeper.core.backends.pools.provisioning import parse_instance_types
 
     instance_types = None
     if karpenter_instance_types is not None:

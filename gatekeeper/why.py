@@ -3,8 +3,8 @@
 Why this exists: the answer to "why is my LWS not running?" spans the LWS, its pods, its
 groups' records, the pool and the groups that hold it. This module reads those objects
 with the user's own kubeconfig (read-only: list and get, nothing written) and hands them
-to ``core.explain``, which puts the answer together; ``cli.py`` prints it as text or
-JSON. It works for every backend: each backend's ``why`` viewer (``core.backend.Backend.pool_view``)
+to ``core.plugin.explain``, which puts the answer together; ``cli.py`` prints it as text or
+JSON. It works for every backend: each backend's ``why`` viewer (``core.plugin.backend.Backend.pool_view``)
 says whether the name the LWS's label gives is one of its pools (a ``Pool``, a LocalQueue
 and its ClusterQueue, ...) and how it looks; the first that knows it
 answers. Called by ``cli.why_cmd`` only.
@@ -21,9 +21,9 @@ import kr8s
 import kr8s.asyncio
 
 from gatekeeper.core.backends import BACKENDS
-from gatekeeper.core.explain import LwsAnswer, PoolView, explain_lws, explain_pool
-from gatekeeper.core.keys import API_GROUP, LWS_NAME_LABEL, POOL_LABEL, RECORD_PLURAL
-from gatekeeper.core.objects import as_map, meta
+from gatekeeper.core.kube.keys import API_GROUP, LWS_NAME_LABEL, POOL_LABEL, RECORD_PLURAL
+from gatekeeper.core.kube.objects import as_map, meta
+from gatekeeper.core.plugin.explain import LwsAnswer, PoolView, explain_lws, explain_pool
 
 __all__ = [
     "LwsAnswer",
@@ -58,7 +58,7 @@ class NotFound(Exception):
 
 
 class _Reader:
-    """``core.explain.Reader`` on kr8s, with the user's kubeconfig."""
+    """``core.plugin.explain.Reader`` on kr8s, with the user's kubeconfig."""
 
     def __init__(self, api: kr8s.asyncio.Api) -> None:
         self.api = api

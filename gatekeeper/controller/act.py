@@ -1,6 +1,6 @@
 """Carry out a plan: the only code that turns the core's writes into API calls.
 
-Why this exists: a backend's pass returns a ``core.writes.Plan``; executing one is the
+Why this exists: a backend's pass returns a ``core.writes.plan.Plan``; executing one is the
 same for every backend. Stages run one after another, the writes of a stage side by side
 (at most the loop's limit in flight), and a write's ``then`` only once it went through:
 so a group's gates are never lifted before its record says ``Admitted=True``, and a write
@@ -27,7 +27,7 @@ import anyio
 from gatekeeper.controller.kube import Kube
 from gatekeeper.controller.loop import Write as Writer
 from gatekeeper.controller.resources import Resource, by_plural
-from gatekeeper.core.writes import Event, Memory, Op, Plan, Write
+from gatekeeper.core.writes.plan import Event, Memory, Op, Plan, Write
 
 __all__ = ["execute"]
 

@@ -39,7 +39,7 @@ from gatekeeper.controller.loop import Controller, PassLoop
 from gatekeeper.controller.plugin import Term
 from gatekeeper.controller.session import keep_connections
 from gatekeeper.core.backends import BACKENDS
-from gatekeeper.core.provisioning import InstanceType
+from gatekeeper.core.backends.pools.provisioning import InstanceType
 from gatekeeper.webhook import WebhookThread
 from gatekeeper.webhook.guard import Lookup
 from gatekeeper.webhook.pass_through import PassThrough
@@ -84,7 +84,7 @@ class Options:
     """pools backend: what Karpenter can launch; None: Karpenter's NodePools are not read."""
     closed_pool_exempt_namespaces: tuple[str, ...] = ("kube-system",)
     """pools backend: namespaces whose pods on a closed pool's nodes are not held against its
-    quota (``core.intruders``), as the policy lws-gatekeeper-closed-pools exempts them."""
+    quota (``core.admission.intruders``), as the policy lws-gatekeeper-closed-pools exempts them."""
     role: str = "member"
     """``member`` (a cluster's gatekeeper) or ``hub`` (grants the claims of every member)."""
     hub_kubeconfig: str | None = None

@@ -21,7 +21,7 @@ from gatekeeper.controller import resources as r
 from gatekeeper.controller.credentials import Credentials
 from gatekeeper.controller.informer import Informer
 from gatekeeper.controller.resources import Resource
-from gatekeeper.core.nodes import Node, RequestsMemo, bound_pod_view, parse_node
+from gatekeeper.core.model.nodes import Node, RequestsMemo, bound_pod_view, parse_node
 
 __all__ = ["BOUND_PODS", "Caches"]
 

@@ -2,10 +2,10 @@
 
 Why this exists: a pod a tenant made through an admitted group's StatefulSets past the
 LWS's ``size``, from a hand-edited template, or with a forged claim stays gated, and its
-group's record and a Warning Event say so (``core.members``, ``core.conformance``). An
+group's record and a Warning Event say so (``core.admission.members``, ``core.admission.conformance``). An
 operator watching many namespaces wants to see that it happens without reading records:
 ``gatekeeper_groups_holding_pods{reason}`` is the number of groups, after each pass, that
-hold such pods back, for each of ``core.reasons.STRANGER_REASONS`` (0 when none).
+hold such pods back, for each of ``core.admission.reasons.STRANGER_REASONS`` (0 when none).
 
 Called by each backend's pass (``controller.backends``) with the reasons its decision gave
 its groups.
@@ -18,7 +18,7 @@ from collections.abc import Iterable
 
 from prometheus_client import Gauge
 
-from gatekeeper.core.reasons import STRANGER_REASONS
+from gatekeeper.core.admission.reasons import STRANGER_REASONS
 
 __all__ = ["HELD", "report_held"]
 

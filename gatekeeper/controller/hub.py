@@ -41,7 +41,7 @@ from gatekeeper.controller.caches import Caches
 from gatekeeper.controller.errors import Conflict, PermanentError, TemporaryError
 from gatekeeper.controller.informer import Informer
 from gatekeeper.controller.loop import Write
-from gatekeeper.core.objects import as_map, meta
+from gatekeeper.core.kube.objects import as_map, meta
 from gatekeeper.core.reservation import (
     CLUSTER_LABEL,
     Change,

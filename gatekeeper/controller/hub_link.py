@@ -1,7 +1,7 @@
 """A member's connection to the hub: its own client, its caches of the hub, its claim writes.
 
 Why this exists: with ``--hub-kubeconfig`` the ``pools`` controller charges Pools with
-``spec.reservation`` to Reservations on the hub (``core.hub_member``). The hub is
+``spec.reservation`` to Reservations on the hub (``core.backends.pools.hub_member``). The hub is
 another API server, reached with this member's own identity there, so it has a client
 and informers of its own: the Reservations (their status says who holds what) and this
 cluster's claims (label ``lws-gatekeeper.io/cluster``). They are not among the informers
@@ -31,8 +31,8 @@ from gatekeeper.controller.caches import Caches
 from gatekeeper.controller.errors import Conflict, NotLeading, PermanentError, TemporaryError
 from gatekeeper.controller.informer import Informer
 from gatekeeper.controller.loop import Write
-from gatekeeper.core.hub_member import ClaimWrites, HubView
-from gatekeeper.core.objects import meta
+from gatekeeper.core.backends.pools.hub_member import ClaimWrites, HubView
+from gatekeeper.core.kube.objects import meta
 from gatekeeper.core.reservation import CLUSTER_LABEL, DEFAULT_LEASE_SECONDS, heartbeat_body, heartbeat_name
 
 __all__ = ["HubLink"]

@@ -8,7 +8,7 @@ failures (``gatekeeper_api_errors_total``, the dashboard's API errors), and one 
 turns HTTP answers into "done" or one of ``errors``' three answers: already
 so or changed (``Conflict``), try again later (``TemporaryError``), or never
 (``PermanentError``). The API resources it writes are ``resources``', built from
-``core.keys``.
+``core.kube.keys``.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from gatekeeper.controller.errors import (
     raise_for_status,
 )
 from gatekeeper.controller.resources import EVENTS, Resource
-from gatekeeper.core.keys import EVENT_REPORTER, EVENT_SOURCE
+from gatekeeper.core.kube.keys import EVENT_REPORTER, EVENT_SOURCE
 
 __all__ = [
     "API_REQUESTS",

@@ -30,7 +30,7 @@ import anyio
 
 from gatekeeper.controller import kube as k
 from gatekeeper.controller import resources as r
-from gatekeeper.core.keys import LEASE_API_VERSION
+from gatekeeper.core.kube.keys import LEASE_API_VERSION
 
 __all__ = ["LeaderElector"]
 

@@ -1,13 +1,13 @@
 """Gates lifted between passes: a pod born gated whose group already holds its admission.
 
 Why this exists: the webhook makes a pod of an admitted group without the gate
-(``core.pass_through``), but a pod made a moment too early is born gated: after the
+(``core.backends.pools.pass_through``), but a pod made a moment too early is born gated: after the
 pass's snapshot and before its admission was written, or before the webhook's table had
 the group. Such a pod waited for the next pass to lift its gate, seconds under load
 (``benchmarks/bench_timeline.py``: 6.3 s p99 from a group's last pod to its last gate
 lifted, 100 new groups). The ``Lifter`` watches the pods the pass watches and lifts such a
 gate as soon as it sees the pod, or as soon as its group is admitted, with the write the
-pass would make (``core.pass_through.lift_for`` decides, from the same table the webhook
+pass would make (``core.backends.pools.pass_through.lift_for`` decides, from the same table the webhook
 reads and only while that table may be used).
 
 It only ever hastens a pass's write: a pod it is not sure of, a pod the running pass is
@@ -33,9 +33,9 @@ from gatekeeper.controller.errors import PermanentError, TemporaryError
 from gatekeeper.controller.informer import Informer
 from gatekeeper.controller.kube import Kube
 from gatekeeper.controller.loop import Write
-from gatekeeper.core.keys import LWS_NAME_LABEL
-from gatekeeper.core.lws import group_index, is_gated
-from gatekeeper.core.objects import is_terminating, labels, meta
+from gatekeeper.core.kube.keys import LWS_NAME_LABEL
+from gatekeeper.core.kube.objects import is_terminating, labels, meta
+from gatekeeper.core.model.lws import group_index, is_gated
 from gatekeeper.webhook.pass_through import PassThrough
 
 __all__ = ["Lifter"]

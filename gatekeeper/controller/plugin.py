@@ -1,6 +1,6 @@
 """What a backend is to the controller: the I/O half of its plug-in contract.
 
-Why this exists: ``core.backend.Backend`` is what the CLI, the webhook, ``render`` and ``why``
+Why this exists: ``core.plugin.backend.Backend`` is what the CLI, the webhook, ``render`` and ``why``
 know of a backend; this is the rest: how to make its controller loop for a term
 (``app.controllers``). Each
 backend's controller module declares one ``ControllerPlugin`` as ``PLUGIN``;
@@ -17,7 +17,7 @@ from gatekeeper.controller.caches import Caches
 from gatekeeper.controller.hub_link import HubLink
 from gatekeeper.controller.kube import Kube
 from gatekeeper.controller.loop import Controller
-from gatekeeper.core.provisioning import InstanceType
+from gatekeeper.core.backends.pools.provisioning import InstanceType
 from gatekeeper.webhook.pass_through import PassThrough
 
 __all__ = ["ControllerPlugin", "MakeController", "Term"]

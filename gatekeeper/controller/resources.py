@@ -1,15 +1,15 @@
-"""Where each kind the controller reads or writes lives in the API, built from ``core.keys``.
+"""Where each kind the controller reads or writes lives in the API, built from ``core.kube.keys``.
 
 Why this exists: informers and writes both address kinds by plural, group/version and
 scope; spelling those once, from the same keys the decisions use, keeps a version bump
-(Kueue's ``v1beta2``, say) to one line in ``core/keys.py``.
+(Kueue's ``v1beta2``, say) to one line in ``core/kube/keys.py``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gatekeeper.core.keys import (
+from gatekeeper.core.kube.keys import (
     GATEKEEPER_API_VERSION,
     KARPENTER_API_VERSION,
     KUEUE_API_VERSION,

@@ -21,8 +21,8 @@ from gatekeeper.controller.act import execute
 from gatekeeper.controller.caches import BOUND_PODS, Caches
 from gatekeeper.controller.informer import Informer
 from gatekeeper.controller.loop import Write as Writer
-from gatekeeper.core.keys import LWS_NAME_LABEL, POOL_LABEL
-from gatekeeper.core.writes import Memory, Plan, Write
+from gatekeeper.core.kube.keys import LWS_NAME_LABEL, POOL_LABEL
+from gatekeeper.core.writes.plan import Memory, Plan, Write
 
 __all__ = ["GroupInformers", "decide_and_act"]
 
@@ -40,7 +40,7 @@ class GroupInformers:
         self.priorities = caches.informer(r.PRIORITY_CLASSES)
         # The LWS controller labels its StatefulSets with the LWS's name: only those are read.
         self.statefulsets = caches.informer(r.STATEFULSETS, label_selector=LWS_NAME_LABEL)
-        """Which pods an LWS made (``core.members``)."""
+        """Which pods an LWS made (``core.admission.members``)."""
         self.bound = caches.informer(r.PODS, field_selector=BOUND_PODS)
         """Every pod on a node, anyone's: the room they take, and the charge pods let through carry."""
 

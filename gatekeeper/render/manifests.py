@@ -2,7 +2,7 @@
 
 Why this exists: the same few lines of pool description become each backend's objects
 (a ``Pool``, a Kueue ResourceFlavor + ClusterQueue + LocalQueues, ...): the template and the
-names it reads are the backend's own (``core.backend.Backend``). The
+names it reads are the backend's own (``core.plugin.backend.Backend``). The
 shapes live in templates a person can read next to the backends' docs; this module only
 feeds them checked values (see ``pools.py``) and quotes every string for YAML, so a
 label value such as ``"true"`` or ``"1"`` stays a string.
@@ -26,8 +26,8 @@ from importlib.resources.abc import Traversable
 import jinja2
 import yaml
 
-from gatekeeper.core.backend import Backend
 from gatekeeper.core.backends import BACKENDS
+from gatekeeper.core.plugin.backend import Backend
 from gatekeeper.render.pools import PoolsFile, PoolSpec
 
 __all__ = [

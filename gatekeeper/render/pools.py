@@ -27,8 +27,8 @@ from typing import Any, TypeVar
 
 import yaml
 
-from gatekeeper.core.pool import NodeFit, QueueingStrategy
-from gatekeeper.core.quantity import parse_quantity
+from gatekeeper.core.kube.quantity import parse_quantity
+from gatekeeper.core.model.pool import NodeFit, QueueingStrategy
 
 __all__ = [
     "DEFAULT_GPU_RESOURCE",

@@ -15,7 +15,7 @@ import base64
 from collections.abc import Sequence
 from typing import Any
 
-from gatekeeper.core.keys import API_GROUP, CHARGE_KEY, LWS_API_VERSION, LWS_NAME_LABEL, POOL_LABEL
+from gatekeeper.core.kube.keys import API_GROUP, CHARGE_KEY, LWS_API_VERSION, LWS_NAME_LABEL, POOL_LABEL
 
 __all__ = [
     "LWS_CONTROLLER_USERS",

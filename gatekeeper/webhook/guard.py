@@ -2,9 +2,9 @@
 
 Why this exists: a tenant with ``edit`` may scale or edit any StatefulSet of its
 namespace, those the LWS controller made among them; the gatekeeper then holds the pods
-that are not its LWS's (``core.members``), but the tenant sees only pods Pending. This
+that are not its LWS's (``core.admission.members``), but the tenant sees only pods Pending. This
 webhook refuses the change itself, with a sentence that says to change the LWS
-(``core.owned`` decides). Two routes:
+(``core.model.owned`` decides). Two routes:
 
 - ``/validate-statefulsets`` (CREATE, UPDATE): the object and the old object carry their
   owner references, so the review is decided from them alone;
@@ -13,7 +13,7 @@ webhook refuses the change itself, with a sentence that says to change the LWS
   every replica: the guard needs no leader). A StatefulSet that cannot be read is
   refused with the reason (fail closed, as the configuration's ``failurePolicy``);
 - ``/validate-pods-resize`` (UPDATE of ``pods/resize``): a pod let through on its group's
-  admission may be resized to ask less, not more (``core.charge.resize_refusal``), so that
+  admission may be resized to ask less, not more (``core.model.charge.resize_refusal``), so that
   it stays what its group was charged for.
 
 The configuration's match conditions send only StatefulSets whose selector names an LWS,
@@ -26,9 +26,9 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from gatekeeper.core.charge import resize_refusal
-from gatekeeper.core.objects import as_map
-from gatekeeper.core.owned import scale_refusal, statefulset_refusal
+from gatekeeper.core.kube.objects import as_map
+from gatekeeper.core.model.charge import resize_refusal
+from gatekeeper.core.model.owned import scale_refusal, statefulset_refusal
 from gatekeeper.webhook.review import Review, answer
 
 __all__ = ["Lookup", "resize_guard", "scale_guard", "statefulset_guard", "verdict"]

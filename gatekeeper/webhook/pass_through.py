@@ -1,6 +1,6 @@
 """The table of admitted groups the webhook reads, published by the leader after each pass.
 
-Why this exists: ``core.pass_through`` decides whether a pod being created belongs to a
+Why this exists: ``core.backends.pools.pass_through`` decides whether a pod being created belongs to a
 group that holds its admission, so that it is made without the gate; this is where the
 table lives between the controller's thread (which publishes it after a pass) and the
 webhook's (which reads it at each pod CREATE). One reference is swapped whole, so a
@@ -20,7 +20,13 @@ from typing import Any
 
 from prometheus_client import Counter
 
-from gatekeeper.core.pass_through import AdmittedGroup, StatefulSets, Table, lift_for, patch_for
+from gatekeeper.core.backends.pools.pass_through import (
+    AdmittedGroup,
+    StatefulSets,
+    Table,
+    lift_for,
+    patch_for,
+)
 
 __all__ = ["PassThrough"]
 

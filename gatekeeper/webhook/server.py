@@ -2,7 +2,7 @@
 
 Why this exists: the API server only calls webhooks over TLS and expects an
 AdmissionReview answer within the configuration's timeout. This module is the thin
-I/O around ``gatekeeper.core.gating``: it decodes the review, asks the core for the
+I/O around ``gatekeeper.core.model.gating``: it decodes the review, asks the core for the
 patch, and answers. It fails closed: a pod or LWS it cannot patch is refused with a
 message, because an opted-in pod created without its gate would escape the gatekeeper.
 The serving certificate is re-read when its files change on disk (checked at most every
@@ -39,11 +39,11 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import Counter, Histogram
 
-from gatekeeper.core.backend import PodPatch
-from gatekeeper.core.closed import what_opens
-from gatekeeper.core.gating import is_opted_in, lws_label_patch, pod_gate_patch
-from gatekeeper.core.keys import POOL_LABEL, SCHEDULING_GATE
-from gatekeeper.core.objects import as_map
+from gatekeeper.core.kube.keys import POOL_LABEL, SCHEDULING_GATE
+from gatekeeper.core.kube.objects import as_map
+from gatekeeper.core.model.closed import what_opens
+from gatekeeper.core.model.gating import is_opted_in, lws_label_patch, pod_gate_patch
+from gatekeeper.core.plugin.backend import PodPatch
 from gatekeeper.webhook.config import LWS_PATH, PODS_PATH, RESIZE_PATH, SCALE_PATH, STATEFULSETS_PATH
 from gatekeeper.webhook.guard import Lookup, resize_guard, scale_guard, statefulset_guard, verdict
 from gatekeeper.webhook.pass_through import PassThrough
@@ -98,7 +98,7 @@ def _pod_patch(review: Review, pass_through: PassThrough | None = None) -> Patch
     A pod of a group that already holds its admission (``pass_through``) is instead made
     as if its gate had been lifted at once: the pool's node selector and tolerations. An
     opted-in pod written with a toleration of closed pools' taint is refused
-    (``core.closed``): only the gatekeeper gives one, as it lets an admitted group in.
+    (``core.model.closed``): only the gatekeeper gives one, as it lets an admitted group in.
     """
     if review.operation != "CREATE" or not is_opted_in(review.obj):
         return []
@@ -114,7 +114,7 @@ def _pod_patch(review: Review, pass_through: PassThrough | None = None) -> Patch
 
 def _backend_pod_patch(review: Review, pass_through: PassThrough | None, extra: PodPatch) -> Patch:
     """The gate (or the pass-through), then what the backend adds to an opted-in pod it is
-    made with (``core.backend.Backend.pod_patch``)."""
+    made with (``core.plugin.backend.Backend.pod_patch``)."""
     gate = _pod_patch(review, pass_through)
     if review.operation != "CREATE" or not is_opted_in(review.obj):
         return gate

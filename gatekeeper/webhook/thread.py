@@ -25,7 +25,7 @@ from typing import Any
 import anyio.to_thread
 from aiohttp import web
 
-from gatekeeper.core.backend import PodPatch
+from gatekeeper.core.plugin.backend import PodPatch
 from gatekeeper.webhook.guard import Lookup
 from gatekeeper.webhook.pass_through import PassThrough
 from gatekeeper.webhook.server import start_webhook_server

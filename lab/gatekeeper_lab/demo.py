@@ -21,7 +21,7 @@ import kr8s
 import kr8s.asyncio
 from kr8s.asyncio.objects import Namespace
 
-from gatekeeper.core.keys import POOL_LABEL
+from gatekeeper.core.kube.keys import POOL_LABEL
 from gatekeeper_lab.sandbox import build as sandbox_build
 from gatekeeper_lab.sandbox.cli import dir_option, say
 from gatekeeper_lab.sandbox.cluster import Sandbox, SandboxError, default_dir

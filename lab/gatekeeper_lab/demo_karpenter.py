@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gatekeeper.core.keys import (
+from gatekeeper.core.kube.keys import (
     GATEKEEPER_API_VERSION,
     GROUP_INDEX_LABEL,
     POOL_KIND,

@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from gatekeeper.core.quantity import parse_units
+from gatekeeper.core.kube.quantity import parse_units
 from gatekeeper_lab.sandbox import gatekeeper as gk
 from gatekeeper_lab.sandbox.cluster import Sandbox
 from gatekeeper_lab.sandbox.hub import Hub

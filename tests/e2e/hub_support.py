@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from gatekeeper.core.quantity import parse_units
+from gatekeeper.core.kube.quantity import parse_units
 
 from .conftest import SharedHub
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from gatekeeper.core.keys import SCHEDULING_GATE
+from gatekeeper.core.kube.keys import SCHEDULING_GATE
 from gatekeeper_lab.sandbox.cluster import Sandbox, fake_node
 from gatekeeper_lab.sandbox.kueue import MANAGED_NAMESPACE_LABEL
 

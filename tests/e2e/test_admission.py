@@ -14,8 +14,7 @@ import anyio
 import kr8s.asyncio
 from kr8s.asyncio.objects import Pod
 
-from gatekeeper.core import POOL_LABEL
-from gatekeeper.core.keys import REVISION_LABEL
+from gatekeeper.core.kube.keys import POOL_LABEL, REVISION_LABEL
 from gatekeeper_lab.sandbox.observe import LWS_NAME_LABEL, summarize
 from gatekeeper_lab.sandbox.replay import LeaderWorkerSet, isolate, list_raw, load_scenario, replay, settle
 

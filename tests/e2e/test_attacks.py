@@ -24,7 +24,7 @@ from typing import Any
 import kr8s.asyncio
 import pytest
 
-from gatekeeper.core import POOL_LABEL, SCHEDULING_GATE
+from gatekeeper.core.kube.keys import POOL_LABEL, SCHEDULING_GATE
 from gatekeeper.webhook.config import PODS_PATH
 from gatekeeper_lab.sandbox.cluster import GATEKEEPER_NAMESPACE, Sandbox
 from gatekeeper_lab.sandbox.replay import list_raw, settle

@@ -34,7 +34,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from kr8s.asyncio.objects import Pod
 
 from gatekeeper.controller import x509_build as x509util
-from gatekeeper.core import POOL_LABEL, SCHEDULING_GATE
+from gatekeeper.core.kube.keys import POOL_LABEL, SCHEDULING_GATE
 from gatekeeper.webhook.server import CERT_CHECK_SECONDS
 from gatekeeper_lab.sandbox import gatekeeper as gk
 from gatekeeper_lab.sandbox.cluster import Sandbox

@@ -21,7 +21,7 @@ import anyio
 import kr8s.asyncio
 import pytest
 
-from gatekeeper.core import POOL_LABEL
+from gatekeeper.core.kube.keys import POOL_LABEL
 from gatekeeper_lab.sandbox.cluster import POLICIES_LABEL, POLICIES_OFF
 from gatekeeper_lab.sandbox.replay import list_raw
 

@@ -43,7 +43,7 @@ import yaml
 
 from gatekeeper.controller.certs import CA_CRT, TLS_CRT, SelfSignedCerts
 from gatekeeper.controller.kube import Kube
-from gatekeeper.core import POOL_LABEL, SCHEDULING_GATE
+from gatekeeper.core.kube.keys import POOL_LABEL, SCHEDULING_GATE
 from gatekeeper_lab.sandbox import build
 from gatekeeper_lab.sandbox.cluster import GATEKEEPER_NAMESPACE, Sandbox
 from gatekeeper_lab.sandbox.observe import GROUP_INDEX_LABEL, LWS_NAME_LABEL

@@ -25,8 +25,7 @@ from typing import Any
 import anyio
 import kr8s.asyncio
 
-from gatekeeper.core import POOL_LABEL
-from gatekeeper.core.keys import POOL_TAINT_KEY
+from gatekeeper.core.kube.keys import POOL_LABEL, POOL_TAINT_KEY
 from gatekeeper_lab.sandbox.cluster import POLICIES_LABEL, POLICIES_OFF
 from gatekeeper_lab.sandbox.replay import list_raw
 

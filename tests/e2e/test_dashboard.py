@@ -23,7 +23,7 @@ import math
 import time
 from typing import Any
 
-from gatekeeper.core.keys import POOL_LABEL
+from gatekeeper.core.kube.keys import POOL_LABEL
 from gatekeeper_lab.sandbox import control_plane, dashboard
 from gatekeeper_lab.sandbox.cluster import Sandbox, fake_node
 from gatekeeper_lab.sandbox.prometheus import SCRAPE_SECONDS, label_values, query, query_range

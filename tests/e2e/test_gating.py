@@ -18,7 +18,7 @@ import kr8s.asyncio
 import pytest
 from kr8s.asyncio.objects import Pod
 
-from gatekeeper.core import POOL_LABEL, SCHEDULING_GATE
+from gatekeeper.core.kube.keys import POOL_LABEL, SCHEDULING_GATE
 from gatekeeper_lab.sandbox.observe import GROUP_INDEX_LABEL, LWS_NAME_LABEL
 from gatekeeper_lab.sandbox.replay import LeaderWorkerSet, isolate, list_raw, load_scenario, settle
 

@@ -2,10 +2,10 @@
 past the LWS's ``size``, or edits its template, gets no more than the group's reservation.
 
 With the StatefulSet guard on, the change is refused and the message says to change the
-LWS (``core/owned.py``). With the guard off, the LWS's own chain makes the extra workers
+LWS (``core/model/owned.py``). With the guard off, the LWS's own chain makes the extra workers
 (the worker StatefulSet, controlled by the group's leader pod), so the owner chain alone
 would let them through. The gatekeeper holds a group to ``size`` pods
-(``core/members.py``) and to what its role asks (``core/conformance.py``): the others stay
+(``core/admission/members.py``) and to what its role asks (``core/admission/conformance.py``): the others stay
 gated, born so by the webhook (its pass-through table knows the size) and never lifted by
 a pass, and the record and a Warning Event say why. The tenant is
 ``system:serviceaccount:<ns>:dev`` with ``edit`` and the LWS editor role; GPUs bound on
@@ -23,7 +23,7 @@ import anyio
 import kr8s.asyncio
 import pytest
 
-from gatekeeper.core import SCHEDULING_GATE
+from gatekeeper.core.kube.keys import SCHEDULING_GATE
 from gatekeeper_lab.sandbox.replay import list_raw
 
 from . import attack_table

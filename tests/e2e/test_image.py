@@ -26,7 +26,7 @@ import kr8s.asyncio
 import pytest
 import yaml
 
-from gatekeeper.core import SCHEDULING_GATE
+from gatekeeper.core.kube.keys import SCHEDULING_GATE
 from gatekeeper_lab.image import build, oci
 from gatekeeper_lab.sandbox import gatekeeper as gk
 from gatekeeper_lab.sandbox.cluster import GATEKEEPER_NAMESPACE, Sandbox

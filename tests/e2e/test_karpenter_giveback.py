@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from gatekeeper.core.keys import GATEKEEPER_API_VERSION, POOL_KIND, POOL_LABEL, SCHEDULING_GATE
+from gatekeeper.core.kube.keys import GATEKEEPER_API_VERSION, POOL_KIND, POOL_LABEL, SCHEDULING_GATE
 from gatekeeper_lab.sandbox.cluster import Sandbox
 from gatekeeper_lab.sandbox.karpenter import COMPONENT as KARPENTER
 from tests.e2e.karpenter_support import (

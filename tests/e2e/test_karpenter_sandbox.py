@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from gatekeeper.core.keys import GATEKEEPER_API_VERSION, POOL_KIND, POOL_LABEL, SCHEDULING_GATE
+from gatekeeper.core.kube.keys import GATEKEEPER_API_VERSION, POOL_KIND, POOL_LABEL, SCHEDULING_GATE
 from gatekeeper_lab.sandbox.cluster import Sandbox
 from tests.e2e.karpenter_support import (
     TEST_LABEL,

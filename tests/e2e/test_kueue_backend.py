@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from gatekeeper.core.keys import POOL_LABEL, SCHEDULING_GATE
+from gatekeeper.core.kube.keys import POOL_LABEL, SCHEDULING_GATE
 from gatekeeper_lab.sandbox.cluster import Sandbox, fake_node
 from tests.e2e import attack_table
 from tests.e2e.kueue_support import (

@@ -14,7 +14,7 @@ import json
 import time
 from typing import Any
 
-from gatekeeper.core.keys import LWS_NAME_LABEL, POOL_LABEL, POOL_TAINT_KEY
+from gatekeeper.core.kube.keys import LWS_NAME_LABEL, POOL_LABEL, POOL_TAINT_KEY
 from gatekeeper_lab.sandbox.cluster import POLICIES_LABEL, POLICIES_OFF, Sandbox
 from tests.e2e import attack_table
 from tests.e2e.conftest import orphaning

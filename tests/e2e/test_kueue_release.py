@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from gatekeeper.core.keys import LWS_NAME_LABEL, POOL_LABEL
+from gatekeeper.core.kube.keys import LWS_NAME_LABEL, POOL_LABEL
 from gatekeeper_lab.sandbox.cluster import Sandbox
 from tests.e2e.conftest import orphaning
 from tests.e2e.kueue_support import group_states, lws, make_queue, records, settled, wait, workloads

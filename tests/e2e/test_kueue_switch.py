@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from gatekeeper.core.keys import ADOPTING_REASON, GATEKEEPER_API_VERSION, POOL_KIND, POOL_LABEL
+from gatekeeper.core.kube.keys import ADOPTING_REASON, GATEKEEPER_API_VERSION, POOL_KIND, POOL_LABEL
 from gatekeeper_lab.sandbox.cluster import Sandbox
 from tests.e2e.kueue_support import (
     Queue,

@@ -2,7 +2,7 @@
 controller is made only by the StatefulSet controller.
 
 The gatekeeper counts a gated pod as a member of an LWS group only when its owner chain
-leads to the LWS by UID (``core/members.py``). Whoever creates a pod writes its
+leads to the LWS by UID (``core/admission/members.py``). Whoever creates a pod writes its
 ownerReferences, so a tenant who reads the leader StatefulSet's UID could make a pod
 "owned" by it, which the gatekeeper would let through on that group's admission. The
 member-owners policy (``policies/member-labels.yaml``, enforced by the sandbox as by the
@@ -16,8 +16,7 @@ from pathlib import Path
 
 import kr8s.asyncio
 
-from gatekeeper.core import POOL_LABEL
-from gatekeeper.core.keys import GROUP_INDEX_LABEL, LWS_NAME_LABEL, WORKER_INDEX_LABEL
+from gatekeeper.core.kube.keys import GROUP_INDEX_LABEL, LWS_NAME_LABEL, POOL_LABEL, WORKER_INDEX_LABEL
 from gatekeeper_lab.sandbox.replay import list_raw
 
 from . import attack_table

@@ -1,4 +1,6 @@
-"""Pods of an admitted group are made without the gate (``core/pass_through.py``), on the sandbox.
+"""Pods of an admitted group are made without the gate, on the sandbox.
+
+The decision is ``core/backends/pools/pass_through.py``.
 
 A pod made again for a group that holds its admission (a failed worker, a LeaderReady
 group's workers) is made by the webhook ungated and steered to the pool's nodes: the
@@ -13,7 +15,7 @@ import anyio
 import kr8s.asyncio
 from kr8s.asyncio.objects import Pod
 
-from gatekeeper.core import SCHEDULING_GATE
+from gatekeeper.core.kube.keys import SCHEDULING_GATE
 from gatekeeper_lab.sandbox.replay import list_raw, settle
 
 from .conftest import Cluster, MakeNodes, MakePool, eventually

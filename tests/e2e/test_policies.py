@@ -36,7 +36,7 @@ import anyio
 import pytest
 import yaml
 
-from gatekeeper.core.keys import POOL_LABEL, SCHEDULING_GATE
+from gatekeeper.core.kube.keys import POOL_LABEL, SCHEDULING_GATE
 from gatekeeper.render.admission import load_policies, service_account_username
 from gatekeeper_lab.sandbox.cluster import POLICIES_LABEL, POLICIES_OFF
 

@@ -17,7 +17,7 @@ import kr8s
 import kr8s.asyncio
 from kr8s.asyncio.objects import Namespace, Pod
 
-from gatekeeper.core.keys import LWS_NAME_LABEL
+from gatekeeper.core.kube.keys import LWS_NAME_LABEL
 from gatekeeper_lab.sandbox.replay import list_raw, settle
 
 from .conftest import Cluster, MakeNodes, MakePool, admitted, condition, eventually, orphaning

@@ -23,7 +23,7 @@ from typing import Any
 
 from click.testing import CliRunner
 
-from gatekeeper.core.keys import POOL_LABEL
+from gatekeeper.core.kube.keys import POOL_LABEL
 from gatekeeper.render.cli import render_cmd
 from gatekeeper_lab.sandbox.cluster import Sandbox, fake_node
 from tests.e2e.kueue_support import (

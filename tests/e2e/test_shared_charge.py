@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from gatekeeper.core.keys import LWS_NAME_LABEL, POOL_LABEL
+from gatekeeper.core.kube.keys import LWS_NAME_LABEL, POOL_LABEL
 from gatekeeper_lab.sandbox.cluster import POLICIES_LABEL, POLICIES_OFF
 
 from . import attack_table

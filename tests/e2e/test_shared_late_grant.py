@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gatekeeper.core.keys import GATEKEEPER_API_VERSION
+from gatekeeper.core.kube.keys import GATEKEEPER_API_VERSION
 from gatekeeper.core.reservation import CLUSTER_LABEL, heartbeat_body
 from gatekeeper.core.reservation.unsure import FENCE_ANNOTATION
 from gatekeeper_lab.sandbox.cluster import default_dir

@@ -14,8 +14,13 @@ import kr8s.asyncio
 import yaml
 from kr8s.asyncio.objects import Namespace, Pod
 
-from gatekeeper.core import POOL_LABEL
-from gatekeeper.core.keys import GROUP_INDEX_LABEL, LWS_NAME_LABEL, SCHEDULING_GATE, WORKER_INDEX_LABEL
+from gatekeeper.core.kube.keys import (
+    GROUP_INDEX_LABEL,
+    LWS_NAME_LABEL,
+    POOL_LABEL,
+    SCHEDULING_GATE,
+    WORKER_INDEX_LABEL,
+)
 from gatekeeper.render.admission import MEMBER_LABELS, load_policies
 from gatekeeper_lab.sandbox.replay import LeaderWorkerSet, list_raw
 

@@ -31,7 +31,7 @@ from typing import Any
 import kr8s.asyncio
 
 from gatekeeper.core.backends.volcano.keys import VOLCANO_API_VERSION, VOLCANO_GROUP_ANNOTATION
-from gatekeeper.core.keys import LWS_NAME_LABEL, POOL_LABEL
+from gatekeeper.core.kube.keys import LWS_NAME_LABEL, POOL_LABEL
 from gatekeeper_lab.sandbox.cluster import Sandbox, fake_node
 from gatekeeper_lab.sandbox.replay import isolate, load_scenario, replay
 from gatekeeper_lab.sandbox.volcano import SCHEDULER_NAME

@@ -6,7 +6,7 @@ lws-gatekeeper-member-labels refuses changing it on a gated or let-through pod. 
 namespace's policies turned off, the tenant changes it on both pods of its running group
 and makes a second LWS on the same Queue (capability 2 GPUs, nodes with room for 6): the
 gatekeeper keeps the first group's record and PodGroup while the pods charged to it run
-(``core.charge``), and Volcano keeps counting them in its Queue; GPUs bound in the
+(``core.model.charge``), and Volcano keeps counting them in its Queue; GPUs bound in the
 namespace are sampled every second.
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 
 from gatekeeper.core.backends.volcano.keys import VOLCANO_GROUP_ANNOTATION
-from gatekeeper.core.keys import LWS_NAME_LABEL
+from gatekeeper.core.kube.keys import LWS_NAME_LABEL
 from gatekeeper_lab.sandbox.cluster import POLICIES_LABEL, POLICIES_OFF, Sandbox
 from tests.e2e import attack_table
 from tests.e2e.kueue_support import new_tag, pods, records, settled, wait

@@ -10,27 +10,21 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from gatekeeper.core import (
-    POOL_LABEL,
-    SCHEDULING_GATE,
-    GroupDemand,
-    GroupKey,
-    InvalidDemand,
-    Node,
-    Pool,
-    WaitingGroup,
-    group_demand,
-    parse_node,
-    parse_pool,
-)
-from gatekeeper.core.keys import (
+from gatekeeper.core.admission.queue import WaitingGroup
+from gatekeeper.core.kube.keys import (
     ADMITTED,
     GROUP_INDEX_LABEL,
     LWS_NAME_LABEL,
+    POOL_LABEL,
     REVISION_LABEL,
+    SCHEDULING_GATE,
     WORKER_INDEX_LABEL,
 )
-from gatekeeper.core.record import record_name
+from gatekeeper.core.model.demand import GroupDemand, group_demand
+from gatekeeper.core.model.group import GroupKey, InvalidDemand
+from gatekeeper.core.model.nodes import Node, parse_node
+from gatekeeper.core.model.pool import Pool, parse_pool
+from gatekeeper.core.model.record import record_name
 
 GPU = "nvidia.com/gpu"
 T0 = datetime(2025, 1, 1, tzinfo=UTC)

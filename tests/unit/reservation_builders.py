@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gatekeeper.core.keys import GATEKEEPER_API_VERSION
+from gatekeeper.core.kube.keys import GATEKEEPER_API_VERSION
 
 
 def reservation(

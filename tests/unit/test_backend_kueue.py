@@ -19,9 +19,7 @@ from gatekeeper.core.backends.kueue import (
     new_workload,
     plan_writes,
 )
-from gatekeeper.core.charge import charge_toleration
-from gatekeeper.core.gating import Ungate, ungate_patch
-from gatekeeper.core.keys import (
+from gatekeeper.core.kube.keys import (
     DEMAND_HASH_ANNOTATION,
     GROUP_INDEX_LABEL,
     KUEUE_API_VERSION,
@@ -31,8 +29,10 @@ from gatekeeper.core.keys import (
     SCHEDULING_GATE,
     SPEC_HASH_ANNOTATION,
 )
-from gatekeeper.core.record import record_name
-from gatekeeper.core.writes import Memory, walk
+from gatekeeper.core.model.charge import charge_toleration
+from gatekeeper.core.model.gating import Ungate, ungate_patch
+from gatekeeper.core.model.record import record_name
+from gatekeeper.core.writes.plan import Memory, walk
 
 UID = "1f0c2a77-0000-4000-8000-000000000001"
 LQ = "lq-gpu"

@@ -13,11 +13,11 @@ from core_builders import lws_pod, record
 from test_backend_kueue import ADMITTED, EVICTED, LQ, UID, cond, decide, rec, vllm, workload
 
 from gatekeeper.core.backends.kueue import KueueSnapshot, new_workload, plan_writes
-from gatekeeper.core.charge import charge_toleration
-from gatekeeper.core.gating import Ungate
-from gatekeeper.core.keys import ADOPTING_REASON, SPEC_HASH_ANNOTATION, WAITING_FOR_KUEUE
-from gatekeeper.core.record import record_name
-from gatekeeper.core.writes import Memory, Op, walk
+from gatekeeper.core.kube.keys import ADOPTING_REASON, SPEC_HASH_ANNOTATION, WAITING_FOR_KUEUE
+from gatekeeper.core.model.charge import charge_toleration
+from gatekeeper.core.model.gating import Ungate
+from gatekeeper.core.model.record import record_name
+from gatekeeper.core.writes.plan import Memory, Op, walk
 
 NOW = datetime(2025, 1, 1, tzinfo=UTC)
 NO_ROOM = [cond("QuotaReserved", False, "Pending", "couldn't assign flavors: insufficient unused quota")]

@@ -22,11 +22,15 @@ from core_builders import (
     record,
 )
 
-from gatekeeper.core import GroupDemand, GroupKey, Node, Reason, format_amount
+from gatekeeper.core.admission.reasons import Reason
 from gatekeeper.core.backends.pools import Actions, Snapshot, decide
-from gatekeeper.core.groups import DemandMemo
-from gatekeeper.core.keys import ADMITTED, GROUP_INDEX_LABEL, LWS_NAME_LABEL
-from gatekeeper.core.record import new_record, record_name
+from gatekeeper.core.kube.keys import ADMITTED, GROUP_INDEX_LABEL, LWS_NAME_LABEL
+from gatekeeper.core.kube.quantity import format_amount
+from gatekeeper.core.model.demand import GroupDemand
+from gatekeeper.core.model.group import GroupKey
+from gatekeeper.core.model.groups import DemandMemo
+from gatekeeper.core.model.nodes import Node
+from gatekeeper.core.model.record import new_record, record_name
 
 ON_DEMAND = "on-demand"
 NS = "default"

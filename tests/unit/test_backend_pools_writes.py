@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from core_builders import lws, lws_pod, lws_statefulsets, node, pool
 
+from gatekeeper.core.admission.reasons import Reason
 from gatekeeper.core.backends.pools import (
     MESSAGE_REFRESH_SECONDS,
     Actions,
@@ -23,14 +24,13 @@ from gatekeeper.core.backends.pools import (
     restated_admission,
     wait_status,
 )
-from gatekeeper.core.demand import GroupDemand, PodDemand
-from gatekeeper.core.groups import GroupState
-from gatekeeper.core.planner import PoolStatus
-from gatekeeper.core.pool import QueueingStrategy
-from gatekeeper.core.queue import GroupKey
-from gatekeeper.core.reasons import Reason
-from gatekeeper.core.record import new_record
-from gatekeeper.core.writes import Memory, Op, Plan, walk
+from gatekeeper.core.backends.pools.planner import PoolStatus
+from gatekeeper.core.model.demand import GroupDemand, PodDemand
+from gatekeeper.core.model.group import GroupKey
+from gatekeeper.core.model.groups import GroupState
+from gatekeeper.core.model.pool import QueueingStrategy
+from gatekeeper.core.model.record import new_record
+from gatekeeper.core.writes.plan import Memory, Op, Plan, walk
 
 NOW, LATER = "2026-12-01T10:00:00Z", "2026-12-01T10:05:00Z"
 GPU = "nvidia.com/gpu"

@@ -15,8 +15,8 @@ import pytest
 
 from gatekeeper.cli import run_cmd
 from gatekeeper.controller.backends import PLUGINS
-from gatekeeper.core.backend import Backend, Registry
 from gatekeeper.core.backends import BACKENDS
+from gatekeeper.core.plugin.backend import Backend, Registry
 from gatekeeper.render.cli import render_cmd
 from gatekeeper.render.manifests import templates_dir
 

@@ -24,16 +24,16 @@ from gatekeeper.core.backends.volcano import (
 )
 from gatekeeper.core.backends.volcano.keys import POD_GROUP_PLURAL, VOLCANO_API_VERSION
 from gatekeeper.core.backends.volcano.podgroup import MAX_MESSAGE, min_member
-from gatekeeper.core.groups import DemandMemo, GroupState, lws_groups, pods_by_group
-from gatekeeper.core.keys import (
+from gatekeeper.core.kube.keys import (
     GROUP_INDEX_LABEL,
     HOLD_FINALIZER,
     LWS_NAME_LABEL,
     LWS_UID_ANNOTATION,
     POOL_LABEL,
 )
-from gatekeeper.core.objects import index_by_key
-from gatekeeper.core.writes import Memory, walk
+from gatekeeper.core.kube.objects import index_by_key
+from gatekeeper.core.model.groups import DemandMemo, GroupState, lws_groups, pods_by_group
+from gatekeeper.core.writes.plan import Memory, walk
 
 UID = "7a0c2a77-0000-4000-8000-000000000001"
 QUEUE = "q-gpu"

@@ -19,8 +19,8 @@ import pytest
 
 from gatekeeper.controller import resources as r
 from gatekeeper.controller.caches import BOUND_PODS, Caches
-from gatekeeper.core.keys import KUEUE_POD_GROUP_KEY, KUEUE_ROLE_ANNOTATION
-from gatekeeper.core.nodes import bound_pod_view, node_usage, node_usage_skipping
+from gatekeeper.core.kube.keys import KUEUE_POD_GROUP_KEY, KUEUE_ROLE_ANNOTATION
+from gatekeeper.core.model.nodes import bound_pod_view, node_usage, node_usage_skipping
 
 
 def full_pod() -> dict[str, Any]:
@@ -107,7 +107,8 @@ def test_the_view_reads_as_the_pod_and_keeps_only_what_is_read() -> None:
         "containers",
         "tolerations",
     }
-    # only a toleration that opens closed pools (core.intruders) or charges the pod (core.charge)
+    # only a toleration that opens closed pools (core.admission.intruders) or charges the pod
+    # (core.model.charge)
     assert view["spec"]["tolerations"] == [{"operator": "Exists"}]
     assert view["spec"]["containers"] == [
         {"name": "c", "resources": pod["spec"]["containers"][0]["resources"]}

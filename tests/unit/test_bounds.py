@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 from core_builders import lws, node, pool
 
+from gatekeeper.core.admission.reasons import Reason
 from gatekeeper.core.backends.kueue import KueueSnapshot, decide_kueue
 from gatekeeper.core.backends.pools import Snapshot, decide
-from gatekeeper.core.demand import MAX_GROUP_SIZE, group_demand
-from gatekeeper.core.lws import MAX_REPLICAS, replicas
-from gatekeeper.core.quantity import parse_quantity
-from gatekeeper.core.reasons import Reason
+from gatekeeper.core.kube.quantity import parse_quantity
+from gatekeeper.core.model.demand import MAX_GROUP_SIZE, group_demand
+from gatekeeper.core.model.lws import MAX_REPLICAS, replicas
 
 GPU = "nvidia.com/gpu"
 

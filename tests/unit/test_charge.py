@@ -1,4 +1,4 @@
-"""``core.charge`` and the pools backend's records kept by it: the charge follows the pods."""
+"""``core.model.charge`` and the pools backend's records kept by it: the charge follows the pods."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 from core_builders import lws, lws_pod, lws_statefulsets, node, pool, record
 
+from gatekeeper.core.admission.reasons import Reason
 from gatekeeper.core.backends.pools.decide import Snapshot, decide
-from gatekeeper.core.charge import charge_toleration, charged, charged_to, live_charges, resize_refusal
-from gatekeeper.core.keys import CHARGE_KEY, POOL_LABEL
-from gatekeeper.core.nodes import bound_pod_view
-from gatekeeper.core.reasons import Reason
+from gatekeeper.core.kube.keys import CHARGE_KEY, POOL_LABEL
+from gatekeeper.core.model.charge import charge_toleration, charged, charged_to, live_charges, resize_refusal
+from gatekeeper.core.model.nodes import bound_pod_view
 
 MARK = charge_toleration("u-1", 0)
 

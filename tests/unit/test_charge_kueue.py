@@ -1,5 +1,5 @@
 """The ``kueue`` backend keeps a group's record and Workload (and so Kueue's quota) while a
-pod let through on it lives, found by its mark (``core.charge``), and stops such a pod when
+pod let through on it lives, found by its mark (``core.model.charge``), and stops such a pod when
 its Workload loses its admission, its labels changed or not."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from test_backend_kueue import ADMITTED, EVICTED, LQ, UID, rec, vllm, workload
 from test_charge import marked
 
 from gatekeeper.core.backends.kueue import KueueActions, KueueSnapshot, decide_kueue, plan_writes
-from gatekeeper.core.charge import charge_toleration
-from gatekeeper.core.record import record_name
-from gatekeeper.core.writes import Memory, Op, walk
+from gatekeeper.core.model.charge import charge_toleration
+from gatekeeper.core.model.record import record_name
+from gatekeeper.core.writes.plan import Memory, Op, walk
 
 MARK = charge_toleration(UID, 0)
 RECORD = record_name("vllm", UID, 0)

@@ -1,5 +1,5 @@
 """The ``volcano`` backend keeps a group's record (and so its PodGroup) while a pod let
-through on it lives, found by its mark (``core.charge``), whatever its labels say now."""
+through on it lives, found by its mark (``core.model.charge``), whatever its labels say now."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from test_backend_volcano import QUEUE, UID, pg, rec, snap, vllm
 from test_charge import marked
 
 from gatekeeper.core.backends.volcano import decide_volcano
-from gatekeeper.core.charge import charge_toleration
+from gatekeeper.core.model.charge import charge_toleration
 
 MARK = charge_toleration(UID, 1)
 

@@ -24,8 +24,8 @@ import click
 import pytest
 import yaml
 
-from gatekeeper.core.keys import NODE_FIT_CONTROLLER, POOL_LABEL
-from gatekeeper.core.provisioning import parse_instance_types
+from gatekeeper.core.backends.pools.provisioning import parse_instance_types
+from gatekeeper.core.kube.keys import NODE_FIT_CONTROLLER, POOL_LABEL
 from gatekeeper.render.admission import load_policies, service_account_username
 from gatekeeper.webhook import mutating_webhook_configuration
 from gatekeeper.webhook.config import validating_webhook_configuration

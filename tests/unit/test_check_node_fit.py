@@ -9,11 +9,11 @@ import pytest
 from core_builders import bound_pod, node
 from workload_builders import FLAVOR, KUEUE, NS, WorkloadBuilder, workload
 
-from gatekeeper.core import Node
 from gatekeeper.core.checks.node_fit import CheckUpdate, NodeFitActions, decide_node_fit
-from gatekeeper.core.keys import NODE_FIT_ACTIVE_MESSAGE as ACTIVE_MESSAGE
-from gatekeeper.core.keys import NODE_FIT_ACTIVE_REASON as ACTIVE_REASON
-from gatekeeper.core.keys import NODE_FIT_CONTROLLER
+from gatekeeper.core.kube.keys import NODE_FIT_ACTIVE_MESSAGE as ACTIVE_MESSAGE
+from gatekeeper.core.kube.keys import NODE_FIT_ACTIVE_REASON as ACTIVE_REASON
+from gatekeeper.core.kube.keys import NODE_FIT_CONTROLLER
+from gatekeeper.core.model.nodes import Node
 
 CHECK = "node-fit"
 

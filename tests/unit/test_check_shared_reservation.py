@@ -9,7 +9,7 @@ import pytest
 from workload_builders import NS, workload
 
 from gatekeeper.core.checks.shared_reservation import decide_shared_reservation
-from gatekeeper.core.keys import SHARED_RESERVATION_CONTROLLER
+from gatekeeper.core.kube.keys import SHARED_RESERVATION_CONTROLLER
 from gatekeeper.core.reservation import SOURCE_CHECK, SOURCE_LABEL, HubView, claim_body
 
 CHECK = "shared"

@@ -1,4 +1,4 @@
-"""``core.closed``: which tolerations open a closed pool's nodes (taint ``lws-gatekeeper.io/pool``)."""
+"""``core.model.closed``: which tolerations open a closed pool's nodes (taint ``lws-gatekeeper.io/pool``)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from gatekeeper.core.closed import describe, opening_tolerations, opens_closed_pools, what_opens
-from gatekeeper.core.keys import POOL_TAINT_KEY
+from gatekeeper.core.kube.keys import POOL_TAINT_KEY
+from gatekeeper.core.model.closed import describe, opening_tolerations, opens_closed_pools, what_opens
 
 
 @pytest.mark.parametrize(

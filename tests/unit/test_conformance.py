@@ -1,4 +1,4 @@
-"""``core.conformance``: a gated pod goes through only asking what its role was admitted with.
+"""``core.admission.conformance``: a gated pod goes through only asking what its role was admitted with.
 
 A tenant with ``edit`` may change the group's StatefulSets: a worker StatefulSet's template
 edited to ask more GPUs, another RuntimeClass or PriorityClass, its revision label kept.
@@ -13,12 +13,12 @@ import pytest
 from core_builders import lws, lws_pod, lws_statefulsets, node, pool, record
 from test_tenant_pools import assert_held
 
+from gatekeeper.core.admission.conformance import departure
+from gatekeeper.core.admission.reasons import Reason
 from gatekeeper.core.backends.kueue import KueueSnapshot, decide_kueue
 from gatekeeper.core.backends.pools import Snapshot, decide
-from gatekeeper.core.conformance import departure
-from gatekeeper.core.demand import group_demand
-from gatekeeper.core.lws import GroupPod
-from gatekeeper.core.reasons import Reason
+from gatekeeper.core.model.demand import group_demand
+from gatekeeper.core.model.lws import GroupPod
 
 CLOSED = {"key": "lws-gatekeeper.io/pool", "operator": "Equal", "value": "a", "effect": "NoSchedule"}
 

@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 from core_builders import GPU, ctr, lws, pod_spec
 
-from gatekeeper.core import GroupDemand, NodeConstraints, PodDemand, Toleration, group_demand, pod_requests
+from gatekeeper.core.kube.selectors import NodeConstraints, Toleration
+from gatekeeper.core.model.demand import GroupDemand, PodDemand, group_demand, pod_requests
 
 GiB = 2**30
 

@@ -7,18 +7,10 @@ from typing import Any
 import pytest
 from core_builders import GPU, bound_pod, ctr, gpu_nodes, lws, node, pod_spec
 
-from gatekeeper.core import (
-    Misfit,
-    Node,
-    NodeConstraints,
-    NodeSelectorTerm,
-    NodeTable,
-    PodDemand,
-    Requirement,
-    Toleration,
-    fit_group,
-    node_usage,
-)
+from gatekeeper.core.admission.fit import Misfit, NodeTable, fit_group
+from gatekeeper.core.kube.selectors import NodeConstraints, NodeSelectorTerm, Requirement, Toleration
+from gatekeeper.core.model.demand import PodDemand
+from gatekeeper.core.model.nodes import Node, node_usage
 
 
 def pods(*gpus: int, constraints: NodeConstraints | None = None) -> list[PodDemand]:

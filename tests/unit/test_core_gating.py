@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from gatekeeper.core import POOL_LABEL, SCHEDULING_GATE, is_opted_in, lws_label_patch, pod_gate_patch
+from gatekeeper.core.kube.keys import POOL_LABEL, SCHEDULING_GATE
+from gatekeeper.core.model.gating import is_opted_in, lws_label_patch, pod_gate_patch
 
 GATE = {"name": SCHEDULING_GATE}
 OTHER_GATE = {"name": "example.com/other"}

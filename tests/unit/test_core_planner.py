@@ -8,19 +8,13 @@ from datetime import datetime
 import pytest
 from core_builders import GPU, bound_pod, groups, lws, node, pool, waiting
 
-from gatekeeper.core import (
-    AdmittedGroup,
-    GroupDemand,
-    GroupKey,
-    InvalidDemand,
-    Node,
-    Plan,
-    Pool,
-    Reason,
-    WaitingGroup,
-    node_usage,
-    plan,
-)
+from gatekeeper.core.admission.queue import AdmittedGroup, WaitingGroup
+from gatekeeper.core.admission.reasons import Reason
+from gatekeeper.core.backends.pools.planner import Plan, plan
+from gatekeeper.core.model.demand import GroupDemand
+from gatekeeper.core.model.group import GroupKey, InvalidDemand
+from gatekeeper.core.model.nodes import Node, node_usage
+from gatekeeper.core.model.pool import Pool
 
 ON_DEMAND = "on-demand"
 

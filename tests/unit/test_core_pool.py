@@ -8,21 +8,11 @@ from typing import Any
 import pytest
 from core_builders import GPU, bound_pod, lws, node, pool
 
-from gatekeeper.core import (
-    GroupDemand,
-    NodeFit,
-    PodDemand,
-    Pool,
-    QueueingStrategy,
-    Taint,
-    check_quota,
-    is_basic_resource,
-    node_usage,
-    parse_node,
-    parse_pool,
-    pool_capacity,
-)
-from gatekeeper.core.nodes import RequestsMemo
+from gatekeeper.core.admission.quota import check_quota, is_basic_resource
+from gatekeeper.core.kube.selectors import Taint
+from gatekeeper.core.model.demand import GroupDemand, PodDemand
+from gatekeeper.core.model.nodes import RequestsMemo, node_usage, parse_node
+from gatekeeper.core.model.pool import NodeFit, Pool, QueueingStrategy, parse_pool, pool_capacity
 
 GiB = 2**30
 

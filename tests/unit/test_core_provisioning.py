@@ -1,4 +1,4 @@
-"""Table tests of ``core.provisioning`` and of the planner on pools with Karpenter NodePools.
+"""Table tests of ``core.backends.pools.provisioning`` and of the planner on pools with Karpenter NodePools.
 
 The shapes are those Karpenter v1.14.1 writes and reads (NodePool and NodeClaim
 ``karpenter.sh/v1``, the KWOK provider's instance-type file); the end-to-end test
@@ -12,11 +12,10 @@ from typing import Any
 import pytest
 from core_builders import ctr, lws, node, pod_spec, pool, waiting
 
-from gatekeeper.core import plan
-from gatekeeper.core.demand import GroupDemand
-from gatekeeper.core.nodes import Node, parse_node
-from gatekeeper.core.pool import Pool, parse_pool
-from gatekeeper.core.provisioning import (
+from gatekeeper.core.admission.queue import AdmittedGroup
+from gatekeeper.core.admission.reasons import Reason
+from gatekeeper.core.backends.pools.planner import plan
+from gatekeeper.core.backends.pools.provisioning import (
     InstanceType,
     Launcher,
     NodeClaim,
@@ -25,8 +24,10 @@ from gatekeeper.core.provisioning import (
     parse_node_claim,
     parse_node_pool,
 )
-from gatekeeper.core.queue import AdmittedGroup, GroupKey
-from gatekeeper.core.reasons import Reason
+from gatekeeper.core.model.demand import GroupDemand
+from gatekeeper.core.model.group import GroupKey
+from gatekeeper.core.model.nodes import Node, parse_node
+from gatekeeper.core.model.pool import Pool, parse_pool
 
 GPU = "nvidia.com/gpu"
 GI = 1024**3

@@ -6,7 +6,7 @@ from fractions import Fraction
 
 import pytest
 
-from gatekeeper.core import (
+from gatekeeper.core.kube.quantity import (
     format_amount,
     format_quantity,
     format_resources,

@@ -1,4 +1,4 @@
-"""``core.explain``: the answer of ``lws-gatekeeper why``, from plain objects.
+"""``core.plugin.explain``: the answer of ``lws-gatekeeper why``, from plain objects.
 
 Table tests; the command against a real cluster is in ``tests/e2e/test_why.py``.
 """
@@ -12,7 +12,7 @@ from core_builders import lws, lws_pod, pool, record
 
 from gatekeeper.core.backends.kueue.view import kueue_pool_view
 from gatekeeper.core.backends.volcano.view import volcano_queue_view
-from gatekeeper.core.explain import (
+from gatekeeper.core.plugin.explain import (
     MAX_LISTED,
     PoolView,
     explain_lws,

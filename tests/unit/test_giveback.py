@@ -11,15 +11,15 @@ from typing import Any
 import pytest
 from core_builders import lws, lws_pod, lws_statefulsets, node, pool, record
 
+from gatekeeper.core.admission.reasons import Reason
 from gatekeeper.core.backends.pools import Actions, PassInputs, Snapshot, decide, plan_writes
 from gatekeeper.core.backends.pools.giveback import (
     GIVE_BACK_RETRY_MAX_SECONDS,
     give_back_status,
     retry_delay,
 )
-from gatekeeper.core.pool import parse_duration, parse_pool
-from gatekeeper.core.reasons import Reason
-from gatekeeper.core.writes import Memory, Op, walk
+from gatekeeper.core.model.pool import parse_duration, parse_pool
+from gatekeeper.core.writes.plan import Memory, Op, walk
 
 NS = "team"
 ADMITTED_AT = datetime(2026, 12, 1, 10, tzinfo=UTC)
@@ -253,7 +253,7 @@ def test_admission_clears_retry_at_and_keeps_retries() -> None:
 
 
 def test_the_pass_through_table_drops_a_given_back_group() -> None:
-    from gatekeeper.core import pass_through
+    from gatekeeper.core.backends.pools import pass_through
 
     snap, _ = _scene(after=121)
     later = _given_back(snap, retry_in=30)
@@ -263,6 +263,6 @@ def test_the_pass_through_table_drops_a_given_back_group() -> None:
 
 
 def _demand(obj: Any) -> object:
-    from gatekeeper.core.groups import DemandMemo
+    from gatekeeper.core.model.groups import DemandMemo
 
     return DemandMemo().demand(obj)

@@ -15,10 +15,15 @@ from core_builders import GPU, gpu_nodes, lws_pod, record
 from test_backend_pools import ON_DEMAND, RUNNING, Scene, gpu_lws, keys, quota_pool, rec_name
 
 from gatekeeper.core.backends.pools import PassInputs, plan_writes
-from gatekeeper.core.finalizers import FINALIZER_WRITES_PER_PASS, hold_patch, release_patch, release_writes
-from gatekeeper.core.keys import HOLD_FINALIZER, RECORD_PLURAL
-from gatekeeper.core.record import new_record
-from gatekeeper.core.writes import Memory, Op, Plan, Write
+from gatekeeper.core.kube.keys import HOLD_FINALIZER, RECORD_PLURAL
+from gatekeeper.core.model.record import new_record
+from gatekeeper.core.writes.finalizers import (
+    FINALIZER_WRITES_PER_PASS,
+    hold_patch,
+    release_patch,
+    release_writes,
+)
+from gatekeeper.core.writes.plan import Memory, Op, Plan, Write
 
 OTHER = "example.com/other"
 """Someone else's finalizer: never removed by the gatekeeper."""

@@ -15,11 +15,11 @@ from core_builders import lws_pod
 from test_backend_kueue import ADMITTED, FLAVOR, LQ, UID, decide, rec, vllm, workload
 
 from gatekeeper.core.backends.kueue import KueueSnapshot, new_workload, plan_writes
-from gatekeeper.core.groups import DemandMemo, GroupState
-from gatekeeper.core.keys import HOLD_FINALIZER, RECORD_PLURAL, WORKLOAD_PLURAL
-from gatekeeper.core.queue import GroupKey
-from gatekeeper.core.record import record_name
-from gatekeeper.core.writes import Memory, Op
+from gatekeeper.core.kube.keys import HOLD_FINALIZER, RECORD_PLURAL, WORKLOAD_PLURAL
+from gatekeeper.core.model.group import GroupKey
+from gatekeeper.core.model.groups import DemandMemo, GroupState
+from gatekeeper.core.model.record import record_name
+from gatekeeper.core.writes.plan import Memory, Op
 
 NAME = record_name("vllm", UID, 0)
 KEY = ("default", NAME)

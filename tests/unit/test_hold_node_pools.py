@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from core_builders import gpu_nodes, lws, lws_pod, lws_statefulsets, pool, record
 
+from gatekeeper.core.admission.reasons import Reason
 from gatekeeper.core.backends.pools import Snapshot, decide, hold_node_pools
-from gatekeeper.core.reasons import Reason
 
 WHY = "nodepools: 404 the server could not find the requested resource (since 2026-12-01T19:00:00Z)"
 

@@ -278,7 +278,7 @@ async def test_a_give_back_whose_delete_failed_is_sent_again(monkeypatch: pytest
 
     from gatekeeper.controller import hub_link
     from gatekeeper.core.backends.pools import decide
-    from gatekeeper.core.hub_member import charge_reservations
+    from gatekeeper.core.backends.pools.hub_member import charge_reservations
 
     kube = FakeKube(fail={"delete reservationclaims": TemporaryError("connection reset by peer")})
 

@@ -1,4 +1,4 @@
-"""The member side of a shared Reservation (``core.hub_member``): admitted only once granted,
+"""The member side of a shared Reservation (``core.backends.pools.hub_member``): admitted only once granted,
 a claim per group that passes its local checks, given back when it cannot run here."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import pytest
 from core_builders import gpu_nodes, lws, lws_pod, lws_statefulsets, pool, record
 from reservation_builders import reservation
 
+from gatekeeper.core.admission.reasons import Reason
 from gatekeeper.core.backends.pools import Snapshot, decide
-from gatekeeper.core.hub_member import HubView, charge_reservations
-from gatekeeper.core.reasons import Reason
+from gatekeeper.core.backends.pools.hub_member import HubView, charge_reservations
 from gatekeeper.core.reservation import claim_name, status_body
 from gatekeeper.core.reservation import decide as ledger
 

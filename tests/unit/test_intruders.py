@@ -1,4 +1,5 @@
-"""``core.intruders``: pods on a closed pool's nodes without an admission are held against its quota.
+"""``core.admission.intruders``: pods on a closed pool's nodes without an admission are held
+against its quota.
 
 A closed pool's nodes are tainted ``lws-gatekeeper.io/pool``. A pod that tolerates that taint
 by itself (the policy lws-gatekeeper-closed-pools turned off, say) and binds there takes
@@ -14,13 +15,13 @@ from typing import Any
 import pytest
 from core_builders import bound_pod, lws, lws_pod, lws_statefulsets, node, pool, record
 
+from gatekeeper.core.admission.intruders import Intruders, intruders
+from gatekeeper.core.admission.reasons import Reason
 from gatekeeper.core.backends.pools.decide import Snapshot, decide
 from gatekeeper.core.backends.pools.writes import pool_status_patch
-from gatekeeper.core.charge import charge_toleration
-from gatekeeper.core.intruders import Intruders, intruders
-from gatekeeper.core.keys import POOL_TAINT_KEY
-from gatekeeper.core.nodes import bound_pod_view
-from gatekeeper.core.reasons import Reason
+from gatekeeper.core.kube.keys import POOL_TAINT_KEY
+from gatekeeper.core.model.charge import charge_toleration
+from gatekeeper.core.model.nodes import bound_pod_view
 
 CLOSED = {"key": POOL_TAINT_KEY, "operator": "Equal", "value": "a", "effect": "NoSchedule"}
 

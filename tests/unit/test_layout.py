@@ -48,7 +48,7 @@ def test_no_private_name_is_imported_from_another_module(path: Path) -> None:
 
 def test_the_check_sees_a_private_import(tmp_path: Path) -> None:
     probe = tmp_path / "probe.py"
-    probe.write_text("from gatekeeper.core.objects import _hidden\nfrom gatekeeper.core._x import y\n")
+    probe.write_text("from gatekeeper.core.kube.objects import _hidden\nfrom gatekeeper.core._x import y\n")
     assert len(_private_imports(probe)) == 2
 
 

@@ -28,14 +28,14 @@ from gatekeeper.controller.checks.node_fit import NodeFitCheck
 from gatekeeper.controller.errors import Conflict, NamespaceTerminating, PermanentError, TemporaryError
 from gatekeeper.controller.informer import Informer
 from gatekeeper.controller.loop import PassLoop
-from gatekeeper.core.keys import (
+from gatekeeper.core.kube.keys import (
     ADMITTED,
     KUEUE_API_VERSION,
     NODE_FIT_CONTROLLER,
     POOL_LABEL,
     SCHEDULING_GATE,
 )
-from gatekeeper.core.record import new_record
+from gatekeeper.core.model.record import new_record
 
 NS = "team"
 

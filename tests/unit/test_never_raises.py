@@ -25,13 +25,13 @@ from gatekeeper.core.backends import BACKENDS
 from gatekeeper.core.backends.kueue import KueueSnapshot, decide_kueue
 from gatekeeper.core.backends.kueue import plan_writes as kueue_writes
 from gatekeeper.core.backends.pools import PassInputs, Snapshot, decide, plan_writes
+from gatekeeper.core.backends.pools.provisioning import parse_instance_types
 from gatekeeper.core.backends.volcano import VolcanoSnapshot, decide_volcano
 from gatekeeper.core.backends.volcano import plan_writes as volcano_writes
 from gatekeeper.core.checks.node_fit import decide_node_fit
 from gatekeeper.core.checks.node_fit import plan_writes as node_fit_writes
-from gatekeeper.core.nodes import parse_node
-from gatekeeper.core.provisioning import parse_instance_types
-from gatekeeper.core.writes import Memory
+from gatekeeper.core.model.nodes import parse_node
+from gatekeeper.core.writes.plan import Memory
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 COVERED = ("pools", "kueue", "volcano")

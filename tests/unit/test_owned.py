@@ -1,4 +1,4 @@
-"""``core.owned``: which StatefulSet changes the guard refuses, as a table of cases."""
+"""``core.model.owned``: which StatefulSet changes the guard refuses, as a table of cases."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gatekeeper.core.owned import Controller, controller_of, scale_refusal, statefulset_refusal
+from gatekeeper.core.model.owned import Controller, controller_of, scale_refusal, statefulset_refusal
 
 LWS_REF = {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "name": "lws", "uid": "u1"}
 POD_REF = {"apiVersion": "v1", "kind": "Pod", "name": "lws-0", "uid": "u2"}

@@ -1,4 +1,4 @@
-"""``core.pass_through``: which new pods the webhook may make without the gate.
+"""``core.backends.pools.pass_through``: which new pods the webhook may make without the gate.
 
 Table tests on plain dicts; the webhook with the real API server is in
 ``tests/e2e/test_pass_through.py``.
@@ -12,9 +12,17 @@ from typing import Any
 import pytest
 from core_builders import lws, lws_pod, lws_statefulsets, pool, record
 
-from gatekeeper.core.charge import charge_toleration
-from gatekeeper.core.groups import DemandMemo
-from gatekeeper.core.pass_through import Table, Written, as_known, build, lift_for, patch_for, written_after
+from gatekeeper.core.backends.pools.pass_through import (
+    Table,
+    Written,
+    as_known,
+    build,
+    lift_for,
+    patch_for,
+    written_after,
+)
+from gatekeeper.core.model.charge import charge_toleration
+from gatekeeper.core.model.groups import DemandMemo
 from gatekeeper.webhook.pass_through import PassThrough
 
 VLLM = lws("vllm").uid("u-1").pool("a").replicas(2).size(2).leader(gpu_limit=1).worker(gpu_limit=1).obj()

@@ -22,9 +22,9 @@ from click.testing import CliRunner
 
 from gatekeeper.core.backends import BACKENDS
 from gatekeeper.core.backends.volcano.keys import VOLCANO_API_VERSION
-from gatekeeper.core.keys import KUEUE_API_VERSION, POOL_LABEL
-from gatekeeper.core.pool import NodeFit, parse_pool
-from gatekeeper.core.quantity import parse_quantity
+from gatekeeper.core.kube.keys import KUEUE_API_VERSION, POOL_LABEL
+from gatekeeper.core.kube.quantity import parse_quantity
+from gatekeeper.core.model.pool import NodeFit, parse_pool
 from gatekeeper.render import PoolsError, parse_pools, render, render_stream
 from gatekeeper.render.cli import render_cmd
 from gatekeeper.render.manifests import MANAGED_BY, templates_dir

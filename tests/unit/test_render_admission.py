@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gatekeeper.core.keys import CHARGE_KEY, POOL_LABEL, SCHEDULING_GATE
+from gatekeeper.core.kube.keys import CHARGE_KEY, POOL_LABEL, SCHEDULING_GATE
 from gatekeeper.render.admission import (
     ALLOWED_USERNAMES_VARIABLE,
     HUB_POLICY_FILES,

@@ -253,7 +253,7 @@ def test_a_member_builds_a_claim_the_hub_reads_back() -> None:
 
 
 def test_a_pool_names_its_reservation() -> None:
-    from gatekeeper.core.pool import parse_pool
+    from gatekeeper.core.model.pool import parse_pool
 
     pool = {"metadata": {"name": "p"}, "spec": {"nodeSelector": {"a": "b"}, "reservation": "p5-odcr"}}
     assert parse_pool(pool).reservation == "p5-odcr"

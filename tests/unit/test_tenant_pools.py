@@ -8,14 +8,14 @@ from typing import Any
 import pytest
 from core_builders import ctr, gpu_nodes, lws, lws_pod, lws_statefulsets, node, pod_spec, pool, waiting
 
+from gatekeeper.core.admission.members import split_members
+from gatekeeper.core.admission.reasons import Reason
 from gatekeeper.core.backends.pools import PassInputs, Snapshot, decide, plan_writes
-from gatekeeper.core.charge import charge_toleration
-from gatekeeper.core.members import split_members
-from gatekeeper.core.planner import plan
-from gatekeeper.core.pool import parse_pool
-from gatekeeper.core.reasons import Reason
-from gatekeeper.core.record import new_record
-from gatekeeper.core.writes import Memory, Op, walk
+from gatekeeper.core.backends.pools.planner import plan
+from gatekeeper.core.model.charge import charge_toleration
+from gatekeeper.core.model.pool import parse_pool
+from gatekeeper.core.model.record import new_record
+from gatekeeper.core.writes.plan import Memory, Op, walk
 
 TAINT = {"key": "dedicated", "operator": "Equal", "value": "a", "effect": "NoSchedule"}
 
@@ -271,7 +271,7 @@ def _restored_message() -> str:
 def test_the_member_labels_policy_protects_every_label_the_gatekeeper_groups_by() -> None:
     import re
 
-    from gatekeeper.core.keys import (
+    from gatekeeper.core.kube.keys import (
         GROUP_INDEX_LABEL,
         LWS_NAME_LABEL,
         POOL_LABEL,

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from gatekeeper.core.keys import CHARGE_KEY
+from gatekeeper.core.kube.keys import CHARGE_KEY
 from gatekeeper.webhook import make_app
 from gatekeeper.webhook.config import RESIZE_PATH, SCALE_PATH, STATEFULSETS_PATH
 

@@ -20,7 +20,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import REGISTRY
 
-from gatekeeper.core import POOL_LABEL, SCHEDULING_GATE
+from gatekeeper.core.kube.keys import POOL_LABEL, SCHEDULING_GATE
 from gatekeeper.webhook import LWS_PATH, PODS_PATH, make_app, mutating_webhook_configuration
 from gatekeeper.webhook import server as webhook_server
 from gatekeeper_lab.sandbox.pki import make_pki

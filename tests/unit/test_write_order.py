@@ -17,7 +17,7 @@ import pytest
 
 from gatekeeper.controller.act import execute
 from gatekeeper.controller.loop import PassLoop, Slots
-from gatekeeper.core.writes import Event, Memory, Op, Plan, Write
+from gatekeeper.core.writes.plan import Event, Memory, Op, Plan, Write
 
 
 class OrderKube:

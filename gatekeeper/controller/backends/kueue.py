@@ -35,9 +35,9 @@ from gatekeeper.core.backends.kueue import (
     plan_writes,
 )
 from gatekeeper.core.backends.kueue.urgency import KueueUrgency
-from gatekeeper.core.groups import DemandMemo
-from gatekeeper.core.keys import KUEUE_API_VERSION, POOL_LABEL
-from gatekeeper.core.writes import Memory, Write
+from gatekeeper.core.kube.keys import KUEUE_API_VERSION, POOL_LABEL
+from gatekeeper.core.model.groups import DemandMemo
+from gatekeeper.core.writes.plan import Memory, Write
 
 __all__ = ["PLUGIN", "KueueBackend"]
 
@@ -89,7 +89,7 @@ class KueueBackend:
             priorities=self.caches.priorities(),
             default_priority=self.caches.default_priority(),
             statefulsets=g.statefulsets.values(),
-            # Pods let through keep their group's Workload by the charge they carry (``core.charge``).
+            # Pods let through keep their group's Workload by the charge they carry (``core.model.charge``).
             bound_pods=g.bound.values(),
             now=now,
             retry_seconds=self.retry_seconds,

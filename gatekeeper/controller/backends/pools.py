@@ -6,7 +6,7 @@ hands it to ``core.backends.pools.decide``, turns what it decided into writes wi
 ``plan_writes`` (records released, records made, ``Admitted=True`` on a group's record
 and only then the gates of its pods, why every other group waits, the Pools' status) and
 has ``act.execute`` send them. With a hub (``hub_link.HubLink``), admissions into Pools
-with ``spec.reservation`` first wait for the hub's grant (``core.hub_member``), and this
+with ``spec.reservation`` first wait for the hub's grant (``core.backends.pools.hub_member``), and this
 cluster's claims are created and given back there. It keeps only what is safe to lose (which Event it posted,
 when it last rewrote a waiting message); a restarted controller picks up from the records.
 """
@@ -32,15 +32,15 @@ from gatekeeper.controller.informer import Informer
 from gatekeeper.controller.lift import Lifter
 from gatekeeper.controller.loop import Write as Writer
 from gatekeeper.controller.plugin import ControllerPlugin, Term
-from gatekeeper.core import pass_through as admitted
 from gatekeeper.core.backends.pools import Actions, PassInputs, Snapshot, decide, hold_node_pools, plan_writes
+from gatekeeper.core.backends.pools import pass_through as admitted
+from gatekeeper.core.backends.pools.hub_member import HubView, charge_reservations
+from gatekeeper.core.backends.pools.provisioning import InstanceType
 from gatekeeper.core.backends.pools.urgency import Urgency
-from gatekeeper.core.groups import DemandMemo
-from gatekeeper.core.hub_member import HubView, charge_reservations
-from gatekeeper.core.keys import LWS_NAME_LABEL, POOL_LABEL, RECORD_PLURAL
-from gatekeeper.core.objects import labels, meta, name_of
-from gatekeeper.core.provisioning import InstanceType
-from gatekeeper.core.writes import Memory, Write, walk
+from gatekeeper.core.kube.keys import LWS_NAME_LABEL, POOL_LABEL, RECORD_PLURAL
+from gatekeeper.core.kube.objects import labels, meta, name_of
+from gatekeeper.core.model.groups import DemandMemo
+from gatekeeper.core.writes.plan import Memory, Write, walk
 from gatekeeper.webhook.pass_through import PassThrough
 
 __all__ = ["PLUGIN", "PoolsBackend"]
@@ -111,7 +111,7 @@ class PoolsBackend:
         self.pass_through = pass_through
         self._written: dict[tuple[str, str], admitted.Written] = {}
         """(namespace, record) -> the record as this leader's last write of it was answered,
-        while the informer does not show it yet (``core.pass_through.as_known``)."""
+        while the informer does not show it yet (``core.backends.pools.pass_through.as_known``)."""
         self._lift_after: list[tuple[str, str, int]] = []
         """The groups this pass admitted, as the webhook's table names them."""
         self._index: admitted.Index | None = None

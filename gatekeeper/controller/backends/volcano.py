@@ -27,9 +27,9 @@ from gatekeeper.controller.plugin import ControllerPlugin, Term
 from gatekeeper.controller.shell import GroupInformers, decide_and_act
 from gatekeeper.core.backends.volcano import VolcanoActions, VolcanoSnapshot, decide_volcano, plan_writes
 from gatekeeper.core.backends.volcano.keys import POD_GROUP_PLURAL, VOLCANO_API_VERSION
-from gatekeeper.core.groups import DemandMemo
-from gatekeeper.core.keys import POOL_LABEL
-from gatekeeper.core.writes import Memory, Write
+from gatekeeper.core.kube.keys import POOL_LABEL
+from gatekeeper.core.model.groups import DemandMemo
+from gatekeeper.core.writes.plan import Memory, Write
 
 __all__ = ["PLUGIN", "POD_GROUPS", "VolcanoBackend"]
 

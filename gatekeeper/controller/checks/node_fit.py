@@ -31,7 +31,7 @@ from gatekeeper.controller.informer import Informer
 from gatekeeper.controller.loop import Write as Writer
 from gatekeeper.core.checks.node_fit import NodeFitActions, decide_node_fit, plan_writes
 from gatekeeper.core.checks.node_fit.urgency import NodeFitUrgency
-from gatekeeper.core.writes import Memory, Write
+from gatekeeper.core.writes.plan import Memory, Write
 
 __all__ = ["NodeFitCheck"]
 

@@ -34,7 +34,7 @@ from gatekeeper.core.checks.shared_reservation import (
     plan_writes,
 )
 from gatekeeper.core.reservation import HubView
-from gatekeeper.core.writes import Memory, Write
+from gatekeeper.core.writes.plan import Memory, Write
 
 __all__ = ["SharedReservationCheck"]
 

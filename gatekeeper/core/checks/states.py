@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from gatekeeper.core.keys import ACTIVE, KUEUE_API_VERSION, WORKLOAD_PLURAL
-from gatekeeper.core.objects import as_list, as_map, index_by_key, meta, name_of, resource_version
-from gatekeeper.core.writes import Op, Write, rfc3339
+from gatekeeper.core.kube.keys import ACTIVE, KUEUE_API_VERSION, WORKLOAD_PLURAL
+from gatekeeper.core.kube.objects import as_list, as_map, index_by_key, meta, name_of, resource_version
+from gatekeeper.core.writes.plan import Op, Write, rfc3339
 
 __all__ = ["ADMISSION_CHECK_PLURAL", "CheckUpdate", "activate_writes", "check_state_writes"]
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from gatekeeper.core.objects import meta
+from gatekeeper.core.kube.objects import meta
 from gatekeeper.core.reservation.objects import CLUSTER_LABEL, valid_cluster_name
 
 __all__ = [

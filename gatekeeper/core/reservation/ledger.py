@@ -34,8 +34,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from gatekeeper.core.pool import QueueingStrategy
-from gatekeeper.core.quantity import format_amount
+from gatekeeper.core.kube.quantity import format_amount
+from gatekeeper.core.model.pool import QueueingStrategy
 from gatekeeper.core.reservation.objects import (
     BadClaim,
     Claim,

@@ -20,11 +20,11 @@ from enum import StrEnum
 from fractions import Fraction
 from typing import Any
 
-from gatekeeper.core.fields import mapping, string
-from gatekeeper.core.keys import GATEKEEPER_API_VERSION
-from gatekeeper.core.objects import EPOCH, meta, parse_time
-from gatekeeper.core.pool import QueueingStrategy
-from gatekeeper.core.quantity import format_quantity, format_resources, parse_quantity, to_units
+from gatekeeper.core.kube.fields import mapping, string
+from gatekeeper.core.kube.keys import GATEKEEPER_API_VERSION
+from gatekeeper.core.kube.objects import EPOCH, meta, parse_time
+from gatekeeper.core.kube.quantity import format_quantity, format_resources, parse_quantity, to_units
+from gatekeeper.core.model.pool import QueueingStrategy
 
 __all__ = [
     "CLAIM_KIND",
@@ -56,7 +56,7 @@ CLUSTER_LABEL = "lws-gatekeeper.io/cluster"
 
 MAX_RESOURCES = 32
 MAX_GROUP_INDEX = 10_000
-"""As ``core.groups``: an LWS of more groups than this is refused."""
+"""As ``core.model.groups``: an LWS of more groups than this is refused."""
 MAX_PRIORITY = 2**31 - 1
 MAX_ORPHAN_SECONDS = 366 * 24 * 3600
 MAX_NAME = 253

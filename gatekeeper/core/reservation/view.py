@@ -1,7 +1,7 @@
 """What a member knows of the hub in one pass, and the claim writes it plans there.
 
 Why this exists: two deciders on a member charge groups to the hub's Reservations, the
-``pools`` backend (``core.hub_member``) and the Kueue AdmissionCheck
+``pools`` backend (``core.backends.pools.hub_member``) and the Kueue AdmissionCheck
 ``lws-gatekeeper.io/shared-reservation`` (``core.checks.shared_reservation``); both read
 the hub through the same connection (``controller.hub_link``), which hands each pass a
 :class:`HubView`, and both return :class:`ClaimWrites` for it to send. Claims the
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from gatekeeper.core.keys import API_GROUP
+from gatekeeper.core.kube.keys import API_GROUP
 
 __all__ = ["SOURCE_CHECK", "SOURCE_LABEL", "ClaimWrites", "HubView"]
 

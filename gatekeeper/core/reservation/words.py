@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from gatekeeper.core.quantity import format_amount, format_resources, parse_units
+from gatekeeper.core.kube.quantity import format_amount, format_resources, parse_units
 from gatekeeper.core.reservation.ledger import ClaimReason, ReservationStatus
 
 __all__ = ["Shares", "group_waits", "hub_unreachable", "parse_shares", "status_body"]

@@ -33,13 +33,7 @@ from typing import Any
 import anyio
 import kr8s.asyncio
 
-from gatekeeper.core.keys import (
-    ADMITTED,
-    GROUP_INDEX_LABEL,
-    LWS_NAME_LABEL,
-    POOL_LABEL,
-    SCHEDULING_GATE,
-)
+from gatekeeper.core.kube.keys import ADMITTED, GROUP_INDEX_LABEL, LWS_NAME_LABEL, POOL_LABEL, SCHEDULING_GATE
 from gatekeeper_lab.sandbox.cluster import Sandbox
 from gatekeeper_lab.sandbox.control_plane import AUDIT_LOG
 from gatekeeper_lab.sandbox.observe import summarize

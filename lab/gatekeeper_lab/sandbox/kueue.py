@@ -44,7 +44,7 @@ from typing import Any
 
 import yaml
 
-from gatekeeper.core.keys import KUEUE_MANAGED_NAMESPACE_LABEL
+from gatekeeper.core.kube.keys import KUEUE_MANAGED_NAMESPACE_LABEL
 from gatekeeper_lab.sandbox import build
 from gatekeeper_lab.sandbox.kubectl import Kubectl
 from gatekeeper_lab.sandbox.manifests import webhooks_by_url

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from gatekeeper.core.keys import KWOK_NODE, SANDBOX_POLICIES_LABEL, SANDBOX_POLICIES_OFF
+from gatekeeper.core.kube.keys import KWOK_NODE, SANDBOX_POLICIES_LABEL, SANDBOX_POLICIES_OFF
 from gatekeeper.render.admission import (
     CLOSED_POOLS,
     GATE_PROTECTION,

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gatekeeper.core.keys import GROUP_INDEX_LABEL, LWS_NAME_LABEL, SCHEDULING_GATE
+from gatekeeper.core.kube.keys import GROUP_INDEX_LABEL, LWS_NAME_LABEL, SCHEDULING_GATE
 
 __all__ = ["GATE", "GROUP_INDEX_LABEL", "LWS_NAME_LABEL", "GroupView", "Verdict", "summarize"]
 

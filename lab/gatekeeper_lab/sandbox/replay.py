@@ -19,7 +19,7 @@ import kr8s.asyncio
 import yaml
 from kr8s.asyncio.objects import new_class
 
-from gatekeeper.core.keys import (
+from gatekeeper.core.kube.keys import (
     GROUP_INDEX_LABEL,
     LWS_API_VERSION,
     LWS_KIND,

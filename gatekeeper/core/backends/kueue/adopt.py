@@ -17,10 +17,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gatekeeper.core.keys import ADMITTED, ADOPTING_REASON
-from gatekeeper.core.lws import GroupPod
-from gatekeeper.core.objects import as_map, condition
-from gatekeeper.core.record import is_admitted
+from gatekeeper.core.kube.keys import ADMITTED, ADOPTING_REASON
+from gatekeeper.core.kube.objects import as_map, condition
+from gatekeeper.core.model.lws import GroupPod
+from gatekeeper.core.model.record import is_admitted
 
 __all__ = ["adopted_elsewhere", "adopting_message", "old_pods"]
 

@@ -10,7 +10,7 @@ is read back, is in ``workload``.
 The model, per group of an opted-in LWS (label ``lws-gatekeeper.io/pool`` naming a
 LocalQueue in the LWS's namespace):
 
-* Groups are enumerated by ``core.groups``: ``0..replicas-1`` plus any index that still
+* Groups are enumerated by ``core.model.groups``: ``0..replicas-1`` plus any index that still
   has a live pod; a group of a deleted LWS, or beyond ``replicas`` with only terminating
   pods, is leaving.
 * Each group has a ``GroupAdmission`` record (owned by the LWS) and one Workload of the
@@ -47,7 +47,7 @@ LocalQueue in the LWS's namespace):
 * An LWS's groups are offered to Kueue lowest index first (``order``): Kueue breaks ties of
   Workloads made in the same second by UID, so a window of new Workloads widens with the
   groups that hold quota, and a higher group never goes before a lower one of the same spec.
-* Only pods the LWS made count (``core.members``: the owner chain up to the LWS, by UID).
+* Only pods the LWS made count (``core.admission.members``: the owner chain up to the LWS, by UID).
   A gated pod that claims a group by its labels and was made by anyone else stays gated,
   is never let through on the group's Workload, and the record says so (reason
   ``NotMadeByLeaderWorkerSet``, a Warning Event); the group's own pods go on.
@@ -57,7 +57,7 @@ LocalQueue in the LWS's namespace):
 * A leaving group keeps its Workload (and so its quota) until its last pod is gone, then
   its record and Workload are deleted.
 * Record and Workload carry the finalizer ``lws-gatekeeper.io/group-pods``
-  (``core.finalizers``): deleted by someone else (the garbage collector, the namespace
+  (``core.writes.finalizers``): deleted by someone else (the garbage collector, the namespace
   controller, a person) they stay, and Kueue goes on counting the Workload's quota, while
   the group's pods need them. A deleted record is kept while its group is admitted and a
   pod of it lives (its LWS there or not). A deleted Workload of a group that stays is an
@@ -74,24 +74,19 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from gatekeeper.core.admission.membership import membership
 from gatekeeper.core.backends.kueue.order import Offers, queue_state
 from gatekeeper.core.backends.kueue.stages import GroupPass, Settings
 from gatekeeper.core.backends.kueue.status import RecordStatus, said_strangers
 from gatekeeper.core.backends.kueue.workload import (
     workload_indices,
 )
-from gatekeeper.core.charge import Charge, charged
-from gatekeeper.core.gating import Ungate
-from gatekeeper.core.groups import DemandMemo, GroupState, lws_groups
-from gatekeeper.core.lws import GroupPod
-from gatekeeper.core.membership import membership
-from gatekeeper.core.objects import (
-    as_map,
-    index_by_key,
-    meta,
-    object_key,
-)
-from gatekeeper.core.record import is_admitted
+from gatekeeper.core.kube.objects import as_map, index_by_key, meta, object_key
+from gatekeeper.core.model.charge import Charge, charged
+from gatekeeper.core.model.gating import Ungate
+from gatekeeper.core.model.groups import DemandMemo, GroupState, lws_groups
+from gatekeeper.core.model.lws import GroupPod
+from gatekeeper.core.model.record import is_admitted
 
 __all__ = [
     "NEVER_FIT_RETRY_MAX_SECONDS",
@@ -124,10 +119,10 @@ class KueueSnapshot:
     default_priority: int = 0
     """The value of the cluster's default PriorityClass (``globalDefault``); 0 without one."""
     statefulsets: Sequence[Mapping[str, Any]] = ()
-    """StatefulSets of LWSs: which pods an LWS made (``core.members``)."""
+    """StatefulSets of LWSs: which pods an LWS made (``core.admission.members``)."""
     bound_pods: Sequence[Mapping[str, Any]] = ()
     """Every pod bound to a node: a pod let through keeps its group's Workload while it
-    lives, whatever its labels say now (``core.charge``)."""
+    lives, whatever its labels say now (``core.model.charge``)."""
     now: datetime | None = None
     """The time of the pass, for retry delays (None: every delay is over)."""
     retry_seconds: int = NEVER_FIT_RETRY_SECONDS
@@ -223,7 +218,7 @@ def _still_running(
     """Records (and so Workloads) of groups whose pods still live though no group wants them:
     kept, so Kueue keeps the quota they use, until the last pod is gone, as on scale-down.
     By label: the group's LWS is gone (deleted, its namespace deleted, its label removed).
-    By charge (``core.charge``): a pod let through on an admitted record still lives, its
+    By charge (``core.model.charge``): a pod let through on an admitted record still lives, its
     labels changed or its LWS deleted with ``--cascade=orphan`` or replaced."""
     kept: set[tuple[str, str]] = set()
     for (ns, rname), record in records.items():

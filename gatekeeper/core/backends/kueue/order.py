@@ -34,9 +34,9 @@ from typing import Any
 
 from gatekeeper.core.backends.kueue.adopt import adopted_elsewhere
 from gatekeeper.core.backends.kueue.workload import workload_belongs
-from gatekeeper.core.groups import LwsGroup
-from gatekeeper.core.keys import QUOTA_RESERVED, SPEC_HASH_ANNOTATION
-from gatekeeper.core.objects import as_map, conditions, meta
+from gatekeeper.core.kube.keys import QUOTA_RESERVED, SPEC_HASH_ANNOTATION
+from gatekeeper.core.kube.objects import as_map, conditions, meta
+from gatekeeper.core.model.groups import LwsGroup
 
 __all__ = ["Offers", "Waiting", "evaluated", "queue_state", "spec_of", "unreserved"]
 

@@ -1,8 +1,8 @@
 """The ``kueue`` backend as the registry knows it (``core.backends.BACKENDS``)."""
 
-from gatekeeper.core.backend import Backend
 from gatekeeper.core.backends.kueue.view import pool_view
-from gatekeeper.core.keys import KUEUE_API_VERSION
+from gatekeeper.core.kube.keys import KUEUE_API_VERSION
+from gatekeeper.core.plugin.backend import Backend
 
 BACKEND = Backend(
     name="kueue",

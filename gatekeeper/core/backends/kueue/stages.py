@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from gatekeeper.core.admission.conformance import conforming
+from gatekeeper.core.admission.members import Stranger
 from gatekeeper.core.backends.kueue.adopt import adopted_elsewhere, adopting_message, old_pods
 from gatekeeper.core.backends.kueue.order import Offers, Waiting, unreserved
 from gatekeeper.core.backends.kueue.status import RecordStatus
@@ -28,12 +30,7 @@ from gatekeeper.core.backends.kueue.workload import (
     waiting_reason,
     workload_belongs,
 )
-from gatekeeper.core.charge import Charge, charge_toleration, charged
-from gatekeeper.core.conformance import conforming
-from gatekeeper.core.demand import GroupDemand
-from gatekeeper.core.gating import Ungate
-from gatekeeper.core.groups import GroupState, LwsGroup
-from gatekeeper.core.keys import (
+from gatekeeper.core.kube.keys import (
     ADMITTED,
     ADOPTING_REASON,
     EVICTED,
@@ -42,11 +39,22 @@ from gatekeeper.core.keys import (
     QUOTA_RESERVED,
     WAITING_FOR_KUEUE,
 )
-from gatekeeper.core.lws import GroupPod
-from gatekeeper.core.members import Stranger
-from gatekeeper.core.objects import as_list, as_map, condition, conditions, is_terminating, meta, parse_time
-from gatekeeper.core.quantity import format_resources
-from gatekeeper.core.queue import GroupKey, InvalidDemand
+from gatekeeper.core.kube.objects import (
+    as_list,
+    as_map,
+    condition,
+    conditions,
+    is_terminating,
+    meta,
+    parse_time,
+)
+from gatekeeper.core.kube.quantity import format_resources
+from gatekeeper.core.model.charge import Charge, charge_toleration, charged
+from gatekeeper.core.model.demand import GroupDemand
+from gatekeeper.core.model.gating import Ungate
+from gatekeeper.core.model.group import GroupKey, InvalidDemand
+from gatekeeper.core.model.groups import GroupState, LwsGroup
+from gatekeeper.core.model.lws import GroupPod
 
 __all__ = ["GroupPass", "Settings"]
 
@@ -115,7 +123,7 @@ class GroupPass:
 
     settings: Settings
     strangers: dict[GroupKey, list[Stranger]]
-    """The pass's strangers (``core.membership``): pods not as admitted are added here."""
+    """The pass's strangers (``core.admission.membership``): pods not as admitted are added here."""
     create_records: list[GroupState] = field(default_factory=list)
     deferred: set[Key] = field(default_factory=set)
     create_workloads: list[tuple[GroupState, str]] = field(default_factory=list)

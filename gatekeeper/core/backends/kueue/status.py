@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from gatekeeper.core.admission.members import Stranger, strangers_said
+from gatekeeper.core.admission.reasons import STRANGER_REASONS
 from gatekeeper.core.backends.kueue.workload import PERMANENT_REASONS
-from gatekeeper.core.groups import GroupState
-from gatekeeper.core.members import Stranger, strangers_said
-from gatekeeper.core.queue import GroupKey
-from gatekeeper.core.reasons import STRANGER_REASONS
+from gatekeeper.core.model.group import GroupKey
+from gatekeeper.core.model.groups import GroupState
 
 __all__ = ["RecordStatus", "said_strangers"]
 

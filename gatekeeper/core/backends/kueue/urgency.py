@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gatekeeper.core.changes import Facts, object_ref
-from gatekeeper.core.keys import EVICTED, KUEUE_ADMITTED
-from gatekeeper.core.objects import is_true, meta
+from gatekeeper.core.kube.changes import Facts, object_ref
+from gatekeeper.core.kube.keys import EVICTED, KUEUE_ADMITTED
+from gatekeeper.core.kube.objects import is_true, meta
 
 __all__ = ["KueueUrgency"]
 

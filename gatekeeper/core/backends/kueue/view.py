@@ -1,8 +1,8 @@
 """What ``lws-gatekeeper why`` shows of a pool with the ``kueue`` backend: the ClusterQueue.
 
 Why this exists: with this backend the pool label names a LocalQueue and Kueue's
-ClusterQueue behind it holds the quota; this is the backend's part of ``core.explain``,
-and ``pool_view`` is its ``why`` viewer (``core.backend.Backend.pool_view``), which reads them
+ClusterQueue behind it holds the quota; this is the backend's part of ``core.plugin.explain``,
+and ``pool_view`` is its ``why`` viewer (``core.plugin.backend.Backend.pool_view``), which reads them
 through the reader ``why`` gives it.
 """
 
@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from gatekeeper.core.explain import Holder, PoolView, Reader, amounts, formatted, holder, is_admitted
-from gatekeeper.core.keys import KUEUE_API_VERSION, POOL_LABEL, WORKLOAD_PLURAL
-from gatekeeper.core.objects import as_list, as_map, is_terminating, meta
+from gatekeeper.core.kube.keys import KUEUE_API_VERSION, POOL_LABEL, WORKLOAD_PLURAL
+from gatekeeper.core.kube.objects import as_list, as_map, is_terminating, meta
+from gatekeeper.core.plugin.explain import Holder, PoolView, Reader, amounts, formatted, holder, is_admitted
 
 __all__ = ["kueue_pool_view", "pool_view"]
 

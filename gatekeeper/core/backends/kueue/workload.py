@@ -17,9 +17,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from gatekeeper.core.demand import GroupDemand
-from gatekeeper.core.groups import GroupState
-from gatekeeper.core.keys import (
+from gatekeeper.core.kube.keys import (
     CHECK_PENDING,
     CHECK_READY,
     DEMAND_HASH_ANNOTATION,
@@ -42,8 +40,10 @@ from gatekeeper.core.keys import (
     WAITING_FOR_CHECKS,
     WAITING_FOR_KUEUE,
 )
-from gatekeeper.core.lws import priority, size, templates
-from gatekeeper.core.objects import as_list, as_map, conditions, digest, is_terminating, labels, meta
+from gatekeeper.core.kube.objects import as_list, as_map, conditions, digest, is_terminating, labels, meta
+from gatekeeper.core.model.demand import GroupDemand
+from gatekeeper.core.model.groups import GroupState
+from gatekeeper.core.model.lws import priority, size, templates
 
 __all__ = [
     "PERMANENT_REASONS",

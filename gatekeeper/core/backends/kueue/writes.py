@@ -16,14 +16,14 @@ from typing import Any
 from gatekeeper.core.backends.kueue.decide import KueueActions, KueueSnapshot
 from gatekeeper.core.backends.kueue.status import RecordStatus
 from gatekeeper.core.backends.kueue.workload import clear_admission_status, new_workload
-from gatekeeper.core.demand import GroupDemand
-from gatekeeper.core.finalizers import FINALIZER_WRITES_PER_PASS, hold_patch, release_writes
-from gatekeeper.core.group_writes import record_writes, ungate_writes
-from gatekeeper.core.groups import GroupState
-from gatekeeper.core.keys import ADMITTED, RECORD_PLURAL, WORKLOAD_PLURAL
-from gatekeeper.core.objects import as_map, condition, index_by_key, resource_version, uid_of
-from gatekeeper.core.record import admitted_condition, demand_status, new_record
-from gatekeeper.core.writes import EventsOnce, Memory, Op, Plan, Write, rfc3339
+from gatekeeper.core.kube.keys import ADMITTED, RECORD_PLURAL, WORKLOAD_PLURAL
+from gatekeeper.core.kube.objects import as_map, condition, index_by_key, resource_version, uid_of
+from gatekeeper.core.model.demand import GroupDemand
+from gatekeeper.core.model.groups import GroupState
+from gatekeeper.core.model.record import admitted_condition, demand_status, new_record
+from gatekeeper.core.writes.finalizers import FINALIZER_WRITES_PER_PASS, hold_patch, release_writes
+from gatekeeper.core.writes.group import record_writes, ungate_writes
+from gatekeeper.core.writes.plan import EventsOnce, Memory, Op, Plan, Write, rfc3339
 
 __all__ = ["plan_writes", "record_status_patch"]
 

@@ -13,14 +13,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from gatekeeper.core.demand import GroupDemand
-from gatekeeper.core.groups import GroupState
-from gatekeeper.core.lws import GroupPod
-from gatekeeper.core.objects import as_map
-from gatekeeper.core.quantity import format_resources
-from gatekeeper.core.queue import AdmittedGroup, WaitingGroup
-from gatekeeper.core.reasons import Reason
-from gatekeeper.core.record import recorded_demand, recorded_shape, without_pod_count
+from gatekeeper.core.admission.queue import AdmittedGroup, WaitingGroup
+from gatekeeper.core.admission.reasons import Reason
+from gatekeeper.core.kube.objects import as_map
+from gatekeeper.core.kube.quantity import format_resources
+from gatekeeper.core.model.demand import GroupDemand
+from gatekeeper.core.model.groups import GroupState
+from gatekeeper.core.model.lws import GroupPod
+from gatekeeper.core.model.record import recorded_demand, recorded_shape, without_pod_count
 
 __all__ = ["WaitStatus", "changed_template"]
 

@@ -3,8 +3,8 @@
 Why this exists: with the ``pools`` backend (the default) the gatekeeper itself is the
 quota authority. This module turns a pass's snapshot of the cluster into ``Actions``
 without any I/O, records first, then gates; the controller's ``PoolsBackend`` carries them
-out. Groups come from ``core.groups``; quota, node fit and queue order from
-``core.planner``; this module adds the ``pools`` rules below.
+out. Groups come from ``core.model.groups``; quota, node fit and queue order from
+``core.backends.pools.planner``; this module adds the ``pools`` rules below.
 
 The model:
 
@@ -16,14 +16,14 @@ The model:
 * A group is released (its record deleted) when its index is no longer wanted and
   none of its pods is left, or when its LWS is gone or was replaced (other UID).
 * **A record goes only with its group's pods.** Every record carries the finalizer
-  ``lws-gatekeeper.io/group-pods`` (``core.finalizers``), so one deleted by someone else
+  ``lws-gatekeeper.io/group-pods`` (``core.writes.finalizers``), so one deleted by someone else
   (the garbage collector after its LWS, the namespace controller, a person) stays, with
   ``deletionTimestamp`` set. While it is admitted and a live pod of its group is left it
   is kept and holds as any admitted record does (its LWS there or not); otherwise it is
   released like any other: its finalizer removed. A deleted record is never admitted
   again, and a group whose record is being deleted gets a new one only once it is gone.
 * Pods of admitted groups lose their gate (those that ask what their role was admitted
-  with: ``core.conformance``); pods of waiting groups keep it.
+  with: ``core.admission.conformance``); pods of waiting groups keep it.
 
 Decisions:
 
@@ -79,35 +79,27 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from gatekeeper.core.admission.intruders import intruders
+from gatekeeper.core.admission.members import strangers_said
+from gatekeeper.core.admission.membership import membership
+from gatekeeper.core.admission.reasons import Reason
 from gatekeeper.core.backends.pools.changed import WaitStatus
 from gatekeeper.core.backends.pools.giveback import GiveBack
 from gatekeeper.core.backends.pools.kept import still_charged
+from gatekeeper.core.backends.pools.planner import Plan, PoolStatus, plan
+from gatekeeper.core.backends.pools.provisioning import InstanceType, read_launcher
 from gatekeeper.core.backends.pools.stages import GroupPass, Settings, restored
-from gatekeeper.core.charge import charge_toleration
-from gatekeeper.core.demand import GroupDemand
-from gatekeeper.core.gating import Ungate
-from gatekeeper.core.groups import DemandMemo, GroupState, lws_groups
-from gatekeeper.core.intruders import intruders
-from gatekeeper.core.lws import priority as lws_priority
-from gatekeeper.core.members import strangers_said
-from gatekeeper.core.membership import membership
-from gatekeeper.core.nodes import Node, RequestsMemo, node_usage_skipping
-from gatekeeper.core.objects import (
-    index_by_key,
-    meta,
-    object_key,
-    parse_time,
-)
-from gatekeeper.core.planner import Plan, PoolStatus, plan
-from gatekeeper.core.pool import Pool, parse_pool
-from gatekeeper.core.provisioning import InstanceType, read_launcher
-from gatekeeper.core.quantity import format_resources
-from gatekeeper.core.queue import GroupKey
-from gatekeeper.core.reasons import Reason
-from gatekeeper.core.record import (
-    admitted_indices,
-    is_admitted,
-)
+from gatekeeper.core.kube.objects import index_by_key, meta, object_key, parse_time
+from gatekeeper.core.kube.quantity import format_resources
+from gatekeeper.core.model.charge import charge_toleration
+from gatekeeper.core.model.demand import GroupDemand
+from gatekeeper.core.model.gating import Ungate
+from gatekeeper.core.model.group import GroupKey
+from gatekeeper.core.model.groups import DemandMemo, GroupState, lws_groups
+from gatekeeper.core.model.lws import priority as lws_priority
+from gatekeeper.core.model.nodes import Node, RequestsMemo, node_usage_skipping
+from gatekeeper.core.model.pool import Pool, parse_pool
+from gatekeeper.core.model.record import admitted_indices, is_admitted
 
 __all__ = ["Actions", "Admit", "Snapshot", "WaitStatus", "decide"]
 
@@ -134,7 +126,7 @@ class Snapshot:
     namespaces: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     """Namespace name -> its labels (the pools' ``spec.namespaceSelector``)."""
     statefulsets: Sequence[Mapping[str, Any]] = ()
-    """StatefulSets of LWSs: which pods an LWS made (``core.members``)."""
+    """StatefulSets of LWSs: which pods an LWS made (``core.admission.members``)."""
     node_pools: Sequence[Mapping[str, Any]] = ()
     """Karpenter NodePools (read only when the gatekeeper knows the instance types)."""
     node_claims: Sequence[Mapping[str, Any]] = ()
@@ -146,7 +138,7 @@ class Snapshot:
     retry_seconds: int = 60
     """First delay before a given-back group is tried again (doubled per give-back)."""
     exempt_namespaces: frozenset[str] = frozenset({"kube-system"})
-    """Namespaces whose pods on a closed pool's nodes are not intruders (``core.intruders``)."""
+    """Namespaces whose pods on a closed pool's nodes are not intruders (``core.admission.intruders``)."""
 
 
 @dataclass(frozen=True)

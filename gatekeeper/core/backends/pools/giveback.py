@@ -22,15 +22,15 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from gatekeeper.core.demand import GroupDemand
-from gatekeeper.core.groups import GroupState
-from gatekeeper.core.keys import ADMITTED
-from gatekeeper.core.lws import GroupPod
-from gatekeeper.core.objects import EPOCH, as_map, condition, parse_time
-from gatekeeper.core.pool import Pool
-from gatekeeper.core.provisioning import Launcher
-from gatekeeper.core.reasons import Reason
-from gatekeeper.core.record import admitted_condition
+from gatekeeper.core.admission.reasons import Reason
+from gatekeeper.core.backends.pools.provisioning import Launcher
+from gatekeeper.core.kube.keys import ADMITTED
+from gatekeeper.core.kube.objects import EPOCH, as_map, condition, parse_time
+from gatekeeper.core.model.demand import GroupDemand
+from gatekeeper.core.model.groups import GroupState
+from gatekeeper.core.model.lws import GroupPod
+from gatekeeper.core.model.pool import Pool
+from gatekeeper.core.model.record import admitted_condition
 
 __all__ = [
     "GIVE_BACK_RETRY_MAX_SECONDS",

@@ -10,7 +10,7 @@ the controller never waits for Karpenter's caches, and after the pass
 ``KarpenterUnavailable`` (saying why and since when), and rewrites its waiting groups'
 reasons the same way. Admitted groups and their later pods are untouched (their ungating
 is not an admission). :func:`held_back` adjusts the Pools' status for groups held back;
-``core.hub_member`` uses it for groups that wait for the hub. Pure.
+``core.backends.pools.hub_member`` uses it for groups that wait for the hub. Pure.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
+from gatekeeper.core.admission.reasons import Reason
 from gatekeeper.core.backends.pools.decide import Actions, Snapshot, WaitStatus
-from gatekeeper.core.demand import GroupDemand
-from gatekeeper.core.planner import PoolStatus
-from gatekeeper.core.pool import parse_pool
-from gatekeeper.core.reasons import Reason
+from gatekeeper.core.backends.pools.planner import PoolStatus
+from gatekeeper.core.model.demand import GroupDemand
+from gatekeeper.core.model.pool import parse_pool
 
 __all__ = ["held_back", "hold_node_pools", "karpenter_unavailable"]
 

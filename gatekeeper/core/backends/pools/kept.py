@@ -5,7 +5,7 @@ another of the same name, its group scaled away, the record itself deleted) must
 and go on holding its recorded demand, while a pod let through on it still runs: else its
 quota is given to another group while the pod holds the GPUs. The pods are found two
 ways: by their labels (``pods_of``: the group's live members, as the records of groups
-let through before pods were marked need) and by their mark (``core.charge``: a pod's
+let through before pods were marked need) and by their mark (``core.model.charge``: a pod's
 toleration that names its group, which survives a relabel and an orphaning delete).
 ``decide`` calls :func:`holds_pods` for a deleted record of a group it plans and
 :func:`still_charged` once every group is planned, for the records no group wants.
@@ -16,12 +16,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gatekeeper.core.charge import Charge, charged
-from gatekeeper.core.groups import PodsByGroup
-from gatekeeper.core.lws import GroupPod
-from gatekeeper.core.objects import as_map
-from gatekeeper.core.queue import AdmittedGroup, GroupKey
-from gatekeeper.core.record import is_admitted, recorded_demand
+from gatekeeper.core.admission.queue import AdmittedGroup
+from gatekeeper.core.kube.objects import as_map
+from gatekeeper.core.model.charge import Charge, charged
+from gatekeeper.core.model.group import GroupKey
+from gatekeeper.core.model.groups import PodsByGroup
+from gatekeeper.core.model.lws import GroupPod
+from gatekeeper.core.model.record import is_admitted, recorded_demand
 
 __all__ = ["holds_pods", "still_charged"]
 

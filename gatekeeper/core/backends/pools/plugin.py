@@ -1,8 +1,8 @@
 """The ``pools`` backend as the registry knows it (``core.backends.BACKENDS``)."""
 
-from gatekeeper.core.backend import Backend
 from gatekeeper.core.backends.pools.view import pool_view
-from gatekeeper.core.keys import GATEKEEPER_API_VERSION, POOL_KIND
+from gatekeeper.core.kube.keys import GATEKEEPER_API_VERSION, POOL_KIND
+from gatekeeper.core.plugin.backend import Backend
 
 BACKEND = Backend(
     name="pools",

@@ -3,7 +3,7 @@
 
 Why this exists: what a group brings to the planner depends on its record, its pods and
 its LWS now; told as one function it was too long to read. A group leaving and holding
-nothing is dropped; a hand-edited StatefulSet's pods are told apart (``core.conformance``);
+nothing is dropped; a hand-edited StatefulSet's pods are told apart (``core.admission.conformance``);
 a deleted record no running pod needs goes. Then one of three: its templates changed its
 demand (``changed``), it holds an admission (kept, given back past its pool's
 ``spec.admissionTimeout``, or held at its recorded demand when it cannot be read any more),
@@ -17,23 +17,24 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from gatekeeper.core.admission.conformance import conforming
+from gatekeeper.core.admission.members import Stranger
+from gatekeeper.core.admission.queue import AdmittedGroup, WaitingGroup
+from gatekeeper.core.admission.reasons import STRANGER_REASONS, Reason
 from gatekeeper.core.backends.pools.changed import WaitStatus, changed_template
 from gatekeeper.core.backends.pools.giveback import GiveBack, due, stragglers, waits_for_retry, whole
 from gatekeeper.core.backends.pools.kept import holds_pods
-from gatekeeper.core.charge import Charge
-from gatekeeper.core.conformance import conforming
-from gatekeeper.core.demand import GroupDemand
-from gatekeeper.core.groups import GroupState, LwsGroup
-from gatekeeper.core.keys import ADMITTED
-from gatekeeper.core.lws import GroupPod
-from gatekeeper.core.members import Stranger
-from gatekeeper.core.objects import as_map, condition, is_terminating
-from gatekeeper.core.pool import Pool
-from gatekeeper.core.provisioning import Launcher
-from gatekeeper.core.quantity import format_resources
-from gatekeeper.core.queue import AdmittedGroup, GroupKey, WaitingGroup
-from gatekeeper.core.reasons import STRANGER_REASONS, Reason
-from gatekeeper.core.record import is_admitted, placement, recorded_demand, recorded_shape
+from gatekeeper.core.backends.pools.provisioning import Launcher
+from gatekeeper.core.kube.keys import ADMITTED
+from gatekeeper.core.kube.objects import as_map, condition, is_terminating
+from gatekeeper.core.kube.quantity import format_resources
+from gatekeeper.core.model.charge import Charge
+from gatekeeper.core.model.demand import GroupDemand
+from gatekeeper.core.model.group import GroupKey
+from gatekeeper.core.model.groups import GroupState, LwsGroup
+from gatekeeper.core.model.lws import GroupPod
+from gatekeeper.core.model.pool import Pool
+from gatekeeper.core.model.record import is_admitted, placement, recorded_demand, recorded_shape
 
 __all__ = ["GroupPass", "Settings", "restored"]
 
@@ -58,7 +59,7 @@ class GroupPass:
 
     settings: Settings
     strangers: dict[GroupKey, list[Stranger]]
-    """The pass's strangers (``core.membership``): pods not as admitted are added here."""
+    """The pass's strangers (``core.admission.membership``): pods not as admitted are added here."""
     groups: list[GroupState] = field(default_factory=list)
     state_of: dict[GroupKey, GroupState] = field(default_factory=dict)
     wanted_records: set[Key] = field(default_factory=set)

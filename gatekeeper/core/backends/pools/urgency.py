@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gatekeeper.core.changes import Facts, object_ref
-from gatekeeper.core.keys import POOL_PLURAL
-from gatekeeper.core.objects import is_live, meta
+from gatekeeper.core.kube.changes import Facts, object_ref
+from gatekeeper.core.kube.keys import POOL_PLURAL
+from gatekeeper.core.kube.objects import is_live, meta
 
 __all__ = ["Urgency"]
 

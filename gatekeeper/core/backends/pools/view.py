@@ -1,7 +1,7 @@
 """What ``lws-gatekeeper why`` shows of a pool with the ``pools`` backend: the Pool.
 
-Why this exists: the backend's ``why`` viewer (``core.backend.Backend.pool_view``); the view
-itself is ``core.explain.explain_pool``, which also shows a pool that is not there.
+Why this exists: the backend's ``why`` viewer (``core.plugin.backend.Backend.pool_view``); the view
+itself is ``core.plugin.explain.explain_pool``, which also shows a pool that is not there.
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gatekeeper.core.explain import PoolView, Reader, explain_pool
-from gatekeeper.core.keys import API_GROUP, POOL_PLURAL
+from gatekeeper.core.kube.keys import API_GROUP, POOL_PLURAL
+from gatekeeper.core.plugin.explain import PoolView, Reader, explain_pool
 
 __all__ = ["pool_view"]
 

@@ -15,12 +15,12 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
+from gatekeeper.core.admission.messages import plural
+from gatekeeper.core.admission.reasons import Reason
 from gatekeeper.core.backends.pools.decide import Actions, Admit, Snapshot, WaitStatus
 from gatekeeper.core.backends.pools.giveback import give_back_status
-from gatekeeper.core.finalizers import FINALIZER_WRITES_PER_PASS, hold_patch, release_writes
-from gatekeeper.core.gating import ungate_patch
-from gatekeeper.core.groups import GroupState
-from gatekeeper.core.keys import (
+from gatekeeper.core.backends.pools.planner import PoolStatus
+from gatekeeper.core.kube.keys import (
     ADMITTED,
     INVALID_SPEC_REASON,
     POOL_PLURAL,
@@ -28,8 +28,7 @@ from gatekeeper.core.keys import (
     RECORD_PLURAL,
     VALID_REASON,
 )
-from gatekeeper.core.messages import plural
-from gatekeeper.core.objects import (
+from gatekeeper.core.kube.objects import (
     as_map,
     condition,
     index_by_key,
@@ -40,11 +39,12 @@ from gatekeeper.core.objects import (
     resource_version,
     uid_of,
 )
-from gatekeeper.core.planner import PoolStatus
-from gatekeeper.core.quantity import format_amount, format_resources
-from gatekeeper.core.reasons import Reason
-from gatekeeper.core.record import admitted_condition, demand_status, new_record
-from gatekeeper.core.writes import EventsOnce, Mark, Memory, Op, Plan, Write, rfc3339
+from gatekeeper.core.kube.quantity import format_amount, format_resources
+from gatekeeper.core.model.gating import ungate_patch
+from gatekeeper.core.model.groups import GroupState
+from gatekeeper.core.model.record import admitted_condition, demand_status, new_record
+from gatekeeper.core.writes.finalizers import FINALIZER_WRITES_PER_PASS, hold_patch, release_writes
+from gatekeeper.core.writes.plan import EventsOnce, Mark, Memory, Op, Plan, Write, rfc3339
 
 __all__ = [
     "MESSAGE_REFRESH_SECONDS",
@@ -147,7 +147,8 @@ def _describe(st: PoolStatus) -> str:
         # reservation stays: the pods bind when room frees; people are told which groups.
         text += "; admitted groups whose pods fit no node now: " + ", ".join(map(str, st.stranded))
     if st.intruders:
-        # Pods that tolerate the pool's taint by themselves (core.intruders): held against its quota.
+        # Pods that tolerate the pool's taint by themselves (core.admission.intruders): held against
+        # its quota.
         shown = ", ".join(st.intruders[:MAX_INTRUDERS_SHOWN])
         more = len(st.intruders) - MAX_INTRUDERS_SHOWN
         text += (

@@ -10,7 +10,7 @@ a PodGroup of ours is, and how Volcano's answer is read, is in ``podgroup``.
 The model, per group of an opted-in LWS (label ``lws-gatekeeper.io/pool`` naming a
 Volcano Queue):
 
-* Groups are enumerated by ``core.groups``; each has a ``GroupAdmission`` record (owned
+* Groups are enumerated by ``core.model.groups``; each has a ``GroupAdmission`` record (owned
   by the LWS) and at most one PodGroup named by ``pod_group_name`` (the webhook writes
   that name on the group's pods, ``scheduling.k8s.io/group-name``), owned by the record.
 * A PodGroup is offered to Volcano one at a time per Queue: a group's PodGroup is made only
@@ -26,22 +26,22 @@ Volcano Queue):
   higher priority waits in the same Queue: the next pass offers that group in its stead,
   so a higher-priority LWS that comes later does not wait behind a lower one's offer.
 * Volcano puts the PodGroup ``Inqueue``: the group's gated pods lose their gate together,
-  if the whole group fits the nodes now (``core.fit``, placements of this pass kept so that
+  if the whole group fits the nodes now (``core.admission.fit``, placements of this pass kept so that
   two groups do not count the same room). Pods of an admitted group that come later
   (LeaderReady workers, restarts) lose theirs as they come: the group's room is reserved
   by ``minResources``. A group Volcano let in that does not fit the nodes stays gated,
   and its record says so.
 * Only the pods the LWS said are let through, as with the other backends: a gated pod
   counts only when its owner chain leads to the LWS by UID, its worker index is below
-  the LWS's ``size`` (``core.members``) and it asks what its role was admitted with
-  (``core.conformance``); any other stays gated, and the record (still admitted) and a
+  the LWS's ``size`` (``core.admission.members``) and it asks what its role was admitted with
+  (``core.admission.conformance``); any other stays gated, and the record (still admitted) and a
   Warning Event name it.
 * Volcano leaves it ``Pending``: its pods stay gated, and its record says why in
   Volcano's words (the PodGroup's ``Unschedulable`` condition, or Volcano's latest Event
   on it, e.g. "queue resource quota insufficient").
 * A leaving group (scaled down, LWS deleted) keeps its record (and so its PodGroup) until
   its last pod is gone, terminating ones included; then the record's finalizer is removed
-  and it is deleted (``core.finalizers``), and the PodGroup goes with it.
+  and it is deleted (``core.writes.finalizers``), and the PodGroup goes with it.
 """
 
 from __future__ import annotations
@@ -51,26 +51,26 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gatekeeper.core.admission.conformance import conforming
+from gatekeeper.core.admission.fit import Misfit, NodeTable
+from gatekeeper.core.admission.members import Stranger, strangers_said
+from gatekeeper.core.admission.membership import membership
+from gatekeeper.core.admission.reasons import STRANGER_REASONS
 from gatekeeper.core.backends.volcano.podgroup import (
     pod_group_belongs,
     pod_group_name,
     volcano_state,
 )
-from gatekeeper.core.charge import Charge, charge_toleration, charged
-from gatekeeper.core.conformance import conforming
-from gatekeeper.core.demand import GroupDemand
-from gatekeeper.core.fit import Misfit, NodeTable
-from gatekeeper.core.gating import Ungate
-from gatekeeper.core.groups import DemandMemo, GroupState, LwsGroup, PodsByGroup, lws_groups
-from gatekeeper.core.keys import INVALID_SPEC_REASON
-from gatekeeper.core.lws import priority
-from gatekeeper.core.members import Stranger, strangers_said
-from gatekeeper.core.membership import membership
-from gatekeeper.core.nodes import Node, node_usage_skipping
-from gatekeeper.core.objects import as_map, index_by_key, meta, object_key
-from gatekeeper.core.queue import GroupKey, InvalidDemand
-from gatekeeper.core.reasons import STRANGER_REASONS
-from gatekeeper.core.record import is_admitted
+from gatekeeper.core.kube.keys import INVALID_SPEC_REASON
+from gatekeeper.core.kube.objects import as_map, index_by_key, meta, object_key
+from gatekeeper.core.model.charge import Charge, charge_toleration, charged
+from gatekeeper.core.model.demand import GroupDemand
+from gatekeeper.core.model.gating import Ungate
+from gatekeeper.core.model.group import GroupKey, InvalidDemand
+from gatekeeper.core.model.groups import DemandMemo, GroupState, LwsGroup, PodsByGroup, lws_groups
+from gatekeeper.core.model.lws import priority
+from gatekeeper.core.model.nodes import Node, node_usage_skipping
+from gatekeeper.core.model.record import is_admitted
 
 __all__ = [
     "NOT_ON_NODES",
@@ -110,7 +110,7 @@ class VolcanoSnapshot:
     default_priority: int = 0
     """The value of the cluster's default PriorityClass (``globalDefault``); 0 without one."""
     statefulsets: Sequence[Mapping[str, Any]] = ()
-    """StatefulSets of LWSs: which pods an LWS made (``core.members``)."""
+    """StatefulSets of LWSs: which pods an LWS made (``core.admission.members``)."""
 
 
 @dataclass(frozen=True)
@@ -352,7 +352,7 @@ def _unclaimed(
 ) -> list[tuple[str, str]]:
     """Records no group of a present LWS claims (a group scaled away whose last pod went, an
     LWS deleted): released once no live pod of their group is left, by its labels or by
-    the charge it was let through with (``core.charge``: its labels changed since)."""
+    the charge it was let through with (``core.model.charge``: its labels changed since)."""
     claimed = {(g.state.key.namespace, g.state.record) for g in groups if g.staying}
     release: list[tuple[str, str]] = []
     for (ns, name), rec in sorted(records.items()):

@@ -1,7 +1,7 @@
 """Volcano's names (volcano.sh) that the ``volcano`` backend reads and writes.
 
 Why this exists: they belong to this backend alone, so they live in its folder rather than in
-the shared ``core.keys``; the backend's decision, its writes, its controller and ``why`` import
+the shared ``core.kube.keys``; the backend's decision, its writes, its controller and ``why`` import
 them from here.
 """
 

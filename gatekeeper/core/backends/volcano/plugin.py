@@ -1,9 +1,9 @@
 """The ``volcano`` backend as the registry knows it (``core.backends.BACKENDS``)."""
 
-from gatekeeper.core.backend import Backend
 from gatekeeper.core.backends.volcano.keys import VOLCANO_API_VERSION
 from gatekeeper.core.backends.volcano.podgroup import volcano_pod_patch
 from gatekeeper.core.backends.volcano.view import pool_view
+from gatekeeper.core.plugin.backend import Backend
 
 BACKEND = Backend(
     name="volcano",

@@ -41,9 +41,7 @@ from gatekeeper.core.backends.volcano.keys import (
     VOLCANO_RUNNING,
     VOLCANO_SCHEDULER_NAME,
 )
-from gatekeeper.core.demand import GroupDemand
-from gatekeeper.core.groups import GroupState
-from gatekeeper.core.keys import (
+from gatekeeper.core.kube.keys import (
     GATEKEEPER_API_VERSION,
     GROUP_INDEX_LABEL,
     LWS_NAME_LABEL,
@@ -51,9 +49,11 @@ from gatekeeper.core.keys import (
     POOL_LABEL,
     RECORD_KIND,
 )
-from gatekeeper.core.lws import size, templates
-from gatekeeper.core.objects import as_list, as_map, json_pointer, labels, meta
-from gatekeeper.core.quantity import format_amount
+from gatekeeper.core.kube.objects import as_list, as_map, json_pointer, labels, meta
+from gatekeeper.core.kube.quantity import format_amount
+from gatekeeper.core.model.demand import GroupDemand
+from gatekeeper.core.model.groups import GroupState
+from gatekeeper.core.model.lws import size, templates
 
 __all__ = [
     "ADMITTED_PHASES",

@@ -1,7 +1,7 @@
 """What ``lws-gatekeeper why`` shows of a pool with the ``volcano`` backend: the Volcano Queue.
 
-Why this exists: this is the backend's part of ``core.explain``; ``pool_view`` is its ``why``
-viewer (``core.backend.Backend.pool_view``), which reads the Queue through the reader ``why``
+Why this exists: this is the backend's part of ``core.plugin.explain``; ``pool_view`` is its ``why``
+viewer (``core.plugin.backend.Backend.pool_view``), which reads the Queue through the reader ``why``
 gives it.
 """
 
@@ -11,7 +11,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from gatekeeper.core.backends.volcano.keys import QUEUE_PLURAL, VOLCANO_API_VERSION
-from gatekeeper.core.explain import (
+from gatekeeper.core.kube.objects import as_map, is_terminating, meta
+from gatekeeper.core.plugin.explain import (
     PoolView,
     Reader,
     amounts,
@@ -21,7 +22,6 @@ from gatekeeper.core.explain import (
     is_admitted,
     waiting_order,
 )
-from gatekeeper.core.objects import as_map, is_terminating, meta
 
 __all__ = ["pool_view", "volcano_queue_view"]
 

@@ -15,12 +15,12 @@ from typing import Any
 from gatekeeper.core.backends.volcano.decide import VolcanoActions, VolcanoSnapshot, VolcanoStatus
 from gatekeeper.core.backends.volcano.keys import POD_GROUP_PLURAL
 from gatekeeper.core.backends.volcano.podgroup import new_pod_group
-from gatekeeper.core.finalizers import FINALIZER_WRITES_PER_PASS, release_writes
-from gatekeeper.core.group_writes import record_writes, ungate_writes
-from gatekeeper.core.keys import ADMITTED, RECORD_PLURAL
-from gatekeeper.core.objects import as_map, condition, index_by_key
-from gatekeeper.core.record import admitted_condition, demand_status, new_record
-from gatekeeper.core.writes import EventsOnce, Memory, Op, Plan, Write, rfc3339
+from gatekeeper.core.kube.keys import ADMITTED, RECORD_PLURAL
+from gatekeeper.core.kube.objects import as_map, condition, index_by_key
+from gatekeeper.core.model.record import admitted_condition, demand_status, new_record
+from gatekeeper.core.writes.finalizers import FINALIZER_WRITES_PER_PASS, release_writes
+from gatekeeper.core.writes.group import record_writes, ungate_writes
+from gatekeeper.core.writes.plan import EventsOnce, Memory, Op, Plan, Write, rfc3339
 
 __all__ = ["plan_writes", "record_status_patch"]
 

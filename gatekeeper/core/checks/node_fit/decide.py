@@ -44,10 +44,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gatekeeper.core.admission.fit import Misfit, NodeTable
+from gatekeeper.core.admission.messages import amount, plural
 from gatekeeper.core.checks.states import CheckUpdate
-from gatekeeper.core.demand import PodDemand, pod_demand
-from gatekeeper.core.fit import Misfit, NodeTable
-from gatekeeper.core.keys import (
+from gatekeeper.core.kube.keys import (
     ACTIVE,
     CHECK_PENDING,
     CHECK_READY,
@@ -68,10 +68,10 @@ from gatekeeper.core.keys import (
     QUOTA_RESERVED,
     WORKER_INDEX_LABEL,
 )
-from gatekeeper.core.messages import amount, plural
-from gatekeeper.core.nodes import Node, RequestsMemo, node_usage_skipping
-from gatekeeper.core.objects import as_list, as_map, condition, is_true
-from gatekeeper.core.quantity import format_amount, format_resources
+from gatekeeper.core.kube.objects import as_list, as_map, condition, is_true
+from gatekeeper.core.kube.quantity import format_amount, format_resources
+from gatekeeper.core.model.demand import PodDemand, pod_demand
+from gatekeeper.core.model.nodes import Node, RequestsMemo, node_usage_skipping
 
 __all__ = ["CheckUpdate", "NodeFitActions", "decide_node_fit"]
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gatekeeper.core.changes import Facts, object_ref
-from gatekeeper.core.keys import QUOTA_RESERVED
-from gatekeeper.core.objects import is_live, is_true
+from gatekeeper.core.kube.changes import Facts, object_ref
+from gatekeeper.core.kube.keys import QUOTA_RESERVED
+from gatekeeper.core.kube.objects import is_live, is_true
 
 __all__ = ["NodeFitUrgency"]
 

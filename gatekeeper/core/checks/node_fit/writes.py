@@ -14,8 +14,8 @@ from typing import Any
 
 from gatekeeper.core.checks.node_fit.decide import NodeFitActions
 from gatekeeper.core.checks.states import activate_writes, check_state_writes
-from gatekeeper.core.keys import NODE_FIT_ACTIVE_MESSAGE, NODE_FIT_ACTIVE_REASON, NODE_FIT_FIELD_MANAGER
-from gatekeeper.core.writes import Plan
+from gatekeeper.core.kube.keys import NODE_FIT_ACTIVE_MESSAGE, NODE_FIT_ACTIVE_REASON, NODE_FIT_FIELD_MANAGER
+from gatekeeper.core.writes.plan import Plan
 
 __all__ = ["plan_writes"]
 

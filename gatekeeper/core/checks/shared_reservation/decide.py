@@ -37,8 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gatekeeper.core.checks.states import CheckUpdate
-from gatekeeper.core.demand import pod_demand
-from gatekeeper.core.keys import (
+from gatekeeper.core.kube.keys import (
     ACTIVE,
     API_GROUP,
     CHECK_PENDING,
@@ -54,7 +53,8 @@ from gatekeeper.core.keys import (
     SHARED_RESERVATION_CONTROLLER,
     SHARED_RESERVATION_INVALID_REASON,
 )
-from gatekeeper.core.objects import as_list, as_map, condition, is_true, meta, parse_time
+from gatekeeper.core.kube.objects import as_list, as_map, condition, is_true, meta, parse_time
+from gatekeeper.core.model.demand import pod_demand
 from gatekeeper.core.reservation import (
     SOURCE_CHECK,
     SOURCE_LABEL,

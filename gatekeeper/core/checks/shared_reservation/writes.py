@@ -16,8 +16,8 @@ from typing import Any
 
 from gatekeeper.core.checks.shared_reservation.decide import SharedReservationActions
 from gatekeeper.core.checks.states import activate_writes, check_state_writes
-from gatekeeper.core.keys import SHARED_RESERVATION_FIELD_MANAGER
-from gatekeeper.core.writes import Plan, Write
+from gatekeeper.core.kube.keys import SHARED_RESERVATION_FIELD_MANAGER
+from gatekeeper.core.writes.plan import Plan, Write
 
 __all__ = ["plan_writes"]
 

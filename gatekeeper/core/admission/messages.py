@@ -1,0 +1,192 @@
+"""The sentences people read in Conditions and Events of the pools backend, one builder per reason.
+
+Kept apart from the planner so that wording can be reviewed (and changed) in one
+place. Each builder returns the text after "group N " so that results for one
+(pool, demand) can be cached and reused for every group index.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from gatekeeper.core.admission.fit import Misfit
+from gatekeeper.core.admission.quota import by_importance
+from gatekeeper.core.kube.quantity import format_amount, format_resources
+from gatekeeper.core.model.demand import GroupDemand
+
+
+def plural(count: int, word: str) -> str:
+    return f"{count} {word}" if count == 1 else f"{count} {word}s"
+
+
+def amount(resource: str, units: int) -> str:
+    """``2 nvidia.com/gpu``, ``500m cpu``, ``8Gi memory``, ``3 pod slots``."""
+    if resource == "pods":
+        return plural(units, "pod slot")
+    return f"{format_amount(resource, units)} {resource}"
+
+
+def _group_need(demand: GroupDemand, resource: str) -> str:
+    if resource == "pods":
+        return f"needs {plural(demand.pod_count, 'pod slot')}"
+    nodes = demand.pods_needing(resource)
+    return f"needs {amount(resource, demand.total[resource])} on {plural(nodes, 'node')}"
+
+
+def pool_not_found(pool: str) -> str:
+    return f"names pool {pool}, which does not exist"
+
+
+def namespace_not_allowed(namespace: str, pool: str) -> str:
+    return f"waits: namespace {namespace} may not use pool {pool}"
+
+
+def not_made_by(pods: Sequence[str], lws: str) -> str:
+    if len(pods) == 1:
+        return (
+            f"pod {pods[0]} was not made by LeaderWorkerSet {lws}: "
+            "it claims the group by its labels and stays gated"
+        )
+    return (
+        f"pods {', '.join(pods)} were not made by LeaderWorkerSet {lws}: "
+        "they claim the group by their labels and stay gated"
+    )
+
+
+def beyond_size(pods: Sequence[tuple[str, int]], lws: str, size: int) -> str:
+    """Pods made through the LWS's own chain past its ``size`` (a worker StatefulSet scaled)."""
+    said = ", ".join(f"{name} (worker {worker})" for name, worker in pods)
+    one = len(pods) == 1
+    return (
+        f"{'pod' if one else 'pods'} {said} {'is' if one else 'are'} beyond the group's size {size} "
+        f"(LeaderWorkerSet {lws}) and {'stays' if one else 'stay'} gated: a group is what its "
+        "LeaderWorkerSet says; change the LeaderWorkerSet, not its StatefulSets"
+    )
+
+
+def not_as_admitted(why: str) -> str:
+    """A pod made by its LWS that asks other than its role was admitted with (``why``)."""
+    return f"{why}, and stays gated: change the LeaderWorkerSet, not its StatefulSets or pods"
+
+
+def invalid_spec(message: str) -> str:
+    return f"cannot be admitted: {message}"
+
+
+def not_in_quota(pool: str, resources: tuple[str, ...], explicit: bool) -> str:
+    names = ", ".join(resources)
+    where = f"pool {pool}'s quota does not list" if explicit else f"no node of pool {pool} has"
+    return f"requests {names}, which {where}; it can never be admitted"
+
+
+def exceeds_quota(pool: str, demand: GroupDemand, resource: str, ceiling: int, explicit: bool) -> str:
+    have = f"pool {pool}'s quota of" if explicit else f"all nodes of pool {pool} together,"
+    return (
+        f"{_group_need(demand, resource)}, more than {have} {format_amount(resource, ceiling)}; "
+        "it can never be admitted"
+    )
+
+
+def waits_for_quota(
+    pool: str,
+    demand: GroupDemand,
+    short: tuple[str, ...],
+    quota: Mapping[str, int],
+    used: Mapping[str, int],
+    holders: Mapping[str, int],
+    intruders: int = 0,
+) -> str:
+    resource = by_importance(short)[0]
+    held, total = used.get(resource, 0), quota.get(resource, 0)
+    free = format_amount(resource, max(total - held, 0))
+    by = plural(holders.get(resource, 0), "admitted group")
+    if intruders:
+        by += f" and {plural(intruders, 'pod')} on its nodes without an admission"
+    text = (
+        f"{_group_need(demand, resource)}; pool {pool} has {free} free "
+        f"({format_amount(resource, held)} of {format_amount(resource, total)} held by {by})"
+    )
+    others = [r for r in by_importance(short) if r != resource]
+    if others:
+        text += f"; also short of {', '.join(others)}"
+    return text
+
+
+def _pod_needs(misfit: Misfit) -> str:
+    return format_resources({r: a for r, a in misfit.requests.items() if r != "pods"}) or "a pod slot"
+
+
+def cannot_place(pool: str, misfit: Misfit) -> str:
+    """A group that could not be placed even on the pool's empty nodes."""
+    if misfit.nodes == 0:
+        return f"can never be placed: pool {pool} has no nodes"
+    if misfit.eligible == 0:
+        return (
+            f"can never be placed: pod {misfit.role} matches none of pool {pool}'s "
+            f"{plural(misfit.nodes, 'node')} (check its nodeSelector, node affinity and tolerations)"
+        )
+    if misfit.resource is None:
+        return (
+            f"can never be placed: pod {misfit.role} needs {_pod_needs(misfit)}, "
+            f"and no node of pool {pool} has all of that"
+        )
+    need = amount(misfit.resource, misfit.needed)
+    largest = format_amount(misfit.resource, misfit.largest)
+    if misfit.placed == 0:
+        return (
+            f"can never be placed: pod {misfit.role} needs {need}; "
+            f"the largest node of pool {pool} has {largest}"
+        )
+    return (
+        f"can never be placed: pod {misfit.role} needs {need}, and with the group's other "
+        f"{plural(misfit.placed, 'pod')} on pool {pool}'s empty nodes, no node has more than {largest} left"
+    )
+
+
+def waits_for_nodes(pool: str, misfit: Misfit) -> str:
+    """A group whose quota fits but whose pods do not all fit the pool's free node room now."""
+    head = f"fits pool {pool}'s quota but not its nodes:"
+    if misfit.nodes == 0:
+        return f"{head} the pool has no schedulable node right now"
+    if misfit.eligible == 0:
+        nodes = plural(misfit.nodes, "schedulable node")
+        return f"{head} pod {misfit.role} matches none of its {nodes} right now"
+    if misfit.resource is None:
+        text = (
+            f"{head} pod {misfit.role} needs {_pod_needs(misfit)} "
+            "and no pool node has all of that free at once"
+        )
+    else:
+        resource = misfit.resource
+        largest = format_amount(resource, misfit.largest)
+        total = format_amount(resource, misfit.total)
+        text = (
+            f"{head} pod {misfit.role} needs {amount(resource, misfit.needed)}; "
+            f"the largest free on any pool node is {largest} "
+            f"({total} free in all, on {plural(misfit.spread, 'node')})"
+        )
+    if misfit.placed:
+        text += f", after placing the group's other {plural(misfit.placed, 'pod')}"
+    return text
+
+
+def blocked(pool: str, blocker: str) -> str:
+    return f"waits behind {blocker}: pool {pool} is StrictFIFO"
+
+
+def cannot_launch(pool: str, node_pools: Sequence[str], role: str) -> str:
+    """A group of a pool with NodePools that neither its nodes nor its NodePools could ever hold."""
+    names = ", ".join(node_pools)
+    return (
+        f"can never be placed: pod {role} fits none of pool {pool}'s nodes, even empty, and no "
+        f"instance type NodePool {names} may launch holds it (its requirements, taints, limits "
+        "and available offerings)"
+    )
+
+
+def waits_for_launch(pool: str, role: str, launchable: str) -> str:
+    """A group whose pods fit neither the free room of the pool's nodes nor what its NodePools can launch."""
+    return (
+        f"does not fit pool {pool}'s free node room plus what its NodePools can still launch: "
+        f"pod {role} finds no room ({launchable}); no node is bought for part of it"
+    )

@@ -1,0 +1,413 @@
+"""The admission planner: which waiting groups to admit now, and why every other one waits.
+
+One planning pass takes a snapshot (pools, nodes, bound-pod usage, admitted groups,
+waiting groups) and returns a ``Plan``; it changes nothing itself. The I/O layer
+records the admissions, ungates the pods and writes the reasons as Conditions/Events.
+
+Per pass, in queue order (see ``queue.queue_order``), each waiting group is checked:
+
+1. its pool exists, admits the group's namespace (``spec.namespaceSelector``) and its
+   demand could be computed;
+2. it could ever be admitted: the quota covers every resource it asks for and could
+   hold it, and the group's pods can be placed on the pool's nodes when empty;
+3. its pool's StrictFIFO queue is not held by an earlier group;
+4. quota: what admitted groups hold plus the group's demand fits the quota;
+5. node fit: every pod gets a tentative node on free room (``fit.NodeTable``).
+
+Pods are placed as they will be once ungated: with the pool's node selector and
+tolerations added to their own (``Pool.steer``).
+
+A group passing all five is admitted and immediately counts against quota and node
+room for the rest of the pass. A group failing 4 or 5 waits; in a StrictFIFO pool it
+also holds every later group. A group failing 1 or 2 is reported with a permanent
+reason and skipped, so bad input never blocks a StrictFIFO queue forever (it stays
+reported until its LWS or the pool changes).
+
+Admitted groups hold their whole demand in the quota, and node room for their pods
+not yet bound, so a group between "ungated" and "bound" cannot be double-booked.
+
+A pool with ``nodeFit: QuotaOnly`` (autoscaled nodes) skips the node checks of 2 and 5:
+a group that fits the quota is admitted, placed tentatively where the existing nodes
+have room, and its other pods (placement ``""``) wait Pending for the nodes an
+autoscaler brings. Its admitted groups with unplaced pods are not called stranded.
+
+A pool with ``spec.nodePools`` (Karpenter) places in 5 what does not fit the free room of
+its existing nodes on nodes its NodePools can still launch (``provisioning.Launcher``),
+all of the group or nothing; 2 asks the same of empty nodes and the NodePools' whole
+limits. Its admitted groups' unbound pods hold room on the nodes coming up (NodeClaims
+not ready yet, passed in as nodes), else on what the NodePools can launch, so no other
+group takes the nodes bought for them. Without ``spec.quota`` it skips 4: the room decides.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from gatekeeper.core.admission import messages as text
+from gatekeeper.core.admission.fit import Misfit, NodeTable, Placement
+from gatekeeper.core.admission.intruders import Intruders
+from gatekeeper.core.admission.queue import AdmittedGroup, WaitingGroup, queue_order
+from gatekeeper.core.admission.quota import by_importance, check_quota
+from gatekeeper.core.admission.reasons import Reason
+from gatekeeper.core.backends.pools.provisioning import Launcher
+from gatekeeper.core.kube.quantity import format_amount
+from gatekeeper.core.model.demand import GroupDemand, PodDemand, Resources
+from gatekeeper.core.model.group import GroupKey, InvalidDemand
+from gatekeeper.core.model.nodes import Node
+from gatekeeper.core.model.pool import NodeFit, Pool, QueueingStrategy, sum_allocatable
+
+
+@dataclass(frozen=True)
+class Admission:
+    """Admit this group now; ``nodes`` is the tentative node of each pod, leader first."""
+
+    key: GroupKey
+    pool: str
+    nodes: Placement
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """A group not admitted in this pass, with a reason and a sentence for people.
+
+    ``position`` is the group's 1-based place among the pool's waiting groups, or 0
+    when its reason is permanent (it is not really in the queue).
+    """
+
+    key: GroupKey
+    pool: str
+    reason: Reason
+    message: str
+    position: int = 0
+
+
+@dataclass(frozen=True)
+class PoolStatus:
+    """A pool's state after the pass: quota (explicit, or its schedulable nodes' allocatable),
+    what admitted groups hold, what is free, and how many groups are admitted, waiting
+    (for quota, nodes or their turn) and inadmissible (permanent reasons). ``stranded``
+    lists admitted groups with unbound pods for which no node has room any more."""
+
+    name: str
+    queueing_strategy: QueueingStrategy
+    quota: Resources
+    used: Resources
+    free: Resources
+    admitted: int
+    waiting: int
+    inadmissible: int
+    nodes: int
+    stranded: tuple[GroupKey, ...] = ()
+    intruders: tuple[str, ...] = ()
+    """Pods on the pool's closed nodes that no admission let there (``core.admission.intruders``),
+    ``namespace/name``; what they ask is in ``used``."""
+
+    def describe(self) -> str:
+        """One line for people, e.g. ``pool on-demand: 4/4 nvidia.com/gpu held; 2 admitted, 8 waiting``."""
+        held = ", ".join(
+            f"{format_amount(r, self.used.get(r, 0))}/{format_amount(r, self.quota[r])} {r}"
+            for r in by_importance(self.quota)
+        )
+        return f"pool {self.name}: {held or 'nothing'} held; {self.admitted} admitted, {self.waiting} waiting"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The outcome of one planning pass."""
+
+    admit: tuple[Admission, ...]
+    waiting: tuple[Waiting, ...]
+    pools: Mapping[str, PoolStatus]
+    _by_key: Mapping[GroupKey, Waiting] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_by_key", {w.key: w for w in self.waiting})
+
+    def why(self, key: GroupKey) -> Waiting | None:
+        """The reason ``key`` was not admitted (None if it was admitted or not planned)."""
+        return self._by_key.get(key)
+
+
+@dataclass
+class _PoolState:
+    pool: Pool
+    quota: dict[str, int]
+    ceiling: dict[str, int]
+    nodes: int
+    used: dict[str, int] = field(default_factory=dict)
+    holders: dict[str, int] = field(default_factory=dict)
+    admitted: int = 0
+    waiting: int = 0
+    inadmissible: int = 0
+    blocker: GroupKey | None = None
+    stranded: list[GroupKey] = field(default_factory=list)
+    intruders: tuple[str, ...] = ()
+
+    def intrude(self, found: Intruders) -> None:
+        """Hold what the pods on the pool's nodes without an admission ask, against its quota."""
+        for resource, amount in found.requests.items():
+            self.used[resource] = self.used.get(resource, 0) + amount
+        self.intruders = found.pods
+
+    def hold(self, demand: GroupDemand) -> None:
+        held = dict(demand.total)
+        held["pods"] = demand.pod_count
+        for resource, amount in held.items():
+            self.used[resource] = self.used.get(resource, 0) + amount
+            self.holders[resource] = self.holders.get(resource, 0) + 1
+        self.admitted += 1
+
+    def status(self) -> PoolStatus:
+        free = {r: max(q - self.used.get(r, 0), 0) for r, q in self.quota.items()}
+        return PoolStatus(
+            name=self.pool.name,
+            queueing_strategy=self.pool.queueing_strategy,
+            quota=self.quota,
+            used=self.used,
+            free=free,
+            admitted=self.admitted,
+            waiting=self.waiting,
+            inadmissible=self.inadmissible,
+            nodes=self.nodes,
+            stranded=tuple(self.stranded),
+            intruders=self.intruders,
+        )
+
+
+class _Pass:
+    """The mutable state of one planning pass: node room, quota use, per-pool queues."""
+
+    def __init__(
+        self,
+        pools: Iterable[Pool],
+        nodes: Iterable[Node],
+        usage: Mapping[str, Mapping[str, int]],
+        namespaces: Mapping[str, Mapping[str, str]] | None = None,
+        launcher: Launcher | None = None,
+    ):
+        node_list = list(nodes)
+        self.launcher = launcher or Launcher((), (), ())
+        self.namespaces: Mapping[str, Mapping[str, str]] = namespaces or {}
+        self._steered: dict[tuple[str, GroupDemand], GroupDemand] = {}
+        self.now = NodeTable(node_list, usage)
+        self.empty = NodeTable(node_list, hypothetical=True)
+        self.states: dict[str, _PoolState] = {}
+        self._never_cache: dict[tuple[str, GroupDemand], tuple[Reason, str] | None] = {}
+        self._misfit_cache: dict[tuple[str, GroupDemand], tuple[int, Misfit]] = {}
+        for pool in pools:
+            if pool.name in self.states:
+                raise ValueError(f"two pools are named {pool.name}")
+            members = [n for n in node_list if pool.selects(n)]
+            if pool.quota is not None:
+                quota, ceiling = dict(pool.quota), dict(pool.quota)
+            else:
+                quota = sum_allocatable(n for n in members if n.schedulable)
+                ceiling = sum_allocatable(members)
+                if pool.node_pools:
+                    # Not checked (the room decides), but shown: what the pool can reach.
+                    for resource, amount in self.launcher.headroom(pool.node_pools).items():
+                        quota[resource] = quota.get(resource, 0) + amount
+            self.now.add_view(pool.name, pool.selects)
+            self.empty.add_view(pool.name, pool.selects)
+            self.states[pool.name] = _PoolState(pool, quota, ceiling, nodes=self.now.view_size(pool.name))
+
+    def hold(self, group: AdmittedGroup) -> None:
+        """Count an admitted group against its pool's quota and hold room for its unbound pods."""
+        state = self.states.get(group.pool)
+        if state is None:
+            return
+        state.hold(group.demand)
+        pool = state.pool
+        for i, pod in enumerate(self._steer(pool, group.demand).pods):
+            if i in group.bound or self.now.reserve(group.pool, pod, group.nodes.get(i) or None) is not None:
+                continue
+            if pool.node_pools and not isinstance(
+                self.launcher.launch(pool.node_pools, [pod], pool.selects), PodDemand
+            ):
+                continue  # its node is still to be bought: the NodePools' room is held for it
+            if group.key not in state.stranded and state.pool.node_fit is NodeFit.REQUIRED:
+                state.stranded.append(group.key)
+
+    def consider(self, group: WaitingGroup) -> Admission | Waiting:
+        """Admit ``group`` (updating quota use and node room) or say why it waits."""
+        state = self.states.get(group.pool)
+        if state is None:
+            return Waiting(
+                group.key, group.pool, Reason.POOL_NOT_FOUND, _say(group, text.pool_not_found(group.pool))
+            )
+        ns = group.key.namespace
+        if not state.pool.admits(self.namespaces.get(ns)):
+            detail = text.namespace_not_allowed(ns, group.pool)
+            return self._wait(state, group, Reason.NAMESPACE_NOT_ALLOWED, detail)
+        if isinstance(group.demand, InvalidDemand):
+            return self._wait(state, group, Reason.INVALID_SPEC, text.invalid_spec(group.demand.message))
+        demand = self._steer(state.pool, group.demand)
+        never = self._never(state, demand)
+        if never is not None:
+            return self._wait(state, group, *never)
+        if state.blocker is not None:
+            return self._wait(
+                state, group, Reason.BLOCKED_BY_STRICT_FIFO, text.blocked(group.pool, str(state.blocker))
+            )
+        check = check_quota(demand, state.quota, state.used, ceiling=state.ceiling)
+        if not check.fits and _quota_applies(state.pool):
+            detail = text.waits_for_quota(
+                group.pool, demand, check.short, state.quota, state.used, state.holders, len(state.intruders)
+            )
+            return self._wait(state, group, Reason.WAITING_FOR_QUOTA, detail)
+        outcome = self._place(state, demand)
+        if isinstance(outcome, Misfit):
+            if state.pool.node_fit is NodeFit.QUOTA_ONLY:
+                state.hold(demand)
+                return Admission(group.key, group.pool, self._place_some(state, demand))
+            if state.pool.node_pools:
+                launched = self._launch(state, demand)
+                if isinstance(launched, PodDemand):
+                    described = self.launcher.describe(state.pool.node_pools)
+                    detail = text.waits_for_launch(group.pool, launched.role, described)
+                    return self._wait(state, group, Reason.WAITING_FOR_NODES, detail)
+                state.hold(demand)
+                return Admission(group.key, group.pool, launched)
+            return self._wait(
+                state, group, Reason.WAITING_FOR_NODES, text.waits_for_nodes(group.pool, outcome)
+            )
+        state.hold(demand)
+        return Admission(group.key, group.pool, outcome)
+
+    def _steer(self, pool: Pool, demand: GroupDemand) -> GroupDemand:
+        """The group's pods as ungated into ``pool`` (cached per pass)."""
+        key = (pool.name, demand)
+        steered = self._steered.get(key)
+        if steered is None:
+            steered = self._steered[key] = pool.steer(demand)
+        return steered
+
+    def _launch(self, state: _PoolState, demand: GroupDemand) -> Placement | PodDemand:
+        """All of the group on the free room of the pool's nodes plus nodes its NodePools would
+        launch (kept), or the first pod that finds neither (nothing kept). A pod to launch
+        for has placement ``""``: its node does not exist yet."""
+        pool, pods = state.pool, demand.pods
+        partial = self.now.place_partial(pool.name, pods, keep=False)
+        rest = [pods[i] for i, node in enumerate(partial) if node is None]
+        launched = self.launcher.launch(pool.node_pools, rest, pool.selects, keep=False)
+        if isinstance(launched, PodDemand):
+            return launched
+        self.now.place_partial(pool.name, pods, keep=True)
+        self.launcher.launch(pool.node_pools, rest, pool.selects, keep=True)
+        return tuple(node or "" for node in partial)
+
+    def _place_some(self, state: _PoolState, demand: GroupDemand) -> Placement:
+        """A QuotaOnly pool's group that does not fit whole: room held for the pods that fit
+        now, ``""`` for the others (they wait for new nodes)."""
+        return tuple(self.now.reserve(state.pool.name, pod) or "" for pod in demand.pods)
+
+    def _wait(self, state: _PoolState, group: WaitingGroup, reason: Reason, detail: str) -> Waiting:
+        if reason.permanent:
+            state.inadmissible += 1
+            return Waiting(group.key, group.pool, reason, _say(group, detail))
+        state.waiting += 1
+        strict = state.pool.queueing_strategy is QueueingStrategy.STRICT_FIFO
+        if strict and state.blocker is None:
+            state.blocker = group.key
+        return Waiting(group.key, group.pool, reason, _say(group, detail), state.waiting)
+
+    def _never(self, state: _PoolState, demand: GroupDemand) -> tuple[Reason, str] | None:
+        """Why ``demand`` can never be admitted into the pool as it is, or None (cached per pass)."""
+        key = (state.pool.name, demand)
+        if key not in self._never_cache:
+            self._never_cache[key] = _never(state, self.empty, demand, self.launcher)
+        return self._never_cache[key]
+
+    def _place(self, state: _PoolState, demand: GroupDemand) -> Placement | Misfit:
+        """Node fit, remembering a misfit until node room changes (equal demands fail alike)."""
+        key = (state.pool.name, demand)
+        cached = self._misfit_cache.get(key)
+        if cached is not None and cached[0] == self.now.version:
+            return cached[1]
+        outcome = self.now.place(state.pool.name, demand.pods)
+        if isinstance(outcome, Misfit):
+            self._misfit_cache[key] = (self.now.version, outcome)
+        return outcome
+
+
+def _say(group: WaitingGroup, detail: str) -> str:
+    return f"group {group.key.index} {detail}"
+
+
+def _quota_applies(pool: Pool) -> bool:
+    """A pool with NodePools and no ``spec.quota`` has no quota: the room decides."""
+    return pool.quota is not None or not pool.node_pools
+
+
+def _never(
+    state: _PoolState, hypothetical: NodeTable, demand: GroupDemand, launcher: Launcher
+) -> tuple[Reason, str] | None:
+    pool = state.pool
+    explicit = pool.quota is not None
+    check = check_quota(demand, state.quota, {}, ceiling=state.ceiling)
+    if _quota_applies(pool):
+        if check.uncovered:
+            return Reason.RESOURCE_NOT_IN_QUOTA, text.not_in_quota(pool.name, check.uncovered, explicit)
+        if check.too_large:
+            resource = by_importance(check.too_large)[0]
+            return Reason.EXCEEDS_QUOTA, text.exceeds_quota(
+                pool.name, demand, resource, state.ceiling[resource], explicit
+            )
+    if pool.node_fit is NodeFit.QUOTA_ONLY:
+        return None  # the nodes that will hold it may not exist yet
+    if pool.node_pools:
+        partial = hypothetical.place_partial(pool.name, demand.pods, keep=False)
+        rest = [demand.pods[i] for i, node in enumerate(partial) if node is None]
+        never = launcher.launch(pool.node_pools, rest, pool.selects, keep=False, fresh=True)
+        if isinstance(never, PodDemand):
+            return Reason.NODES_TOO_SMALL, text.cannot_launch(pool.name, pool.node_pools, never.role)
+        return None
+    placed = hypothetical.place(pool.name, demand.pods, keep=False)
+    if isinstance(placed, Misfit):
+        reason = Reason.NO_MATCHING_NODE if placed.eligible == 0 else Reason.NODES_TOO_SMALL
+        return reason, text.cannot_place(pool.name, placed)
+    return None
+
+
+def plan(
+    pools: Iterable[Pool],
+    nodes: Iterable[Node],
+    usage: Mapping[str, Mapping[str, int]],
+    admitted: Iterable[AdmittedGroup],
+    waiting: Iterable[WaitingGroup],
+    namespaces: Mapping[str, Mapping[str, str]] | None = None,
+    launcher: Launcher | None = None,
+    intruders: Mapping[str, Intruders] | None = None,
+) -> Plan:
+    """Decide which waiting groups to admit now and why each other one waits.
+
+    ``usage`` is what bound, non-terminal pods request per node (``nodes.node_usage``).
+    ``namespaces`` holds each namespace's labels (for the pools' ``namespaceSelector``).
+    ``launcher`` is what the pools' Karpenter NodePools can still launch (``nodes`` then
+    include the nodes coming up, ``provisioning.coming_up``). ``intruders`` are the pods on
+    each pool's closed nodes without an admission (``core.admission.intruders``): held against its quota.
+    Waiting groups already in ``admitted`` (same key) are ignored. Raises ValueError if
+    two pools share a name.
+    """
+    planning = _Pass(pools, nodes, usage, namespaces, launcher)
+    for name, found in (intruders or {}).items():
+        if name in planning.states:
+            planning.states[name].intrude(found)
+    admitted_keys: set[GroupKey] = set()
+    for group in sorted(admitted, key=lambda g: g.key):
+        admitted_keys.add(group.key)
+        planning.hold(group)
+    admit: list[Admission] = []
+    results: list[Waiting] = []
+    for candidate in sorted((g for g in waiting if g.key not in admitted_keys), key=queue_order):
+        outcome = planning.consider(candidate)
+        if isinstance(outcome, Admission):
+            admit.append(outcome)
+        else:
+            results.append(outcome)
+    return Plan(
+        admit=tuple(admit),
+        waiting=tuple(results),
+        pools={name: state.status() for name, state in planning.states.items()},
+    )

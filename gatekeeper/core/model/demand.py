@@ -1,0 +1,278 @@
+"""What a pod, and a whole LWS group, asks of the cluster: effective requests by Kubernetes' rules.
+
+The gatekeeper must know a group's demand *before* its pods exist (with
+``startupPolicy: LeaderReady`` the workers are only created once the leader runs), so
+the demand is computed from the LeaderWorkerSet templates, with the same rules the
+API server and the kube-scheduler apply to real pods (``resource.PodRequests`` in
+``k8s.io/component-helpers``):
+
+* per container, a resource with a limit but no request is requested at its limit
+  (the API server's defaulting; this is how ``nvidia.com/gpu: 1`` limits count);
+* regular containers add up, and so do restartable init containers (sidecars,
+  ``restartPolicy: Always``);
+* each other init container needs its own request plus the sidecars started before
+  it; the pod needs the larger of that peak and the steady-state sum;
+* pod-level ``spec.resources`` (PodLevelResources) replace the aggregate for cpu,
+  memory and hugepages-* (a pod-level limit without request stands in for the request
+  only when no container requests that resource, as the API server defaults it);
+* ``spec.overhead`` (or the RuntimeClass overhead the caller passes) is added last.
+
+Amounts are in scheduler units (see ``quantity.to_units``), rounded up per pod as the
+scheduler does. Not modelled: LimitRange defaults (applied by admission at pod
+creation, invisible in the template), in-place resize status, DRA claims.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+from gatekeeper.core.kube.fields import integer, mapping, sequence, string
+from gatekeeper.core.kube.keys import LWS_API_VERSION
+from gatekeeper.core.kube.quantity import QuantityLike, parse_quantity, to_units
+from gatekeeper.core.kube.selectors import NodeConstraints, parse_node_constraints
+
+#: Resource amounts in scheduler units (cpu: millicores; everything else: base units).
+Resources = Mapping[str, int]
+
+_POD_LEVEL_RESOURCES = frozenset({"cpu", "memory"})
+MAX_GROUP_SIZE = 1000
+"""The most pods one group (``spec.leaderWorkerTemplate.size``) may have: a larger group is
+``InvalidSpec``. Multi-host inference spans a few nodes to a few dozen; the ceiling keeps
+one LWS from making every pass build and place billions of pods."""
+
+
+@dataclass(frozen=True)
+class PodDemand:
+    """One pod of a group: its role, effective requests and node constraints.
+
+    ``requests`` holds only non-zero amounts and never ``pods``; treat it as immutable.
+    """
+
+    role: str
+    requests: Resources
+    constraints: NodeConstraints = field(default_factory=NodeConstraints)
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self, "_hash", hash((self.role, frozenset(self.requests.items()), self.constraints))
+        )
+
+    def __hash__(self) -> int:
+        return self._hash
+
+
+@dataclass(frozen=True)
+class GroupDemand:
+    """The demand of one LWS group: its pods (leader first), their total, and how many there are."""
+
+    pods: tuple[PodDemand, ...]
+    total: Resources = field(init=False, compare=False)
+    pod_count: int = field(init=False, compare=False)
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.pods:
+            raise ValueError("a group has at least one pod")
+        total: dict[str, int] = {}
+        for pod in self.pods:
+            for name, amount in pod.requests.items():
+                total[name] = total.get(name, 0) + amount
+        object.__setattr__(self, "total", total)
+        object.__setattr__(self, "pod_count", len(self.pods))
+        object.__setattr__(self, "_hash", hash(self.pods))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def pods_needing(self, resource: str) -> int:
+        """How many of the group's pods request ``resource``."""
+        return sum(1 for pod in self.pods if pod.requests.get(resource, 0) > 0)
+
+
+def _quantities(value: object, where: str) -> dict[str, Fraction]:
+    result: dict[str, Fraction] = {}
+    for name, raw in mapping(value, where).items():
+        try:
+            amount = parse_quantity(raw)
+        except ValueError as err:
+            raise ValueError(f"{where}[{name}]: {err}") from None
+        if amount < 0:
+            raise ValueError(f"{where}[{name}]: {raw!r} is negative")
+        result[str(name)] = amount
+    return result
+
+
+def _add(into: dict[str, Fraction], other: Mapping[str, Fraction]) -> None:
+    for name, amount in other.items():
+        into[name] = into.get(name, Fraction(0)) + amount
+
+
+def _max_into(into: dict[str, Fraction], other: Mapping[str, Fraction]) -> None:
+    for name, amount in other.items():
+        if name not in into or amount > into[name]:
+            into[name] = amount
+
+
+def _container_requests(container: object, where: str) -> dict[str, Fraction]:
+    resources = mapping(mapping(container, where).get("resources"), f"{where}.resources")
+    requests = _quantities(resources.get("requests"), f"{where}.resources.requests")
+    for name, limit in _quantities(resources.get("limits"), f"{where}.resources.limits").items():
+        requests.setdefault(name, limit)  # API server defaulting: request = limit
+    return requests
+
+
+def _is_pod_level(resource: str) -> bool:
+    return resource in _POD_LEVEL_RESOURCES or resource.startswith("hugepages-")
+
+
+def pod_requests(
+    pod_spec: Mapping[str, Any],
+    *,
+    overhead: Mapping[str, QuantityLike] | None = None,
+    where: str = "spec",
+) -> dict[str, int]:
+    """Effective requests of a pod spec, in scheduler units, zero amounts dropped.
+
+    ``overhead`` is the RuntimeClass ``overhead.podFixed`` of the pod's
+    ``runtimeClassName``, used when the spec has no ``overhead`` of its own (templates
+    never do; the RuntimeClass admission plugin fills it in at pod creation).
+    Raises ValueError naming the field for malformed specs.
+    """
+    total: dict[str, Fraction] = {}
+    requested: set[str] = set()
+    containers = sequence(pod_spec.get("containers"), f"{where}.containers")
+    for i, container in enumerate(containers):
+        requests = _container_requests(container, f"{where}.containers[{i}]")
+        requested.update(requests)
+        _add(total, requests)
+
+    sidecars: dict[str, Fraction] = {}
+    init_peak: dict[str, Fraction] = {}
+    for i, container in enumerate(sequence(pod_spec.get("initContainers"), f"{where}.initContainers")):
+        ctx = f"{where}.initContainers[{i}]"
+        requests = _container_requests(container, ctx)
+        requested.update(requests)
+        if string(mapping(container, ctx).get("restartPolicy"), f"{ctx}.restartPolicy") == "Always":
+            _add(total, requests)
+            _add(sidecars, requests)
+            _max_into(init_peak, sidecars)
+        else:
+            running = dict(requests)
+            _add(running, sidecars)
+            _max_into(init_peak, running)
+    _max_into(total, init_peak)
+
+    pod_resources = mapping(pod_spec.get("resources"), f"{where}.resources")
+    pod_level_requests = _quantities(pod_resources.get("requests"), f"{where}.resources.requests")
+    pod_level_limits = _quantities(pod_resources.get("limits"), f"{where}.resources.limits")
+    for name, amount in pod_level_limits.items():
+        if _is_pod_level(name) and name not in pod_level_requests and name not in requested:
+            total[name] = amount
+    for name, amount in pod_level_requests.items():
+        if _is_pod_level(name):
+            total[name] = amount
+
+    own_overhead = pod_spec.get("overhead")
+    if own_overhead is not None:
+        _add(total, _quantities(own_overhead, f"{where}.overhead"))
+    elif overhead is not None:
+        _add(total, _quantities(overhead, "RuntimeClass overhead.podFixed"))
+
+    units = {name: to_units(name, amount) for name, amount in total.items() if name != "pods"}
+    return {name: amount for name, amount in units.items() if amount > 0}
+
+
+def pod_demand(
+    role: str,
+    pod_spec: Mapping[str, Any],
+    *,
+    overhead: Mapping[str, QuantityLike] | None = None,
+    where: str = "spec",
+) -> PodDemand:
+    """A ``PodDemand`` for a pod spec: effective requests plus node constraints."""
+    return PodDemand(
+        role=role,
+        requests=pod_requests(pod_spec, overhead=overhead, where=where),
+        constraints=parse_node_constraints(pod_spec, where),
+    )
+
+
+def _template_demand(
+    role: str,
+    template: Mapping[str, Any],
+    where: str,
+    runtime_class_overhead: Mapping[str, Mapping[str, QuantityLike]],
+) -> PodDemand:
+    spec = template.get("spec")
+    if spec is None:
+        raise ValueError(f"{where}.spec: missing")
+    spec = mapping(spec, f"{where}.spec")
+    if not sequence(spec.get("containers"), f"{where}.spec.containers"):
+        raise ValueError(f"{where}.spec.containers: a pod needs at least one container")
+    runtime_class = string(spec.get("runtimeClassName"), f"{where}.spec.runtimeClassName")
+    overhead = runtime_class_overhead.get(runtime_class) if runtime_class else None
+    return pod_demand(role, spec, overhead=overhead, where=f"{where}.spec")
+
+
+def group_demand(
+    lws: Mapping[str, Any],
+    *,
+    runtime_class_overhead: Mapping[str, Mapping[str, QuantityLike]] | None = None,
+) -> GroupDemand:
+    """The demand of one group of a LeaderWorkerSet (``leaderworkerset.x-k8s.io/v1``).
+
+    A group is the leader pod plus ``size - 1`` worker pods (``size`` defaults to 1).
+    The leader uses ``leaderTemplate`` when present, else ``workerTemplate``.
+    ``subGroupPolicy`` only partitions the group for exclusive placement; it does not
+    change what the group asks for. ``runtime_class_overhead`` maps RuntimeClass names
+    to their ``overhead.podFixed``. Raises ValueError naming the LWS and the field.
+    """
+    meta = lws.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
+    namespace, name = meta.get("namespace"), meta.get("name")
+    label = f"LeaderWorkerSet {namespace}/{name}" if namespace else f"LeaderWorkerSet {name}"
+    try:
+        api_version = lws.get("apiVersion")
+        if api_version is not None and api_version != LWS_API_VERSION:
+            raise ValueError(f"apiVersion: expected {LWS_API_VERSION}, got {api_version!r}")
+        spec = mapping(lws.get("spec"), "spec")
+        where = "spec.leaderWorkerTemplate"
+        template = spec.get("leaderWorkerTemplate")
+        if template is None:
+            raise ValueError(f"{where}: missing")
+        template = mapping(template, where)
+        size = integer(template.get("size"), f"{where}.size", 1)
+        if size < 1:
+            raise ValueError(f"{where}.size: must be at least 1, got {size}")
+        if size > MAX_GROUP_SIZE:
+            raise ValueError(
+                f"{where}.size: at most {MAX_GROUP_SIZE} pods per group are supported, got {size}"
+            )
+        worker_template = template.get("workerTemplate")
+        if worker_template is None:
+            raise ValueError(f"{where}.workerTemplate: missing")
+        overheads = runtime_class_overhead or {}
+        worker_where = f"{where}.workerTemplate"
+        leader_template = template.get("leaderTemplate")
+        if leader_template is None:
+            leader = _template_demand(
+                "leader", mapping(worker_template, worker_where), worker_where, overheads
+            )
+        else:
+            leader_where = f"{where}.leaderTemplate"
+            leader = _template_demand(
+                "leader", mapping(leader_template, leader_where), leader_where, overheads
+            )
+        pods = [leader]
+        if size > 1:
+            worker = _template_demand(
+                "worker", mapping(worker_template, worker_where), worker_where, overheads
+            )
+            pods.extend([worker] * (size - 1))
+    except ValueError as err:
+        raise ValueError(f"{label}: {err}") from None
+    return GroupDemand(tuple(pods))

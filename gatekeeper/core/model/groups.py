@@ -1,0 +1,176 @@
+"""The groups of an opted-in LWS, as every backend sees them before it decides anything.
+
+Why this exists: which groups an LWS has, which of its pods belong to each, which record is
+each group's and whether a group is staying or on its way out are facts, not decisions of
+one backend; both backends (and any to come) enumerate groups with ``lws_groups``:
+
+* An opted-in LWS (label ``lws-gatekeeper.io/pool``) has groups ``0..replicas-1``, plus any
+  index that still has a pod not in phase Succeeded/Failed (surge, or a scale-down in
+  progress; a terminating pod still counts, it still holds its node).
+* A group is *staying* when it is wanted (index below ``replicas``, or a surge group with a
+  live pod) and its LWS is not being deleted; otherwise it is leaving.
+* Its record is the one named by ``record_name``, unless that record's spec names another
+  LWS UID (an earlier LWS of the same name): then it has none.
+* When ``spec.replicas`` cannot be read, which groups are wanted is unknown: every group
+  gets an ``InvalidSpec`` demand, and the backend names the indices that hold something
+  (admitted records, or Workloads), so they are kept.
+
+A group's demand is computed once per LWS generation: ``DemandMemo`` remembers it, owned by
+the loop that runs the passes (the spec cannot change without a new generation).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gatekeeper.core.kube.keys import LWS_NAME_LABEL
+from gatekeeper.core.kube.objects import as_map, is_terminating, meta
+from gatekeeper.core.model.demand import GroupDemand, group_demand
+from gatekeeper.core.model.group import GroupKey, InvalidDemand
+from gatekeeper.core.model.lws import GroupPod, group_index, pool_of, replicas
+from gatekeeper.core.model.record import record_belongs, record_name
+
+__all__ = ["DemandMemo", "GroupState", "LwsGroup", "PodsByGroup", "lws_groups", "pods_by_group"]
+
+PodsByGroup = Mapping[tuple[str, str], Mapping[int, Sequence[GroupPod]]]
+"""Pods per (namespace, LWS name) and group index."""
+
+
+@dataclass(frozen=True)
+class GroupState:
+    """What the pass found about one group, for its record and events."""
+
+    key: GroupKey
+    lws_uid: str
+    pool: str
+    record: str
+    demand: GroupDemand | InvalidDemand
+    pods: tuple[str, ...]
+    gated: tuple[str, ...]
+    revision: str = ""
+    """The LWS template revision of the group's pods (its leader's when present)."""
+
+
+@dataclass(frozen=True)
+class LwsGroup:
+    """One group of an LWS as every backend sees it, before it decides anything."""
+
+    state: GroupState
+    members: Sequence[GroupPod]
+    """Every pod with the group's index, terminating ones included."""
+    present: Sequence[GroupPod]
+    """Those not terminating, by name."""
+    staying: bool
+    """Wanted (index below ``replicas``, or a surge group with a live pod) and its LWS not
+    being deleted; a group that is not staying is on its way out."""
+    record: Mapping[str, Any] | None
+    """Its record, unless there is none or it belongs to an earlier LWS of that name."""
+
+
+class DemandMemo:
+    """Demands already computed, by LWS (uid, generation), bounded.
+
+    Owned by a loop, so that nothing in the core is global state: a pass reads every
+    opted-in LWS, and computing a demand from its templates is most of that.
+    """
+
+    def __init__(self, limit: int = 20_000) -> None:
+        self.limit = limit
+        self._seen: dict[tuple[str, int], GroupDemand | InvalidDemand] = {}
+
+    def __len__(self) -> int:
+        return len(self._seen)
+
+    def demand(self, lws: Mapping[str, Any]) -> GroupDemand | InvalidDemand:
+        """The demand of one group of ``lws``, or why it cannot be computed."""
+        m = meta(lws)
+        uid, generation = m.get("uid"), m.get("generation")
+        key = (uid, generation) if isinstance(uid, str) and uid and type(generation) is int else None
+        if key is not None and key in self._seen:
+            return self._seen[key]
+        try:
+            demand: GroupDemand | InvalidDemand = group_demand(lws)
+        except (ValueError, ArithmeticError) as exc:  # one LWS's numbers never stop the pass
+            demand = InvalidDemand(str(exc))
+        if key is not None:
+            if len(self._seen) >= self.limit:
+                self._seen.clear()  # old generations pile up; starting afresh is cheap
+            self._seen[key] = demand
+        return demand
+
+
+def pods_by_group(pods: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], dict[int, list[GroupPod]]]:
+    """Pods per (namespace, LWS) and group index. Pods without the LWS labels (or a sane
+    index) are not ours to count."""
+    found: dict[tuple[str, str], dict[int, list[GroupPod]]] = {}
+    for pod in pods:
+        m = meta(pod)
+        pod_labels = as_map(m.get("labels"))
+        index = group_index(pod)
+        pod_name = m.get("name")
+        if LWS_NAME_LABEL not in pod_labels or index is None or not isinstance(pod_name, str) or not pod_name:
+            continue
+        owner = (str(m.get("namespace") or ""), str(pod_labels[LWS_NAME_LABEL]))
+        found.setdefault(owner, {}).setdefault(index, []).append(GroupPod.read(pod, pod_name))
+    return found
+
+
+def revision_of(pods: Sequence[GroupPod]) -> str:
+    """The template revision of a group: its leader's, else its first pod's that has one."""
+    for pod in sorted(pods, key=lambda p: p.worker):
+        if pod.revision:
+            return pod.revision
+    return ""
+
+
+def lws_groups(
+    ns: str,
+    name: str,
+    lws: Mapping[str, Any],
+    pods_of: PodsByGroup,
+    records: Mapping[tuple[str, str], Mapping[str, Any]],
+    held_when_unreadable: Callable[[str, str, str], set[int]],
+    memo: DemandMemo,
+) -> list[LwsGroup]:
+    """The groups of one LWS: ``0..replicas-1`` plus any index that still has a live pod.
+
+    When ``spec.replicas`` cannot be read, every group gets an ``InvalidSpec`` demand and
+    ``held_when_unreadable(ns, name, uid)`` names the indices that hold something.
+    """
+    uid = str(meta(lws).get("uid") or "")
+    deleting = is_terminating(lws)
+    demand = memo.demand(lws)
+    pool = pool_of(lws)
+    by_index = pods_of.get((ns, name), {})
+    indices = {i for i, ps in by_index.items() if any(p.live for p in ps)}
+    try:
+        wanted = replicas(lws)
+    except ValueError as exc:
+        wanted = 0
+        demand = InvalidDemand(f"LeaderWorkerSet {ns}/{name}: {exc}")
+        indices |= held_when_unreadable(ns, name, uid)
+    if not deleting:
+        indices |= set(range(wanted))
+    groups: list[LwsGroup] = []
+    for index in sorted(indices):
+        rname = record_name(name, uid, index)
+        members = by_index.get(index, [])
+        present = sorted((p for p in members if not p.terminating), key=lambda p: p.name)
+        record = records.get((ns, rname))
+        if record is not None and not record_belongs(record, name, uid, index):
+            record = None  # an earlier incarnation's record: released, then created afresh
+        state = GroupState(
+            key=GroupKey(ns, name, index),
+            lws_uid=uid,
+            pool=pool,
+            record=rname,
+            demand=demand,
+            pods=tuple(p.name for p in present),
+            gated=tuple(p.name for p in present if p.gated),
+            revision=revision_of([p for p in present if p.live]),
+        )
+        staying = not deleting and (index < wanted or any(p.live for p in present))
+        groups.append(LwsGroup(state, members, present, staying, record))
+    return groups

@@ -1,0 +1,163 @@
+"""What the decisions read of a LeaderWorkerSet and of its pods, each rule written once.
+
+Why this exists: every backend needs the same facts of an LWS (its pool, its priority, its
+replicas, its templates) and of its pods (group, worker index, template revision, gated,
+bound, terminating). Reading them in one place keeps the backends from drifting apart: the
+priority of a pod, for one, is read by the rule the API server applies (a PriorityClass
+name decides; a bare ``priority`` counts only without one), for both backends alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gatekeeper.core.kube.keys import (
+    GROUP_INDEX_LABEL,
+    POOL_LABEL,
+    REVISION_LABEL,
+    SCHEDULING_GATE,
+    WORKER_INDEX_LABEL,
+)
+from gatekeeper.core.kube.objects import as_list, as_map, is_live, is_terminating, labels
+
+__all__ = [
+    "MAX_REPLICAS",
+    "GroupPod",
+    "Priority",
+    "group_index",
+    "is_gated",
+    "pool_of",
+    "priority",
+    "replicas",
+    "size",
+    "templates",
+    "worker_index",
+]
+
+
+def pool_of(lws: Mapping[str, Any]) -> str:
+    """The value of the opt-in label: the pool (or LocalQueue) the LWS asks for."""
+    return str(labels(lws).get(POOL_LABEL, ""))
+
+
+def templates(lws: Mapping[str, Any]) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
+    """(leader template, worker template); the leader's is the worker's when absent."""
+    lwt = as_map(as_map(lws.get("spec")).get("leaderWorkerTemplate"))
+    worker = as_map(lwt.get("workerTemplate"))
+    return as_map(lwt.get("leaderTemplate")) or worker, worker
+
+
+def size(lws: Mapping[str, Any]) -> int:
+    """Pods per group (leader included); 1 when unreadable (the demand says why)."""
+    value = as_map(as_map(lws.get("spec")).get("leaderWorkerTemplate")).get("size", 1)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else 1
+
+
+MAX_REPLICAS = 10_000
+"""The most groups one LWS may ask for: with more, which groups are wanted is taken as
+unreadable (``InvalidSpec``; groups already admitted keep their reservation). Each group is
+a record and a place in the queue, and ``replicas`` can be raised by anyone who may scale."""
+
+
+def replicas(lws: Mapping[str, Any]) -> int:
+    """``spec.replicas`` (1 when absent, the API server's default); ValueError when unreadable
+    or above ``MAX_REPLICAS``."""
+    value = as_map(lws.get("spec")).get("replicas")
+    if value is None:
+        return 1
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"spec.replicas: expected a non-negative integer, got {value!r}")
+    if value > MAX_REPLICAS:
+        raise ValueError(
+            f"spec.replicas: at most {MAX_REPLICAS} groups per LeaderWorkerSet are supported, got {value}"
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class Priority:
+    """The priority of an LWS's pods: a value (None when unknown) and the PriorityClass that gave it."""
+
+    value: int | None = None
+    class_name: str | None = None
+
+    @property
+    def order(self) -> int:
+        """The value queues sort by: an unknown priority counts as 0, as the API server's default."""
+        return self.value if self.value is not None else 0
+
+
+def priority(lws: Mapping[str, Any], classes: Mapping[str, int]) -> Priority:
+    """The priority of the LWS's pods, leader template first.
+
+    The API server's rule: a ``priorityClassName`` decides the value (a pod whose explicit
+    ``priority`` differs is refused); a bare ``priority`` counts only without a class name.
+    A class that does not exist (yet) gives an unknown value.
+    """
+    spec_tmpl = as_map(as_map(lws.get("spec")).get("leaderWorkerTemplate"))
+    for tmpl in (spec_tmpl.get("leaderTemplate"), spec_tmpl.get("workerTemplate")):
+        spec = as_map(as_map(tmpl).get("spec"))
+        name = spec.get("priorityClassName")
+        if isinstance(name, str) and name:
+            return Priority(classes.get(name), name)
+        value = spec.get("priority")
+        if isinstance(value, int) and not isinstance(value, bool):
+            return Priority(value)
+    return Priority()
+
+
+def group_index(pod: Mapping[str, Any]) -> int | None:
+    """The pod's group index; None when it has none or an unreadable one."""
+    try:
+        index = int(str(labels(pod)[GROUP_INDEX_LABEL]))
+    except (KeyError, ValueError):
+        return None
+    return index if index >= 0 else None
+
+
+def worker_index(pod: Mapping[str, Any]) -> int:
+    """The pod's index in its group (0: the leader); 0 when unreadable."""
+    try:
+        return int(str(labels(pod).get(WORKER_INDEX_LABEL, "0")))
+    except ValueError:
+        return 0
+
+
+def is_gated(pod: Mapping[str, Any]) -> bool:
+    """Does the pod still carry the gatekeeper's scheduling gate?"""
+    gates = as_list(as_map(pod.get("spec")).get("schedulingGates"))
+    return any(as_map(g).get("name") == SCHEDULING_GATE for g in gates)
+
+
+@dataclass(frozen=True)
+class GroupPod:
+    """What a pass needs of one pod of an opted-in LWS, read once."""
+
+    name: str
+    live: bool
+    """Not Succeeded/Failed."""
+    terminating: bool
+    gated: bool
+    bound: bool
+    worker: int
+    revision: str
+    spec: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
+    """The spec of a gated pod (not copied), for ``core.admission.conformance`` to check against its
+    role before the gate is lifted; None for a pod let through already."""
+
+    @classmethod
+    def read(cls, pod: Mapping[str, Any], name: str) -> GroupPod:
+        spec = as_map(pod.get("spec"))
+        gated = is_gated(pod)
+        return cls(
+            name=name,
+            live=is_live(pod),
+            terminating=is_terminating(pod),
+            gated=gated,
+            bound=bool(spec.get("nodeName")),
+            worker=worker_index(pod),
+            revision=str(labels(pod).get(REVISION_LABEL) or ""),
+            spec=spec if gated else None,
+        )

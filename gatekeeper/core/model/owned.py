@@ -1,0 +1,129 @@
+"""The StatefulSets a LeaderWorkerSet controls are its controller's to change, nobody else's.
+
+Why this exists: a group is what its LWS says (``core.admission.members`` holds a pod made past the
+LWS's ``size`` or asking other than its role), but the tenant who scaled a worker
+StatefulSet to 4 would only see pods Pending. The StatefulSet guard (a validating
+webhook, ``webhook/guard.py``) refuses the change itself, with a sentence that says to
+change the LWS instead. This module decides, with no I/O:
+
+- :func:`controller_of`: is a StatefulSet one the LWS controller made (its controller is
+  a LeaderWorkerSet, as a leader StatefulSet's is, or a pod, as a worker StatefulSet's
+  is: its group's leader)? Any StatefulSet controlled by a pod is taken for an LWS's:
+  nothing else in Kubernetes makes one.
+- :func:`statefulset_refusal`: a create of such a StatefulSet, or an update of its
+  ``spec`` or its controller reference;
+- :func:`scale_refusal`: a change of its replicas through ``statefulsets/scale``, whose
+  Scale object carries no owner (the webhook reads the StatefulSet for it).
+
+The LWS controller and the garbage collector (which drops the owner reference when an
+LWS is deleted with ``--cascade=orphan``) are left out by the webhook configuration's
+match conditions (``webhook/config.py``), so they never reach these functions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gatekeeper.core.kube.keys import LWS_KIND, LWS_NAME_LABEL
+from gatekeeper.core.kube.objects import as_list, as_map, labels, meta, name_of
+
+__all__ = ["Controller", "controller_of", "scale_refusal", "statefulset_refusal"]
+
+
+@dataclass(frozen=True)
+class Controller:
+    """What controls an LWS's StatefulSet: the LWS itself, or its group's leader pod."""
+
+    kind: str
+    """``LeaderWorkerSet`` or ``Pod``."""
+    name: str
+    lws: str
+    """The LeaderWorkerSet's name, as far as the StatefulSet tells it."""
+
+    def said(self) -> str:
+        if self.kind == LWS_KIND:
+            return f"LeaderWorkerSet {self.name}"
+        return f"pod {self.name} of LeaderWorkerSet {self.lws}" if self.lws else f"pod {self.name}"
+
+
+def _controller_ref(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    for ref in as_list(meta(obj).get("ownerReferences")):
+        ref = as_map(ref)
+        if ref.get("controller") is True:
+            return ref
+    return None
+
+
+def controller_of(sts: Mapping[str, Any]) -> Controller | None:
+    """The LWS or pod controlling ``sts``; ``None`` for a StatefulSet of anything else."""
+    ref = _controller_ref(sts)
+    if ref is None:
+        return None
+    kind, name = ref.get("kind"), str(ref.get("name") or "")
+    if kind == LWS_KIND and str(ref.get("apiVersion") or "").startswith("leaderworkerset.x-k8s.io/"):
+        return Controller(LWS_KIND, name, name)
+    if kind == "Pod" and ref.get("apiVersion") == "v1":
+        lws = labels(sts).get(LWS_NAME_LABEL)
+        return Controller("Pod", name, lws if isinstance(lws, str) else "")
+    return None
+
+
+def _refusal(namespace: str, sts: str, controller: Controller, may: str) -> str:
+    lws = f"LeaderWorkerSet {controller.lws}" if controller.lws else "the LeaderWorkerSet"
+    return (
+        f"lws-gatekeeper: StatefulSet {namespace}/{sts} belongs to {controller.said()}, and only "
+        f"the LeaderWorkerSet controller may {may}: the gatekeeper admits a group as its "
+        f"LeaderWorkerSet says; change {lws} instead (spec.replicas for its groups, "
+        "spec.leaderWorkerTemplate for its pods)"
+    )
+
+
+def statefulset_refusal(operation: str, obj: Mapping[str, Any], old: Mapping[str, Any] | None) -> str | None:
+    """Why a create or update of a StatefulSet is refused; ``None``: let it through.
+
+    Refused: creating a StatefulSet controlled by an LWS or a pod, or giving one such a
+    controller; changing the ``spec`` (replicas, template, anything) or the controller
+    reference of one that is. Its labels,
+    annotations and other owners stay the tenant's.
+    """
+    namespace = str(meta(obj).get("namespace") or (meta(old).get("namespace") if old else "") or "")
+    if operation == "CREATE":
+        made = controller_of(obj)
+        if made is None:
+            return None
+        return _refusal(namespace, name_of(obj), made, f"make a StatefulSet {made.said()} controls")
+    if operation != "UPDATE" or old is None:
+        return None
+    controller = controller_of(old)
+    if controller is None:
+        made = controller_of(obj)
+        if made is None:
+            return None
+        return _refusal(namespace, name_of(obj), made, f"make a StatefulSet {made.said()} controls")
+    if as_map(old.get("spec")) != as_map(obj.get("spec")):
+        changed = sorted(
+            key
+            for key in {*as_map(old.get("spec")), *as_map(obj.get("spec"))}
+            if as_map(old.get("spec")).get(key) != as_map(obj.get("spec")).get(key)
+        )
+        return _refusal(namespace, name_of(old), controller, f"change its spec ({', '.join(changed)})")
+    if _controller_ref(old) != _controller_ref(obj):
+        return _refusal(namespace, name_of(old), controller, "change its controller reference")
+    return None
+
+
+def scale_refusal(sts: Mapping[str, Any], replicas: object, old_replicas: object) -> str | None:
+    """Why a change of ``sts``'s replicas through its scale subresource is refused."""
+    if replicas == old_replicas:
+        return None
+    controller = controller_of(sts)
+    if controller is None:
+        return None
+    return _refusal(
+        str(meta(sts).get("namespace") or ""),
+        name_of(sts),
+        controller,
+        f"change its replicas ({old_replicas} to {replicas})",
+    )

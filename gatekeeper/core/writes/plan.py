@@ -1,0 +1,196 @@
+"""Writes as data: what a pass asks the controller to do, in order, with no I/O.
+
+Why this exists: every backend's pass ends in writes (create a record, admit it, lift its
+pods' gates, post an Event, write a Pool's status...), and how they hang together is part
+of the decision: a group's gates are lifted only after its record says ``Admitted=True``,
+a record made in this pass is admitted under the resourceVersion its creation returned,
+a Workload is owned by the record made just before it. So a backend returns a ``Plan``:
+stages run one after the other, the writes of a stage side by side, and each write's
+``then`` only once it went through. The controller executes a plan and decides nothing.
+
+``Memory`` is what a controller remembers between passes that is safe to lose (which
+Event it already posted for an LWS and reason, when it last rewrote a waiting message);
+a plan reads it, and a write that goes through records its ``marks`` in it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from gatekeeper.core.kube.keys import LWS_API_VERSION, LWS_KIND
+from gatekeeper.core.kube.objects import meta
+from gatekeeper.core.model.group import GroupKey
+
+__all__ = [
+    "Event",
+    "EventsOnce",
+    "Mark",
+    "Memory",
+    "Op",
+    "Plan",
+    "Write",
+    "involved",
+    "rfc3339",
+    "walk",
+]
+
+
+class Op(StrEnum):
+    """The API calls a plan can ask for."""
+
+    CREATE = "create"
+    DELETE = "delete"
+    MERGE_STATUS = "merge-status"
+    """Merge-patch the ``status`` subresource (``body`` is the status)."""
+    APPLY_STATUS = "apply-status"
+    """Server-side apply to the ``status`` subresource (``body`` is the whole object)."""
+    JSON_PATCH = "json-patch"
+    """RFC 6902 patch of the object (``body`` is the list of operations)."""
+    EVENT = "event"
+    """Post a core/v1 Event about the object (``body`` is an ``Event``); best effort."""
+
+
+@dataclass(frozen=True)
+class Event:
+    """An Event about ``Write``'s object: its reason, message and type."""
+
+    reason: str
+    message: str
+    warning: bool = False
+    involved: Mapping[str, Any] = field(default_factory=dict)
+    """apiVersion, kind, name, namespace and uid of the object it is about."""
+
+
+@dataclass(frozen=True)
+class Mark:
+    """What ``Memory`` keeps once a write went through: ``kind`` ("event" or "message"), a key, a value."""
+
+    kind: str
+    key: str
+    value: str = ""
+
+
+@dataclass(frozen=True)
+class Write:
+    """One API write, and what to do once it went through."""
+
+    op: Op
+    resource: str
+    """The plural of the kind, as in ``core.kube.keys`` (``groupadmissions``, ``pods``, ...)."""
+    namespace: str | None
+    name: str
+    body: Any = None
+    guard: str | None = None
+    """A resourceVersion: the write fails (a Conflict) if the object changed since."""
+    uid: str | None = None
+    """With ``DELETE``: delete only the object of this UID, not one made since under its name."""
+    guard_from_parent: bool = False
+    """Guard with the resourceVersion the parent write returned (a record made in this pass)."""
+    owner_from_parent: bool = False
+    """Set the uid of ``body``'s first owner reference to the uid of the object the parent made."""
+    then: tuple[Write, ...] = ()
+    """Writes that follow this one, side by side, once it went through."""
+    marks: tuple[Mark, ...] = ()
+    tag: str = ""
+    """What the write means, for logs and metrics (``admit``, ``ungate``, ``release``, ...)."""
+    labels: tuple[str, ...] = ()
+    """Metric labels of ``tag`` (a pool's name, say)."""
+    measure: float = 0.0
+    """A figure the metric of ``tag`` observes (an admission's wait, in seconds)."""
+    field_manager: str = ""
+    """With ``APPLY_STATUS``: the server-side apply field manager."""
+
+
+Plan = tuple[tuple[Write, ...], ...]
+"""Stages in order; the writes of one stage side by side."""
+
+
+def walk(plan: Plan) -> Iterator[Write]:
+    """Every write of a plan, ``then`` writes included, each before its ``then`` (depth first)."""
+    stack = [w for stage in reversed(plan) for w in reversed(stage)]
+    while stack:
+        one = stack.pop()
+        yield one
+        stack.extend(reversed(one.then))
+
+
+class Memory:
+    """What a controller remembers between passes that is safe to lose (bounded)."""
+
+    def __init__(self, limit: int = 100_000) -> None:
+        self.limit = limit
+        self.events: dict[str, str] = {}
+        """Event slot (namespace/LWS/reason) -> the LWS resourceVersion it was posted for."""
+        self.messages: dict[str, float] = {}
+        """Record (namespace/name) -> when its waiting message was last written (monotonic s)."""
+
+    def apply(self, marks: tuple[Mark, ...], clock: float) -> None:
+        for mark in marks:
+            into: dict[str, Any] = self.events if mark.kind == "event" else self.messages
+            if len(into) >= self.limit:
+                into.clear()
+            into[mark.key] = mark.value if mark.kind == "event" else clock
+
+
+def rfc3339(moment: datetime) -> str:
+    """A time as the API writes it (seconds, UTC)."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def involved(lws: Mapping[str, Any]) -> dict[str, Any]:
+    """The reference an Event about ``lws`` carries."""
+    m = meta(lws)
+    return {
+        "apiVersion": lws.get("apiVersion", LWS_API_VERSION),
+        "kind": LWS_KIND,
+        "name": m.get("name"),
+        "namespace": m.get("namespace"),
+        "uid": m.get("uid"),
+    }
+
+
+class EventsOnce:
+    """One Event per LWS and reason change, not one per group: 100 waiting groups, one line."""
+
+    def __init__(self, memory: Memory, lwss: Mapping[tuple[str, str], Mapping[str, Any]]) -> None:
+        self.memory, self.lwss = memory, lwss
+        self.planned: set[str] = set()
+
+    def once(
+        self, group: GroupKey, reason: str, message: str, *, warning: bool, force: bool = False
+    ) -> Write | None:
+        """An Event about the group's LWS, unless one was posted (or planned) for this reason
+        since the LWS last changed (``force``: even then)."""
+        lws = self.lwss.get((group.namespace, group.name))
+        if lws is None:
+            return None
+        slot = f"{group.namespace}/{group.name}/{reason}"
+        version = str(meta(lws).get("resourceVersion"))
+        if not force and (slot in self.planned or self.memory.events.get(slot) == version):
+            return None
+        self.planned.add(slot)
+        return self.always(lws, reason, message, warning=warning, marks=(Mark("event", slot, version),))
+
+    @staticmethod
+    def always(
+        lws: Mapping[str, Any],
+        reason: str,
+        message: str,
+        *,
+        warning: bool = False,
+        marks: tuple[Mark, ...] = (),
+    ) -> Write:
+        m = meta(lws)
+        event = Event(reason, message, warning, involved(lws))
+        return Write(
+            Op.EVENT,
+            "leaderworkersets",
+            str(m.get("namespace") or ""),
+            str(m.get("name")),
+            event,
+            marks=marks,
+        )
