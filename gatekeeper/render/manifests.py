@@ -1,17 +1,12 @@
-"""Cluster objects for the reserved pools, per backend, from the jinja2 templates in ``templates/``.
+"""Cluster objects for the reserved pools, per backend, from each backend's jinja2 template.
 
 Why this exists: the same few lines of pool description become each backend's objects
 (a ``Pool``, a Kueue ResourceFlavor + ClusterQueue + LocalQueues, ...): the template and the
-names it reads are the backend's own (``core.plugin.backend.Backend``). The
-shapes live in templates a person can read next to the backends' docs; this module only
-feeds them checked values (see ``pools.py``) and quotes every string for YAML, so a
-label value such as ``"true"`` or ``"1"`` stays a string.
-
-Where the templates come from: the source of truth is ``templates/`` at the repository
-root (the layout in docs/development.md). ``gatekeeper/render/templates`` is a symbolic link to it, so
-the package finds them with ``importlib.resources`` both from a source checkout
-(``pip install -e .``) and from a built wheel, where setuptools copies the linked files
-in as package data (``[tool.setuptools.package-data]``).
+names it reads are the backend's own (``core.plugin.backend.Backend``), and the template
+lives in the backend's folder (``render.yaml.j2``). This module only feeds them checked
+values (see ``pools.py``) and quotes every string for YAML, so a label value such as
+``"true"`` or ``"1"`` stays a string. The templates are found with ``importlib.resources``,
+from a source checkout and from a built wheel alike (``[tool.setuptools.package-data]``).
 """
 
 from __future__ import annotations
@@ -36,7 +31,7 @@ __all__ = [
     "TemplatesMissing",
     "render",
     "render_stream",
-    "templates_dir",
+    "template_file",
 ]
 
 MANAGED_BY = "lws-gatekeeper-render"
@@ -61,23 +56,25 @@ class RenderedPool:
         return f"{self.backend}-{self.pool}.yaml"
 
 
-def templates_dir() -> Traversable:
-    """The templates folder shipped with the package; TemplatesMissing names the fix if absent."""
-    folder = resources.files("gatekeeper.render").joinpath("templates")
-    if not folder.is_dir() or not folder.joinpath(BACKENDS.default.template).is_file():
+def template_file(backend: Backend) -> Traversable:
+    """The render template shipped with ``backend``'s package; TemplatesMissing if absent."""
+    package, _, name = backend.template.partition(":")
+    try:
+        path = resources.files(package).joinpath(name) if package and name else None
+    except ModuleNotFoundError:
+        path = None
+    if path is None or not path.is_file():
         raise TemplatesMissing(
-            f"the render templates are missing from {folder}: it should be a link to the "
-            "repository's templates/ folder (a source checkout) or hold its files (a wheel). "
-            "Reinstall lws-gatekeeper, or restore the link with "
-            "`ln -s ../../templates gatekeeper/render/templates`."
+            f"the render template {backend.template!r} of backend {backend.name!r} is missing: "
+            "reinstall lws-gatekeeper (a wheel built without its package data?)"
         )
-    return folder
+    return path
 
 
 def render(pools: PoolsFile, backend: Backend | str) -> list[RenderedPool]:
     """Each pool's objects for ``backend`` (one or its name), in the description's order."""
     one = BACKENDS[backend] if isinstance(backend, str) else backend
-    template = _environment().get_template(one.template)
+    template = _environment().from_string(template_file(one).read_text(encoding="utf-8"))
     return [
         RenderedPool(pool.name, one.name, template.render(_context(pool, one)).rstrip("\n") + "\n")
         for pool in pools.pools
@@ -90,14 +87,7 @@ def render_stream(pools: PoolsFile, backend: Backend | str) -> str:
 
 
 def _environment() -> jinja2.Environment:
-    folder = templates_dir()
-
-    def load(name: str) -> str | None:
-        path = folder.joinpath(name)
-        return path.read_text(encoding="utf-8") if path.is_file() else None
-
     env = jinja2.Environment(
-        loader=jinja2.FunctionLoader(load),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         autoescape=False,  # YAML, not HTML: strings are quoted by the `q` filter instead

@@ -18,7 +18,7 @@ from gatekeeper.controller.backends import PLUGINS
 from gatekeeper.core.backends import BACKENDS
 from gatekeeper.core.plugin.backend import Backend, Registry
 from gatekeeper.render.cli import render_cmd
-from gatekeeper.render.manifests import templates_dir
+from gatekeeper.render.manifests import TemplatesMissing, template_file
 
 PRODUCT = Path(__file__).resolve().parents[2] / "gatekeeper"
 REGISTRIES = {PRODUCT / "core/backends/__init__.py", PRODUCT / "controller/backends/__init__.py"}
@@ -41,10 +41,21 @@ def test_the_commands_offer_exactly_the_registered_backends() -> None:
     assert _choices(render_cmd) == BACKENDS.names
 
 
-def test_every_backend_has_its_render_template() -> None:
-    folder = templates_dir()
+def test_every_backend_has_its_render_template_in_its_folder() -> None:
     for backend in BACKENDS:
-        assert folder.joinpath(backend.template).is_file(), backend.name
+        assert template_file(backend).is_file(), backend.name
+        package, _, name = backend.template.partition(":")
+        assert (PRODUCT / package.removeprefix("gatekeeper.").replace(".", "/") / name).is_file()
+        assert _owned_by(PRODUCT / package.removeprefix("gatekeeper.").replace(".", "/") / name, backend.name)
+
+
+def test_a_backend_without_its_template_is_told_so() -> None:
+    async def nothing(*_: object) -> None:
+        return None
+
+    for where in ("gatekeeper.core.backends.pools:nothing.yaml.j2", "no.such.package:x.j2", "x.yaml.j2"):
+        with pytest.raises(TemplatesMissing, match="missing"):
+            template_file(Backend("x", "X", nothing, "s", "r", where))
 
 
 def test_a_backend_registered_twice_is_refused() -> None:

@@ -27,7 +27,7 @@ from gatekeeper.core.kube.quantity import parse_quantity
 from gatekeeper.core.model.pool import NodeFit, parse_pool
 from gatekeeper.render import PoolsError, parse_pools, render, render_stream
 from gatekeeper.render.cli import render_cmd
-from gatekeeper.render.manifests import MANAGED_BY, templates_dir
+from gatekeeper.render.manifests import MANAGED_BY, template_file
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "pools.yaml"
@@ -66,9 +66,10 @@ def test_example_renders_as_the_golden_file(backend: str) -> None:
     assert got == golden.read_text(), f"{golden} differs; if intended: UPDATE_GOLDEN=1 pytest {__file__}"
 
 
-def test_the_templates_are_found_through_the_package() -> None:
-    folder = templates_dir()
-    assert {b.template.split(".")[0] for b in BACKENDS} <= {p.name.split(".")[0] for p in folder.iterdir()}
+def test_the_templates_are_found_through_the_backends_packages() -> None:
+    for backend in BACKENDS:
+        assert template_file(backend).is_file()
+        assert backend.template.startswith(f"gatekeeper.core.backends.{backend.name}:")
 
 
 # ---- shapes -----------------------------------------------------------------------------

@@ -38,7 +38,8 @@ class Backend:
     renders: str
     """What ``render --backend NAME`` writes, in a few words (``--help``)."""
     template: str
-    """The render template's file name in ``templates/``."""
+    """The render template, as ``PACKAGE:FILE``: a file of the backend's own folder (its
+    package), read by ``render`` through the package's resources."""
     render_context: Mapping[str, str] = field(default_factory=dict)
     """Extra names the render template reads (the API versions it writes)."""
     pod_patch: PodPatch | None = None

@@ -1,6 +1,6 @@
 """Draw the chart's Grafana dashboard as a PNG from a Prometheus' answers to its own queries.
 
-Why this exists: docs/how-it-works.md shows what the dashboard looks like, and Grafana cannot run on
+Why this exists: docs/operations.md shows what the dashboard looks like, and Grafana cannot run on
 our machines. So this takes every panel's queries from the dashboard's JSON
 (``dashboard.py``, as the end-to-end test does), asks a Prometheus for them with
 ``query_range`` (the sandbox's, ``sandbox up --with-prometheus``, or any URL) over a

@@ -11,6 +11,6 @@ BACKEND = Backend(
     summary="the pool label names a Kueue LocalQueue; one Kueue Workload per group, Kueue's "
     "ClusterQueue decides.",
     renders="a ResourceFlavor, a ClusterQueue and LocalQueues",
-    template="kueue.yaml.j2",
+    template="gatekeeper.core.backends.kueue:render.yaml.j2",
     render_context={"kueue_api_version": KUEUE_API_VERSION},
 )

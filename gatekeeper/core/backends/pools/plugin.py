@@ -10,6 +10,6 @@ BACKEND = Backend(
     pool_view=pool_view,
     summary="the pool label names one of the gatekeeper's own Pool objects, which decides.",
     renders="Pool objects",
-    template="pools.yaml.j2",
+    template="gatekeeper.core.backends.pools:render.yaml.j2",
     render_context={"api_version": GATEKEEPER_API_VERSION, "kind": POOL_KIND},
 )

@@ -12,7 +12,7 @@ BACKEND = Backend(
     summary="the pool label names a Volcano Queue; one PodGroup per group, Volcano's scheduler "
     "decides and places.",
     renders="Volcano Queues",
-    template="volcano.yaml.j2",
+    template="gatekeeper.core.backends.volcano:render.yaml.j2",
     render_context={"volcano_api_version": VOLCANO_API_VERSION},
     pod_patch=volcano_pod_patch,
 )
