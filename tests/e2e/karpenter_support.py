@@ -10,12 +10,16 @@ makes its own NodePool under a random tag and deletes it after.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
-from gatekeeper_lab.sandbox.cluster import Sandbox
-from gatekeeper_lab.sandbox.karpenter import NODE_CLASS, NODE_CLASS_GROUP, NODE_CLASS_KIND
+from gatekeeper_lab.sandbox import build
+from gatekeeper_lab.sandbox.cluster import GATEKEEPER_NAMESPACE, Sandbox
+from gatekeeper_lab.sandbox.karpenter import GPU_TYPES, NODE_CLASS, NODE_CLASS_GROUP, NODE_CLASS_KIND
 from tests.e2e.kueue_support import items, make_namespace, new_tag, wait
 
 #: The label (and taint key) that ties a test's Karpenter nodes to it.
@@ -139,3 +143,36 @@ def scene(sb: Sandbox, prefix: str) -> Iterator[str]:
     delete_node_pool(sb, f"np-{tag}")
     sb.kubectl("delete", "pools.lws-gatekeeper.io", f"pool-{tag}", "--ignore-not-found")
     sb.kubectl("delete", "namespace", f"{prefix}-{tag}", "--wait=false")
+
+
+@contextlib.asynccontextmanager
+async def as_the_chart(sb: Sandbox, tmp_path: Path) -> AsyncIterator[None]:
+    """The sandbox's gatekeeper run as the chart's ServiceAccount, with the RBAC ``helm template
+    --set-json karpenter.instanceTypes=...`` makes (and the chart's flag checked); afterwards
+    the admin's gatekeeper again, and nothing in the log may say it was refused anything."""
+    from tests.e2e.conftest import Cluster, refusals
+    from tests.e2e.test_chart import RBAC_KINDS, installed, template
+    from tests.e2e.test_policies import user_kubeconfig
+
+    helm = build.build_all(["helm"])["helm"].bin / "helm"
+    values = ["--set-json", f"karpenter.instanceTypes={json.dumps(list(GPU_TYPES))}"]
+    rendered = template(helm, "lws-gatekeeper", GATEKEEPER_NAMESPACE, *values)
+    args = next(o for o in rendered if o["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert any(a.startswith("--karpenter-instance-types=") for a in args["args"])
+    objects = [o for o in rendered if o["kind"] in RBAC_KINDS]
+    cluster = Cluster(kubeconfig=sb.kubeconfig, kind="sandbox", sandbox=sb)
+    log = sb.log_dir / "gatekeeper.log"
+    with installed(cluster, objects):
+        kubeconfig = await user_kubeconfig(cluster, GATEKEEPER_NAMESPACE, "lws-gatekeeper", tmp_path)
+        sb.stop("gatekeeper")
+        sb.kubectl("delete", "lease", "lws-gatekeeper", "-n", GATEKEEPER_NAMESPACE, "--ignore-not-found")
+        start = log.stat().st_size if log.exists() else 0
+        try:
+            sb.start_gatekeeper(kubeconfig=kubeconfig)  # with Karpenter's instance types, as the chart
+            yield
+        finally:
+            sb.stop("gatekeeper")
+            sb.start_gatekeeper()
+            text = log.read_bytes()[start:].decode(errors="replace")
+            denials = refusals(text)
+            assert not denials, "the gatekeeper was refused something it needs:\n" + "\n".join(denials[:10])

@@ -13,7 +13,6 @@ karpenter.instanceTypes=...`` makes, which proves that RBAC is enough (nothing r
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -22,12 +21,10 @@ from typing import Any
 import pytest
 
 from gatekeeper.core.kube.keys import GATEKEEPER_API_VERSION, POOL_KIND, POOL_LABEL, SCHEDULING_GATE
-from gatekeeper_lab.sandbox import build
-from gatekeeper_lab.sandbox.cluster import GATEKEEPER_NAMESPACE, Sandbox
-from gatekeeper_lab.sandbox.karpenter import GPU_TYPES
-from tests.e2e.conftest import Cluster, refusals
+from gatekeeper_lab.sandbox.cluster import Sandbox
 from tests.e2e.karpenter_support import (
     TEST_LABEL,
+    as_the_chart,
     node_claims,
     node_pool,
     scene,
@@ -54,32 +51,8 @@ async def identity(
     if request.param == "admin":
         yield "admin"
         return
-    from tests.e2e.test_chart import RBAC_KINDS, installed, template
-    from tests.e2e.test_policies import user_kubeconfig
-
-    sb = karpenter_sandbox
-    helm = build.build_all(["helm"])["helm"].bin / "helm"
-    values = ["--set-json", f"karpenter.instanceTypes={json.dumps(list(GPU_TYPES))}"]
-    rendered = template(helm, "lws-gatekeeper", GATEKEEPER_NAMESPACE, *values)
-    args = next(o for o in rendered if o["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0]
-    assert any(a.startswith("--karpenter-instance-types=") for a in args["args"])
-    objects = [o for o in rendered if o["kind"] in RBAC_KINDS]
-    cluster = Cluster(kubeconfig=sb.kubeconfig, kind="sandbox", sandbox=sb)
-    log = sb.log_dir / "gatekeeper.log"
-    with installed(cluster, objects):
-        kubeconfig = await user_kubeconfig(cluster, GATEKEEPER_NAMESPACE, "lws-gatekeeper", tmp_path)
-        sb.stop("gatekeeper")
-        sb.kubectl("delete", "lease", "lws-gatekeeper", "-n", GATEKEEPER_NAMESPACE, "--ignore-not-found")
-        start = log.stat().st_size if log.exists() else 0
-        try:
-            sb.start_gatekeeper(kubeconfig=kubeconfig)  # with Karpenter's instance types, as the chart
-            yield "chart"
-        finally:
-            sb.stop("gatekeeper")
-            sb.start_gatekeeper()
-            text = log.read_bytes()[start:].decode(errors="replace")
-            denials = refusals(text)
-            assert not denials, "the gatekeeper was refused something it needs:\n" + "\n".join(denials[:10])
+    async with as_the_chart(karpenter_sandbox, tmp_path):
+        yield "chart"
 
 
 def _gated(pod: dict[str, Any]) -> bool:

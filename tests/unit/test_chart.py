@@ -112,12 +112,12 @@ def rules(objects: list[dict[str, Any]], kind: str) -> list[Rule]:
 
 # What the controller does against the API (see gatekeeper/controller/): informers list and
 # watch, the reconciler writes records (made, their finalizer lifted, deleted), statuses, pods'
-# gates and Events.
+# gates and Events, and deletes the pods of a group given back (a Pool's admissionTimeout).
 CLUSTER_RULES: list[Rule] = [
     ("", "events", ("create",), ()),
     ("", "namespaces", ("list", "watch"), ()),
     ("", "nodes", ("list", "watch"), ()),
-    ("", "pods", ("list", "watch", "patch"), ()),
+    ("", "pods", ("list", "watch", "patch", "delete"), ()),
     ("apps", "statefulsets", ("list", "watch"), ()),
     ("leaderworkerset.x-k8s.io", "leaderworkersets", ("list", "watch"), ()),
     ("lws-gatekeeper.io", "groupadmissions", ("list", "watch", "create", "patch", "delete"), ()),
