@@ -28,8 +28,7 @@ from gatekeeper.controller import resources as r
 from gatekeeper.controller.backends import PLUGINS
 from gatekeeper.controller.caches import Caches
 from gatekeeper.controller.certs import SelfSignedCerts
-from gatekeeper.controller.checks.node_fit import NodeFitCheck
-from gatekeeper.controller.checks.shared_reservation import SharedReservationCheck
+from gatekeeper.controller.checks import CHECKS
 from gatekeeper.controller.errors import Conflict
 from gatekeeper.controller.hub import HubController
 from gatekeeper.controller.hub_link import HubLink
@@ -126,8 +125,8 @@ def controllers(
     hub: HubLink | None = None,
     pass_through: PassThrough | None = None,
 ) -> list[Controller]:
-    """The controllers of one term: the hub's ledger (``--role hub``), or the backend's and, if
-    asked, the node-fit check's."""
+    """The controllers of one term: the hub's ledger (``--role hub``), or the backend's and
+    those of the checks (``controller.checks.CHECKS``) whose option is on."""
     if opts.role == "hub":
         return [HubController(kube, caches, opts.lease_namespace)]
     term = Term(
@@ -140,10 +139,7 @@ def controllers(
         exempt_namespaces=opts.closed_pool_exempt_namespaces,
     )
     found: list[Controller] = [PLUGINS[opts.backend].make(term)]
-    if opts.node_fit:
-        found.append(NodeFitCheck(kube, caches))
-    if opts.shared_reservation_check:
-        found.append(SharedReservationCheck(kube, caches, hub))
+    found.extend(check.make(term) for check in CHECKS.values() if getattr(opts, check.option))
     return found
 
 

@@ -1,11 +1,12 @@
-"""What a backend is to the controller: the I/O half of its plug-in contract.
+"""What a backend or a check is to the controller: the I/O half of its plug-in contract.
 
 Why this exists: ``core.plugin.backend.Backend`` is what the CLI, the webhook, ``render`` and ``why``
 know of a backend; this is the rest: how to make its controller loop for a term
 (``app.controllers``). Each
 backend's controller module declares one ``ControllerPlugin`` as ``PLUGIN``;
 ``controller.backends.PLUGINS`` lists them, and a unit test checks that it names the same
-backends as ``core.backends.BACKENDS``, in the same order.
+backends as ``core.backends.BACKENDS``, in the same order. A Kueue AdmissionCheck the
+gatekeeper serves is a ``CheckPlugin`` in ``controller.checks.CHECKS`` the same way.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from gatekeeper.controller.loop import Controller
 from gatekeeper.core.backends.pools.provisioning import InstanceType
 from gatekeeper.webhook.pass_through import PassThrough
 
-__all__ = ["ControllerPlugin", "MakeController", "Term"]
+__all__ = ["CheckPlugin", "ControllerPlugin", "MakeController", "Term"]
 
 
 @dataclass(frozen=True)
@@ -51,4 +52,20 @@ class ControllerPlugin:
 
     name: str
     """As in ``core.backends.BACKENDS``."""
+    make: MakeController
+
+
+@dataclass(frozen=True)
+class CheckPlugin:
+    """A Kueue AdmissionCheck controller the gatekeeper can run beside its backend.
+
+    A check is not a backend: Kueue still decides, and the check is one more opinion it waits
+    for on every Workload whose ClusterQueue lists it. Each check's controller module declares
+    one as ``PLUGIN``; ``controller.checks.CHECKS`` lists them, and ``app.controllers`` runs
+    those whose ``option`` is on."""
+
+    name: str
+    """Its AdmissionCheck ``controllerName``."""
+    option: str
+    """The ``app.Options`` field (a ``run`` flag) that turns it on."""
     make: MakeController

@@ -94,3 +94,20 @@ def test_no_product_module_outside_a_backends_folders_names_it(name: str) -> Non
         if not _owned_by(path, name) and word.search(path.read_text(encoding="utf-8"))
     ]
     assert naming == [], f"{name} is named outside its folders by {naming}"
+
+
+def test_every_check_is_a_registered_plugin_turned_on_by_a_run_option() -> None:
+    """The checks' front door: one registry line each, an Options field that turns it on, and
+    the AdmissionCheck controllerName it serves."""
+    from dataclasses import fields
+
+    from gatekeeper.controller.app import Options
+    from gatekeeper.controller.checks import CHECKS
+    from gatekeeper.core.kube.keys import NODE_FIT_CONTROLLER, SHARED_RESERVATION_CONTROLLER
+
+    assert set(CHECKS) == {NODE_FIT_CONTROLLER, SHARED_RESERVATION_CONTROLLER}
+    options = {f.name: f for f in fields(Options)}
+    for check in CHECKS.values():
+        assert options[check.option].default is False, check.name  # off unless asked
+        flag = "--" + check.option.replace("_", "-")
+        assert flag in {opt for p in run_cmd.params for opt in p.opts}, flag

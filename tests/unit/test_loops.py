@@ -468,3 +468,22 @@ async def test_the_next_pass_keeps_a_group_it_admitted_in_the_table_while_the_in
     kube.fail["create groupadmissions"] = Conflict("409: groupadmissions already exists")
     await loop.pass_once()
     assert len(holder) == 1, "still admitted as this leader wrote it"
+
+
+@pytest.mark.parametrize(
+    ("backend", "node_fit", "shared", "made"),
+    [
+        ("pools", False, False, ["PoolsBackend"]),
+        ("kueue", True, False, ["KueueBackend", "NodeFitCheck"]),
+        ("kueue", True, True, ["KueueBackend", "NodeFitCheck", "SharedReservationCheck"]),
+        ("pools", False, True, ["PoolsBackend", "SharedReservationCheck"]),
+    ],
+)
+def test_a_term_runs_the_backend_and_the_checks_its_options_turn_on(
+    backend: str, node_fit: bool, shared: bool, made: list[str]
+) -> None:
+    from gatekeeper.controller.app import Options, controllers
+
+    opts = Options(backend=backend, node_fit=node_fit, shared_reservation_check=shared)
+    found = controllers(FakeKube(), Caches(None), opts)  # type: ignore[arg-type]
+    assert [type(c).__name__ for c in found] == made

@@ -29,11 +29,13 @@ from gatekeeper.controller.act import execute
 from gatekeeper.controller.caches import BOUND_PODS, Caches
 from gatekeeper.controller.informer import Informer
 from gatekeeper.controller.loop import Write as Writer
+from gatekeeper.controller.plugin import CheckPlugin
 from gatekeeper.core.checks.node_fit import NodeFitActions, decide_node_fit, plan_writes
 from gatekeeper.core.checks.node_fit.urgency import NodeFitUrgency
+from gatekeeper.core.kube.keys import NODE_FIT_CONTROLLER
 from gatekeeper.core.writes.plan import Memory, Write
 
-__all__ = ["NodeFitCheck"]
+__all__ = ["PLUGIN", "NodeFitCheck"]
 
 log = logging.getLogger("gatekeeper.nodefit")
 
@@ -104,3 +106,6 @@ class NodeFitCheck:
                 one.tag,
                 one.labels[1],
             )
+
+
+PLUGIN = CheckPlugin(NODE_FIT_CONTROLLER, "node_fit", lambda term: NodeFitCheck(term.kube, term.caches))

@@ -28,15 +28,17 @@ from gatekeeper.controller.caches import Caches
 from gatekeeper.controller.hub_link import HubLink
 from gatekeeper.controller.informer import Informer
 from gatekeeper.controller.loop import Write as Writer
+from gatekeeper.controller.plugin import CheckPlugin, Term
 from gatekeeper.core.checks.shared_reservation import (
     SharedReservationActions,
     decide_shared_reservation,
     plan_writes,
 )
+from gatekeeper.core.kube.keys import SHARED_RESERVATION_CONTROLLER
 from gatekeeper.core.reservation import HubView
 from gatekeeper.core.writes.plan import Memory, Write
 
-__all__ = ["SharedReservationCheck"]
+__all__ = ["PLUGIN", "SharedReservationCheck"]
 
 log = logging.getLogger("gatekeeper.shared_reservation")
 
@@ -96,3 +98,10 @@ class SharedReservationCheck:
         WRITES.labels(one.tag).inc()
         if one.labels:
             log.info("Workload %s/%s: check -> %s: %s", one.namespace, one.name, one.tag, one.labels[1])
+
+
+def _make(term: Term) -> SharedReservationCheck:
+    return SharedReservationCheck(term.kube, term.caches, term.hub)
+
+
+PLUGIN = CheckPlugin(SHARED_RESERVATION_CONTROLLER, "shared_reservation_check", _make)
