@@ -2,9 +2,10 @@
 
 Why this exists: the chart runs the gatekeeper from its image as user 65532 with a
 read-only root file system, a tmpfs where the pod mounts an emptyDir, its ServiceAccount
-token at /var/run/secrets/kubernetes.io/serviceaccount and no capabilities. Our machines
-run no container engine (podman and crun fail here, see docs/install.md), so this does what a
-runtime does with Linux's own means: a user and a mount namespace (no privilege needed),
+token at /var/run/secrets/kubernetes.io/serviceaccount and no capabilities. No container
+engine runs on the development machines and in CI (podman and crun fail there, see
+docs/decisions/image-test-without-a-container-engine.md), so this does what a runtime does
+with Linux's own means: a user and a mount namespace (no privilege needed),
 the root file system bound read-only, the pod's mounts, ``pivot_root``, the chart's user
 and group, no capability, ``no_new_privs``, then ``execve`` of the program with only the
 environment given. The network is the host's (the sandbox's API server calls the webhook
