@@ -32,12 +32,33 @@ from gatekeeper_lab.sandbox.replay import list_raw
 
 from . import attack_table
 
+_ATTACK_ROW = "attack_row"
+_SHOWN: list[attack_table.Row] = []
+"""The attack rows of this run as the reports carried them (from every xdist worker)."""
+_ROWS_SENT = [0]
+"""How many of this process's ``attack_table.ROWS`` have ridden on a report already."""
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """The attack rows a test added ride on its report, so that the table is whole when the
+    tests ran in pytest-xdist workers (the process that prints it ran none of them)."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    fresh = attack_table.ROWS[_ROWS_SENT[0] :]
+    _ROWS_SENT[0] = len(attack_table.ROWS)
+    report.user_properties.extend((_ATTACK_ROW, list(row)) for row in fresh)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _SHOWN.extend(tuple(v) for k, v in report.user_properties if k == _ATTACK_ROW)  # type: ignore[misc]
+
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """The attack suite's table (``attack_table``), when attacks ran."""
-    if attack_table.ROWS:
-        terminalreporter.write_sep("=", f"attack suite: {len(attack_table.ROWS)} attacks")
-        for line in attack_table.lines(attack_table.ROWS):
+    if _SHOWN:
+        terminalreporter.write_sep("=", f"attack suite: {len(_SHOWN)} attacks")
+        for line in attack_table.lines(_SHOWN):
             terminalreporter.write_line(line)
 
 
@@ -58,8 +79,9 @@ one stretch (the Kueue sandbox joined to the hub between the two), so it is star
 first and stopped after the last (``pytest_runtest_teardown``), and at most two side
 sandboxes run beside the main one at any time."""
 
-_LAST_USER: dict[str, str] = {}
-"""Side sandbox fixture -> node id of the last test (in run order) that uses it."""
+_LAST_USER: dict[str, pytest.Item] = {}
+"""Side sandbox fixture -> the last test (in run order) that uses it (the item itself: under
+pytest-xdist a test's node id gains its group's name after collection)."""
 _STOPPERS: dict[str, Callable[[], None]] = {}
 """Side sandbox fixture -> how to stop it, while it runs."""
 
@@ -69,17 +91,32 @@ def _stretch(item: pytest.Item) -> int:
     return _STRETCHES.index(used) if used in _STRETCHES else len(_STRETCHES)
 
 
+def lane(item: pytest.Item) -> str:
+    """Which pytest-xdist worker runs a test (``--dist loadgroup``): those on the main
+    sandbox (``cluster``), those whose module makes sandboxes and hubs of its own (the
+    faults, the chaos, the late grants), the tests that need no cluster, and those on the
+    side sandboxes, in their stretches. A lane's tests run in one process, in order, so a
+    session sandbox is started once, by the one worker whose lane uses it."""
+    if item.get_closest_marker("e2e") is None:
+        return "unit"
+    if _stretch(item) != 0:
+        return "side"
+    return "main" if "cluster" in getattr(item, "fixturenames", ()) else "own"
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     here = Path(__file__).parent
     for item in items:
         if here in Path(item.path).parents:
             item.add_marker(pytest.mark.e2e)
+        item.add_marker(pytest.mark.xdist_group(lane(item)))
     items[:] = sorted(items, key=_stretch)  # stable: files and tests keep their order within a stretch
     _LAST_USER.clear()
     for item in items:
         for name in SIDE_SANDBOXES:
             if name in getattr(item, "fixturenames", ()):
-                _LAST_USER[name] = item.nodeid
+                _LAST_USER[name] = item
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -89,7 +126,7 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     if item.config.getoption("--keep-sandbox"):
         return
     for name, last in list(_LAST_USER.items()):
-        if last == item.nodeid and name in _STOPPERS:
+        if last is item and name in _STOPPERS:
             print(f"\nstopping {name}: its last test has run", flush=True)
             _STOPPERS.pop(name)()
 
@@ -185,6 +222,17 @@ def _kind_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
             kc.delete()
 
 
+def sandbox_base(config: pytest.Config) -> Path:
+    """The folder of this run's session sandbox (``--sandbox-dir``, or the cache's
+    ``sandboxes/pytest``); every other sandbox and hub of the run is named after it with a
+    ``-`` suffix. Under pytest-xdist each worker has its own (``pytest-gw0``, ``pytest-gw1``),
+    so two workers never share, or sweep away, one another's sandboxes."""
+    where = config.getoption("--sandbox-dir")
+    base = Path(where) if where else default_dir("pytest")
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    return base.with_name(f"{base.name}-{worker}") if worker else base
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _fresh_sandboxes(request: pytest.FixtureRequest) -> None:
     """Every sandbox and hub of this run starts afresh, unless ``--keep-sandbox``.
@@ -199,8 +247,7 @@ def _fresh_sandboxes(request: pytest.FixtureRequest) -> None:
     """
     if request.config.getoption("--keep-sandbox") or request.config.getoption("--cluster") != "sandbox":
         return
-    where = request.config.getoption("--sandbox-dir")
-    base = Path(where) if where else default_dir("pytest")
+    base = sandbox_base(request.config)
     for folder in sorted({base, *base.parent.glob(f"{base.name}-*")}):
         if not folder.is_dir():
             continue
@@ -215,8 +262,7 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
     if request.config.getoption("--cluster") == "kind":
         yield from _kind_cluster(request)
         return
-    where = request.config.getoption("--sandbox-dir")
-    sb = Sandbox(Path(where) if where else default_dir("pytest"), say=lambda m: print(m, flush=True))
+    sb = Sandbox(sandbox_base(request.config), say=lambda m: print(m, flush=True))
     try:
         sb.up(nodes=0)
     except Exception as exc:  # the reason goes into every e2e test's failure
@@ -241,8 +287,7 @@ def _sandbox_of_its_own(
     """
     if request.config.getoption("--cluster") != "sandbox":
         pytest.fail(f"the tests of {what} run the sandbox's own: use --cluster=sandbox", pytrace=False)
-    where = request.config.getoption("--sandbox-dir")
-    folder = Path(f"{where}-{suffix}") if where else default_dir(f"pytest-{suffix}")
+    folder = Path(f"{sandbox_base(request.config)}-{suffix}")
     sb = Sandbox(folder, say=lambda m: print(m, flush=True))
     try:
         sb.up(nodes=0, **up)
@@ -288,8 +333,7 @@ def shared_hub(request: pytest.FixtureRequest) -> Iterator[SharedHub]:
     """
     if request.config.getoption("--cluster") != "sandbox":
         pytest.fail("the shared-reservation tests run sandbox hubs: use --cluster=sandbox", pytrace=False)
-    where = request.config.getoption("--sandbox-dir")
-    base = where or str(default_dir("pytest"))
+    base = str(sandbox_base(request.config))
     say = lambda m: print(m, flush=True)  # noqa: E731
     hub = Hub(Path(f"{base}-hub"), say=say)
     members = {name: Sandbox(Path(f"{base}-{name}"), say=say) for name in ("cluster-a", "cluster-b")}

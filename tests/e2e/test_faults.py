@@ -20,9 +20,11 @@ from pathlib import Path
 import anyio
 import pytest
 
-from gatekeeper_lab.sandbox.cluster import Sandbox, default_dir
+from gatekeeper_lab.sandbox.cluster import Sandbox
 from gatekeeper_lab.sandbox.fault_scenarios import SCENARIOS, Burst, prepare, run_scenario
 from gatekeeper_lab.sandbox.process import alive
+
+from .conftest import sandbox_base
 
 CI_BURST = Burst(groups=20, room=12, size=2, kills=6, malformed=80, settle_timeout=120)
 
@@ -32,10 +34,7 @@ def fault_sandbox(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
     """A sandbox for faults only: its components are killed, paused and restarted."""
     if request.config.getoption("--cluster") != "sandbox":
         pytest.fail("the fault tests stop the sandbox's own processes: use --cluster=sandbox", pytrace=False)
-    where = request.config.getoption("--sandbox-dir")
-    sb = Sandbox(
-        Path(f"{where}-faults") if where else default_dir("pytest-faults"), say=lambda m: print(m, flush=True)
-    )
+    sb = Sandbox(Path(f"{sandbox_base(request.config)}-faults"), say=lambda m: print(m, flush=True))
     try:
         prepare(sb)
     except Exception as exc:  # the reason goes into every test's failure, never a skip

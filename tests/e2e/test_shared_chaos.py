@@ -38,7 +38,7 @@ from pathlib import Path
 
 import pytest
 
-from gatekeeper_lab.sandbox.cluster import Sandbox, default_dir
+from gatekeeper_lab.sandbox.cluster import Sandbox
 from gatekeeper_lab.sandbox.hub import GATEKEEPER, Hub
 
 from .chaos_support import (
@@ -53,6 +53,7 @@ from .chaos_support import (
     scaler,
     whole_groups,
 )
+from .conftest import sandbox_base
 from .hub_support import eventually
 
 CAPACITY = 6
@@ -71,7 +72,7 @@ def chaos(request: pytest.FixtureRequest) -> Iterator[Chaos]:
     never a skip."""
     if request.config.getoption("--cluster") != "sandbox":
         pytest.fail("the chaos tests run sandbox hubs: use --cluster=sandbox", pytrace=False)
-    base = request.config.getoption("--sandbox-dir") or str(default_dir("pytest"))
+    base = str(sandbox_base(request.config))
     say = lambda m: print(m, flush=True)  # noqa: E731
     hub = Hub(Path(f"{base}-chaos-hub"), say=say)
     members = {f"cluster-{x}": Sandbox(Path(f"{base}-chaos-{x}"), say=say) for x in "abc"}

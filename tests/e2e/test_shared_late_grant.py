@@ -32,9 +32,9 @@ import yaml
 from gatekeeper.core.kube.keys import GATEKEEPER_API_VERSION
 from gatekeeper.core.reservation import CLUSTER_LABEL, heartbeat_body
 from gatekeeper.core.reservation.unsure import FENCE_ANNOTATION
-from gatekeeper_lab.sandbox.cluster import default_dir
 from gatekeeper_lab.sandbox.hub import GATEKEEPER, Hub
 
+from .conftest import sandbox_base
 from .hold_proxy import HoldProxy
 from .hub_support import eventually
 
@@ -65,8 +65,7 @@ def claim(name: str, *, priority: int = 0, created: str = "2026-01-01T00:00:00Z"
 def proxied_hub(request: pytest.FixtureRequest) -> Iterator[tuple[Hub, HoldProxy]]:
     """A hub of its own whose gatekeeper reaches its API server through a HoldProxy (no
     leader election: a held Lease renewal would only make it step down)."""
-    where = request.config.getoption("--sandbox-dir")
-    hub = Hub(Path(f"{where or default_dir('pytest')}-late-hub"), say=lambda m: print(m, flush=True))
+    hub = Hub(Path(f"{sandbox_base(request.config)}-late-hub"), say=lambda m: print(m, flush=True))
     try:
         hub.up(gatekeeper=False)
         proxy = HoldProxy(hub.state()["ports"]["apiserver"]).start()
