@@ -79,6 +79,9 @@ one stretch (the Kueue sandbox joined to the hub between the two), so it is star
 first and stopped after the last (``pytest_runtest_teardown``), and at most two side
 sandboxes run beside the main one at any time."""
 
+_LAST_KUEUE_OR_HUB_STRETCH = _STRETCHES.index(frozenset({"shared_hub"}))
+"""The stretches up to this one share the Kueue sandbox or the hub: one lane."""
+
 _LAST_USER: dict[str, pytest.Item] = {}
 """Side sandbox fixture -> the last test (in run order) that uses it (the item itself: under
 pytest-xdist a test's node id gains its group's name after collection)."""
@@ -94,14 +97,16 @@ def _stretch(item: pytest.Item) -> int:
 def lane(item: pytest.Item) -> str:
     """Which pytest-xdist worker runs a test (``--dist loadgroup``): those on the main
     sandbox (``cluster``), those whose module makes sandboxes and hubs of its own (the
-    faults, the chaos, the late grants), the tests that need no cluster, and those on the
-    side sandboxes, in their stretches. A lane's tests run in one process, in order, so a
-    session sandbox is started once, by the one worker whose lane uses it."""
+    faults, the chaos, the late grants), the tests that need no cluster, those on the Kueue
+    sandbox and the hub, and those on the other side sandboxes, in their stretches. A
+    lane's tests run in one process, in order, so a session sandbox is started once, by
+    the one worker whose lane uses it; a worker takes the next lane when it is done."""
     if item.get_closest_marker("e2e") is None:
         return "unit"
-    if _stretch(item) != 0:
-        return "side"
-    return "main" if "cluster" in getattr(item, "fixturenames", ()) else "own"
+    stretch = _stretch(item)
+    if stretch == 0:
+        return "main" if "cluster" in getattr(item, "fixturenames", ()) else "own"
+    return "kueue-and-hub" if stretch <= _LAST_KUEUE_OR_HUB_STRETCH else "side"
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
@@ -114,14 +119,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items[:] = sorted(items, key=_stretch)  # stable: files and tests keep their order within a stretch
     _LAST_USER.clear()
     for item in items:
-        for name in SIDE_SANDBOXES:
+        for name in (*SIDE_SANDBOXES, "cluster"):
             if name in getattr(item, "fixturenames", ()):
                 _LAST_USER[name] = item
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
-    """After the last test that uses a side sandbox (and its own fixtures' teardown), stop it."""
+    """After the last test that uses a side sandbox, or the main one (and its own fixtures'
+    teardown), stop it: a worker that goes on to another lane does not keep it running."""
     yield
     if item.config.getoption("--keep-sandbox"):
         return
@@ -267,11 +273,12 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
         sb.up(nodes=0)
     except Exception as exc:  # the reason goes into every e2e test's failure
         pytest.fail(f"the sandbox could not start (CI={os.environ.get('CI', '')}): {exc}", pytrace=False)
+    at_end = _register_stop("cluster", sb.down)
     try:
         yield Cluster(kubeconfig=sb.kubeconfig, kind="sandbox", sandbox=sb)
     finally:
         if not request.config.getoption("--keep-sandbox"):
-            sb.down()
+            at_end()
 
 
 def _sandbox_of_its_own(
