@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from .lanes import lane_scheduling, make_lanes_folder, remove_lanes_folder
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("lws-gatekeeper")
@@ -24,3 +26,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         help="Leave the test sandbox running after the session (faster re-runs).",
     )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The process that starts pytest-xdist workers makes the folder of their lanes."""
+    if config.getoption("numprocesses", None) and not hasattr(config, "workerinput"):
+        make_lanes_folder()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if config.getoption("numprocesses", None) and not hasattr(config, "workerinput"):
+        remove_lanes_folder()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """Whole lanes to a worker at a time (``tests/lanes.py``)."""
+    return lane_scheduling(config, log)

@@ -30,6 +30,7 @@ from gatekeeper_lab.sandbox.cluster import Sandbox, as_json_list, default_dir, f
 from gatekeeper_lab.sandbox.hub import Hub
 from gatekeeper_lab.sandbox.replay import list_raw
 
+from ..lanes import write_lanes
 from . import attack_table
 
 _ATTACK_ROW = "attack_row"
@@ -95,7 +96,7 @@ def _stretch(item: pytest.Item) -> int:
 
 
 def lane(item: pytest.Item) -> str:
-    """Which pytest-xdist worker runs a test (``--dist loadgroup``): those on the main
+    """Which pytest-xdist worker runs a test (``tests/lanes.py``): those on the main
     sandbox (``cluster``), those whose module makes sandboxes and hubs of its own (the
     faults, the chaos, the late grants), the tests that need no cluster, those on the Kueue
     sandbox and the hub, and those on the other side sandboxes, in their stretches. A
@@ -109,14 +110,13 @@ def lane(item: pytest.Item) -> str:
     return "kueue-and-hub" if stretch <= _LAST_KUEUE_OR_HUB_STRETCH else "side"
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     here = Path(__file__).parent
     for item in items:
         if here in Path(item.path).parents:
             item.add_marker(pytest.mark.e2e)
-        item.add_marker(pytest.mark.xdist_group(lane(item)))
     items[:] = sorted(items, key=_stretch)  # stable: files and tests keep their order within a stretch
+    write_lanes({item.nodeid: lane(item) for item in items})
     _LAST_USER.clear()
     for item in items:
         for name in (*SIDE_SANDBOXES, "cluster"):
