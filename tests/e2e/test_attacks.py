@@ -24,7 +24,7 @@ from typing import Any
 import kr8s.asyncio
 import pytest
 
-from gatekeeper.core.kube.keys import POOL_LABEL, SCHEDULING_GATE
+from gatekeeper.core.kube.keys import CHARGE_KEY, POOL_LABEL, SCHEDULING_GATE
 from gatekeeper.webhook.config import PODS_PATH
 from gatekeeper_lab.sandbox.cluster import GATEKEEPER_NAMESPACE, Sandbox
 from gatekeeper_lab.sandbox.replay import list_raw, settle
@@ -257,7 +257,8 @@ async def test_tenants_cannot_admit_themselves(
 
 @pytest.fixture
 async def as_gatekeeper(cluster: Cluster, namespace: str, tmp_path: Path) -> Any:
-    """A token of the chart's ServiceAccount with the chart's pod and webhook rights (no more)."""
+    """A token of the chart's ServiceAccount with the chart's pod and webhook rights (no more;
+    delete of pods as the pools and kueue backends have it)."""
     sa = {
         "apiVersion": "v1",
         "kind": "ServiceAccount",
@@ -268,7 +269,7 @@ async def as_gatekeeper(cluster: Cluster, namespace: str, tmp_path: Path) -> Any
         "kind": "ClusterRole",
         "metadata": {"name": f"{namespace}-gk"},
         "rules": [
-            {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "patch"]},
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "patch", "delete"]},
             {
                 "apiGroups": ["admissionregistration.k8s.io"],
                 "resources": ["mutatingwebhookconfigurations"],
@@ -363,6 +364,29 @@ async def test_the_gatekeepers_identity_changes_only_what_it_must(
     )
     lifted = await get(cluster, namespace, "pod", "held")
     assert lifted["spec"]["nodeSelector"] == {"pool": "a"} and not lifted["spec"].get("schedulingGates")
+
+    # It may delete pods (a group given back, an evicted group stopped), an LWS's only.
+    member = pod("member")  # let through on a group's admission: it carries the charge mark
+    member["spec"]["tolerations"] = [
+        {"key": CHARGE_KEY, "operator": "Equal", "value": "uid.0", "effect": "NoSchedule"}
+    ]
+    await ok(cluster, "create", "-n", namespace, "-f", "-", input=json.dumps(member))
+    await attempt(
+        cluster,
+        table,
+        "gatekeeper SA: delete a pod of no LWS",
+        as_gatekeeper,
+        "delete", "pod", "held", "-n", namespace, "--wait=false",
+        says="may delete only pods of a LeaderWorkerSet",
+    )  # fmt: skip
+    await attempt(
+        cluster,
+        table,
+        "gatekeeper SA: delete a pod let through (its job: give back)",
+        as_gatekeeper,
+        "delete", "pod", "member", "-n", namespace, "--wait=false",
+        expect_refused=False,
+    )  # fmt: skip
 
     hook = "mutatingwebhookconfiguration/lws-gatekeeper"
     config = json.loads(await ok(cluster, "get", hook, "-o", "json"))

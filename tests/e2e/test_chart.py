@@ -332,14 +332,16 @@ async def test_the_gatekeeper_runs_as_the_charts_service_account_and_no_more(
     )
     assert lease["spec"]["holderIdentity"] == "gatekeeper"
 
-    # And what it must not do, refused by the API server.
+    # And what it must not do, refused by the API server. It may delete pods (a group given
+    # back), but the policy lws-gatekeeper-scope-pods holds it to the pods of an LWS.
+    await ok(cluster, "run", "bystander", "--image=pause", "-n", namespace)
     sa = f"system:serviceaccount:{GATEKEEPER_NAMESPACE}:lws-gatekeeper"
     for args in (
         ("delete", "node", nodes.names[0]),
+        ("delete", "pod", "bystander", "-n", namespace),
         ("get", "secrets", "-n", "kube-system"),
         ("get", "secrets", "-n", GATEKEEPER_NAMESPACE),
         ("patch", "lws", "vllm", "-n", namespace, "--type=merge", "-p", '{"spec":{"replicas":5}}'),
-        ("delete", "pod", pods[0]["metadata"]["name"], "-n", namespace),
         ("create", "namespace", "not-by-the-gatekeeper"),
         # Its own webhook configuration only (by name), not LWS's.
         (
