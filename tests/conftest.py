@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from .e2e import attack_table
 from .lanes import lane_scheduling, make_lanes_folder, remove_lanes_folder
 
 
@@ -43,3 +44,21 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     """Whole lanes to a worker at a time (``tests/lanes.py``)."""
     return lane_scheduling(config, log)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Gather the attack rows the reports carry (``tests/e2e/attack_table.py``). Here, not in
+    ``tests/e2e/conftest.py``: the process that runs xdist's workers loads only this file."""
+    attack_table.SHOWN.extend(
+        tuple(v)
+        for k, v in report.user_properties
+        if k == attack_table.REPORT_KEY  # type: ignore[misc]
+    )
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The attack suite's table, when attacks ran."""
+    if attack_table.SHOWN:
+        terminalreporter.write_sep("=", f"attack suite: {len(attack_table.SHOWN)} attacks")
+        for line in attack_table.lines(attack_table.SHOWN):
+            terminalreporter.write_line(line)

@@ -33,9 +33,6 @@ from gatekeeper_lab.sandbox.replay import list_raw
 from ..lanes import write_lanes
 from . import attack_table
 
-_ATTACK_ROW = "attack_row"
-_SHOWN: list[attack_table.Row] = []
-"""The attack rows of this run as the reports carried them (from every xdist worker)."""
 _ROWS_SENT = [0]
 """How many of this process's ``attack_table.ROWS`` have ridden on a report already."""
 
@@ -43,24 +40,13 @@ _ROWS_SENT = [0]
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     """The attack rows a test added ride on its report, so that the table is whole when the
-    tests ran in pytest-xdist workers (the process that prints it ran none of them)."""
+    tests ran in pytest-xdist workers (the process that prints it, ``tests/conftest.py``,
+    ran none of them)."""
     outcome = yield
     report = outcome.get_result()  # type: ignore[attr-defined]
     fresh = attack_table.ROWS[_ROWS_SENT[0] :]
     _ROWS_SENT[0] = len(attack_table.ROWS)
-    report.user_properties.extend((_ATTACK_ROW, list(row)) for row in fresh)
-
-
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    _SHOWN.extend(tuple(v) for k, v in report.user_properties if k == _ATTACK_ROW)  # type: ignore[misc]
-
-
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """The attack suite's table (``attack_table``), when attacks ran."""
-    if _SHOWN:
-        terminalreporter.write_sep("=", f"attack suite: {len(_SHOWN)} attacks")
-        for line in attack_table.lines(_SHOWN):
-            terminalreporter.write_line(line)
+    report.user_properties.extend((attack_table.REPORT_KEY, list(row)) for row in fresh)
 
 
 SIDE_SANDBOXES = ("kueue_sandbox", "shared_hub", "volcano_sandbox", "karpenter_sandbox", "prometheus_sandbox")
