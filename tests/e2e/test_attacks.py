@@ -306,7 +306,7 @@ async def as_gatekeeper(cluster: Cluster, namespace: str, tmp_path: Path) -> Any
 
 
 async def test_the_gatekeepers_identity_changes_only_what_it_must(
-    cluster: Cluster, namespace: str, as_gatekeeper: Path, table: list[Row]
+    cluster: Cluster, namespace: str, as_gatekeeper: Path, table: list[Row], tmp_path: Path
 ) -> None:
     # A pod gated by hand (not opted in: no controller touches it).
     body = pod("held", gates=[SCHEDULING_GATE])
@@ -385,6 +385,17 @@ async def test_the_gatekeepers_identity_changes_only_what_it_must(
         "gatekeeper SA: delete a pod let through (its job: give back)",
         as_gatekeeper,
         "delete", "pod", "member", "-n", namespace, "--wait=false",
+        expect_refused=False,
+    )  # fmt: skip
+    # The scope policy holds the gatekeeper's identity only: a tenant with edit still deletes
+    # its own pod that the gatekeeper may not.
+    as_tenant = await tenants(cluster, namespace, tmp_path)
+    await attempt(
+        cluster,
+        table,
+        "edit: delete its own pod of no LWS (the gatekeeper may not)",
+        as_tenant["edit"],
+        "delete", "pod", "held", "-n", namespace, "--wait=false",
         expect_refused=False,
     )  # fmt: skip
 
