@@ -9,14 +9,15 @@ in CI or anywhere else.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import subprocess
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import anyio
 import kr8s
@@ -26,7 +27,8 @@ from kr8s.asyncio.objects import Namespace, Node, new_class
 
 from gatekeeper.webhook.config import GARBAGE_COLLECTOR_USER
 from gatekeeper_lab.sandbox import build
-from gatekeeper_lab.sandbox.cluster import Sandbox, as_json_list, default_dir, fake_node
+from gatekeeper_lab.sandbox import gatekeeper as gk
+from gatekeeper_lab.sandbox.cluster import GATEKEEPER_NAMESPACE, Sandbox, as_json_list, default_dir, fake_node
 from gatekeeper_lab.sandbox.hub import Hub
 from gatekeeper_lab.sandbox.replay import list_raw
 
@@ -139,6 +141,8 @@ TEST_NODES_KEY = "lws-gatekeeper.io/test-nodes"
 
 
 _HTTP_403 = re.compile(r"(?<![\w.])403(?![\w.])")
+# A log line's time: its milliseconds may be 403 (a CI run failed on ",403 INFO").
+_LOG_TIME = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ ")
 
 
 def refusals(log_text: str) -> list[str]:
@@ -147,27 +151,83 @@ def refusals(log_text: str) -> list[str]:
     A 403 as a number of its own, or "forbidden": a port such as 40333 in a log line is
     not a refusal (a CI run failed on ``('127.0.0.1', 40333)`` matching " 403").
     """
-    return [line for line in log_text.splitlines() if _HTTP_403.search(line) or "forbidden" in line.lower()]
+    return [
+        line
+        for line in log_text.splitlines()
+        if _HTTP_403.search(_LOG_TIME.sub("", line)) or "forbidden" in line.lower()
+    ]
 
 
-def orphaning(name: str, namespace: str) -> tuple[list[str], list[str], list[str]]:
-    """The kubectl argument lists that delete LWS ``name`` with ``--cascade=orphan`` and keep
-    its StatefulSets and pods, run in this order: the delete (not waited for), the garbage
-    collector's own patch that makes the leader StatefulSet ownerless, and a wait until the LWS
-    is gone.
+@contextlib.contextmanager
+def gatekeeper_running_as(
+    sb: Sandbox,
+    *,
+    kubeconfig: Path | None = None,
+    image: gk.FromImage | None = None,
+    backend: str | None = None,
+    args: Sequence[str] = (),
+) -> Iterator[None]:
+    """The sandbox's gatekeeper restarted with another identity: ``kubeconfig`` (the chart's
+    ServiceAccount, say) or ``image`` (the chart's Deployment run from the image), with
+    ``backend`` and ``args`` as `Sandbox.start_gatekeeper` takes them. Its Lease is deleted
+    first, so that the identity must create it, not only renew it. Afterwards the sandbox's own
+    gatekeeper runs again, and nothing in the log of the run may say the API server refused it
+    anything (the RBAC an identity lacks shows there, not always in a test's outcome)."""
+    sb.stop(gk.COMPONENT)
+    sb.kubectl("delete", "lease", "lws-gatekeeper", "-n", GATEKEEPER_NAMESPACE, "--ignore-not-found")
+    log = sb.log_dir / f"{gk.COMPONENT}.log"
+    start = log.stat().st_size if log.exists() else 0
+    try:
+        sb.start_gatekeeper(kubeconfig=kubeconfig, image=image, backend=backend, args=args)
+        yield
+    finally:
+        sb.stop(gk.COMPONENT)
+        text = log.read_bytes()[start:].decode(errors="replace")
+        print(text[-3000:])
+        sb.start_gatekeeper(backend=backend)
+    denials = refusals(text)
+    assert not denials, "the gatekeeper was refused something it needs:\n" + "\n".join(denials[:10])
 
-    The order matters. The LWS controller re-applies its owner reference to the leader
-    StatefulSet on every reconcile until the LWS is being deleted, and the collector orphans
-    only the dependents its graph has already seen: on a loaded machine it was seen to delete a
-    just-made StatefulSet instead, and so the pods a test meant to keep. Once the delete has
-    begun nothing re-adds the reference, and the patch (a merge, so that it holds whether or not
-    the collector got there first) leaves the collector nothing to delete."""
-    return (
+
+TEST_FINALIZER = "tests.lws-gatekeeper.io/orphaning"
+
+
+class Orphaning(NamedTuple):
+    """The kubectl argument lists that delete an LWS with ``--cascade=orphan`` and keep its
+    StatefulSets and pods, in the order they must run (iterate it to run them all).
+
+    What the garbage collector does on an orphaning delete races two things. The LWS controller
+    re-applies its owner reference to the leader StatefulSet on every reconcile until the LWS is
+    being deleted; and the collector orphans only the dependents its graph has already seen, and
+    deletes, as a dangling dependent, one it sees only after the LWS is gone (on a loaded
+    machine it deleted a just-made leader StatefulSet, and with it the pods a test meant to keep).
+    So the LWS is held by a finalizer of the test's own while it is deleted: the delete sets its
+    deletion timestamp (nothing re-adds the reference after that), the collector's own merge
+    patch makes the leader StatefulSet ownerless while its owner still exists (so it is not
+    dangling), and only then the finalizer goes and the LWS with it."""
+
+    hold: list[str]
+    delete: list[str]
+    ownerless: list[str]
+    let_go: list[str]
+    gone: list[str]
+
+
+def orphaning(name: str, namespace: str) -> Orphaning:
+    """The steps that delete LWS ``name`` orphaning its StatefulSets and pods (see `Orphaning`);
+    ``delete`` is the one a tenant may run with its own identity."""
+    return Orphaning(
+        ["patch", "leaderworkerset", name, "-n", namespace, "--type=merge",
+         "-p", json.dumps({"metadata": {"finalizers": [TEST_FINALIZER]}})],
         ["delete", "leaderworkerset", name, "-n", namespace, "--cascade=orphan", "--wait=false"],
         [
             f"--as={GARBAGE_COLLECTOR_USER}", "patch", "statefulset", name, "-n", namespace,
             "--type=merge", "-p", '{"metadata": {"ownerReferences": null}}',
         ],
+        # Ours and, if the collector has not yet run, its orphan finalizer: the StatefulSet has
+        # no owner any more, so an ordinary delete of the LWS takes nothing with it.
+        ["patch", "leaderworkerset", name, "-n", namespace, "--type=merge",
+         "-p", '{"metadata": {"finalizers": null}}'],
         ["wait", "--for=delete", f"leaderworkerset/{name}", "-n", namespace, "--timeout=90s"],
     )  # fmt: skip
 

@@ -150,7 +150,7 @@ async def as_the_chart(sb: Sandbox, tmp_path: Path) -> AsyncIterator[None]:
     """The sandbox's gatekeeper run as the chart's ServiceAccount, with the RBAC ``helm template
     --set-json karpenter.instanceTypes=...`` makes (and the chart's flag checked); afterwards
     the admin's gatekeeper again, and nothing in the log may say it was refused anything."""
-    from tests.e2e.conftest import Cluster, refusals
+    from tests.e2e.conftest import Cluster, gatekeeper_running_as
     from tests.e2e.test_chart import RBAC_KINDS, installed, template
     from tests.e2e.test_policies import user_kubeconfig
 
@@ -161,18 +161,8 @@ async def as_the_chart(sb: Sandbox, tmp_path: Path) -> AsyncIterator[None]:
     assert any(a.startswith("--karpenter-instance-types=") for a in args["args"])
     objects = [o for o in rendered if o["kind"] in RBAC_KINDS]
     cluster = Cluster(kubeconfig=sb.kubeconfig, kind="sandbox", sandbox=sb)
-    log = sb.log_dir / "gatekeeper.log"
     with installed(cluster, objects):
         kubeconfig = await user_kubeconfig(cluster, GATEKEEPER_NAMESPACE, "lws-gatekeeper", tmp_path)
-        sb.stop("gatekeeper")
-        sb.kubectl("delete", "lease", "lws-gatekeeper", "-n", GATEKEEPER_NAMESPACE, "--ignore-not-found")
-        start = log.stat().st_size if log.exists() else 0
-        try:
-            sb.start_gatekeeper(kubeconfig=kubeconfig)  # with Karpenter's instance types, as the chart
+        # With Karpenter's instance types, as the chart.
+        with gatekeeper_running_as(sb, kubeconfig=kubeconfig):
             yield
-        finally:
-            sb.stop("gatekeeper")
-            sb.start_gatekeeper()
-            text = log.read_bytes()[start:].decode(errors="replace")
-            denials = refusals(text)
-            assert not denials, "the gatekeeper was refused something it needs:\n" + "\n".join(denials[:10])

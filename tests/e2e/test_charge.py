@@ -75,14 +75,15 @@ async def test_orphaned_pods_without_their_label_keep_their_charge(
     refusal = err.strip().splitlines()[-1]
     await ok(cluster, "label", "namespace", namespace, f"{POLICIES_LABEL}={POLICIES_OFF}")
     said = []
-    delete, ownerless, gone = orphaning("lws", namespace)
-    for args in (["label", "pod", "lws-0", "lws-0-1", f"{POOL_LABEL}-", "-n", namespace], delete):
+    steps = orphaning("lws", namespace)
+    await ok(cluster, *steps.hold)
+    for args in (["label", "pod", "lws-0", "lws-0-1", f"{POOL_LABEL}-", "-n", namespace], steps.delete):
         code, out, err = await kubectl(cluster, *args, kubeconfig=kubeconfig)
         said.append((out or err).strip().splitlines()[-1] if (out or err).strip() else f"exit {code}")
         assert code == 0, f"kubectl {' '.join(args)}: {err}"
     # What the garbage collector does on an orphaning delete (see orphaning).
-    await ok(cluster, *ownerless)
-    await ok(cluster, *gone)
+    for args in (steps.ownerless, steps.let_go, steps.gone):
+        await ok(cluster, *args)
     name = "lws" if second == "same-name" else "second"
     await create(api, namespace, plain_lws(name, pool, size=2, replicas=1))
     peak = 0

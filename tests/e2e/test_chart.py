@@ -49,7 +49,16 @@ from gatekeeper_lab.sandbox.cluster import GATEKEEPER_NAMESPACE, Sandbox
 from gatekeeper_lab.sandbox.observe import GROUP_INDEX_LABEL, LWS_NAME_LABEL
 from gatekeeper_lab.sandbox.replay import list_raw, settle
 
-from .conftest import Cluster, MakeNodes, MakePool, admitted, condition, eventually, records, refusals
+from .conftest import (
+    Cluster,
+    MakeNodes,
+    MakePool,
+    admitted,
+    condition,
+    eventually,
+    gatekeeper_running_as,
+    records,
+)
 from .kueue_support import (
     NODE_FIT_CONTROLLER,
     check_state,
@@ -249,21 +258,8 @@ async def chart_identity(cluster: Cluster, helm: Path, tmp_path: Path) -> AsyncI
 @pytest.fixture
 def gatekeeper_as(cluster: Cluster, chart_identity: Path) -> Iterator[Path]:
     """The sandbox's gatekeeper restarted with the chart's identity (its webhook still registered)."""
-    sb = sandbox(cluster)
-    sb.stop("gatekeeper")
-    # Gone, so that the chart's identity must create its Lease, not only renew it.
-    sb.kubectl("delete", "lease", "lws-gatekeeper", "-n", GATEKEEPER_NAMESPACE, "--ignore-not-found")
-    log = sb.log_dir / "gatekeeper.log"
-    start = log.stat().st_size if log.exists() else 0
-    try:
-        sb.start_gatekeeper(kubeconfig=chart_identity)
+    with gatekeeper_running_as(sandbox(cluster), kubeconfig=chart_identity):
         yield chart_identity
-    finally:
-        sb.stop("gatekeeper")
-        sb.start_gatekeeper()
-        text = log.read_bytes()[start:].decode(errors="replace")
-        denials = refusals(text)
-        assert not denials, "the gatekeeper was refused something it needs:\n" + "\n".join(denials[:10])
 
 
 async def test_the_gatekeeper_runs_as_the_charts_service_account_and_no_more(
@@ -400,22 +396,11 @@ async def kueue_chart_identity(
     deployment = next(o for o in rendered if o["kind"] == "Deployment")
     flags = deployment["spec"]["template"]["spec"]["containers"][0]["args"][1:3]
     assert flags == ["--backend=kueue", "--node-fit" if node_fit else "--no-node-fit"]
-    log = sb.log_dir / "gatekeeper.log"
     with installed(cluster, objects):
         kubeconfig = await user_kubeconfig(cluster, GATEKEEPER_NAMESPACE, "lws-gatekeeper", tmp_path)
-        sb.stop("gatekeeper")
-        sb.kubectl("delete", "lease", "lws-gatekeeper", "-n", GATEKEEPER_NAMESPACE, "--ignore-not-found")
-        start = log.stat().st_size if log.exists() else 0
-        try:
-            # The chart's flags.
-            sb.start_gatekeeper(kubeconfig=kubeconfig, backend="kueue", args=flags[1:])
+        # The chart's flags.
+        with gatekeeper_running_as(sb, kubeconfig=kubeconfig, backend="kueue", args=flags[1:]):
             yield kubeconfig, check
-        finally:
-            sb.stop("gatekeeper")
-            sb.start_gatekeeper(backend="kueue")
-            text = log.read_bytes()[start:].decode(errors="replace")
-            denials = refusals(text)
-            assert not denials, "the gatekeeper was refused something it needs:\n" + "\n".join(denials[:10])
 
 
 async def test_the_kueue_backend_runs_as_the_charts_service_account_and_no_more(

@@ -34,7 +34,7 @@ from gatekeeper_lab.sandbox.observe import GROUP_INDEX_LABEL, LWS_NAME_LABEL
 from gatekeeper_lab.sandbox.process import free_ports
 from gatekeeper_lab.sandbox.replay import list_raw, settle
 
-from .conftest import Cluster, MakeNodes, MakePool, admitted, condition, records, refusals
+from .conftest import Cluster, MakeNodes, MakePool, admitted, condition, gatekeeper_running_as, records
 from .test_admission import create_lws, lws_body
 from .test_chart import RBAC_KINDS, installed, template
 from .test_chart import helm as helm  # the module fixture
@@ -79,21 +79,11 @@ def from_image(cluster: Cluster, helm: Path, image: build.Built, rootfs: Path) -
         f"lws-gatekeeper/lws-gatekeeper:{image.tag}"
     ), "the chart's default image is the project's own, at the chart's appVersion"
     config = oci.read_config(image.layout, image.tag)["config"]
-    with installed(cluster, [o for o in objects if o["kind"] in RBAC_KINDS]):
-        sb.stop(gk.COMPONENT)
-        sb.kubectl("delete", "lease", "lws-gatekeeper", "-n", GATEKEEPER_NAMESPACE, "--ignore-not-found")
-        log = sb.log_dir / f"{gk.COMPONENT}.log"
-        start = log.stat().st_size if log.exists() else 0
-        try:
-            sb.start_gatekeeper(image=gk.FromImage(rootfs=rootfs, config=config, deployment=deployment))
-            yield sb
-        finally:
-            text = log.read_bytes()[start:].decode(errors="replace")
-            print(text[-3000:])
-            sb.stop(gk.COMPONENT)
-            sb.start_gatekeeper()
-    denials = refusals(text)
-    assert not denials, "the gatekeeper was refused something it needs:\n" + "\n".join(denials[:10])
+    with (
+        installed(cluster, [o for o in objects if o["kind"] in RBAC_KINDS]),
+        gatekeeper_running_as(sb, image=gk.FromImage(rootfs=rootfs, config=config, deployment=deployment)),
+    ):
+        yield sb
 
 
 def _proc(pid: int, what: str) -> str:

@@ -155,13 +155,8 @@ def start_karpenter(
     kubectl.run(
         "apply", "--server-side", "--force-conflicts", "--field-manager=sandbox", *(f"-f={p}" for p in crds)
     )
-    kubectl.run(
-        "wait",
-        "--for=condition=Established",
-        "--timeout=60s",
-        "crd/nodepools.karpenter.sh",
-        "crd/nodeclaims.karpenter.sh",
-        "crd/kwoknodeclasses.karpenter.kwok.sh",
+    kubectl.wait_established(
+        ["nodepools.karpenter.sh", "nodeclaims.karpenter.sh", "kwoknodeclasses.karpenter.kwok.sh"]
     )
     kubectl.apply([node_class()])
     runner.run_dir.mkdir(exist_ok=True)

@@ -9,6 +9,7 @@ components need no Sandbox to do it.
 from __future__ import annotations
 
 import subprocess
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,3 +55,21 @@ class Kubectl:
         """Create objects (``create``, not ``apply``: a Node's status is kept only on create)."""
         if objects:
             self.run("create", "-f", "-", input=as_json_list(objects))
+
+    def wait_established(self, crds: Sequence[str], timeout: float = 60) -> None:
+        """Wait until the CustomResourceDefinitions ``crds`` (names such as
+        ``nodepools.karpenter.sh``) are Established.
+
+        ``kubectl wait --for=condition=...`` fails at once, instead of waiting, on an object
+        that has no ``status.conditions`` yet ("accessor error: <nil>"), as a CRD just
+        applied may not on a loaded machine; that answer is retried until ``timeout``."""
+        names = [f"crd/{name.removeprefix('crd/')}" for name in crds]
+        deadline = time.monotonic() + timeout
+        while True:
+            left = max(1, int(deadline - time.monotonic()))
+            res = self.run("wait", "--for=condition=Established", f"--timeout={left}s", *names, check=False)
+            if res.returncode == 0:
+                return
+            if "accessor error" not in res.stderr or time.monotonic() >= deadline:
+                raise SandboxError(f"kubectl wait for {' '.join(names)} Established: {res.stderr.strip()}")
+            time.sleep(0.5)

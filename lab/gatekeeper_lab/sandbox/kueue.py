@@ -259,7 +259,7 @@ def start_kueue(
     kubectl.apply(crds)
     # The manager exits at once if an API it indexes is not served yet.
     names = [f"crd/{c['metadata']['name']}" for c in crds]
-    kubectl.run("wait", "--for=condition=Established", "--timeout=60s", *names)
+    kubectl.wait_established(names)
 
     run = runner.run_dir
     run.mkdir(exist_ok=True)

@@ -99,7 +99,7 @@ def start_volcano(
     crds = volcano_crds(installed)
     kubectl.apply("\n---\n".join(f.read_text() for f in crds))
     names = [f"crd/{yaml.safe_load(f.read_text())['metadata']['name']}" for f in crds]
-    kubectl.run("wait", "--for=condition=Established", "--timeout=60s", *names)
+    kubectl.wait_established(names)
 
     run = runner.run_dir
     run.mkdir(exist_ok=True)
