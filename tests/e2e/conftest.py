@@ -33,7 +33,8 @@ from gatekeeper_lab.sandbox.hub import Hub
 from gatekeeper_lab.sandbox.replay import list_raw
 
 from ..lanes import write_lanes
-from . import attack_table
+from . import attack_table, bystanders
+from .watch import Others, Watch, watching
 
 _ROWS_SENT = [0]
 """How many of this process's ``attack_table.ROWS`` have ridden on a report already."""
@@ -41,11 +42,14 @@ _ROWS_SENT = [0]
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
-    """The attack rows a test added ride on its report, so that the table is whole when the
-    tests ran in pytest-xdist workers (the process that prints it, ``tests/conftest.py``,
-    ran none of them)."""
+    """The attack rows a test added ride on its teardown report (after its fixtures, which may
+    hold the watch that measures them, are gone), so that the table is whole when the tests
+    ran in pytest-xdist workers (the process that prints it, ``tests/conftest.py``, ran none
+    of them)."""
     outcome = yield
     report = outcome.get_result()  # type: ignore[attr-defined]
+    if report.when != "teardown":
+        return
     fresh = attack_table.ROWS[_ROWS_SENT[0] :]
     _ROWS_SENT[0] = len(attack_table.ROWS)
     report.user_properties.extend((attack_table.REPORT_KEY, list(row)) for row in fresh)
@@ -451,6 +455,35 @@ async def namespace(api: kr8s.asyncio.Api, request: pytest.FixtureRequest) -> As
             await anyio.sleep(0.2)
     yield name
     await ns.delete()
+
+
+def _attack_watch(sb: Sandbox, namespaces: list[str], others: Others) -> Iterator[Watch]:
+    with watching(sb.bin_dir / "kubectl", sb.kubeconfig, namespaces, others=others) as seen:
+        yield seen
+
+
+@pytest.fixture
+def attack_watch(cluster: Cluster, namespace: str) -> Iterator[Watch]:
+    """The test's namespace watched while it runs (``watch.watching``): peak GPUs bound against
+    the quota the test sets (``attack_watch.pool(nodes.selector, quota)``, or ``.quota = 0``
+    with no pool), GPUs stranded in half-placed groups, and another tenant's group made at its
+    end (``bystanders.in_pools``) that must run."""
+    sb = cluster.sandbox
+    assert sb is not None, "the attacks run in the sandbox"
+    yield from _attack_watch(sb, [namespace], bystanders.in_pools(sb))
+
+
+@pytest.fixture
+def kueue_attack_watch(kueue_sandbox: Sandbox) -> Iterator[Watch]:
+    """``attack_watch`` in the sandbox with Kueue; the test names the ClusterQueue's nodes and
+    quota (``.pool(queue.labels, gpus)``); the other tenant has a ClusterQueue of its own."""
+    yield from _attack_watch(kueue_sandbox, [], bystanders.in_kueue(kueue_sandbox))
+
+
+@pytest.fixture
+def volcano_attack_watch(volcano_sandbox: Sandbox) -> Iterator[Watch]:
+    """``attack_watch`` in the sandbox with Volcano; the other tenant has a Queue of its own."""
+    yield from _attack_watch(volcano_sandbox, [], bystanders.in_volcano(volcano_sandbox))
 
 
 @dataclass

@@ -11,7 +11,9 @@ does; nothing here turns one off.
 
 Each attack adds a row (attack, expected, seen: what the tenant is told) to the run's
 attack table (``attack_table``), printed at the end of the run with the rows of the other
-files that attack the boundary.
+files that attack the boundary; the namespace is watched meanwhile (``attack_watch``) for
+the GPUs bound against the quota and the GPUs stranded, and another tenant's group must run
+after it.
 """
 
 from __future__ import annotations
@@ -31,19 +33,13 @@ from gatekeeper_lab.sandbox.replay import list_raw, settle
 
 from . import attack_table
 from .attack_support import flood, memory, reset_peak, review, tenants
-from .attack_table import Row
 from .conftest import Cluster, MakeNodes, MakePool, admitted, records
 from .test_admission import create_lws, lws_body
 from .test_policies import get, kubectl, ok, pod, user_kubeconfig
+from .watch import Watch
 
 RECORDS = "only the lws-gatekeeper writes its admission records"
 MIB = 1024 * 1024
-
-
-@pytest.fixture
-def table() -> list[Row]:
-    """The run's attack table (``attack_table``; printed at the end of the run)."""
-    return attack_table.ROWS
 
 
 def sandbox(cluster: Cluster) -> Sandbox:
@@ -57,7 +53,6 @@ def first_line(err: str) -> str:
 
 async def attempt(
     cluster: Cluster,
-    table: list[Row],
     attack: str,
     kubeconfig: Path,
     *args: str,
@@ -67,7 +62,7 @@ async def attempt(
     """Run kubectl as an attacker; record the row; assert the outcome (and that the refusal ``says``)."""
     code, out, err = await kubectl(cluster, *args, kubeconfig=kubeconfig)
     seen = first_line(err) if code else "accepted: " + first_line(out)
-    table.append((attack, "refused" if expect_refused else "allowed", seen))
+    attack_table.add(attack, "refused" if expect_refused else "allowed", seen)
     assert (code != 0) == expect_refused, f"{attack}: {seen}"
     assert says in seen, f"{attack}: {seen}"
     return seen
@@ -79,12 +74,13 @@ async def test_tenants_cannot_admit_themselves(
     namespace: str,
     fake_nodes: MakeNodes,
     make_pool: MakePool,
-    table: list[Row],
+    attack_watch: Watch,
     tmp_path: Path,
 ) -> None:
     # Two groups of 2 one-GPU pods on a pool of two 1-GPU nodes: group 0 runs, group 1 waits gated.
     nodes = await fake_nodes(2, gpus=1)
     pool = await make_pool(nodes)
+    attack_watch.pool(nodes.selector, 2)  # no quota: the pool holds its 2 nodes' GPUs
     await create_lws(api, namespace, lws_body("vllm", pool, nodes, replicas=2))
     verdict = await settle(api, namespace, "vllm", expected_pods=4, size=2, timeout=120)
     assert sorted(g.index for g in verdict.groups.values() if g.whole(2)) == [0]
@@ -113,7 +109,6 @@ async def test_tenants_cannot_admit_themselves(
     for who in ("edit", "star"):
         await attempt(
             cluster,
-            table,
             f"{who}: set record Admitted=True",
             as_[who],
             "patch",
@@ -126,7 +121,6 @@ async def test_tenants_cannot_admit_themselves(
         )
     await attempt(
         cluster,
-        table,
         "star: move the record to another pool",
         as_["star"],
         "patch",
@@ -139,7 +133,6 @@ async def test_tenants_cannot_admit_themselves(
     )
     await attempt(
         cluster,
-        table,
         "star: change the record's spec",
         as_["star"],
         "patch",
@@ -149,13 +142,10 @@ async def test_tenants_cannot_admit_themselves(
         '{"spec":{"groupIndex":0}}',
         says="immutable",
     )
-    await attempt(
-        cluster, table, "star: delete the record", as_["star"], "delete", *record_args, says=RECORDS
-    )
+    await attempt(cluster, "star: delete the record", as_["star"], "delete", *record_args, says=RECORDS)
     # The garbage collector may drop a record's owner reference (delete --cascade=orphan); a tenant may not.
     await attempt(
         cluster,
-        table,
         "star: drop the record's owner reference",
         as_["star"],
         "patch",
@@ -171,13 +161,13 @@ async def test_tenants_cannot_admit_themselves(
     code, _, err = await kubectl(
         cluster, "create", "-f", "-", kubeconfig=as_["star"], input=json.dumps(forged)
     )
-    table.append(("star: create a record", "refused", first_line(err) if code else "accepted"))
+    attack_table.add("star: create a record", "refused", first_line(err) if code else "accepted")
     assert code != 0 and RECORDS in err, err
 
     patch_pool = ("patch", "pool", pool, "--type=merge", "-p", '{"spec":{"quota":{"nvidia.com/gpu":99}}}')
     for who in ("edit", "star"):
         await attempt(
-            cluster, table, f"{who}: patch a Pool's quota", as_[who], *patch_pool, says="cannot get resource"
+            cluster, f"{who}: patch a Pool's quota", as_[who], *patch_pool, says="cannot get resource"
         )
 
     # An identity with cluster-wide rights on Pools (an operator, say) is still not a pool administrator.
@@ -202,7 +192,6 @@ async def test_tenants_cannot_admit_themselves(
         operator = await user_kubeconfig(cluster, namespace, "pool-operator", tmp_path)
         await attempt(
             cluster,
-            table,
             "pool operator (cluster RBAC): patch a Pool's quota",
             operator,
             *patch_pool,
@@ -210,7 +199,6 @@ async def test_tenants_cannot_admit_themselves(
         )
         await attempt(
             cluster,
-            table,
             "pool operator (cluster RBAC): patch a Pool's status",
             operator,
             "patch",
@@ -232,7 +220,6 @@ async def test_tenants_cannot_admit_themselves(
     for who in ("edit", "star"):
         await attempt(
             cluster,
-            table,
             f"{who}: remove the gate",
             as_[who],
             "patch",
@@ -306,15 +293,15 @@ async def as_gatekeeper(cluster: Cluster, namespace: str, tmp_path: Path) -> Any
 
 
 async def test_the_gatekeepers_identity_changes_only_what_it_must(
-    cluster: Cluster, namespace: str, as_gatekeeper: Path, table: list[Row], tmp_path: Path
+    cluster: Cluster, namespace: str, as_gatekeeper: Path, attack_watch: Watch, tmp_path: Path
 ) -> None:
+    attack_watch.quota = 0  # no pool: nothing here may hold a GPU
     # A pod gated by hand (not opted in: no controller touches it).
     body = pod("held", gates=[SCHEDULING_GATE])
     await ok(cluster, "create", "-n", namespace, "-f", "-", input=json.dumps(body))
     target = ("patch", "pod", "held", "-n", namespace)
     await attempt(
         cluster,
-        table,
         "gatekeeper SA: relabel a pod",
         as_gatekeeper,
         *target,
@@ -325,7 +312,6 @@ async def test_the_gatekeepers_identity_changes_only_what_it_must(
     )
     await attempt(
         cluster,
-        table,
         "gatekeeper SA: change a pod's image",
         as_gatekeeper,
         *target,
@@ -336,7 +322,6 @@ async def test_the_gatekeepers_identity_changes_only_what_it_must(
     )
     await attempt(
         cluster,
-        table,
         "gatekeeper SA: add a node selector, gate kept",
         as_gatekeeper,
         *target,
@@ -353,7 +338,6 @@ async def test_the_gatekeepers_identity_changes_only_what_it_must(
     ]
     await attempt(
         cluster,
-        table,
         "gatekeeper SA: lift the gate + steer (its job)",
         as_gatekeeper,
         *target,
@@ -373,7 +357,6 @@ async def test_the_gatekeepers_identity_changes_only_what_it_must(
     await ok(cluster, "create", "-n", namespace, "-f", "-", input=json.dumps(member))
     await attempt(
         cluster,
-        table,
         "gatekeeper SA: delete a pod of no LWS",
         as_gatekeeper,
         "delete", "pod", "held", "-n", namespace, "--wait=false",
@@ -381,7 +364,6 @@ async def test_the_gatekeepers_identity_changes_only_what_it_must(
     )  # fmt: skip
     await attempt(
         cluster,
-        table,
         "gatekeeper SA: delete a pod let through (its job: give back)",
         as_gatekeeper,
         "delete", "pod", "member", "-n", namespace, "--wait=false",
@@ -392,7 +374,6 @@ async def test_the_gatekeepers_identity_changes_only_what_it_must(
     as_tenant = await tenants(cluster, namespace, tmp_path)
     await attempt(
         cluster,
-        table,
         "edit: delete its own pod of no LWS (the gatekeeper may not)",
         as_tenant["edit"],
         "delete", "pod", "held", "-n", namespace, "--wait=false",
@@ -404,7 +385,6 @@ async def test_the_gatekeepers_identity_changes_only_what_it_must(
     widen = [{"op": "replace", "path": "/webhooks/0/objectSelector", "value": {}}]
     await attempt(
         cluster,
-        table,
         "gatekeeper SA: widen its webhook's selector",
         as_gatekeeper,
         "patch",
@@ -417,7 +397,6 @@ async def test_the_gatekeepers_identity_changes_only_what_it_must(
     rules = [{"op": "add", "path": "/webhooks/0/rules/0/operations/-", "value": "DELETE"}]
     await attempt(
         cluster,
-        table,
         "gatekeeper SA: add to its webhook's rules",
         as_gatekeeper,
         "patch",
@@ -436,7 +415,6 @@ async def test_the_gatekeepers_identity_changes_only_what_it_must(
     ]
     await attempt(
         cluster,
-        table,
         "gatekeeper SA: set its webhook's caBundle (its job)",
         as_gatekeeper,
         "patch",
@@ -451,7 +429,8 @@ async def test_the_gatekeepers_identity_changes_only_what_it_must(
 # ---- the webhook under a flood -------------------------------------------------------------
 
 
-async def test_the_webhook_survives_a_flood(cluster: Cluster, namespace: str, table: list[Row]) -> None:
+async def test_the_webhook_survives_a_flood(cluster: Cluster, namespace: str, attack_watch: Watch) -> None:
+    attack_watch.quota = 0  # no pool: nothing here may hold a GPU
     sb = sandbox(cluster)
     state = sb.state()
     pid = state["processes"]["gatekeeper"]["pid"]
@@ -463,7 +442,7 @@ async def test_the_webhook_survives_a_flood(cluster: Cluster, namespace: str, ta
     peak = memory(pid)["VmHWM"] - before
     codes = Counter(code for code, _ in answers)
     seen = f"{dict(codes)}; peak RSS +{peak / MIB:.0f} MiB; {answers[0][1][:160]}"
-    table.append(("64 concurrent 16 MiB reviews", "refused", seen))
+    attack_table.add("64 concurrent 16 MiB reviews", "refused", seen)
     print(f"flood of 64 x 16 MiB: answers {dict(codes)}, peak RSS growth {peak / MIB:.1f} MiB")
     assert codes == {413: 64}, seen
     assert "larger than the" in answers[0][1]
@@ -476,12 +455,10 @@ async def test_the_webhook_survives_a_flood(cluster: Cluster, namespace: str, ta
     peak = memory(pid)["VmHWM"] - before
     codes = Counter(code for code, _ in answers)
     busy = next((text for code, text in answers if code == 429), "")
-    table.append(
-        (
-            "64 concurrent 3 MiB reviews",
-            "bounded",
-            f"{dict(codes)}; peak RSS +{peak / MIB:.0f} MiB; {busy[:120]}",
-        )
+    attack_table.add(
+        "64 concurrent 3 MiB reviews",
+        "bounded",
+        f"{dict(codes)}; peak RSS +{peak / MIB:.0f} MiB; {busy[:120]}",
     )
     print(f"flood of 64 x 3 MiB: answers {dict(codes)}, peak RSS growth {peak / MIB:.1f} MiB")
     assert set(codes) <= {200, 429} and codes[200] >= 1, codes

@@ -41,6 +41,7 @@ from gatekeeper_lab.sandbox.cluster import Sandbox
 
 from . import attack_table
 from .conftest import Cluster
+from .watch import Watch
 
 CREATES = 120
 LIFETIME = dt.timedelta(seconds=20)
@@ -116,8 +117,9 @@ def _wait_for_serial(port: int, ca_file: Path, serial: int) -> None:
 
 
 async def test_a_rotated_serving_certificate_never_fails_a_create(
-    api: kr8s.asyncio.Api, cluster: Cluster, namespace: str
+    api: kr8s.asyncio.Api, cluster: Cluster, namespace: str, attack_watch: Watch
 ) -> None:
+    attack_watch.quota = 0  # its pods ask no GPU
     sb = _sandbox(cluster)
     webhook_dir, ca_file = sb.pki.webhook_dir, sb.pki.ca_crt
     port = int(sb.state()["ports"]["gk_webhook"])

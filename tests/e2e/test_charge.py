@@ -39,6 +39,7 @@ from .conftest import (
 from .test_group_size import QUOTA, gpus_bound
 from .test_policies import kubectl, ok
 from .test_tenant_pools import create, plain_lws, tolerate
+from .watch import Watch
 
 
 @pytest.mark.parametrize("second", ["same-name", "other-name"])
@@ -50,9 +51,11 @@ async def test_orphaned_pods_without_their_label_keep_their_charge(
     make_pool: MakePool,
     tmp_path: Path,
     second: str,
+    attack_watch: Watch,
 ) -> None:
     nodes = await fake_nodes(6, gpus=1)
     pool = await make_pool(nodes, quota={"nvidia.com/gpu": QUOTA}, tolerations=tolerate(nodes.id))
+    attack_watch.pool(nodes.selector, QUOTA)
     others = await fake_nodes(2, gpus=1)
     other_pool = await make_pool(others, tolerations=tolerate(others.id))
     await create(api, namespace, plain_lws("lws", pool, size=2, replicas=1))

@@ -35,6 +35,7 @@ from .conftest import TEST_NODES_KEY, Cluster, MakeNodes, MakePool, condition, e
 from .test_group_size import QUOTA, gpus_bound
 from .test_policies import kubectl, ok
 from .test_tenant_pools import create, plain_lws, tolerate
+from .watch import Watch
 
 POLICY = "tolerates the taint lws-gatekeeper.io/pool of closed pools' nodes"
 WEBHOOK = "lws-gatekeeper refuses pod"
@@ -70,9 +71,11 @@ async def test_nothing_but_admitted_groups_runs_on_a_closed_pools_nodes(
     fake_nodes: MakeNodes,
     make_pool: MakePool,
     tmp_path: Path,
+    attack_watch: Watch,
 ) -> None:
     nodes = await fake_nodes(3, gpus=1)  # more room than quota: the quota, not the nodes, must hold
     pool = await make_pool(nodes, quota={"nvidia.com/gpu": QUOTA})
+    attack_watch.pool(nodes.selector, QUOTA)
     tolerations = [*tolerate(nodes.id), closed(pool)]
     spec = json.dumps({"spec": {"tolerations": tolerations}})
     await ok(cluster, "patch", "pool", pool, "--type=merge", "-p", spec)

@@ -31,6 +31,7 @@ from .attack_support import dev, guard_off
 from .conftest import Cluster, MakeNodes, MakePool, admitted, condition, eventually, records
 from .test_policies import kubectl
 from .test_tenant_pools import create, plain_lws, pods_of, tolerate
+from .watch import Watch
 
 QUOTA = 2
 HELD_METRIC = 'gatekeeper_groups_holding_pods{reason="BeyondGroupSize"}'
@@ -74,9 +75,11 @@ async def test_workers_past_the_lws_size_stay_gated(
     make_pool: MakePool,
     tmp_path: Path,
     guard: str,
+    attack_watch: Watch,
 ) -> None:
     nodes = await fake_nodes(6, gpus=1)
     pool = await make_pool(nodes, quota={"nvidia.com/gpu": QUOTA}, tolerations=tolerate(nodes.id))
+    attack_watch.pool(nodes.selector, QUOTA)
     others = await fake_nodes(2, gpus=1)
     other_pool = await make_pool(others, tolerations=tolerate(others.id))
     await create(api, namespace, plain_lws("lws", pool, size=2, replicas=1))
@@ -156,12 +159,14 @@ async def test_pods_of_a_hand_edited_worker_statefulset_stay_gated(
     make_pool: MakePool,
     tmp_path: Path,
     guard: str,
+    attack_watch: Watch,
 ) -> None:
     """The tenant edits the admitted group's worker StatefulSet to ask 2 GPUs a pod (its
     template's revision label kept) and deletes the worker: the StatefulSet controller makes
     it again from the edited template, through the LWS's own chain."""
     nodes = await fake_nodes(4, gpus=2)
     pool = await make_pool(nodes, quota={"nvidia.com/gpu": QUOTA}, tolerations=tolerate(nodes.id))
+    attack_watch.pool(nodes.selector, QUOTA)
     await create(api, namespace, plain_lws("lws", pool, size=2, replicas=1))
 
     async def whole() -> bool:

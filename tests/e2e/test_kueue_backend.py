@@ -44,6 +44,7 @@ from tests.e2e.kueue_support import (
     workloads,
 )
 from tests.e2e.test_why import run_why
+from tests.e2e.watch import Watch
 
 GPU = "nvidia.com/gpu"
 NEVER_FIT_RETRY = 2
@@ -506,12 +507,14 @@ def test_rolling_update_to_bigger_pods_gets_a_new_workload_within_quota(kueue_sa
 
 def test_a_pod_its_lws_did_not_make_is_never_let_through_on_the_groups_workload(
     kueue_sandbox: Sandbox,
+    kueue_attack_watch: Watch,
 ) -> None:
     """A bare pod that claims admitted group 0 by its labels (and asks 2 GPUs) stays gated
     while Kueue has admitted the group's Workload; the record and a Warning Event say so,
     and the group keeps running."""
     sb = kueue_sandbox
     q = make_queue(sb, gpus=4, nodes=4, gpus_per_node=1, managed=False)
+    kueue_attack_watch.pool(q.labels, 4)
     sb.apply([lws("vllm", q.namespace, _opted_in(q), replicas=1, size=2, gpus_per_pod=1)])
     wait("group 0 Running", lambda: settled(sb, q.namespace, running=1, gated=0, size=2))
     forged = {

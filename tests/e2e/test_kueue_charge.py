@@ -19,6 +19,7 @@ from gatekeeper_lab.sandbox.cluster import POLICIES_LABEL, POLICIES_OFF, Sandbox
 from tests.e2e import attack_table
 from tests.e2e.conftest import orphaning
 from tests.e2e.kueue_support import lws, make_queue, new_tag, pods, records, settled, wait, workloads
+from tests.e2e.watch import Watch
 
 
 def _gpus_bound(sb: Sandbox, ns: str) -> int:
@@ -35,9 +36,12 @@ def _gpus_bound(sb: Sandbox, ns: str) -> int:
     )
 
 
-def test_unlabelled_orphans_keep_their_workloads_quota(kueue_sandbox: Sandbox) -> None:
+def test_unlabelled_orphans_keep_their_workloads_quota(
+    kueue_sandbox: Sandbox, kueue_attack_watch: Watch
+) -> None:
     sb = kueue_sandbox
     q = make_queue(sb, gpus=2, nodes=4, gpus_per_node=1, managed=False)
+    kueue_attack_watch.pool(q.labels, 2)
     opted = {POOL_LABEL: q.local_queue}
     sb.apply([lws("first", q.namespace, opted, replicas=1, size=2, gpus_per_pod=1)])
     wait("A running whole", lambda: settled(sb, q.namespace, running=1, gated=0, size=2, lws_name="first"))
@@ -76,7 +80,9 @@ def test_unlabelled_orphans_keep_their_workloads_quota(kueue_sandbox: Sandbox) -
     )
 
 
-def test_a_flavor_closed_by_the_pool_taint_takes_only_admitted_groups(kueue_sandbox: Sandbox) -> None:
+def test_a_flavor_closed_by_the_pool_taint_takes_only_admitted_groups(
+    kueue_sandbox: Sandbox, kueue_attack_watch: Watch
+) -> None:
     """The flavor's nodes are tainted with the reserved key ``lws-gatekeeper.io/pool`` and its
     tolerations tolerate it: the gatekeeper adds them to an admitted group's pods as it lifts
     their gates (an update the policy lws-gatekeeper-closed-pools lets only the gatekeeper
@@ -85,6 +91,7 @@ def test_a_flavor_closed_by_the_pool_taint_takes_only_admitted_groups(kueue_sand
     tag = new_tag()
     taint = {"key": POOL_TAINT_KEY, "value": f"gpu-{tag}", "effect": "NoSchedule"}  # the flavor's name
     q = make_queue(sb, gpus=2, nodes=3, gpus_per_node=1, managed=False, taint=taint, tag=tag)
+    kueue_attack_watch.pool(q.labels, 2)
     assert q.flavor == taint["value"]
     sb.apply([lws("closed", q.namespace, {POOL_LABEL: q.local_queue}, replicas=1, size=2, gpus_per_pod=1)])
     wait("the group running whole", lambda: settled(sb, q.namespace, running=1, gated=0, size=2))

@@ -24,6 +24,7 @@ from .attack_support import tenants
 from .conftest import Cluster, MakeNodes, MakePool, admitted, eventually, records
 from .test_policies import kubectl
 from .test_tenant_pools import create, plain_lws, tolerate
+from .watch import Watch
 
 
 async def test_a_tenant_cannot_make_a_pod_its_lws_statefulsets(
@@ -33,9 +34,11 @@ async def test_a_tenant_cannot_make_a_pod_its_lws_statefulsets(
     fake_nodes: MakeNodes,
     make_pool: MakePool,
     tmp_path: Path,
+    attack_watch: Watch,
 ) -> None:
     nodes = await fake_nodes(4, gpus=1)
     pool = await make_pool(nodes, tolerations=tolerate(nodes.id))
+    attack_watch.pool(nodes.selector, 4)  # no quota: the pool holds its 4 nodes' GPUs
     await create(api, namespace, plain_lws("lws", pool, replicas=1, tolerate_all=True))
 
     async def group_0_admitted() -> bool:

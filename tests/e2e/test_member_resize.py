@@ -25,6 +25,7 @@ from .attack_support import dev
 from .conftest import Cluster, MakeNodes, MakePool, eventually
 from .test_policies import kubectl, ok
 from .test_tenant_pools import plain_lws, tolerate
+from .watch import Watch
 
 RESIZER = {
     "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -46,6 +47,7 @@ async def test_a_resize_of_a_pod_let_through_may_lower_its_requests_not_raise_th
     fake_nodes: MakeNodes,
     make_pool: MakePool,
     tmp_path: Path,
+    attack_watch: Watch,
 ) -> None:
     # An autoscaled pool (QuotaOnly) whose one node has no GPU: the admitted group's pods are let
     # through and stay Pending. (The API server resizes a running pod only when its kubelet
@@ -54,6 +56,7 @@ async def test_a_resize_of_a_pod_let_through_may_lower_its_requests_not_raise_th
     pool = await make_pool(
         nodes, quota={"nvidia.com/gpu": 2, "cpu": "2"}, tolerations=tolerate(nodes.id), node_fit="QuotaOnly"
     )
+    attack_watch.pool(nodes.selector, 2)
     kubeconfig = await dev(cluster, namespace, tmp_path)
     body: dict[str, Any] = plain_lws("lws", pool, size=2)
     container = body["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]

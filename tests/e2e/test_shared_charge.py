@@ -21,6 +21,7 @@ from . import attack_table
 from .conftest import SharedHub, orphaning
 from .hub_support import scene
 from .test_shared_members_gone import a_holds_the_reservation, sampled, states, whole
+from .watch import watching
 
 __all__ = ["scene"]  # the fixture, used by name
 
@@ -28,7 +29,22 @@ __all__ = ["scene"]  # the fixture, used by name
 def test_orphaned_unlabelled_pods_of_a_member_keep_its_claims(shared_hub: SharedHub, scene: Any) -> None:
     reservation, _, ns = scene
     a = shared_hub.members["cluster-a"]
-    with sampled(shared_hub, reservation, ns) as sampler:
+
+    def cluster_b_runs() -> str:
+        """The other tenant here is cluster-b, whose groups wait for the reservation: they run
+        whole once cluster-a's orphans are gone."""
+        a.kubectl("delete", "statefulsets,pods", "-n", ns, "-l", f"{LWS_NAME_LABEL}=vllm", "--wait=false")
+        start = time.monotonic()
+        while whole(shared_hub, "cluster-b", ns) != (2, 4, 0):
+            assert time.monotonic() - start < 120, "cluster-b's groups run whole once the orphans are gone"
+            time.sleep(1)
+        return f"cluster-b: yes, whole {time.monotonic() - start:.0f} s after the orphans were deleted"
+
+    with (
+        sampled(shared_hub, reservation, ns) as sampler,
+        watching(a.bin_dir / "kubectl", a.kubeconfig, [ns], others=cluster_b_runs) as watch,
+    ):
+        watch.pool({"pool": shared_hub.node_label}, 4)  # cluster-a's nodes, the Reservation's 4 GPUs
         a_holds_the_reservation(shared_hub, reservation, ns)
         a.kubectl("label", "namespace", ns, f"{POLICIES_LABEL}={POLICIES_OFF}")
         a.kubectl("label", "pods", "-n", ns, "-l", f"{LWS_NAME_LABEL}=vllm", f"{POOL_LABEL}-")
@@ -40,14 +56,9 @@ def test_orphaned_unlabelled_pods_of_a_member_keep_its_claims(shared_hub: Shared
             assert whole(shared_hub, "cluster-b", ns) == (0, 0, 4), "cluster-b's groups wait"
             time.sleep(1)
         assert whole(shared_hub, "cluster-a", ns) == (2, 4, 0), "the orphans run on"
-        a.kubectl("delete", "statefulsets,pods", "-n", ns, "-l", f"{LWS_NAME_LABEL}=vllm", "--wait=false")
-        start = time.monotonic()
-        while whole(shared_hub, "cluster-b", ns) != (2, 4, 0):
-            assert time.monotonic() - start < 120, "cluster-b's groups run whole once the orphans are gone"
-            time.sleep(1)
-    attack_table.add(
-        f"hub member: pool label removed from running pods, LWS deleted --cascade=orphan "
-        f"(held at most {max(sampler.granted)}, bound at most {max(sampler.bound)} of 4 GPUs)",
-        "contained",
-        "cluster-a's claims stayed Granted while its pods ran; cluster-b's groups waited, then ran whole",
-    )
+        attack_table.add(
+            f"hub member: pool label removed from running pods, LWS deleted --cascade=orphan "
+            f"(held at most {max(sampler.granted)} of 4 GPUs across members)",
+            "contained",
+            "cluster-a's claims stayed Granted while its pods ran; cluster-b's groups waited",
+        )

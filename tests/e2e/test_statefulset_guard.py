@@ -27,6 +27,7 @@ from .conftest import Cluster, MakeNodes, MakePool, eventually
 from .test_group_size import QUOTA, gpus_bound
 from .test_policies import kubectl, ok
 from .test_tenant_pools import create, plain_lws, pods_of, tolerate
+from .watch import Watch
 
 
 def tenant_statefulset(name: str, owner: dict[str, Any] | None) -> dict[str, Any]:
@@ -57,9 +58,11 @@ async def test_a_tenant_cannot_change_the_statefulsets_of_an_lws(
     fake_nodes: MakeNodes,
     make_pool: MakePool,
     tmp_path: Path,
+    attack_watch: Watch,
 ) -> None:
     nodes = await fake_nodes(6, gpus=1)
     pool = await make_pool(nodes, quota={"nvidia.com/gpu": QUOTA}, tolerations=tolerate(nodes.id))
+    attack_watch.pool(nodes.selector, QUOTA)
     await create(api, namespace, plain_lws("lws", pool, size=2, replicas=1))
 
     async def whole() -> bool:

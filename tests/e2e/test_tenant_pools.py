@@ -27,6 +27,7 @@ from gatekeeper_lab.sandbox.replay import LeaderWorkerSet, list_raw
 from . import attack_table
 from .conftest import TEST_NODES_KEY, Cluster, MakeNodes, MakePool, admitted, condition, eventually, records
 from .test_policies import for_test
+from .watch import Watch
 
 
 def plain_lws(
@@ -66,7 +67,7 @@ def tolerate(nodes_id: str) -> list[dict[str, Any]]:
 
 
 async def test_pods_bind_only_on_their_own_pools_nodes(
-    api: kr8s.asyncio.Api, namespace: str, fake_nodes: MakeNodes, make_pool: MakePool
+    api: kr8s.asyncio.Api, namespace: str, fake_nodes: MakeNodes, make_pool: MakePool, attack_watch: Watch
 ) -> None:
     """Pools ta (2 one-GPU nodes) and tb (4 empty 8-GPU nodes); LWSs without a node selector.
 
@@ -76,6 +77,7 @@ async def test_pods_bind_only_on_their_own_pools_nodes(
     ta_nodes = await fake_nodes(2, gpus=1)
     tb_nodes = await fake_nodes(4, gpus=8)
     ta = await make_pool(ta_nodes, tolerations=tolerate(ta_nodes.id))
+    attack_watch.pool(ta_nodes.selector, 2)  # no quota: ta holds its 2 nodes' GPUs
     tb = await make_pool(tb_nodes, tolerations=tolerate(tb_nodes.id))
     await create(api, namespace, plain_lws("a", ta, replicas=2, tolerate_all=True))
     await create(api, namespace, plain_lws("b", tb, replicas=1))
@@ -107,7 +109,7 @@ async def test_pods_bind_only_on_their_own_pools_nodes(
 
 
 async def test_a_namespace_the_pool_does_not_admit_waits_with_a_warning(
-    api: kr8s.asyncio.Api, namespace: str, fake_nodes: MakeNodes, make_pool: MakePool
+    api: kr8s.asyncio.Api, namespace: str, fake_nodes: MakeNodes, make_pool: MakePool, attack_watch: Watch
 ) -> None:
     """A pool for one team: another namespace's LWS waits (NamespaceNotAllowed) until its
     namespace gets the team's label."""
@@ -116,6 +118,7 @@ async def test_a_namespace_the_pool_does_not_admit_waits_with_a_warning(
     pool = await make_pool(
         nodes, tolerations=tolerate(nodes.id), namespace_selector={"matchLabels": {"team": team}}
     )
+    attack_watch.pool(nodes.selector, 2)  # no quota: the pool holds its 2 nodes' GPUs
     await create(api, namespace, plain_lws("lws", pool))
 
     async def says_not_allowed() -> bool:
@@ -146,12 +149,13 @@ async def test_a_namespace_the_pool_does_not_admit_waits_with_a_warning(
 
 
 async def test_a_pod_the_lws_did_not_make_is_never_let_through(
-    api: kr8s.asyncio.Api, namespace: str, fake_nodes: MakeNodes, make_pool: MakePool
+    api: kr8s.asyncio.Api, namespace: str, fake_nodes: MakeNodes, make_pool: MakePool, attack_watch: Watch
 ) -> None:
     """A bare pod that claims admitted group 0 by its labels (and asks 2 GPUs, more than the
     group's pods) stays gated; the record and an Event say so."""
     nodes = await fake_nodes(4, gpus=1)
     pool = await make_pool(nodes, tolerations=tolerate(nodes.id))
+    attack_watch.pool(nodes.selector, 4)  # no quota: the pool holds its 4 nodes' GPUs
     await create(api, namespace, plain_lws("lws", pool, replicas=1, tolerate_all=True))
 
     async def group_0_admitted() -> bool:
@@ -201,10 +205,11 @@ async def test_a_pod_the_lws_did_not_make_is_never_let_through(
 
 
 async def test_a_gated_pods_group_and_pool_labels_cannot_be_changed(
-    api: kr8s.asyncio.Api, cluster: Cluster, namespace: str
+    api: kr8s.asyncio.Api, cluster: Cluster, namespace: str, attack_watch: Watch
 ) -> None:
     """The member-labels policy (a copy acting in this namespace): a gated pod cannot be
     relabelled into another group or pool; its other labels can change."""
+    attack_watch.quota = 0  # no pool: nothing here may hold a GPU
     policy = for_test(load_policies([MEMBER_LABELS]), "x" + namespace[-5:], namespace)
     cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(policy))
     try:

@@ -20,12 +20,16 @@ from gatekeeper_lab.sandbox.cluster import POLICIES_LABEL, POLICIES_OFF, Sandbox
 from tests.e2e import attack_table
 from tests.e2e.kueue_support import new_tag, pods, records, settled, wait
 from tests.e2e.test_kueue_charge import _gpus_bound
-from tests.e2e.test_volcano_backend import _lws, _setup, _show
+from tests.e2e.test_volcano_backend import TAINT, _lws, _setup, _show
+from tests.e2e.watch import Watch
 
 
-def test_pods_moved_out_of_their_podgroup_keep_their_queues_quota(volcano_sandbox: Sandbox) -> None:
+def test_pods_moved_out_of_their_podgroup_keep_their_queues_quota(
+    volcano_sandbox: Sandbox, volcano_attack_watch: Watch
+) -> None:
     sb = volcano_sandbox
     ns = _setup(sb, new_tag(), nodes=3, gpus_per_node=2, queue_gpus=2)
+    volcano_attack_watch.pool({TAINT: ns}, 2)  # the Queue's capability, on the test's nodes
     sb.apply([_lws(ns, "first", replicas=1, size=2)])
     try:
         wait("the first group running whole", lambda: settled(sb, ns, running=1, gated=0, size=2))
