@@ -21,48 +21,35 @@ import time
 from datetime import UTC, datetime
 
 import anyio.to_thread
-from prometheus_client import Counter, Gauge, Histogram
 
 from gatekeeper.controller import kube as k
 from gatekeeper.controller import resources as r
-from gatekeeper.controller.act import execute
 from gatekeeper.controller.caches import BOUND_PODS, Caches
+from gatekeeper.controller.checks.shell import CheckController, check_metrics
 from gatekeeper.controller.informer import Informer
 from gatekeeper.controller.loop import Write as Writer
 from gatekeeper.controller.plugin import CheckPlugin
 from gatekeeper.core.checks.node_fit import NodeFitActions, decide_node_fit, plan_writes
 from gatekeeper.core.checks.node_fit.urgency import NodeFitUrgency
 from gatekeeper.core.kube.keys import NODE_FIT_CONTROLLER
-from gatekeeper.core.writes.plan import Memory, Write
 
 __all__ = ["PLUGIN", "NodeFitCheck"]
 
 log = logging.getLogger("gatekeeper.nodefit")
 
-CHECKS = Gauge(
-    "gatekeeper_node_fit_workloads",
-    "Workloads with quota reserved whose node-fit checks are Ready or Pending",
-    ["state"],
-)
-WRITES = Counter("gatekeeper_node_fit_check_writes_total", "Node-fit check states written", ["state"])
-PASS_SECONDS = Histogram("gatekeeper_node_fit_pass_seconds", "Duration of one node-fit pass")
+METRICS = check_metrics("node_fit", "node-fit")
 
 
-class NodeFitCheck:
+class NodeFitCheck(CheckController):
     """The node-fit check's parts for a ``PassLoop``: Workloads, AdmissionChecks, flavors, nodes
     and bound pods; decide and plan; execute."""
 
-    log = log
-
     def __init__(self, kube: k.Kube, caches: Caches) -> None:
-        self.kube = kube
+        super().__init__(kube, caches, METRICS, log)
         self.caches = caches
-        self.memory = Memory()
         self.urgent = NodeFitUrgency()
         """Which watched changes call for a pass at once (the loop's ``urgent``)."""
 
-        self.workloads = caches.informer(r.WORKLOADS)
-        self.checks = caches.informer(r.ADMISSION_CHECKS)
         self.flavors = caches.informer(r.RESOURCE_FLAVORS)
         self.nodes = caches.informer(r.NODES)
         self.bound = caches.informer(r.PODS, field_selector=BOUND_PODS)
@@ -85,27 +72,9 @@ class NodeFitCheck:
             self.bound.values(),
             self.caches.requests,
         )
-        plan = plan_writes(actions, workloads, checks, datetime.now(UTC))
-        await execute(self.kube, plan, write, self.memory, self._done)
-        CHECKS.labels("Ready").set(actions.ready)
-        CHECKS.labels("Pending").set(actions.pending)
-        PASS_SECONDS.observe(time.monotonic() - start)
+        await self.send(plan_writes(actions, workloads, checks, datetime.now(UTC)), write)
+        self.count(actions, time.monotonic() - start)
         return actions
-
-    def _done(self, one: Write) -> None:
-        if one.tag == "activate":
-            log.info("AdmissionCheck %s: marked Active", one.name)
-            return
-        WRITES.labels(one.tag).inc()
-        if one.labels:
-            log.info(
-                "Workload %s/%s: check %s -> %s: %s",
-                one.namespace,
-                one.name,
-                one.labels[0],
-                one.tag,
-                one.labels[1],
-            )
 
 
 PLUGIN = CheckPlugin(NODE_FIT_CONTROLLER, "node_fit", lambda term: NodeFitCheck(term.kube, term.caches))

@@ -19,12 +19,9 @@ import logging
 import time
 from datetime import UTC, datetime
 
-from prometheus_client import Counter, Gauge, Histogram
-
 from gatekeeper.controller import kube as k
-from gatekeeper.controller import resources as r
-from gatekeeper.controller.act import execute
 from gatekeeper.controller.caches import Caches
+from gatekeeper.controller.checks.shell import CheckController, check_metrics
 from gatekeeper.controller.hub_link import HubLink
 from gatekeeper.controller.informer import Informer
 from gatekeeper.controller.loop import Write as Writer
@@ -36,37 +33,21 @@ from gatekeeper.core.checks.shared_reservation import (
 )
 from gatekeeper.core.kube.keys import SHARED_RESERVATION_CONTROLLER
 from gatekeeper.core.reservation import HubView
-from gatekeeper.core.writes.plan import Memory, Write
 
 __all__ = ["PLUGIN", "SharedReservationCheck"]
 
 log = logging.getLogger("gatekeeper.shared_reservation")
 
-CHECKS = Gauge(
-    "gatekeeper_shared_reservation_workloads",
-    "Workloads with quota reserved whose shared-reservation checks are Ready or Pending",
-    ["state"],
-)
-WRITES = Counter(
-    "gatekeeper_shared_reservation_check_writes_total", "Shared-reservation check states written", ["state"]
-)
-PASS_SECONDS = Histogram(
-    "gatekeeper_shared_reservation_pass_seconds", "Duration of one shared-reservation pass"
-)
+METRICS = check_metrics("shared_reservation", "shared-reservation")
 NO_HUB = HubView(cluster="", reachable=False, error="this gatekeeper runs without --hub-kubeconfig")
 
 
-class SharedReservationCheck:
+class SharedReservationCheck(CheckController):
     """The shared-reservation check's parts for a ``PassLoop``."""
 
-    log = log
-
     def __init__(self, kube: k.Kube, caches: Caches, hub: HubLink | None) -> None:
-        self.kube = kube
+        super().__init__(kube, caches, METRICS, log)
         self.hub = hub
-        self.memory = Memory()
-        self.workloads = caches.informer(r.WORKLOADS)
-        self.checks = caches.informer(r.ADMISSION_CHECKS)
 
     @property
     def informers(self) -> list[Informer]:
@@ -82,22 +63,11 @@ class SharedReservationCheck:
         workloads, checks = self.workloads.values(), self.checks.values()
         view = self.hub.view() if self.hub is not None else NO_HUB
         actions = decide_shared_reservation(workloads, checks, view)
-        plan = plan_writes(actions, workloads, checks, datetime.now(UTC))
-        await execute(self.kube, plan, write, self.memory, self._done)
+        await self.send(plan_writes(actions, workloads, checks, datetime.now(UTC)), write)
         if self.hub is not None:
             await self.hub.execute(actions.claims, write)
-        CHECKS.labels("Ready").set(actions.ready)
-        CHECKS.labels("Pending").set(actions.pending)
-        PASS_SECONDS.observe(time.monotonic() - start)
+        self.count(actions, time.monotonic() - start)
         return actions
-
-    def _done(self, one: Write) -> None:
-        if one.tag == "activate":
-            log.info("AdmissionCheck %s: Active written", one.name)
-            return
-        WRITES.labels(one.tag).inc()
-        if one.labels:
-            log.info("Workload %s/%s: check -> %s: %s", one.namespace, one.name, one.tag, one.labels[1])
 
 
 def _make(term: Term) -> SharedReservationCheck:
