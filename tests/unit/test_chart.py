@@ -688,6 +688,21 @@ def test_extra_args_and_image(render: Render) -> None:
     assert c["args"][-3:] == ["--log-level=DEBUG", "--log-format=text", "--metrics-host=0.0.0.0"]
 
 
+DIGEST = "sha256:" + "0123456789abcdef" * 4
+
+
+def test_an_image_digest_pins_the_image_and_a_malformed_one_is_refused(helm: Path, render: Render) -> None:
+    objects = render(
+        "--set", "image.repository=registry.example/gk",
+        "--set", "image.tag=1.2.3",
+        "--set", f"image.digest={DIGEST}",
+    )  # fmt: skip
+    assert container(objects)["image"] == f"registry.example/gk@{DIGEST}"
+    for bad in ("sha256:abc", "latest", f"sha512:{DIGEST[7:]}"):
+        said = refusal(helm, "--set", f"image.digest={bad}")
+        assert "digest" in said and "does not match pattern" in said, said
+
+
 def test_karpenter_instance_types_go_to_the_gatekeeper(render: Render, default: list[dict[str, Any]]) -> None:
     objects = render(*KARPENTER)
     [config] = [c for c in by_kind(objects, "ConfigMap") if c["metadata"]["name"].endswith("-karpenter")]

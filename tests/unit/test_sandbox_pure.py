@@ -36,6 +36,7 @@ def test_pins_name_every_component_with_a_version() -> None:
         "karpenter",
         "volcano",
         "prometheus",
+        "crane",
     ]
     for comp in pins.values():
         assert comp.version.startswith("v"), comp
@@ -316,3 +317,22 @@ def test_kwok_stage_files_rewrite_only_the_pod_ready_stage(tmp_path: Path) -> No
     assert [p.name for p in used] == ["node-initialize.yaml", "pod-delete.yaml", "kwok-pod-ready.yaml"]
     assert "delay" in yaml.safe_load(used[-1].read_text())["spec"]
     assert "delay" not in yaml.safe_load(used[1].read_text())["spec"]
+
+
+@pytest.mark.parametrize(
+    ("asked", "started"),
+    [
+        ((False, False, False, False, False), []),
+        ((True, True, True, True, True), ["kueue", "karpenter", "volcano", "prometheus", "crane"]),
+        ((False, False, True, False, True), ["volcano", "crane"]),
+    ],
+    ids=["none", "all, in their order", "some"],
+)
+def test_the_side_components_are_those_asked_in_their_order(
+    asked: tuple[bool, bool, bool, bool, bool], started: list[str]
+) -> None:
+    from gatekeeper_lab.sandbox.sides import sides_of
+
+    sides = sides_of(None, None, None, *asked)  # type: ignore[arg-type]  # nothing is started
+    assert [s.component for s in sides] == started
+    assert all(s.component in build.load_pins() for s in sides)

@@ -21,6 +21,18 @@ node-fit AdmissionCheck controller runs.
 {{- end }}
 {{- end }}
 
+{{/*
+The image reference: by digest when image.digest is set (what was pushed, exactly), else
+by tag (the chart's appVersion unless image.tag says otherwise).
+*/}}
+{{- define "lws-gatekeeper.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
+{{- end }}
+{{- end }}
+
 {{- define "lws-gatekeeper.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "lws-gatekeeper.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}

@@ -78,6 +78,12 @@ def _parse_labels(labels: tuple[str, ...]) -> dict[str, str]:
     help="Also run Prometheus, scraping the gatekeeper's /metrics every second (prints its URL).",
 )
 @click.option(
+    "--with-registry",
+    is_flag=True,
+    help="Also run an OCI registry (go-containerregistry's, plain HTTP on loopback) for the "
+    "image and the chart (prints its address).",
+)
+@click.option(
     "--lws-gang-scheduling",
     "lws_gang_scheduler",
     type=click.Choice(["volcano", "none"]),
@@ -109,6 +115,7 @@ def sandbox_up(
     with_karpenter: bool,
     with_volcano: bool,
     with_prometheus: bool,
+    with_registry: bool,
     lws_gang_scheduler: str | None,
     audit: bool,
     hub_kubeconfig: Path | None,
@@ -130,6 +137,7 @@ def sandbox_up(
             with_karpenter=with_karpenter,
             with_volcano=with_volcano,
             with_prometheus=with_prometheus,
+            with_registry=with_registry,
             lws_gang_scheduler=lws_gang_scheduler,
             audit=audit,
             hub=hub_kubeconfig,
@@ -141,6 +149,8 @@ def sandbox_up(
     click.echo(f"export PATH={sb.bin_dir}:$PATH")
     if with_prometheus:
         click.echo(f"# Prometheus: {sb.prometheus_url()}")
+    if with_registry:
+        click.echo(f"# OCI registry: {sb.registry_address()} (plain HTTP)")
 
 
 @sandbox.command("down")

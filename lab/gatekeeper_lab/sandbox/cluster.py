@@ -7,7 +7,8 @@ etcd, kube-apiserver, kube-scheduler, kube-controller-manager, KWOK (fake nodes 
 pods turn Running and Ready without a kubelet) and the LeaderWorkerSet controller with
 its webhooks served on loopback; on request also the real Kueue (``kueue.py``) and the
 real Karpenter with its KWOK cloud provider (``karpenter.py``), Volcano's scheduler
-(``volcano.py``) and a Prometheus that scrapes the gatekeeper (``prometheus.py``).
+(``volcano.py``), a Prometheus that scrapes the gatekeeper (``prometheus.py``) and an
+OCI registry (``registry.py``); ``sides.py`` lists those, with how each starts.
 Everything a sandbox owns lives in one folder: certificates, etcd data, one log per
 component, ``kubeconfig`` and ``state.json`` (ports and process ids), so ``down`` can
 stop exactly what ``up`` started.
@@ -40,6 +41,7 @@ from gatekeeper_lab.sandbox import (
     lws,
     process,
     prometheus,
+    registry,
     volcano,
 )
 from gatekeeper_lab.sandbox import gatekeeper as gk
@@ -58,6 +60,7 @@ from gatekeeper_lab.sandbox.manifests import (
 )
 from gatekeeper_lab.sandbox.pki import make_pki
 from gatekeeper_lab.sandbox.process import SandboxError, alive, free_ports, ours
+from gatekeeper_lab.sandbox.sides import sides_of
 
 # Sandbox and default_dir live here; the rest live in manifests.py and process.py and are
 # re-exported for the code that imports them from here.
@@ -147,6 +150,7 @@ class Sandbox(Folder):
         with_karpenter: bool = False,
         with_volcano: bool = False,
         with_prometheus: bool = False,
+        with_registry: bool = False,
         lws_gang_scheduler: str | None = None,
         audit: bool = False,
         hub: Path | None = None,
@@ -164,7 +168,8 @@ class Sandbox(Folder):
         gatekeeper already running is started again, with Karpenter's instance types.
         ``with_volcano`` does the same for Volcano's scheduler (``volcano.py``), and
         ``with_prometheus`` for a Prometheus that scrapes the gatekeeper every second
-        (``prometheus.py``; its URL is :meth:`prometheus_url`).
+        (``prometheus.py``; its URL is :meth:`prometheus_url`), and ``with_registry`` for an
+        OCI registry (``registry.py``; its address is :meth:`registry_address`).
         ``lws_gang_scheduler`` (``volcano``) runs the LWS controller with LWS's own gang
         scheduling on for every LWS of the cluster (``lws.py``), and implies ``with_volcano``;
         ``"none"`` turns it off; on a running sandbox the LWS controller is restarted when it
@@ -186,6 +191,8 @@ class Sandbox(Folder):
                 )
             with_volcano = True
         gang = None if lws_gang_scheduler in (None, LWS_GANG_OFF) else lws_gang_scheduler
+        asked = (with_kueue, with_karpenter, with_volcano, with_prometheus, with_registry)
+        sides = sides_of(runner, kubectl, self.pki, *asked)
         if not self.is_up() and self.state_file.exists():
             if self._resumable():
                 self._restart_dead()
@@ -196,28 +203,16 @@ class Sandbox(Folder):
             self.say(f"sandbox running in {self.dir}")
             if audit and not self.state().get("audit"):
                 self._turn_on_audit()
-            if with_kueue and kueue.COMPONENT not in self.running():
-                installed = build.build_all(["kueue"], say=self.say)
+            for side in [side for side in sides if side.process not in self.running()]:
+                installed = build.build_all([side.component], say=self.say)
                 build.link_bins(self.bin_dir, installed)
-                kueue.start_kueue(runner, self.state(), installed["kueue"], self.pki, kubectl)
-            if with_volcano and volcano.COMPONENT not in self.running():
-                installed = build.build_all(["volcano"], say=self.say)
-                build.link_bins(self.bin_dir, installed)
-                volcano.start_volcano(runner, self.state(), installed["volcano"], kubectl)
-            if with_prometheus and prometheus.COMPONENT not in self.running():
-                installed = build.build_all(["prometheus"], say=self.say)
-                build.link_bins(self.bin_dir, installed)
-                prometheus.start_prometheus(runner, self.state())
+                side.start(self.state(), installed[side.component])
+                if side.process == karpenter.COMPONENT and gk.COMPONENT in self.running():
+                    # Started before Karpenter, it was not given the instance types.
+                    self.stop(gk.COMPONENT)
             if lws_gang_scheduler is not None and self.state().get(lws.STATE_KEY) != gang:
                 self.say(f"LWS controller: gang scheduling {gang or 'off'}, restarting it")
                 lws.reconfigure(runner, self.state(), self.pki, gang)
-            if with_karpenter and karpenter.COMPONENT not in self.running():
-                installed = build.build_all(["karpenter"], say=self.say)
-                build.link_bins(self.bin_dir, installed)
-                karpenter.start_karpenter(runner, self.state(), installed["karpenter"], kubectl)
-                if gk.COMPONENT in self.running():
-                    # Started before Karpenter, it was not given the instance types.
-                    self.stop(gk.COMPONENT)
             if hub is not None and self.state().get("hub", {}).get("cluster") != cluster_name:
                 self._join_hub(hub, cluster_name)
             if gatekeeper and gk.COMPONENT not in self.running():
@@ -225,16 +220,7 @@ class Sandbox(Folder):
                 self.start_gatekeeper()
             return
 
-        wanted = [
-            "kubernetes",
-            "etcd",
-            "kwok",
-            "lws",
-            *(["kueue"] if with_kueue else []),
-            *(["karpenter"] if with_karpenter else []),
-            *(["volcano"] if with_volcano else []),
-            *(["prometheus"] if with_prometheus else []),
-        ]
+        wanted = ["kubernetes", "etcd", "kwok", "lws", *(side.component for side in sides)]
         installed = build.build_all(wanted, say=self.say)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.log_dir.mkdir(exist_ok=True)
@@ -254,14 +240,8 @@ class Sandbox(Folder):
             control_plane.start_scheduler(runner, state)
             kwok.start(runner, state, installed["kwok"])
             lws.start(runner, state, installed["lws"], pki, kubectl, gang_scheduler=gang)
-            if with_kueue:
-                kueue.start_kueue(runner, state, installed["kueue"], pki, kubectl)
-            if with_karpenter:
-                karpenter.start_karpenter(runner, state, installed["karpenter"], kubectl)
-            if with_volcano:
-                volcano.start_volcano(runner, state, installed["volcano"], kubectl)
-            if with_prometheus:
-                prometheus.start_prometheus(runner, state)
+            for side in sides:
+                side.start(state, installed[side.component])
             self._wait_apiservices()
             gk.install_objects(kubectl)
             self.apply(sandbox_policies())
@@ -339,6 +319,7 @@ class Sandbox(Folder):
             karpenter.COMPONENT: f"http://127.0.0.1:{p.get('karpenter_health')}/readyz",
             volcano.COMPONENT: f"http://127.0.0.1:{p.get('volcano_health')}/healthz",
             prometheus.COMPONENT: f"http://127.0.0.1:{p.get('prometheus')}/-/ready",
+            registry.COMPONENT: f"http://127.0.0.1:{p.get(registry.COMPONENT)}/v2/",
         }
         if name == control_plane.APISERVER:
             return lambda: control_plane.apiserver_ready(p["apiserver"], self.pki)
@@ -468,6 +449,12 @@ class Sandbox(Folder):
         if info is not None and ours(info):
             process.stop(int(info["pid"]), kill=kill)
         self.runner.save(state)
+
+    def registry_address(self) -> str:
+        """``host:port`` of the sandbox's OCI registry (``up(with_registry=True)``)."""
+        if registry.COMPONENT not in self.state().get("processes", {}):
+            raise SandboxError(f"the sandbox in {self.dir} runs no registry: sandbox up --with-registry")
+        return registry.address_of(self.state())
 
     def prometheus_url(self) -> str:
         """The base URL of the sandbox's Prometheus (``up(with_prometheus=True)``)."""

@@ -1,0 +1,132 @@
+"""The chart and the image installed from an OCI registry, as Kueue users install Kueue.
+
+Why this exists: a user does not build the gatekeeper; they pull it. So the project's image
+(its OCI layout, built as ``test_image.py`` builds it) is pushed to the sandbox's registry
+(``sandbox up --with-registry``: go-containerregistry's, ``registry.py``) with ``crane
+push``, and the chart, packaged by ``helm package``, with ``helm push``. Then everything
+comes from the registry only: the chart is rendered from ``oci://`` at its version, with the
+image named by the digest the registry gave; that digest is the one the build wrote; the
+image's files are exported from the registry by that digest (``crane export``) and the
+sandbox's gatekeeper is started from them, as the chart's Deployment runs it, with the
+chart's RBAC; it admits a whole group and keeps the next waiting.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import kr8s.asyncio
+import yaml
+
+from gatekeeper.core.kube.keys import SCHEDULING_GATE
+from gatekeeper_lab.image import build
+from gatekeeper_lab.sandbox import gatekeeper as gk
+from gatekeeper_lab.sandbox.cluster import GATEKEEPER_NAMESPACE, Sandbox
+from gatekeeper_lab.sandbox.observe import LWS_NAME_LABEL
+from gatekeeper_lab.sandbox.process import free_ports
+from gatekeeper_lab.sandbox.replay import list_raw, settle
+
+from .conftest import Cluster, MakeNodes, MakePool, admitted, gatekeeper_running_as, records
+from .test_admission import create_lws, lws_body
+from .test_chart import RBAC_KINDS, installed
+from .test_chart import helm as helm  # the module fixture
+from .test_image import image as image  # the module fixture
+from .test_image import runs_as_the_chart_runs_it
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "lws-gatekeeper"
+REPOSITORY = "lws-gatekeeper/lws-gatekeeper"
+
+
+def _run(*argv: str | Path, stdin: bytes | None = None) -> str:
+    res = subprocess.run([str(a) for a in argv], input=stdin, capture_output=True, check=False)
+    assert res.returncode == 0, f"{' '.join(map(str, argv))}: {res.stderr.decode(errors='replace')}"
+    return res.stdout.decode(errors="replace")
+
+
+def _export(crane: Path, ref: str, rootfs: Path) -> None:
+    """The image's file system as the registry serves it (its layers flattened by crane)."""
+    rootfs.mkdir()
+    with subprocess.Popen([str(crane), "export", "--insecure", ref, "-"], stdout=subprocess.PIPE) as proc:
+        assert proc.stdout is not None
+        with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
+            tar.extractall(rootfs, filter="tar")
+    assert proc.returncode == 0, f"crane export {ref}: exit {proc.returncode}"
+    rootfs.chmod(0o755)
+
+
+async def test_the_chart_and_the_image_install_from_an_oci_registry(
+    api: kr8s.asyncio.Api,
+    cluster: Cluster,
+    namespace: str,
+    fake_nodes: MakeNodes,
+    make_pool: MakePool,
+    helm: Path,
+    image: build.Built,
+    tmp_path: Path,
+) -> None:
+    sb = cluster.sandbox
+    assert isinstance(sb, Sandbox), "the registry runs in the sandbox"
+    sb.up(with_registry=True)  # added to the running sandbox
+    registry = sb.registry_address()
+    crane = sb.bin_dir / "crane"
+
+    # Push the image and the chart.
+    tagged = f"{registry}/{REPOSITORY}:{image.tag}"
+    _run(crane, "push", "--insecure", image.layout, tagged)
+    digest = _run(crane, "digest", "--insecure", tagged).strip()
+    assert digest == image.digest, "the registry serves the manifest the build wrote, byte for byte"
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    packaged = _run(helm, "package", CHART, "--destination", tmp_path).strip().rsplit(" ", 1)[-1]
+    pushed = _run(helm, "push", packaged, f"oci://{registry}/charts", "--plain-http")
+    print(pushed)
+    tags = _run(crane, "ls", "--insecure", f"{registry}/charts/lws-gatekeeper").split()
+    assert tags == [chart["version"]], tags
+
+    # Everything from here comes from the registry.
+    webhook, metrics = free_ports(2)
+    values = {
+        "image.repository": f"{registry}/{REPOSITORY}",
+        "image.digest": digest,
+        "manager.ports.webhook": str(webhook),
+        "manager.ports.metrics": str(metrics),
+        "certManager.enabled": "true",
+    }
+    sets = [arg for key, value in values.items() for arg in ("--set", f"{key}={value}")]
+    source = f"oci://{registry}/charts/lws-gatekeeper"
+    text = _run(
+        helm, "template", "lws-gatekeeper", source, "--version", chart["version"],
+        "--plain-http", "--namespace", GATEKEEPER_NAMESPACE, *sets,
+    )  # fmt: skip
+    rendered = [doc for doc in yaml.safe_load_all(text) if doc]
+    deployment = next(o for o in rendered if o["kind"] == "Deployment")
+    pulled = f"{registry}/{REPOSITORY}@{digest}"
+    assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == pulled
+    rootfs = tmp_path / "rootfs"
+    _export(crane, pulled, rootfs)
+    tmp_path.chmod(0o755)  # noqa: ASYNC240 (the launcher, as the chart's user, walks down to the root)
+    config: dict[str, Any] = json.loads(_run(crane, "config", "--insecure", pulled))["config"]
+
+    with (
+        installed(cluster, [o for o in rendered if o["kind"] in RBAC_KINDS]),
+        gatekeeper_running_as(sb, image=gk.FromImage(rootfs=rootfs, config=config, deployment=deployment)),
+    ):
+        runs_as_the_chart_runs_it(sb, tmp_path)
+        nodes = await fake_nodes(2, gpus=1)
+        pool = await make_pool(nodes)
+        await create_lws(api, namespace, lws_body("vllm", pool, nodes, replicas=2))
+        verdict = await settle(api, namespace, "vllm", expected_pods=4, size=2, timeout=120)
+        assert sorted(g.index for g in verdict.groups.values() if g.whole(2)) == [0]
+        recs = await records(api, namespace)
+        assert admitted(recs[0]) and not admitted(recs[1])
+        pods = await list_raw(api, "pods", namespace=namespace, label_selector={LWS_NAME_LABEL: "vllm"})
+        gated = sorted(
+            p["metadata"]["name"]
+            for p in pods
+            if SCHEDULING_GATE in [g["name"] for g in p["spec"].get("schedulingGates") or []]
+        )
+        assert gated == ["vllm-1", "vllm-1-1"], gated
