@@ -86,9 +86,15 @@ def helm() -> Path:
     return build.build_all(["helm"])["helm"].bin / "helm"
 
 
+IMAGE_REPOSITORY = "lws-gatekeeper/lws-gatekeeper"
+"""The image the tests name (the chart names none of its own): the sandbox runs the image's
+files, not a pulled image (``test_image.py``); a test's own ``--set`` wins."""
+
+
 def template(helm: Path, release: str, namespace: str, *args: str) -> list[dict[str, Any]]:
+    image = ("--set", f"image.repository={IMAGE_REPOSITORY}")
     res = subprocess.run(
-        [str(helm), "template", release, str(CHART), "--namespace", namespace, *args],
+        [str(helm), "template", release, str(CHART), "--namespace", namespace, *image, *args],
         capture_output=True,
         text=True,
         check=False,

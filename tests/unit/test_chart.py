@@ -38,6 +38,10 @@ RELEASE, NAMESPACE = "lws-gatekeeper", "lws-gatekeeper-system"
 SA_USERNAME = service_account_username(NAMESPACE, "lws-gatekeeper")
 MAP_API = "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"
 
+IMAGE_REPOSITORY = "registry.example/lws-gatekeeper"
+IMAGE = ("--set", f"image.repository={IMAGE_REPOSITORY}")
+"""The image every render names (the chart names none of its own); a test's own ``--set`` wins."""
+
 Render = Callable[..., list[dict[str, Any]]]
 Rule = tuple[str, str, tuple[str, ...], tuple[str, ...]]
 
@@ -56,7 +60,7 @@ def template(
     helm: Path, *args: str, release: str = RELEASE, namespace: str = NAMESPACE
 ) -> list[dict[str, Any]]:
     """``helm template`` of the chart with ``args`` (``--set``, ``--api-versions``...), as objects."""
-    res = run_helm(helm, "template", release, str(CHART), "--namespace", namespace, *args)
+    res = run_helm(helm, "template", release, str(CHART), "--namespace", namespace, *IMAGE, *args)
     assert res.returncode == 0, res.stderr
     return [doc for doc in yaml.safe_load_all(res.stdout) if doc]
 
@@ -69,8 +73,8 @@ def render(helm: Path) -> Render:
     return go
 
 
-def refusal(helm: Path, *args: str) -> str:
-    res = run_helm(helm, "template", RELEASE, str(CHART), "--namespace", NAMESPACE, *args)
+def refusal(helm: Path, *args: str, image: tuple[str, ...] = IMAGE) -> str:
+    res = run_helm(helm, "template", RELEASE, str(CHART), "--namespace", NAMESPACE, *image, *args)
     assert res.returncode != 0, f"helm template {' '.join(args)} was accepted"
     return res.stderr
 
@@ -338,7 +342,7 @@ def test_deployment_is_highly_available_and_restricted(default: list[dict[str, A
     assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"webhook": 9443, "metrics": 8080}
     assert c["resources"]["requests"] == {"cpu": "100m", "memory": "128Mi"}
     assert c["resources"]["limits"] == {"memory": "512Mi"}
-    assert c["image"] == "lws-gatekeeper/lws-gatekeeper:0.1.0"
+    assert c["image"] == f"{IMAGE_REPOSITORY}:0.1.0"
     assert c["args"] == [
         "run",
         "--backend=pools",
@@ -703,6 +707,42 @@ def test_an_image_digest_pins_the_image_and_a_malformed_one_is_refused(helm: Pat
         assert "digest" in said and "does not match pattern" in said, said
 
 
+def test_without_an_image_the_chart_refuses_and_says_how_to_get_one(helm: Path) -> None:
+    said = refusal(helm, image=())
+    assert "image.repository is not set" in said and "./scripts/image" in said, said
+    assert "global.imageRegistry" in said and "docs/install.md" in said, said
+
+
+@pytest.mark.parametrize(
+    ("values", "image"),
+    [
+        ({"global.imageRegistry": "reg.example"}, "reg.example/lws-gatekeeper:0.1.0"),
+        (
+            {"global.imageRegistry": "reg.example/", "image.repository": "team/gk"},
+            "reg.example/team/gk:0.1.0",
+        ),
+        ({"image.repository": "reg.example/gk", "image.tag": "2.0"}, "reg.example/gk:2.0"),
+        (
+            {"global.imageRegistry": "reg.example", "image.digest": DIGEST},
+            f"reg.example/lws-gatekeeper@{DIGEST}",
+        ),
+    ],
+    ids=["registry only", "registry before repository", "repository and tag", "registry and digest"],
+)
+def test_the_image_is_named_from_the_registry_repository_tag_and_digest(
+    helm: Path, values: dict[str, str], image: str
+) -> None:
+    sets = [arg for key, value in values.items() for arg in ("--set", f"{key}={value}")]
+    objects = [doc for doc in yaml.safe_load_all(_template_without_image(helm, *sets)) if doc]
+    assert container(objects)["image"] == image
+
+
+def _template_without_image(helm: Path, *args: str) -> str:
+    res = run_helm(helm, "template", RELEASE, str(CHART), "--namespace", NAMESPACE, *args)
+    assert res.returncode == 0, res.stderr
+    return res.stdout
+
+
 def test_karpenter_instance_types_go_to_the_gatekeeper(render: Render, default: list[dict[str, Any]]) -> None:
     objects = render(*KARPENTER)
     [config] = [c for c in by_kind(objects, "ConfigMap") if c["metadata"]["name"].endswith("-karpenter")]
@@ -783,7 +823,9 @@ def test_hub_values_that_cannot_work_are_refused(helm: Path, values: list[str], 
 
 def notes(helm: Path, *args: str) -> str:
     """The NOTES.txt an install with ``args`` prints (a client-side dry run: no cluster)."""
-    res = run_helm(helm, "install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--dry-run=client", *args)
+    res = run_helm(
+        helm, "install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--dry-run=client", *IMAGE, *args
+    )
     assert res.returncode == 0, res.stderr
     return res.stdout.split("NOTES:", 1)[1]
 
@@ -974,7 +1016,9 @@ def test_the_packaged_chart_carries_the_linked_files(helm: Path, tmp_path: Path)
     res = run_helm(helm, "package", str(CHART), "--destination", str(tmp_path))
     assert res.returncode == 0, res.stderr
     [archive] = tmp_path.glob("lws-gatekeeper-*.tgz")
-    packaged = run_helm(helm, "template", RELEASE, str(archive), "--namespace", NAMESPACE, "--include-crds")
+    packaged = run_helm(
+        helm, "template", RELEASE, str(archive), "--namespace", NAMESPACE, *IMAGE, "--include-crds"
+    )
     assert packaged.returncode == 0, packaged.stderr
     objects = [doc for doc in yaml.safe_load_all(packaged.stdout) if doc]
     assert objects == template(helm, "--include-crds")

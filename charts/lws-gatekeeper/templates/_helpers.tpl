@@ -22,14 +22,26 @@ node-fit AdmissionCheck controller runs.
 {{- end }}
 
 {{/*
-The image reference: by digest when image.digest is set (what was pushed, exactly), else
-by tag (the chart's appVersion unless image.tag says otherwise).
+The image reference: image.repository, after global.imageRegistry when that is set (with
+no repository, <imageRegistry>/lws-gatekeeper); by digest when image.digest is set (what
+was pushed, exactly), else by tag (the chart's appVersion unless image.tag says otherwise).
+Neither a repository nor a registry: the chart refuses, and says how to get an image.
 */}}
 {{- define "lws-gatekeeper.image" -}}
+{{- $registry := (.Values.global | default dict).imageRegistry | default "" | trimSuffix "/" }}
+{{- $repository := .Values.image.repository }}
+{{- if and $registry $repository }}
+{{- $repository = printf "%s/%s" $registry $repository }}
+{{- else if $registry }}
+{{- $repository = printf "%s/lws-gatekeeper" $registry }}
+{{- end }}
+{{- if not $repository }}
+{{- fail "image.repository is not set: the chart names no image of its own. Build the gatekeeper's image (./scripts/image, or the Containerfile with any OCI builder), push it to a registry you own (crane push or skopeo copy), then set image.repository=<registry>/<name> (and image.digest=sha256:...), or global.imageRegistry=<registry> for <registry>/lws-gatekeeper. See docs/install.md, \"The container image\"." }}
+{{- end }}
 {{- if .Values.image.digest }}
-{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- printf "%s@%s" $repository .Values.image.digest }}
 {{- else }}
-{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
+{{- printf "%s:%s" $repository (.Values.image.tag | default .Chart.AppVersion) }}
 {{- end }}
 {{- end }}
 
