@@ -208,6 +208,7 @@ async def test_helm_install_and_uninstall(cluster: Cluster, helm: Path, namespac
     args = [
         "--kubeconfig", str(cluster.kubeconfig), "--namespace", namespace,
         "--set", "policies.gateProtection.enabled=false", "--set", "policies.poolLabel.enabled=false",
+        "--set", f"image.repository={IMAGE_REPOSITORY}",
     ]  # fmt: skip
     try:
         res = await anyio.run_process([str(helm), "install", "e2e", str(CHART), *args], check=False)
