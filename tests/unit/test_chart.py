@@ -13,7 +13,6 @@ same objects to the sandbox's API server.
 
 from __future__ import annotations
 
-import filecmp
 import json
 import subprocess
 from collections.abc import Callable, Iterator
@@ -240,17 +239,29 @@ def test_helm_lint_strict(helm: Path, values: list[str]) -> None:
 
 
 def test_the_crds_are_the_packages_crds() -> None:
-    """One source of truth: the chart's crds/ is a link to gatekeeper/crds/."""
-    crds = CHART / "crds"
+    """One source of truth: the chart's files/crds/ is a link to gatekeeper/crds/."""
+    crds = CHART / "files" / "crds"
     assert crds.is_symlink() and crds.resolve() == (ROOT / "gatekeeper" / "crds").resolve()
-    cmp = filecmp.dircmp(crds, ROOT / "gatekeeper" / "crds")
-    assert not cmp.left_only and not cmp.right_only and not cmp.diff_files
+    assert not (CHART / "crds").exists(), "Helm installs crds/ once and never upgrades it"
 
 
-def test_the_crds_render_with_include_crds(helm: Path) -> None:
-    objects = template(helm, "--include-crds")
-    names = sorted(o["metadata"]["name"] for o in by_kind(objects, "CustomResourceDefinition"))
-    assert names == ["groupadmissions.lws-gatekeeper.io", "pools.lws-gatekeeper.io"]
+def test_the_crds_are_templates_kept_on_uninstall_and_the_files_themselves(
+    default: list[dict[str, Any]], render: Render
+) -> None:
+    """Rendered as templates (so `helm upgrade` upgrades them), each the file of gatekeeper/crds
+    with the chart's labels and Helm's keep policy, and none with crds.enabled=false."""
+    crds = {o["metadata"]["name"]: o for o in by_kind(default, "CustomResourceDefinition")}
+    files = {
+        obj["metadata"]["name"]: obj
+        for obj in (
+            yaml.safe_load(p.read_text()) for p in sorted((ROOT / "gatekeeper" / "crds").glob("*.yaml"))
+        )
+    }
+    assert sorted(crds) == sorted(files) == ["groupadmissions.lws-gatekeeper.io", "pools.lws-gatekeeper.io"]
+    for name, crd in crds.items():
+        assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+        assert without_chart_metadata(crd) == without_chart_metadata(files[name]), name
+    assert not by_kind(render("--set", "crds.enabled=false"), "CustomResourceDefinition")
 
 
 def test_the_readme_is_generated_from_the_values() -> None:
@@ -295,6 +306,8 @@ def test_default_objects(default: list[dict[str, Any]]) -> None:
         [
             "ClusterRole",
             "ClusterRoleBinding",
+            "CustomResourceDefinition",
+            "CustomResourceDefinition",
             "Deployment",
             "MutatingWebhookConfiguration",
             "NetworkPolicy",
@@ -313,6 +326,7 @@ def test_default_objects(default: list[dict[str, Any]]) -> None:
     cluster_scoped = (
         "ClusterRole",
         "ClusterRoleBinding",
+        "CustomResourceDefinition",
         "MutatingWebhookConfiguration",
         "ValidatingWebhookConfiguration",
     )
@@ -1012,13 +1026,12 @@ def test_the_opt_in_label_is_the_contract() -> None:
 
 
 def test_the_packaged_chart_carries_the_linked_files(helm: Path, tmp_path: Path) -> None:
-    """`helm package` resolves the links (crds/, files/policies/): the archive renders the same."""
+    """`helm package` resolves the links (files/crds/, files/policies/): the archive renders the same."""
     res = run_helm(helm, "package", str(CHART), "--destination", str(tmp_path))
     assert res.returncode == 0, res.stderr
     [archive] = tmp_path.glob("lws-gatekeeper-*.tgz")
-    packaged = run_helm(
-        helm, "template", RELEASE, str(archive), "--namespace", NAMESPACE, *IMAGE, "--include-crds"
-    )
+    packaged = run_helm(helm, "template", RELEASE, str(archive), "--namespace", NAMESPACE, *IMAGE)
     assert packaged.returncode == 0, packaged.stderr
     objects = [doc for doc in yaml.safe_load_all(packaged.stdout) if doc]
-    assert objects == template(helm, "--include-crds")
+    assert objects == template(helm)
+    assert len(by_kind(objects, "CustomResourceDefinition")) == 2
