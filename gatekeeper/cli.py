@@ -2,7 +2,8 @@
 
 Why this exists: one program for everything the project runs: the controller
 (``run``, as a member or ``--role hub``), ``render``, ``why`` (why an LWS or a pool waits),
-a hub's Reservations (``hub release``). Each sub-command is a thin wrapper; the work lives
+a hub's Reservations (``hub release``), the gates a removed gatekeeper left (``ungate``).
+Each sub-command is a thin wrapper; the work lives
 in the modules it calls. A development install adds the sandbox cluster and hub
 (``sandbox ...``), the container image (``image build|lock``) and the demos (``demo``)
 through the entry points ``lws_gatekeeper.commands``: nothing here imports them, so
@@ -354,6 +355,65 @@ def hub_release_cmd(cluster: str, kubeconfig: str | None, force: bool) -> None:
     )
     for name in done.released:
         click.echo(f"  {name}")
+
+
+@main.command("ungate")
+@click.option("--namespace", "-n", default=None, help="Only this namespace.")
+@click.option("--all-namespaces", "-A", is_flag=True, help="Every namespace.")
+@click.option("--lease-namespace", default="lws-gatekeeper-system", show_default=True)
+@click.option("--lease-name", default="lws-gatekeeper", show_default=True)
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Free them even while a gatekeeper renews its Lease: only when you know it is gone.",
+)
+@click.option("--dry-run", is_flag=True, help="Only list the pods it would free.")
+@click.option("--kubeconfig", default=None, help="Default: $KUBECONFIG or ~/.kube/config.")
+def ungate_cmd(
+    namespace: str | None,
+    all_namespaces: bool,
+    lease_namespace: str,
+    lease_name: str,
+    force: bool,
+    dry_run: bool,
+    kubeconfig: str | None,
+) -> None:
+    """Free the pods left gated by a gatekeeper that is gone for good (after `helm uninstall`):
+    remove the gate lws-gatekeeper.io/admission from every pod that still carries it, and
+    nothing else. They are then scheduled as any pod, with no admission.
+
+    Refused while a gatekeeper still renews its Lease, unless --force: it lifts its own gates.
+    """
+    import asyncio
+
+    from gatekeeper.ungate import free_left_gates
+
+    if bool(namespace) == all_namespaces:
+        raise click.UsageError("say where: --namespace NAME or --all-namespaces")
+    done = asyncio.run(
+        free_left_gates(
+            kubeconfig,
+            None if all_namespaces else namespace,
+            lease_namespace=lease_namespace,
+            lease_name=lease_name,
+            force=force,
+            dry_run=dry_run,
+        )
+    )
+    if done.refused:
+        say(f"error: {done.refused}")
+        sys.exit(1)
+    verb = "would free" if dry_run else "freed"
+    click.echo(
+        f"{verb} {len(done.freed)} pod(s)"
+        + (f"; {len(done.changed)} changed meanwhile, left as they are" if done.changed else "")
+    )
+    for where in done.freed:
+        click.echo(f"  {where}")
+    for said in done.denied:
+        say(f"refused: {said}")
+    if done.denied:
+        sys.exit(1)
 
 
 main.add_command(render_cmd, "render")
