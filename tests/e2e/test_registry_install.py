@@ -8,7 +8,8 @@ comes from the registry only: the chart is rendered from ``oci://`` at its versi
 image named by the digest the registry gave; that digest is the one the build wrote; the
 image's files are exported from the registry by that digest (``crane export``) and the
 sandbox's gatekeeper is started from them, as the chart's Deployment runs it, with the
-chart's RBAC; it admits a whole group and keeps the next waiting.
+chart's RBAC; it admits a whole group and keeps the next waiting. A ``helm install`` from
+``oci://`` at that version makes a release whose Deployment names the image by digest.
 """
 
 from __future__ import annotations
@@ -59,6 +60,33 @@ def _export(crane: Path, ref: str, rootfs: Path) -> None:
     rootfs.chmod(0o755)
 
 
+def _installs_from_the_registry(
+    cluster: Cluster, helm: Path, source: str, version: str, namespace: str, image: list[str], pulled: str
+) -> None:
+    """``helm install oci://... --version``: a release, its Deployment naming the image by digest;
+    then uninstalled. As ``test_chart.test_helm_install_and_uninstall``: its webhook calls a
+    Service nobody serves (no image runs here) and fails closed, so it lives only until the
+    uninstall, before this test makes any opted-in pod; its gate and pool-label policies stay
+    off (cluster-wide they would refuse the sandbox's gatekeeper meanwhile), and the sandbox's
+    CRDs are not Helm's (``test_chart_upgrade.py`` adopts such CRDs)."""
+    where = ["--kubeconfig", str(cluster.kubeconfig), "--namespace", namespace]
+    off = [
+        "--set", "policies.gateProtection.enabled=false", "--set", "policies.poolLabel.enabled=false",
+        "--set", "crds.enabled=false",
+    ]  # fmt: skip
+    try:
+        said = _run(
+            helm, "install", "from-oci", source, "--version", version, "--plain-http", *where, *image, *off
+        )
+        assert "STATUS: deployed" in said, said
+        live = json.loads(
+            cluster.kubectl("get", "deployment", "from-oci-lws-gatekeeper", "-n", namespace, "-o", "json")
+        )
+        assert live["spec"]["template"]["spec"]["containers"][0]["image"] == pulled
+    finally:
+        _run(helm, "uninstall", "from-oci", *where)
+
+
 async def test_the_chart_and_the_image_install_from_an_oci_registry(
     api: kr8s.asyncio.Api,
     cluster: Cluster,
@@ -106,6 +134,7 @@ async def test_the_chart_and_the_image_install_from_an_oci_registry(
     deployment = next(o for o in rendered if o["kind"] == "Deployment")
     pulled = f"{registry}/{REPOSITORY}@{digest}"
     assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == pulled
+    _installs_from_the_registry(cluster, helm, source, chart["version"], namespace, sets[:4], pulled)
     rootfs = tmp_path / "rootfs"
     _export(crane, pulled, rootfs)
     tmp_path.chmod(0o755)  # noqa: ASYNC240 (the launcher, as the chart's user, walks down to the root)

@@ -193,3 +193,30 @@ def _nothing() -> Any:
     import contextlib
 
     return contextlib.nullcontext()
+
+
+def _watch_a_leader_alone(tmp_path: Any, allowed: int) -> None:
+    """A watch whose group keeps its leader bound and its worker gated for 30 s (samples
+    stamped as the sampler stamps them), one row added inside it."""
+    import time
+
+    from tests.e2e.watch import watching
+
+    leader_only = [pod("l", node="n0"), pod("w", node=None, phase="Pending")]
+    kubectl = _kubectl(tmp_path, leader_only)
+    with watching(kubectl, tmp_path / "kubeconfig", ["team"], others=lambda: "yes", quota=2, every=0.05) as w:
+        if allowed:
+            w.allow_stranded(allowed, "its own leader")
+        attack_table.add("edit: something", "contained", "no")
+        now = time.monotonic()
+        w.samples.extend(sample(leader_only, at=now + t) for t in range(0, 40, 10))
+
+
+def test_stranding_a_test_allows_is_shown_with_its_reason_and_more_fails(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(attack_table, "ROWS", [])
+    _watch_a_leader_alone(tmp_path, allowed=1)
+    assert attack_table.ROWS[0][4] == "1 (its own leader)"
+    with pytest.raises(AssertionError, match="partly bound"):
+        _watch_a_leader_alone(tmp_path, allowed=0)
