@@ -204,12 +204,38 @@ def test_a_pod_of_a_given_back_group_made_ungated_is_deleted() -> None:
     assert actions.stop == ((NS, "vllm-1"),)
 
 
-def test_retries_are_cleared_once_the_group_is_whole() -> None:
+def test_retries_are_cleared_and_the_group_placed_once_it_is_whole() -> None:
     snap, _ = _scene(after=10, bound=2, retries=3)
     actions = decide(snap)
-    assert actions.settled == ((NS, snap.records[1]["metadata"]["name"]),)
+    names = [r["metadata"]["name"] for r in snap.records]
+    assert actions.settled == ((NS, names[0]), (NS, names[1])), "both whole: placed from now"
     snap, _ = _scene(after=10, bound=1, retries=3)
-    assert decide(snap).settled == ()
+    assert decide(snap).settled == ((NS, names[0]),), "group 1 is not whole yet"
+    snap, _ = _scene(after=10, bound=2, timeout=None)
+    assert decide(snap).settled == (), "no timeout on the pool: nothing to mark"
+
+
+def _restarting(placed_at: datetime | None) -> Snapshot:
+    """Group 0, admitted at ADMITTED_AT on a pool with a 120 s timeout, a day later: its worker
+    made again (a restart), let through on the kept reservation, not bound yet."""
+    snap, _ = _scene(after=86_400, bound=2)
+    pods = []
+    for p in snap.pods:
+        if p["metadata"]["name"] == "vllm-0-1":
+            spec = {k: v for k, v in p["spec"].items() if k != "nodeName"}
+            p = {**p, "spec": spec, "status": {"phase": "Pending"}}
+        pods.append(p)
+    if placed_at is not None:
+        snap.records[0]["status"]["placedAt"] = placed_at.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return replace(snap, pods=pods, bound_pods=[q for q in pods if q["spec"].get("nodeName")])
+
+
+def test_a_group_placed_once_is_not_given_back_when_it_restarts() -> None:
+    assert decide(_restarting(ADMITTED_AT + timedelta(seconds=30))).give_back == ()
+    # Placed under an earlier admission only, or never: the timeout still counts from admission.
+    [give] = decide(_restarting(ADMITTED_AT - timedelta(seconds=30))).give_back
+    assert give.group.key.index == 0
+    assert [g.group.key.index for g in decide(_restarting(None)).give_back] == [0]
 
 
 # ----- the writes -------------------------------------------------------------------------
@@ -231,6 +257,7 @@ def test_the_record_is_given_back_first_then_its_pods_are_deleted_by_uid() -> No
     assert cond["message"].startswith("group 1 got 1 of its 2 pods bound in 120 s")
     assert write.body["retryAt"] == "2026-12-01T10:03:01Z"
     assert (write.body["retries"], write.body["placement"], write.body["admittedAt"]) == (1, None, None)
+    assert write.body["placedAt"] is None
     deletes = [w for w in write.then if w.op is Op.DELETE]
     assert [(w.name, w.uid) for w in deletes] == [
         ("vllm-1", f"pod/{NS}/vllm-1"),
@@ -248,7 +275,7 @@ def test_admission_clears_retry_at_and_keeps_retries() -> None:
     later = _given_back(snap, retry_in=-1)
     _, plan = _plan(later)
     [admit] = [w for w in walk(plan) if w.tag == "admit"]
-    assert admit.body["retryAt"] is None
+    assert admit.body["retryAt"] is None and admit.body["placedAt"] is None
     assert "retries" not in admit.body
 
 
@@ -266,3 +293,10 @@ def _demand(obj: Any) -> object:
     from gatekeeper.core.model.groups import DemandMemo
 
     return DemandMemo().demand(obj)
+
+
+def test_a_whole_group_is_marked_placed_at_the_time_of_the_pass() -> None:
+    snap, _ = _scene(after=10, bound=2)
+    _, plan = _plan(snap)
+    settled = [w for w in walk(plan) if w.tag == "settled"]
+    assert [w.body for w in settled] == [{"retries": None, "placedAt": "2026-12-01T10:00:10Z"}] * 2

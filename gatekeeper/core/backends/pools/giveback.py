@@ -38,6 +38,7 @@ __all__ = [
     "due",
     "give_back_status",
     "given_back",
+    "placed",
     "retry_delay",
     "stragglers",
     "timed_out",
@@ -100,13 +101,16 @@ def timed_out(
     why: str = "",
 ) -> GiveBack | None:
     """The give-back of an admitted group whose pods are not all bound ``timeout`` seconds after
-    its admission (``status.admittedAt``); None when it has no timeout, is whole, or has time
-    left. Only a record that says ``Admitted`` (reason ``Admitted``) times out: one that waits
-    for a changed template's old pods, or names a stranger, is not waiting for nodes.
+    its admission (``status.admittedAt``); None when it has no timeout, is whole, has been
+    whole since its admission (``placed``), or has time left. Only a record that says
+    ``Admitted`` (reason ``Admitted``) times out: one that waits for a changed template's old
+    pods, or names a stranger, is not waiting for nodes.
     ``why`` says what the cloud can still launch."""
     said = condition(record, ADMITTED)
     if timeout is None or now is None or said.get("status") != "True" or said.get("reason") != ADMITTED:
         return None
+    if placed(record):
+        return None  # it had all its pods bound once: a restart since is not a give-back
     demand = group.demand
     count = getattr(demand, "pod_count", 0)
     if not isinstance(count, int) or count <= 0:
@@ -147,6 +151,16 @@ def due(
     return timed_out(group, record, pods, pool.admission_timeout, now, base=base, why=why)
 
 
+def placed(record: Mapping[str, Any]) -> bool:
+    """Has the group had all its pods bound since it was last admitted (``status.placedAt``
+    no earlier than ``status.admittedAt``)? The timeout then no longer applies to it, as
+    Kueue's ``waitForPodsReady`` leaves a workload that was once ready: its pods may be made
+    again (a restart) and bind a moment later."""
+    status = as_map(record.get("status"))
+    at = parse_time(status.get("placedAt"))
+    return at != EPOCH and at >= parse_time(status.get("admittedAt"))
+
+
 def whole(pods: Sequence[GroupPod], demand: GroupDemand) -> bool:
     """Are all the group's pods bound (and live, not terminating)?"""
     return sum(1 for p in pods if p.bound and p.live and not p.terminating) >= demand.pod_count
@@ -168,6 +182,7 @@ def give_back_status(give: GiveBack, before: Mapping[str, Any] | None, now: str)
     return {
         "placement": None,
         "admittedAt": None,
+        "placedAt": None,
         "retryAt": give.retry_at.strftime("%Y-%m-%dT%H:%M:%SZ"),
         "retries": give.retries,
         "conditions": [

@@ -177,10 +177,17 @@ class _Writer:
         return Write(Op.DELETE, "pods", ns, pod, uid=uid_of(self.pods.get((ns, pod))), tag="give-back-pod")
 
     def stop_and_settle(self) -> None:
-        """Pods to stop, by UID; records whose retries are settled."""
+        """Pods to stop, by UID; records of groups now whole: retries settled, placed from now."""
         self.main.extend(self._delete_pod(ns, pod) for ns, pod in self.actions.stop)
         self.main.extend(
-            Write(Op.MERGE_STATUS, RECORD_PLURAL, ns, name, {"retries": None}, tag="settled")
+            Write(
+                Op.MERGE_STATUS,
+                RECORD_PLURAL,
+                ns,
+                name,
+                {"retries": None, "placedAt": self.now},
+                tag="settled",
+            )
             for ns, name in self.actions.settled
         )
 

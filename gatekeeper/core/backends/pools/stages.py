@@ -22,7 +22,7 @@ from gatekeeper.core.admission.members import Stranger
 from gatekeeper.core.admission.queue import AdmittedGroup, WaitingGroup
 from gatekeeper.core.admission.reasons import STRANGER_REASONS, Reason
 from gatekeeper.core.backends.pools.changed import WaitStatus, changed_template
-from gatekeeper.core.backends.pools.giveback import GiveBack, due, stragglers, waits_for_retry, whole
+from gatekeeper.core.backends.pools.giveback import GiveBack, due, placed, stragglers, waits_for_retry, whole
 from gatekeeper.core.backends.pools.kept import holds_pods
 from gatekeeper.core.backends.pools.provisioning import Launcher
 from gatekeeper.core.kube.keys import ADMITTED
@@ -159,8 +159,9 @@ class GroupPass:
         if not isinstance(demand, GroupDemand):
             self._held_unreadable(gs, record, held_pool, demand.message)
             return
-        if status.get("retries") and whole(pods, demand):
-            self.settled.append((key.namespace, gs.record))
+        timed = (pool := s.pools.get(held_pool)) is not None and pool.admission_timeout is not None
+        if (status.get("retries") or (timed and not placed(record))) and whole(pods, demand):
+            self.settled.append((key.namespace, gs.record))  # the doubling cleared; placed from now
         bound = frozenset(p.worker for p in pods if p.bound and p.live)
         nodes = placement(status.get("placement"))
         self.admitted_groups.append(

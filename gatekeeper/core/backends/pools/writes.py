@@ -71,6 +71,7 @@ def admit_status(admit: Admit, before: Mapping[str, Any] | None, now: str) -> di
         "templateRevision": group.revision or None,
         "admittedAt": now,
         "retryAt": None,  # status.retries stays until the group is whole (the doubling)
+        "placedAt": None,  # until it is whole again under this admission (giveback.placed)
         "conditions": [
             admitted_condition(True, ADMITTED, admitted_message(admit), _admitted(status), now),
         ],
