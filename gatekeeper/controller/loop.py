@@ -13,6 +13,9 @@ timing, the limit on writes in flight and the rule for errors:
   not retried; none stops the other writes of the pass;
 * a pass that meets a ``TemporaryError`` is tried again after its delay;
 * anything else is a bug and ends the loop (and with it the term: the elector stops).
+
+A decision may say when it falls due with nothing changed (``look_again``, a time: a group
+to give back a few seconds from now); the next pass then comes no later than that.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import anyio
@@ -153,6 +157,8 @@ class PassLoop:
         self.gap = min_interval
         """The least time from the last pass's start to the next one's (``next_gap``)."""
         self.passes = 0
+        self.look_again: float | None = None
+        """Seconds from the last pass's end to the moment its decision said it falls due, if any."""
         self._problems: set[str] = set()
         self._dirty = anyio.Event()
         self._urgent = anyio.Event()
@@ -220,6 +226,8 @@ class PassLoop:
         once, when they first appear."""
         self.passes += 1
         decided = await self.controller.reconcile_once(self.writer())
+        at = getattr(decided, "look_again", None)
+        self.look_again = (at - datetime.now(UTC)).total_seconds() if isinstance(at, datetime) else None
         problems = set(decided.problems)
         for problem in sorted(problems - self._problems):
             self.log.warning("ignored: %s", problem)
@@ -233,7 +241,8 @@ class PassLoop:
         self.log.info("caches synced")
         last = float("-inf")
         while True:
-            with anyio.move_on_after(self.resync):
+            wait = self.resync if self.look_again is None else min(self.resync, max(0.0, self.look_again))
+            with anyio.move_on_after(wait):
                 await self._dirty.wait()
             await self._turn(last)
             self._dirty, self._urgent = anyio.Event(), anyio.Event()

@@ -137,8 +137,6 @@ class Watch:
     quota: int | None
     others: Others
     nodes: dict[str, str] | None = None
-    stranded_allowed: int = 0
-    stranded_why: str = ""
     samples: list[Sample] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
 
@@ -146,12 +144,6 @@ class Watch:
         """Count the GPUs bound on the nodes with labels ``nodes`` (in any namespace: an intruder
         is counted too) against ``quota``."""
         self.nodes, self.quota = dict(nodes), quota
-
-    def allow_stranded(self, gpus: int, why: str) -> None:
-        """An attack whose own group is left half-placed by design of the test, within its own
-        admission (nobody else's GPUs): up to ``gpus`` stranded GPUs pass, and the table says
-        ``why`` beside the figure. Everywhere else stranding fails the test."""
-        self.stranded_allowed, self.stranded_why = gpus, why
 
     def _get(self, *args: str) -> Any:
         res = subprocess.run([*self.kubectl, "get", *args, "-o", "json"], capture_output=True, text=True)
@@ -219,12 +211,9 @@ def watching(
     went_on = watch.others()
     top, left = peak(watch.samples), stranded(watch.samples)
     assert watch.quota is not None, "an attack watch needs the quota its peak is held to"
-    said = f"{left} ({watch.stranded_why})" if left and watch.stranded_why else str(left)
-    attack_table.measure(first_row, f"{top} of {watch.quota}", said, went_on)
+    attack_table.measure(first_row, f"{top} of {watch.quota}", str(left), went_on)
     assert not watch.failures, f"the watch could not read the pods: {watch.failures[0]}"
     assert len(watch.samples) >= 2, "the watch took fewer than two samples"
     where = f"on nodes {watch.nodes}" if watch.nodes is not None else f"in {watch.namespaces}"
     assert top <= watch.quota, f"{top} GPUs bound {where} against a quota of {watch.quota}"
-    assert left <= watch.stranded_allowed, (
-        f"{left} GPUs held by groups left partly bound for {STRANDED_AFTER:.0f} s or more"
-    )
+    assert not left, f"{left} GPUs held by groups left partly bound for {STRANDED_AFTER:.0f} s or more"

@@ -195,7 +195,7 @@ def _nothing() -> Any:
     return contextlib.nullcontext()
 
 
-def _watch_a_leader_alone(tmp_path: Any, allowed: int) -> None:
+def _watch_a_leader_alone(tmp_path: Any) -> None:
     """A watch whose group keeps its leader bound and its worker gated for 30 s (samples
     stamped as the sampler stamps them), one row added inside it."""
     import time
@@ -205,18 +205,16 @@ def _watch_a_leader_alone(tmp_path: Any, allowed: int) -> None:
     leader_only = [pod("l", node="n0"), pod("w", node=None, phase="Pending")]
     kubectl = _kubectl(tmp_path, leader_only)
     with watching(kubectl, tmp_path / "kubeconfig", ["team"], others=lambda: "yes", quota=2, every=0.05) as w:
-        if allowed:
-            w.allow_stranded(allowed, "its own leader")
+        assert w.quota == 2
         attack_table.add("edit: something", "contained", "no")
         now = time.monotonic()
         w.samples.extend(sample(leader_only, at=now + t) for t in range(0, 40, 10))
 
 
-def test_stranding_a_test_allows_is_shown_with_its_reason_and_more_fails(
+def test_a_group_left_partly_bound_fails_the_attack_and_the_table_shows_it(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(attack_table, "ROWS", [])
-    _watch_a_leader_alone(tmp_path, allowed=1)
-    assert attack_table.ROWS[0][4] == "1 (its own leader)"
-    with pytest.raises(AssertionError, match="partly bound"):
-        _watch_a_leader_alone(tmp_path, allowed=0)
+    with pytest.raises(AssertionError, match="1 GPUs held by groups left partly bound"):
+        _watch_a_leader_alone(tmp_path)
+    assert attack_table.ROWS[0][4] == "1"

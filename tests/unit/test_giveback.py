@@ -300,3 +300,75 @@ def test_a_whole_group_is_marked_placed_at_the_time_of_the_pass() -> None:
     _, plan = _plan(snap)
     settled = [w for w in walk(plan) if w.tag == "settled"]
     assert [w.body for w in settled] == [{"retries": None, "placedAt": "2026-12-01T10:00:10Z"}] * 2
+
+
+# ----- a group whose own pod is not as admitted --------------------------------------------
+
+
+def _departed(*, made_ago: float, admitted: bool = True, timeout: str | None = None) -> Snapshot:
+    """Group 1 of vllm admitted whole, its leader bound; its worker made again ``made_ago``
+    seconds before the pass from a worker StatefulSet edited by hand to ask 2 GPUs (gated)."""
+    snap, rec = _scene(after=3600, bound=2, timeout=timeout)
+    made = (snap.now or ADMITTED_AT) - timedelta(seconds=made_ago)
+    pods = []
+    for p in snap.pods:
+        if p["metadata"]["name"] == "vllm-1-1":
+            p = lws_pod("vllm", 1, 1, namespace=NS, pool="a", gated=True, gpu_limit=2)
+            p["metadata"]["creationTimestamp"] = made.strftime("%Y-%m-%dT%H:%M:%SZ")
+        pods.append(p)
+    if not admitted:
+        rec["status"]["conditions"][0].update(status="False", reason="WaitingForQuota")
+    bound = [q for q in pods if q["spec"].get("nodeName")]
+    return replace(snap, pods=pods, bound_pods=bound, statefulsets=lws_statefulsets(snap.lwss, pods))
+
+
+def test_a_group_whose_own_pod_is_not_as_admitted_is_given_back_after_a_grace() -> None:
+    snap = _departed(made_ago=6)
+    actions = decide(snap)
+    [give] = actions.give_back
+    assert (give.group.key.index, give.reason, give.pods, give.retries) == (
+        1,
+        Reason.NOT_AS_ADMITTED,
+        ("vllm-1",),  # its bound leader; the gated worker goes with its StatefulSet
+        1,
+    )
+    assert give.message.startswith("group 1 was given back, retried in 60 s: pod vllm-1-1 asks ")
+    assert "more than its role (worker) was admitted with" in give.message
+    assert "for 6 s" in give.message
+    # Its words are the give-back's: no second write restating the record in the same pass.
+    assert actions.strangers == () and actions.ungate == ()
+    assert actions.look_again is None
+
+
+@pytest.mark.parametrize("timeout", [None, "2h"], ids=["no-timeout", "timeout-not-due"])
+def test_within_the_grace_the_pod_stays_gated_and_the_pass_looks_again_when_it_ends(
+    timeout: str | None,
+) -> None:
+    snap = _departed(made_ago=2, timeout=timeout)
+    actions = decide(snap)
+    assert actions.give_back == ()
+    assert [s.reason for s in actions.strangers] == [Reason.NOT_AS_ADMITTED]
+    assert (NS, "vllm-1-1") not in actions.ungate
+    assert snap.now is not None and actions.look_again == snap.now + timedelta(seconds=3)
+
+
+def test_a_group_not_admitted_is_not_given_back_for_a_pod_not_as_admitted() -> None:
+    actions = decide(_departed(made_ago=600, admitted=False))
+    assert actions.give_back == () and actions.look_again is None
+
+
+def test_the_give_back_for_a_pod_not_as_admitted_says_so_on_the_record_and_in_an_event() -> None:
+    from gatekeeper.core.backends.pools.giveback import given_back
+
+    snap = _departed(made_ago=6)
+    _, plan = _plan(snap)
+    [write] = [w for w in walk(plan) if w.tag == "give-back"]
+    cond = write.body["conditions"][0]
+    assert (cond["status"], cond["reason"]) == ("False", "NotAsAdmitted")
+    assert write.body["retryAt"] == "2026-12-01T11:01:00Z"
+    assert given_back({"status": write.body})
+    assert [w.name for w in write.then if w.op is Op.DELETE] == ["vllm-1"]
+    assert [(e.body.reason, e.body.warning) for e in write.then if e.op is Op.EVENT] == [
+        ("NotAsAdmitted", True)
+    ]
+    assert not [w for w in walk(plan) if w.tag == "restate"]

@@ -375,6 +375,36 @@ async def test_a_stream_of_changes_runs_a_heavy_pass_at_most_once_a_second() -> 
     assert 1 <= controller.passes <= 2
 
 
+@pytest.mark.anyio
+@pytest.mark.parametrize(("due_in", "passes"), [(0.3, 2), (None, 1)], ids=["look-again", "none"])
+async def test_a_decision_that_falls_due_gets_its_next_pass_then_not_at_resync(
+    due_in: float | None, passes: int
+) -> None:
+    """A pass that says when its decision falls due with nothing changed (a group to give
+    back in a few seconds) gets the next pass then, not a resync later."""
+    from datetime import UTC, datetime, timedelta
+
+    class Due:
+        log = logging.getLogger("gatekeeper.test")
+        informers: tuple[Any, ...] = ()
+        passes = 0
+
+        async def reconcile_once(self, write: Any) -> Any:
+            self.passes += 1
+            first = due_in is not None and self.passes == 1
+            at = datetime.now(UTC) + timedelta(seconds=due_in or 0) if first else None
+            return SimpleNamespace(problems=(), look_again=at)
+
+    controller = Due()
+    loop = PassLoop(controller, resync=60.0, min_interval=0.1)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(loop.run)
+        loop.poke()  # the first pass
+        await anyio.sleep(1.5)
+        tg.cancel_scope.cancel()
+    assert controller.passes == passes
+
+
 async def _lifting(backend: PoolsBackend, kube: FakeKube, expect: int) -> None:
     """Run a pass, then the backend's Lifter until ``expect`` gates were lifted (5 s at most)."""
     async with anyio.create_task_group() as tg:

@@ -146,6 +146,10 @@ class GroupPod:
     spec: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
     """The spec of a gated pod (not copied), for ``core.admission.conformance`` to check against its
     role before the gate is lifted; None for a pod let through already."""
+    created: str = field(default="", compare=False, repr=False)
+    """A gated pod's ``metadata.creationTimestamp`` as written (parsed only when needed): how
+    long a pod that does not ask what its role was admitted with has waited
+    (``backends.pools.giveback.departed``)."""
 
     @classmethod
     def read(cls, pod: Mapping[str, Any], name: str) -> GroupPod:
@@ -160,4 +164,5 @@ class GroupPod:
             worker=worker_index(pod),
             revision=str(labels(pod).get(REVISION_LABEL) or ""),
             spec=spec if gated else None,
+            created=str(as_map(pod.get("metadata")).get("creationTimestamp") or "") if gated else "",
         )

@@ -192,11 +192,15 @@ class Actions:
     """(namespace, pod) -> how each pod to ungate (in ``admit`` and ``ungate``) is steered
     to its pool's nodes in the write that lifts its gate."""
     give_back: tuple[GiveBack, ...] = ()
-    """Admitted groups whose pods were not all bound within their pool's admission timeout:
+    """Admitted groups whose pods were not all bound within their pool's admission timeout, or
+    one of whose own pods has not asked what its role was admitted with for a few seconds:
     write the record first (``Admitted=False``, ``retryAt``), then delete the pods by UID."""
     stop: tuple[tuple[str, str], ...] = ()
     """(namespace, pod): ungated pods of groups given back earlier, to delete by UID."""
     settled: tuple[tuple[str, str], ...] = ()
+    look_again: datetime | None = None
+    """When a decision falls due with nothing changed (a group to give back): the loop's next
+    pass comes no later (``controller.loop``)."""
     """(namespace, record): admitted groups now whole whose record still counts give-backs
     (``status.retries``): cleared."""
 
@@ -289,6 +293,7 @@ def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMem
         give_back=tuple(one.gives),
         stop=tuple(sorted(one.stop)),
         settled=tuple(sorted(one.settled)),
+        look_again=one.look_again,
     )
 
 

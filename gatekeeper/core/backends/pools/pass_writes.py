@@ -17,7 +17,6 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from gatekeeper.core.admission.reasons import Reason
 from gatekeeper.core.backends.pools.decide import Actions, Admit, Snapshot, WaitStatus
 from gatekeeper.core.backends.pools.giveback import GiveBack, give_back_status
 from gatekeeper.core.backends.pools.writes import (
@@ -155,7 +154,7 @@ class _Writer:
         owner = self.lwss.get((ns, group.key.name))
         deletes = tuple(self._delete_pod(ns, pod) for pod in give.pods)
         warn = (
-            (self.events.always(owner, str(Reason.ADMISSION_TIMEOUT), give.message, warning=True),)
+            (self.events.always(owner, str(give.reason), give.message, warning=True),)
             if owner is not None
             else ()
         )

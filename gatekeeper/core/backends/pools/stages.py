@@ -22,7 +22,15 @@ from gatekeeper.core.admission.members import Stranger
 from gatekeeper.core.admission.queue import AdmittedGroup, WaitingGroup
 from gatekeeper.core.admission.reasons import STRANGER_REASONS, Reason
 from gatekeeper.core.backends.pools.changed import WaitStatus, changed_template
-from gatekeeper.core.backends.pools.giveback import GiveBack, due, placed, stragglers, waits_for_retry, whole
+from gatekeeper.core.backends.pools.giveback import (
+    GiveBack,
+    departed,
+    due,
+    placed,
+    stragglers,
+    waits_for_retry,
+    whole,
+)
 from gatekeeper.core.backends.pools.kept import holds_pods
 from gatekeeper.core.backends.pools.provisioning import Launcher
 from gatekeeper.core.kube.keys import ADMITTED
@@ -78,6 +86,9 @@ class GroupPass:
     readmitted: dict[GroupKey, str] = field(default_factory=dict)
     """Groups queued again after a template change, with the demand they were admitted with."""
     gives: list[GiveBack] = field(default_factory=list)
+    look_again: datetime | None = None
+    """The earliest moment a decision of this pass falls due with nothing changed (a group
+    to give back): the next pass comes no later."""
     stop: list[Key] = field(default_factory=list)
     settled: list[Key] = field(default_factory=list)
 
@@ -152,6 +163,14 @@ class GroupPass:
             if staying
             else None
         )
+        if give is None and staying:
+            whys = {x.pod: x.why for x in self.strangers.get(key, ()) if x.why and not x.size}
+            off = departed(gs, record, pods, whys, s.now, base=s.retry_seconds)
+            if isinstance(off, datetime):
+                self.look_again = off if self.look_again is None else min(self.look_again, off)
+            elif off is not None:
+                give = off
+                self.strangers.pop(key, None)  # the give-back's own words say it
         if give is not None:
             self.gives.append(give)  # it holds nothing from now on: its pods go
             return
