@@ -169,8 +169,9 @@ def why_cmd(target: str, namespace: str | None, output: str, kubeconfig: str | N
     help="kueue backend: a group whose Workload the node-fit check finds can never fit is given "
     "its quota back (the Workload deleted) and tried again after this many seconds, doubled "
     "each time up to 30 minutes. pools backend: the same delay for a group given back because "
-    "its pods were not all bound within its Pool's spec.admissionTimeout, or because one of its "
-    "own pods asks other than its role was admitted with (NotAsAdmitted).",
+    "its pods were not all bound within its Pool's spec.admissionTimeout. Every backend: the same "
+    "delay for a group given back because one of its own pods asks other than its role was "
+    "admitted with (NotAsAdmitted).",
 )
 @click.option(
     "--karpenter-instance-types",

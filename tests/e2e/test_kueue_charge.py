@@ -10,15 +10,28 @@ are sampled every second."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from gatekeeper.core.kube.keys import LWS_NAME_LABEL, POOL_LABEL, POOL_TAINT_KEY
+from gatekeeper.core.kube.keys import LWS_NAME_LABEL, POOL_LABEL, POOL_TAINT_KEY, SCHEDULING_GATE
 from gatekeeper_lab.sandbox.cluster import POLICIES_LABEL, POLICIES_OFF, Sandbox
 from tests.e2e import attack_table
+from tests.e2e.attack_support import GUARD
 from tests.e2e.conftest import orphaning
-from tests.e2e.kueue_support import lws, make_queue, new_tag, pods, records, settled, wait, workloads
+from tests.e2e.kueue_support import (
+    condition,
+    lws,
+    make_queue,
+    new_tag,
+    pods,
+    records,
+    settled,
+    wait,
+    workloads,
+)
 from tests.e2e.watch import Watch
 
 
@@ -118,3 +131,113 @@ def test_a_flavor_closed_by_the_pool_taint_takes_only_admitted_groups(
         "refused",
         refused.stderr.strip().splitlines()[-1],
     )
+
+
+@contextlib.contextmanager
+def _guard_off(sb: Sandbox) -> Iterator[None]:
+    """The StatefulSet guard unregistered for the block, then registered again as it was."""
+    live = json.loads(sb.kubectl("get", GUARD, "-o", "json").stdout)
+    for key in ("uid", "resourceVersion", "creationTimestamp", "generation", "managedFields"):
+        live["metadata"].pop(key, None)
+    sb.kubectl("delete", GUARD)
+    try:
+        yield
+    finally:
+        sb.kubectl("create", "-f", "-", input=json.dumps(live))
+
+
+def _asks_two(pod: dict[str, Any]) -> bool:
+    limits = pod["spec"]["containers"][0].get("resources", {}).get("limits", {})
+    return str(limits.get("nvidia.com/gpu")) == "2" and not pod["metadata"].get("deletionTimestamp")
+
+
+def test_a_hand_edited_worker_statefulset_gives_its_group_back(
+    kueue_sandbox: Sandbox, kueue_attack_watch: Watch
+) -> None:
+    """The tenant's hand-edited worker StatefulSet (``hand_edited_worker``), on a
+    ClusterQueue of 2 GPUs: its Workload goes once its pods stopped, and after its retry a
+    new Workload is admitted."""
+    sb = kueue_sandbox
+    q = make_queue(sb, gpus=2, nodes=4, gpus_per_node=2, managed=False)
+    kueue_attack_watch.pool(q.labels, 2)
+    body = lws("lws", q.namespace, {POOL_LABEL: q.local_queue}, replicas=1, size=2, gpus_per_pod=1)
+    wait_for = "its new Workload admitted"
+
+    def first_workload() -> list[str]:
+        return [w["metadata"]["uid"] for w in workloads(sb, q.namespace)]
+
+    before = hand_edited_worker(sb, q.namespace, body, first_workload, wait_for, "kueue")
+    assert first_workload() != before, "a new Workload"
+
+
+def hand_edited_worker(
+    sb: Sandbox,
+    ns: str,
+    body: dict[str, Any],
+    admission: Callable[[], object],
+    what: str,
+    backend: str,
+) -> object:
+    """The tenant (``dev``, with ``edit``) edits its admitted group's worker StatefulSet to
+    ask 2 GPUs a pod, with the StatefulSet guard off, and deletes the worker; its LWS says
+    ``restartPolicy: None``, so the LWS controller does not restart the group. The worker
+    made from the edited template stays gated; its leader would hold its GPU for a group
+    that cannot be whole, so the group is given back: its pods stop, then its admission goes
+    (the quota back only once no pod of it runs), and after its retry the group, made again
+    from the LWS, is admitted anew and runs whole. ``admission()`` names the group's
+    admission (its Workload or PodGroup), which must change; returns it as it was."""
+    body["spec"]["leaderWorkerTemplate"]["restartPolicy"] = "None"
+    sb.apply([body])
+    wait("the group running whole", lambda: settled(sb, ns, running=1, gated=0, size=2))
+    before = admission()
+    dev = f"system:serviceaccount:{ns}:dev"
+    sb.kubectl("create", "serviceaccount", "dev", "-n", ns)
+    sb.kubectl(
+        "create", "rolebinding", "dev-edit", "--clusterrole=edit", f"--serviceaccount={ns}:dev", "-n", ns
+    )  # fmt: skip
+    res = "/spec/template/spec/containers/0/resources"
+    two = dict(body["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]["resources"])
+    two = {k: {**v, "nvidia.com/gpu": "2"} for k, v in two.items()}
+    patch = json.dumps([{"op": "replace", "path": f"{res}/{k}", "value": v} for k, v in two.items()])
+    seen: dict[str, dict[str, Any]] = {}
+    peak, given_back = 0, {}
+    with _guard_off(sb):
+        sb.kubectl(f"--as={dev}", "patch", "sts/lws-0", "--type=json", "-p", patch, "-n", ns)
+        sb.kubectl(f"--as={dev}", "delete", "pod", "lws-0-1", "-n", ns, "--wait=false", "--ignore-not-found")
+        until = time.monotonic() + 90
+        while time.monotonic() < until and not given_back:
+            peak = max(peak, _gpus_bound(sb, ns))
+            seen.update({p["metadata"]["name"]: p for p in pods(sb, ns) if _asks_two(p)})
+            said = [condition(r, "Admitted") for r in records(sb, ns)]
+            given_back = next(
+                (c for c in said if c.get("reason") == "NotAsAdmitted" and c.get("status") == "False"), {}
+            )
+            time.sleep(1)
+    assert peak <= 2, f"{peak} GPUs bound on a quota of 2"
+    assert "lws-0-1" in seen, "no pod of 2 GPUs was made from the edited template"
+    for name, p in seen.items():
+        assert SCHEDULING_GATE in {g["name"] for g in p["spec"].get("schedulingGates", [])}, (
+            f"{name} let through"
+        )
+        assert not p["spec"].get("nodeName"), f"{name} bound"
+    assert given_back, "the group was not given back"
+    message = str(given_back.get("message"))
+    assert message.startswith("group 0 was given back, retried in "), message
+    assert "pod lws-0-1 asks " in message, message
+    wait(
+        f"the group made again, {what}, running whole",
+        lambda: (
+            settled(sb, ns, running=1, gated=0, size=2)
+            and not any(_asks_two(p) for p in pods(sb, ns))
+            and admission() != before
+        ),
+        timeout=150,
+    )
+    attack_table.add(
+        f"{backend}: dev: worker StatefulSet's template edited to 2 GPUs, its pod deleted (no-guard, "
+        f"restartPolicy None; peak {peak} of 2 GPUs)",
+        "contained",
+        f"a pod of 2 GPUs made, gated; record: {message}; its pods stopped, then its admission given "
+        f"back; {what} after its retry, the group whole again",
+    )
+    return before

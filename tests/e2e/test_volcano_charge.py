@@ -18,8 +18,8 @@ from gatekeeper.core.backends.volcano.keys import VOLCANO_GROUP_ANNOTATION
 from gatekeeper.core.kube.keys import LWS_NAME_LABEL
 from gatekeeper_lab.sandbox.cluster import POLICIES_LABEL, POLICIES_OFF, Sandbox
 from tests.e2e import attack_table
-from tests.e2e.kueue_support import new_tag, pods, records, settled, wait
-from tests.e2e.test_kueue_charge import _gpus_bound
+from tests.e2e.kueue_support import items, new_tag, pods, records, settled, wait
+from tests.e2e.test_kueue_charge import _gpus_bound, hand_edited_worker
 from tests.e2e.test_volcano_backend import TAINT, _lws, _setup, _show
 from tests.e2e.watch import Watch
 
@@ -64,3 +64,24 @@ def test_pods_moved_out_of_their_podgroup_keep_their_queues_quota(
         "contained",
         refused.stderr.strip().splitlines()[-1],
     )
+
+
+def test_a_hand_edited_worker_statefulset_gives_its_group_back(
+    volcano_sandbox: Sandbox, volcano_attack_watch: Watch
+) -> None:
+    """The tenant's hand-edited worker StatefulSet (``hand_edited_worker``), on a Queue of
+    capability 2 GPUs: its PodGroup goes once its pods stopped, and after its retry a new
+    PodGroup is put Inqueue."""
+    sb = volcano_sandbox
+    ns = _setup(sb, new_tag(), nodes=4, gpus_per_node=2, queue_gpus=2)
+    volcano_attack_watch.pool({TAINT: ns}, 2)
+
+    def pod_group() -> list[str]:
+        return [g["metadata"]["uid"] for g in items(sb, "podgroups.scheduling.volcano.sh", "-n", ns)]
+
+    try:
+        hand_edited_worker(
+            sb, ns, _lws(ns, "lws", replicas=1, size=2), pod_group, "a new PodGroup Inqueue", "volcano"
+        )
+    finally:
+        _show(sb, ns)

@@ -475,3 +475,83 @@ def test_only_the_pods_the_lws_said_are_let_through_on_an_inqueue_podgroup(
     st = next(s for s in acts.statuses if s.group.key.index == 0)
     assert (st.admitted, st.reason, st.warning) == (True, reason, True)
     assert words in st.message and st.message.startswith("group 0 admitted by Volcano Queue"), st.message
+
+
+# ----- a group whose own pod stays not as admitted is given back ---------------------------
+
+
+def _departed(
+    made_ago: float, *, given_back: bool = False, leader: bool = True, podgroup: bool = True
+) -> Any:
+    """Group 0 Inqueue, its leader let through and bound; its worker made ``made_ago`` seconds
+    before the pass from a worker StatefulSet edited to ask 2 GPUs. ``given_back``: its record
+    says so (retry at NOW + 60 s)."""
+    from dataclasses import replace
+    from datetime import timedelta
+
+    obj = vllm(replicas=1)
+    pods = [lws_pod("vllm", 0, 0, pool=QUEUE, gated=False, node_name="n0")] if leader else []
+    worker = lws_pod("vllm", 0, 1, pool=QUEUE, gpu_limit=2)
+    worker["metadata"]["creationTimestamp"] = (NOW - timedelta(seconds=made_ago)).strftime(
+        "%Y-%m-%dT%H:%M:%SZ"
+    )
+    pods.append(worker)
+    r = rec(obj, 0, admitted=not given_back)
+    if given_back:
+        r["status"]["conditions"][0].update(reason="NotAsAdmitted", message="group 0 was given back")
+        r["status"].update(retryAt="2026-01-01T00:01:00Z", retries=1)
+    group = pg(obj, 0, "Inqueue")
+    group["metadata"]["uid"] = "pg-uid-0"
+    return replace(snap(obj, [r], [group] if podgroup else [], pods), now=NOW)
+
+
+def test_within_the_grace_the_group_keeps_its_podgroup_and_the_pass_looks_again() -> None:
+    from datetime import timedelta
+
+    acts = decide_volcano(_departed(made_ago=2))
+    [st] = acts.statuses
+    assert (st.admitted, st.reason) == (True, "NotAsAdmitted")
+    assert acts.stop == () and acts.withdraw_pod_groups == ()
+    assert acts.look_again == NOW + timedelta(seconds=3)
+
+
+def test_past_the_grace_the_group_is_given_back_its_pods_stopped_after_its_record() -> None:
+    snapshot = _departed(made_ago=6)
+    acts = decide_volcano(snapshot)
+    [st] = acts.statuses
+    assert (st.admitted, st.reason, st.warning, st.retries, st.retry_at) == (
+        False, "NotAsAdmitted", True, 1, "2026-01-01T00:01:00Z",
+    )  # fmt: skip
+    assert st.message.startswith(
+        "group 0 was given back, retried in 60 s: pod vllm-0-1 asks 2 nvidia.com/gpu"
+    )
+    assert acts.stop == (("default", "vllm-0"),) and acts.ungate == ()
+    assert acts.withdraw_pod_groups == (), "the Queue's room stays while its pods run"
+    _, second, third = plan_writes(acts, snapshot, Memory(), NOW)
+    [record] = [w for w in second if w.resource == "groupadmissions"]
+    assert record.body["retries"] == 1 and record.body["conditions"][0]["reason"] == "NotAsAdmitted"
+    assert [(w.op.value, w.name) for w in third] == [("delete", "vllm-0")]
+
+
+@pytest.mark.parametrize(
+    ("leader", "podgroup", "stop", "withdraw"),
+    [(True, True, True, False), (False, True, False, True), (False, False, False, False)],
+    ids=["its-leader-runs", "none-left-its-podgroup-goes", "podgroup-gone-waits-its-retry"],
+)
+def test_a_given_back_group_stops_its_pods_then_gives_its_podgroup_back(
+    leader: bool, podgroup: bool, stop: bool, withdraw: bool
+) -> None:
+    acts = decide_volcano(_departed(made_ago=30, given_back=True, leader=leader, podgroup=podgroup))
+    assert bool(acts.stop) is stop and bool(acts.withdraw_pod_groups) is withdraw
+    assert acts.ungate == () and acts.create_pod_groups == ()
+    [st] = acts.statuses
+    assert (st.admitted, st.reason, st.message) == (False, "NotAsAdmitted", "group 0 was given back")
+
+
+def test_a_given_back_group_is_offered_again_after_its_retry() -> None:
+    from dataclasses import replace
+    from datetime import timedelta
+
+    snapshot = _departed(made_ago=90, given_back=True, leader=False, podgroup=False)
+    acts = decide_volcano(replace(snapshot, now=NOW + timedelta(seconds=61)))
+    assert [g.key.index for g, _ in acts.create_pod_groups] == [0]

@@ -7,6 +7,8 @@ Its pods are made through the LWS's own chain; they stay gated, under either bac
 
 from __future__ import annotations
 
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -153,3 +155,79 @@ def test_the_kueue_backend_holds_such_a_pod_too() -> None:
     [st] = acts.statuses
     assert (st.admitted, st.reason, st.warning) == (True, "NotAsAdmitted", True)
     assert "pod vllm-0-1 asks 2 nvidia.com/gpu, more than its role (worker)" in st.message
+
+
+# ----- a group whose own pod stays not as admitted is given back (kueue) -----------------
+
+_NOW = datetime(2026, 12, 1, 10, tzinfo=UTC)
+
+
+def _kueue(
+    made_ago: float, *, given_back: bool = False, leader: bool = True, workload_kept: bool = True
+) -> Any:
+    """Group 0 of vllm admitted by Kueue, its leader let through and bound; its worker made
+    ``made_ago`` seconds before the pass from a worker StatefulSet edited to ask 2 GPUs.
+    ``given_back``: its record says so (retry in 60 s); ``leader``: the leader still runs."""
+    from test_backend_kueue import ADMITTED, FLAVOR, LQ, rec, vllm, workload
+
+    obj = vllm(replicas=1, size=2)
+    pods = [lws_pod("vllm", 0, 0, pool=LQ, gated=False, node_name="n0", phase="Running")] if leader else []
+    worker = lws_pod("vllm", 0, 1, pool=LQ, gpu_limit=2)
+    worker["metadata"]["creationTimestamp"] = (_NOW - timedelta(seconds=made_ago)).strftime(
+        "%Y-%m-%dT%H:%M:%SZ"
+    )
+    pods.append(worker)
+    record = rec(obj, 0, admitted=not given_back)
+    if given_back:
+        record["status"]["conditions"][0].update(reason="NotAsAdmitted", message="group 0 was given back")
+        record["status"]["retryAt"] = "2026-12-01T10:01:00Z"
+        record["status"]["retries"] = 1
+    wl = (
+        [workload(obj, 0, conditions=ADMITTED, flavors={"leader": "h100", "worker": "h100"})]
+        if workload_kept
+        else []
+    )
+    return KueueSnapshot(
+        [obj], pods, [record], wl, [FLAVOR], statefulsets=lws_statefulsets([obj], pods), now=_NOW
+    )
+
+
+def test_kueue_within_the_grace_the_group_keeps_its_admission_and_the_pass_looks_again() -> None:
+    acts = decide_kueue(_kueue(made_ago=2))
+    [st] = acts.statuses
+    assert (st.admitted, st.reason) == (True, "NotAsAdmitted")
+    assert acts.stop == () and acts.ungate == ()
+    assert acts.look_again == _NOW + timedelta(seconds=3)
+
+
+def test_kueue_past_the_grace_the_group_is_given_back_its_pods_stopped_first() -> None:
+    acts = decide_kueue(_kueue(made_ago=6))
+    [st] = acts.statuses
+    assert (st.admitted, st.reason, st.warning, st.retries) == (False, "NotAsAdmitted", True, 1)
+    assert st.retry_at == "2026-12-01T10:01:00Z"
+    assert st.message.startswith(
+        "group 0 was given back, retried in 60 s: pod vllm-0-1 asks 2 nvidia.com/gpu"
+    )
+    assert acts.stop == (("default", "vllm-0"),)
+    assert acts.delete_workloads == (), "Kueue's quota stays while its pods run"
+
+
+@pytest.mark.parametrize(
+    ("leader", "workload_kept", "stop", "delete"),
+    [(True, True, True, False), (False, True, False, True), (False, False, False, False)],
+    ids=["its-leader-runs", "none-left-its-workload-goes", "workload-gone-waits-its-retry"],
+)
+def test_kueue_a_given_back_group_stops_its_pods_then_gives_its_workload_back(
+    leader: bool, workload_kept: bool, stop: bool, delete: bool
+) -> None:
+    acts = decide_kueue(_kueue(made_ago=30, given_back=True, leader=leader, workload_kept=workload_kept))
+    assert bool(acts.stop) is stop and bool(acts.delete_workloads) is delete
+    assert acts.ungate == () and acts.create_workloads == ()
+    [st] = acts.statuses
+    assert (st.admitted, st.reason, st.message) == (False, "NotAsAdmitted", "group 0 was given back")
+
+
+def test_kueue_a_given_back_group_gets_a_new_workload_after_its_retry() -> None:
+    snap = _kueue(made_ago=90, given_back=True, leader=False, workload_kept=False)
+    acts = decide_kueue(replace(snap, now=_NOW + timedelta(seconds=61)))
+    assert [g.key.index for g, _ in acts.create_workloads] == [0]

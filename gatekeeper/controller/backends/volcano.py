@@ -54,8 +54,9 @@ class VolcanoBackend:
 
     log = log
 
-    def __init__(self, kube: k.Kube, caches: Caches) -> None:
+    def __init__(self, kube: k.Kube, caches: Caches, *, retry_seconds: int = 60) -> None:
         self.kube = kube
+        self.retry_seconds = retry_seconds
         self.caches = caches
         self.memory = Memory()
         self.demands = DemandMemo()
@@ -68,7 +69,7 @@ class VolcanoBackend:
     def informers(self) -> list[Informer]:
         return [*self.groups.informers, self.pod_groups, self.events, self.nodes]
 
-    def snapshot(self) -> VolcanoSnapshot:
+    def snapshot(self, now: datetime | None = None) -> VolcanoSnapshot:
         g = self.groups
         return VolcanoSnapshot(
             lwss=g.lws.values(),
@@ -81,12 +82,14 @@ class VolcanoBackend:
             priorities=self.caches.priorities(),
             default_priority=self.caches.default_priority(),
             statefulsets=g.statefulsets.values(),
+            now=now,
+            retry_seconds=self.retry_seconds,
         )
 
     async def reconcile_once(self, write: Writer) -> VolcanoActions:
         """One pass: decide and plan (pure, off the event loop), then execute through ``write``."""
         start, now = time.monotonic(), datetime.now(UTC)
-        snap = self.snapshot()
+        snap = self.snapshot(now)
         actions = await decide_and_act(
             self.kube,
             write,
@@ -113,7 +116,7 @@ class VolcanoBackend:
 
 
 def _make(term: Term) -> VolcanoBackend:
-    return VolcanoBackend(term.kube, term.caches)
+    return VolcanoBackend(term.kube, term.caches, retry_seconds=term.retry_seconds)
 
 
 PLUGIN = ControllerPlugin("volcano", make=_make)

@@ -20,6 +20,11 @@ through on its group's admission only when, against its role's template in the L
 * it carries no toleration of a closed pool's taint (``core.model.closed``): the gatekeeper adds
   those itself as it lifts the gate, so a gated pod with one had it written by a tenant.
 
+A pod that stays so is its group's own (made by its LWS, within its size), so the group
+cannot be whole on its admission while its let-through pods hold their nodes: after
+``DEPARTED_GRACE_SECONDS`` (``overdue``) every backend gives the group back, its pods made
+again from the LWS's templates (``departed_message`` says so).
+
 Called by every backend's decision (``core.backends``) for the pods of a group whose
 admitted demand is the LWS's demand now; pods of a group in the middle of a rolling update
 that changes its demand are told apart by their revision (``backends.pools.changed``)
@@ -29,18 +34,35 @@ instead.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 from typing import Any
 
 from gatekeeper.core.admission.members import Stranger
-from gatekeeper.core.kube.objects import as_map
+from gatekeeper.core.kube.objects import EPOCH, as_map, parse_time
 from gatekeeper.core.kube.quantity import format_resources
 from gatekeeper.core.model.closed import what_opens
 from gatekeeper.core.model.demand import GroupDemand, pod_requests
 from gatekeeper.core.model.groups import GroupState
 from gatekeeper.core.model.lws import GroupPod, templates
 
-__all__ = ["conforming", "departure"]
+__all__ = ["DEPARTED_GRACE_SECONDS", "Departed", "conforming", "departed_message", "departure", "overdue"]
+
+DEPARTED_GRACE_SECONDS = 5
+"""How long an admitted group's own gated pod may ask other than its role was admitted with
+before the group is given back: long enough for the caches of one pass to catch up with an
+LWS changed a moment before its pods (their templates are compared with the LWS as the pass
+read it), short enough that the group's bound pods do not sit idle."""
+
+
+@dataclass(frozen=True)
+class Departed:
+    """The first of a group's own pods that has not asked what its role was admitted with for
+    the grace: ``why`` in words, for ``seconds`` since it was made."""
+
+    pod: str
+    why: str
+    seconds: int
 
 
 def departure(
@@ -117,3 +139,35 @@ def conforming(
     ns, lws_name, index = state.key.namespace, state.key.name, state.key.index
     strangers = [Stranger(ns, lws_name, index, p.name, worker=p.worker, why=why) for p, why in off]
     return replace(state, gated=tuple(n for n in state.gated if n not in names)), strangers
+
+
+def overdue(
+    pods: Sequence[GroupPod],
+    strangers: Sequence[Stranger],
+    now: datetime | None,
+    grace: int = DEPARTED_GRACE_SECONDS,
+) -> Departed | datetime | None:
+    """Of a group's ``strangers``, those that are its own pods not as admitted (made by its LWS,
+    within its size: ``Stranger.why``): the first that has waited ``grace`` seconds since it
+    was made; else the moment that is due (a pass should look again then); None when there
+    is none (or no time to judge by). A pod whose time cannot be read is judged from now."""
+    whys = {x.pod: x.why for x in strangers if x.why and not x.size}
+    if now is None or not whys:
+        return None
+    made = [(parse_time(p.created), p.name) for p in pods if p.name in whys and p.gated and not p.terminating]
+    if not made:
+        return None
+    first, name = min((now if at == EPOCH else at, n) for at, n in made)
+    due_at = first + timedelta(seconds=grace)
+    if now < due_at:
+        return due_at
+    return Departed(name, whys[name], int((now - first).total_seconds()))
+
+
+def departed_message(index: int, departed: Departed, delay: int) -> str:
+    """What a group given back for its own pod not as admitted says, on its record and Event."""
+    return (
+        f"group {index} was given back, retried in {delay} s: {departed.why}, for "
+        f"{departed.seconds} s, so the group cannot be whole on its admission (its StatefulSet's "
+        "template edited by hand?); its pods are made again from the LeaderWorkerSet's templates"
+    )

@@ -27,8 +27,8 @@ class Reason(StrEnum):
     NOT_AS_ADMITTED = "NotAsAdmitted"
     """A pod made by the LWS asks more than its role was admitted with, or another
     RuntimeClass or PriorityClass (its StatefulSet's template edited by hand): it stays
-    gated (the group keeps its admission). With ``pools``, a group whose own pod stays so
-    for a few seconds is given back (``Admitted=False``), as on ``AdmissionTimeout``."""
+    gated (the group keeps its admission). A group whose own pod stays so for a few seconds
+    is given back (``Admitted=False``, every backend), as on ``AdmissionTimeout``."""
     INVALID_SPEC = "InvalidSpec"
     """The group's demand could not be computed from the LWS (malformed template)."""
     RESOURCE_NOT_IN_QUOTA = "ResourceNotInQuota"

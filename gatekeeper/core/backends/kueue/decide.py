@@ -149,6 +149,9 @@ class KueueActions:
     """(namespace, workload): evicted Workloads whose pods are all stopped."""
     statuses: tuple[RecordStatus, ...] = ()
     problems: tuple[str, ...] = ()
+    look_again: datetime | None = None
+    """When a decision falls due with nothing changed (a group to give back): the loop's next
+    pass comes no later (``controller.loop``)."""
 
 
 def decide_kueue(snap: KueueSnapshot, memo: DemandMemo | None = None) -> KueueActions:
@@ -206,6 +209,7 @@ def decide_kueue(snap: KueueSnapshot, memo: DemandMemo | None = None) -> KueueAc
         clear_admission=tuple(one.clear),
         statuses=tuple(statuses),
         problems=tuple(sorted(problems)),
+        look_again=one.look_again,
     )
 
 

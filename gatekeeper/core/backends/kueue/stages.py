@@ -8,6 +8,13 @@ settles the group ends it: is the group gone or new; was its Workload made for a
 does a lower group of its LWS go first; did its templates change its demand; is it waiting
 out a retry delay, or can it never fit; must its Workload be made; is it adopted from
 another backend; then its pods (let through, or stopped) and its record's words.
+
+A group one of whose own pods has not asked what its role was admitted with for a few
+seconds (``core.admission.conformance.overdue``) is given back: its record says
+``Admitted=False``, reason ``NotAsAdmitted``, with a retry time; its running pods stop, and
+once none is left its Workload goes (Kueue's quota comes back only when nothing runs on
+it); after the retry a new Workload is made, and the LWS has made the pods again from its
+own templates.
 """
 
 from __future__ import annotations
@@ -17,8 +24,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from gatekeeper.core.admission.conformance import conforming
+from gatekeeper.core.admission.conformance import Departed, conforming, departed_message, overdue
 from gatekeeper.core.admission.members import Stranger
+from gatekeeper.core.admission.reasons import Reason
 from gatekeeper.core.backends.kueue.adopt import adopted_elsewhere, adopting_message, old_pods
 from gatekeeper.core.backends.kueue.order import Offers, Waiting, unreserved
 from gatekeeper.core.backends.kueue.status import RecordStatus
@@ -133,6 +141,8 @@ class GroupPass:
     clear: list[Key] = field(default_factory=list)
     statuses: list[RecordStatus] = field(default_factory=list)
     stale: list[Key] = field(default_factory=list)
+    look_again: datetime | None = None
+    """The earliest moment a decision of this pass falls due with nothing changed."""
 
     def group(self, lws: Mapping[str, Any], group: LwsGroup, waiting: Waiting | None, offers: Offers) -> None:
         """Decide one group of ``lws``; ``waiting`` and ``offers`` are its LWS's queue."""
@@ -149,15 +159,15 @@ class GroupPass:
             and adopted_elsewhere(c.record)
         )
         settled = (
-            self._behind_lower(c, waiting)
+            self._given_back(c)
+            or self._behind_lower(c, waiting)
             or self._new_demand(c)
             or self._retry(c)
             or self._make_workload(c, offers)
             or self._adopt(c)
         )
-        if settled:
+        if settled or self._pods(c):
             return
-        self._pods(c)
         self._say(c)
 
     def _read(self, lws: Mapping[str, Any], group: LwsGroup) -> _Group:
@@ -317,11 +327,33 @@ class GroupPass:
         self.statuses.append(RecordStatus(c.st, c.st.record, True, ADOPTING_REASON, said))
         return True
 
-    def _pods(self, c: _Group) -> None:
+    def _given_back(self, c: _Group) -> bool:
+        """Given back for its own pod not as admitted, and waiting out its retry: its running
+        pods stop, and once none is left its Workload goes, so that Kueue's quota comes back
+        only when nothing runs on it. The record keeps its words."""
+        said = condition(c.record, ADMITTED)
+        if not (
+            said.get("status") == "False"
+            and said.get("reason") == Reason.NOT_AS_ADMITTED
+            and _backing_off(c.record, self.settings.now)
+        ):
+            return False
+        running = {p.name for p in c.ungated} | set(charged(c.record, self.settings.charges))
+        if running:
+            self.stop.extend((c.ns, pod) for pod in sorted(running))
+        elif c.wl is not None:
+            self.stale.append(c.key)
+        self.strangers.pop(c.st.key, None)  # its pods left as they go keep the give-back's words
+        message = str(said.get("message") or "")
+        self.statuses.append(RecordStatus(c.st, c.st.record, False, Reason.NOT_AS_ADMITTED, message))
+        return True
+
+    def _pods(self, c: _Group) -> bool:
         """Admitted: its gated pods let through onto the flavor's nodes (not new pods that
-        wait, nor pods not as admitted). Not admitted: its running pods stop (those let
-        through whose labels were changed since included); evicted with none left: its
-        quota reservation is cleared."""
+        wait, nor pods not as admitted); given back once one of its own pods has not been as
+        admitted for the grace (True: its record's words are said). Not admitted: its running
+        pods stop (those let through whose labels were changed since included); evicted with
+        none left: its quota reservation is cleared."""
         if c.admitted and c.group.staying:
             held: set[str] = set()
             if c.wl is not None and c.demand is not None and not demand_changed(c.wl, c.demand):
@@ -329,6 +361,8 @@ class GroupPass:
                 off = conforming(c.st, c.group.present, c.lws, c.demand, self.settings.default_priority)[1]
                 if off:
                     self.strangers[c.st.key] = [*self.strangers.get(c.st.key, []), *off]
+                    if self._give_back(c, off):
+                        return True
                 held = {one.pod for one in off}
             for p in c.group.present:
                 if not p.gated or p.name in c.waits_new or p.name in held:
@@ -342,6 +376,32 @@ class GroupPass:
             self.stop.extend((c.ns, pod) for pod in sorted(running))
         elif not c.admitted and c.reserved and _true(c.conds, EVICTED):
             self.clear.append(c.key)
+        return False
+
+    def _give_back(self, c: _Group, off: Sequence[Stranger]) -> bool:
+        """Its own pod not as admitted for the grace: given back (its running pods stop now,
+        its Workload once they are gone: ``_given_back``), tried again after a delay that
+        doubles each time; before the grace, the pass looks again when it ends."""
+        s = self.settings
+        due = overdue(c.group.present, off, s.now)
+        if isinstance(due, datetime):
+            self.look_again = due if self.look_again is None else min(self.look_again, due)
+        if not isinstance(due, Departed):
+            return False
+        retries = _retries(c.record) + 1
+        delay = min(s.retry_max_seconds, s.retry_seconds << min(retries - 1, 20))
+        when = (s.now or datetime.fromtimestamp(0, UTC)) + timedelta(seconds=delay)
+        message = departed_message(c.st.key.index, due, delay)
+        self.strangers.pop(c.st.key, None)  # the give-back's own words say it
+        running = {p.name for p in c.ungated} | set(charged(c.record, s.charges))
+        self.stop.extend((c.ns, pod) for pod in sorted(running))
+        retry_at = when.strftime("%Y-%m-%dT%H:%M:%SZ")
+        self.statuses.append(
+            RecordStatus(
+                c.st, c.st.record, False, Reason.NOT_AS_ADMITTED, message, retry_at=retry_at, retries=retries
+            )
+        )
+        return True
 
     def _say(self, c: _Group) -> None:
         """The record's words: why it waits, or by which ClusterQueue and flavor it runs."""

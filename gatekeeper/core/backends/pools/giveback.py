@@ -12,13 +12,13 @@ again after a delay that doubles with each give-back (``status.retryAt``, ``stat
 as the ``kueue`` backend's never-fit retry). Karpenter then removes the empty nodes.
 
 A group is given back the same way, whatever its pool, when one of its own pods (made by its
-LWS, within its size) has asked other than its role was admitted with for
-``DEPARTED_GRACE_SECONDS`` (``departed``): its StatefulSet's template was edited by hand with
-the gatekeeper's check of StatefulSets off. That pod stays gated (``core.admission.conformance``),
-so the group cannot be whole on its admission, and its let-through pods would hold their
-nodes for nothing. Its pods deleted, the LWS makes them again from its own templates (the
-edited worker StatefulSet goes with its leader pod); its record says ``NotAsAdmitted`` and
-why. This is what Kueue does with a job whose pods no longer match its admitted Workload.
+LWS, within its size) has asked other than its role was admitted with for a few seconds
+(``departed``, by ``core.admission.conformance.overdue``): its StatefulSet's template was
+edited by hand with the gatekeeper's check of StatefulSets off. That pod stays gated, so the
+group cannot be whole on its admission, and its let-through pods would hold their nodes for
+nothing. Its pods deleted, the LWS makes them again from its own templates (the edited
+worker StatefulSet goes with its leader pod); its record says ``NotAsAdmitted`` and why.
+This is what Kueue does with a job whose pods no longer match its admitted Workload.
 
 Called by ``decide`` (which groups time out, which wait for their retry, which stragglers to
 stop) and by ``writes`` (the record's status patches). Pure: the time is the pass's.
@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from gatekeeper.core.admission.conformance import Departed, departed_message, overdue
+from gatekeeper.core.admission.members import Stranger
 from gatekeeper.core.admission.reasons import Reason
 from gatekeeper.core.backends.pools.provisioning import Launcher
 from gatekeeper.core.kube.keys import ADMITTED
@@ -42,7 +44,6 @@ from gatekeeper.core.model.pool import Pool
 from gatekeeper.core.model.record import admitted_condition
 
 __all__ = [
-    "DEPARTED_GRACE_SECONDS",
     "GIVE_BACK_REASONS",
     "GIVE_BACK_RETRY_MAX_SECONDS",
     "GiveBack",
@@ -60,12 +61,6 @@ __all__ = [
 
 GIVE_BACK_RETRY_MAX_SECONDS = 1800
 """The delay before a given-back group is tried again doubles up to this (30 minutes)."""
-
-DEPARTED_GRACE_SECONDS = 5
-"""How long an admitted group's own gated pod may ask other than its role was admitted with
-before the group is given back: long enough for the caches of one pass to catch up with an
-LWS changed a moment before its pods (their templates are compared with the LWS as the pass
-read it), short enough that the group's bound pods do not sit idle."""
 
 GIVE_BACK_REASONS = frozenset({str(Reason.ADMISSION_TIMEOUT), str(Reason.NOT_AS_ADMITTED)})
 """The reasons of a record whose group was given back (``Admitted=False``)."""
@@ -102,7 +97,8 @@ def _retries(record: Mapping[str, Any]) -> int:
 def given_back(record: Mapping[str, Any] | None) -> bool:
     """Does the record say its group was given back (and is not admitted since)?"""
     said = condition(record, ADMITTED)
-    return said.get("status") == "False" and said.get("reason") in GIVE_BACK_REASONS
+    reason = said.get("reason")  # anything a user with rights on the record wrote
+    return said.get("status") == "False" and isinstance(reason, str) and reason in GIVE_BACK_REASONS
 
 
 def waits_for_retry(record: Mapping[str, Any] | None, now: datetime | None) -> bool:
@@ -177,37 +173,25 @@ def departed(
     group: GroupState,
     record: Mapping[str, Any],
     pods: Sequence[GroupPod],
-    whys: Mapping[str, str],
+    strangers: Sequence[Stranger],
     now: datetime | None,
     *,
     base: int,
-    grace: int = DEPARTED_GRACE_SECONDS,
 ) -> GiveBack | datetime | None:
-    """The give-back of an admitted group one of whose own gated pods (``whys``: pod name ->
-    why it is not as admitted) has waited ``grace`` seconds since it was made; else the
-    moment that is due (a pass should look again then), or None when there is none. Only a
-    record that says ``Admitted=True`` is given back (one that waits for a changed
-    template's old pods is judged by its revision instead)."""
-    said = condition(record, ADMITTED)
-    if now is None or not whys or said.get("status") != "True":
+    """The give-back of an admitted group one of whose own gated pods has not asked what its
+    role was admitted with for the grace (``core.admission.conformance.overdue``); else the
+    moment that is due (a pass should look again then), or None. Only a record that says
+    ``Admitted=True`` is given back (one that waits for a changed template's old pods is
+    judged by its revision instead)."""
+    if condition(record, ADMITTED).get("status") != "True":
         return None
-    made = [(parse_time(p.created), p.name) for p in pods if p.name in whys and p.gated and not p.terminating]
-    if not made:
-        return None
-    first, name = min(made)
-    if first == EPOCH:
-        first = now  # no time to read: judged from now on
-    due_at = first + timedelta(seconds=grace)
-    if now < due_at:
-        return due_at
+    off = overdue(pods, strangers, now)
+    if not isinstance(off, Departed):
+        return off
+    assert now is not None
     retries = _retries(record) + 1
     delay = retry_delay(retries, base)
-    message = (
-        f"group {group.key.index} was given back, retried in {delay} s: {whys[name]}, for "
-        f"{int((now - first).total_seconds())} s, so the group cannot be whole on its admission "
-        "(its StatefulSet's template edited by hand?); its pods are made again from the "
-        "LeaderWorkerSet's templates"
-    )
+    message = departed_message(group.key.index, off, delay)
     stop = tuple(sorted(p.name for p in pods if not p.terminating and not p.gated))
     return GiveBack(group, stop, message, now + timedelta(seconds=delay), retries, Reason.NOT_AS_ADMITTED)
 

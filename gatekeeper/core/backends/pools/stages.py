@@ -164,8 +164,7 @@ class GroupPass:
             else None
         )
         if give is None and staying:
-            whys = {x.pod: x.why for x in self.strangers.get(key, ()) if x.why and not x.size}
-            off = departed(gs, record, pods, whys, s.now, base=s.retry_seconds)
+            off = departed(gs, record, pods, self.strangers.get(key, ()), s.now, base=s.retry_seconds)
             if isinstance(off, datetime):
                 self.look_again = off if self.look_again is None else min(self.look_again, off)
             elif off is not None:

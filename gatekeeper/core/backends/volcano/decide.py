@@ -36,6 +36,12 @@ Volcano Queue):
   the LWS's ``size`` (``core.admission.members``) and it asks what its role was admitted with
   (``core.admission.conformance``); any other stays gated, and the record (still admitted) and a
   Warning Event name it.
+* An admitted group one of whose own pods has not asked what its role was admitted with
+  for a few seconds (``core.admission.conformance.overdue``) cannot be whole: it is given
+  back. Its record says ``Admitted=False``, reason ``NotAsAdmitted``, with a retry time;
+  its running pods stop, and once none is left its PodGroup goes (so the Queue's room comes
+  back only when nothing runs on it); after the retry it is offered again, its pods made
+  again by the LWS from its own templates.
 * Volcano leaves it ``Pending``: its pods stay gated, and its record says why in
   Volcano's words (the PodGroup's ``Unschedulable`` condition, or Volcano's latest Event
   on it, e.g. "queue resource quota insufficient").
@@ -49,13 +55,15 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
-from gatekeeper.core.admission.conformance import conforming
+from gatekeeper.core.admission.conformance import Departed, conforming, overdue
 from gatekeeper.core.admission.fit import Misfit, NodeTable
 from gatekeeper.core.admission.members import Stranger, strangers_said
 from gatekeeper.core.admission.membership import membership
-from gatekeeper.core.admission.reasons import STRANGER_REASONS
+from gatekeeper.core.admission.reasons import STRANGER_REASONS, Reason
+from gatekeeper.core.backends.volcano.giveback import Back, give_back, giving_back
 from gatekeeper.core.backends.volcano.podgroup import (
     pod_group_belongs,
     pod_group_name,
@@ -111,6 +119,10 @@ class VolcanoSnapshot:
     """The value of the cluster's default PriorityClass (``globalDefault``); 0 without one."""
     statefulsets: Sequence[Mapping[str, Any]] = ()
     """StatefulSets of LWSs: which pods an LWS made (``core.admission.members``)."""
+    now: datetime | None = None
+    """The time of the pass, for give-backs and their retry (None: nothing is given back)."""
+    retry_seconds: int = 60
+    """First delay before a group given back is offered again (doubled per retry, up to 30 min)."""
 
 
 @dataclass(frozen=True)
@@ -123,6 +135,10 @@ class VolcanoStatus:
     message: str
     pod_group: str = ""
     warning: bool = False
+    retry_at: str | None = None
+    """When a group given back is offered again (RFC 3339)."""
+    retries: int | None = None
+    """How many times the group was given back since it last ran."""
 
 
 @dataclass(frozen=True)
@@ -140,6 +156,11 @@ class VolcanoActions:
     ungate: tuple[Ungate, ...] = ()
     statuses: tuple[VolcanoStatus, ...] = ()
     problems: tuple[str, ...] = ()
+    stop: tuple[tuple[str, str], ...] = ()
+    """(namespace, pod): running pods of groups given back; deleted by UID after the record."""
+    look_again: datetime | None = None
+    """When a decision falls due with nothing changed (a group to give back): the loop's next
+    pass comes no later (``controller.loop``)."""
 
 
 def _events_by_object(events: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], list[Mapping[str, Any]]]:
@@ -186,20 +207,24 @@ def decide_volcano(snap: VolcanoSnapshot, demands: DemandMemo | None = None) -> 
     table.add_view(_ALL, lambda _node: True)
     groups, rank = _groups(snap, demands or DemandMemo(), who.pods_of, records, problems)
     said = _events_by_object(snap.events)
-    where = _where(groups, index_by_key(snap.pod_groups), said)
+    where = _where(groups, index_by_key(snap.pod_groups), said, snap.now, who.charges)
+    back = Back(snap.now, snap.retry_seconds, who.charges)
     held = [
-        _judge(g, pg, said, where.offers, rank, table, lws_by_key, who.strangers, snap.default_priority)
+        _judge(g, pg, said, where.offers, rank, table, lws_by_key, who.strangers, snap.default_priority, back)
         for g, pg in where.live
     ]
     create_pod_groups, offered = _offer(where.offers, where.busy, rank)
+    dues = [h.look_again for h in held if h.look_again is not None]
     return VolcanoActions(
         create_records=tuple(where.create_records),
         create_pod_groups=tuple(create_pod_groups),
-        withdraw_pod_groups=tuple(h.withdraw for h in held if h.withdraw is not None),
+        withdraw_pod_groups=tuple([*where.withdraw, *(h.withdraw for h in held if h.withdraw is not None)]),
         release=tuple(_unclaimed(records, groups, who.pods_of, who.charges)),
         ungate=tuple(u for h in held for u in h.ungate),
         statuses=(*where.statuses, *(h.status for h in held), *offered),
         problems=tuple(problems),
+        stop=tuple(sorted({*where.stop, *(p for h in held for p in h.stop)})),
+        look_again=min(dues) if dues else None,
     )
 
 
@@ -240,12 +265,18 @@ class _Where:
     """The groups with their PodGroup."""
     busy: set[str] = field(default_factory=set)
     """Queues with a PodGroup of ours that Volcano has not let in, or let in with gated pods."""
+    stop: list[tuple[str, str]] = field(default_factory=list)
+    """Running pods of groups given back."""
+    withdraw: list[tuple[str, str, str]] = field(default_factory=list)
+    """PodGroups of groups given back whose pods are all gone."""
 
 
 def _where(
     groups: Sequence[LwsGroup],
     pgs: Mapping[tuple[str, str], Mapping[str, Any]],
     said: Mapping[tuple[str, str], Sequence[Mapping[str, Any]]],
+    now: datetime | None = None,
+    charges: Mapping[Charge, tuple[str, ...]] | None = None,
 ) -> _Where:
     out = _Where()
     for g in groups:
@@ -255,6 +286,13 @@ def _where(
             continue  # released by _unclaimed once no pod of it lives, terminating ones included
         if g.record is None:
             out.create_records.append(st)
+            continue
+        back = giving_back(g, pgs, now, charges or {})
+        if back is not None:
+            out.stop.extend(back.stop)
+            out.withdraw.extend([back.withdraw] if back.withdraw is not None else [])
+            out.busy.update([st.pool] if back.busy else [])
+            out.statuses.append(VolcanoStatus(st, False, Reason.NOT_AS_ADMITTED, back.message, warning=True))
             continue
         if isinstance(st.demand, InvalidDemand):
             out.statuses.append(
@@ -283,6 +321,10 @@ class _Judged:
     ungate: tuple[Ungate, ...] = ()
     withdraw: tuple[str, str, str] | None = None
     """(namespace, PodGroup, its UID): the offer withdrawn for a group of a higher priority."""
+    stop: tuple[tuple[str, str], ...] = ()
+    """(namespace, pod): its running pods, when it is given back."""
+    look_again: datetime | None = None
+    """When its own pod not as admitted is due to give it back."""
 
 
 def _judge(
@@ -295,6 +337,7 @@ def _judge(
     lws_by_key: Mapping[tuple[str, str], Mapping[str, Any]],
     stranger_pods: dict[GroupKey, list[Stranger]],
     default_priority: int,
+    back: Back | None = None,
 ) -> _Judged:
     """A group whose PodGroup Volcano holds: withdrawn for a higher priority, waiting in
     Volcano's words, waiting for the nodes, or let through (only the pods its LWS said)."""
@@ -333,6 +376,15 @@ def _judge(
     if made_by is not None and isinstance(st.demand, GroupDemand):  # a hand-edited StatefulSet's pods
         st, off = conforming(st, g.present, made_by, st.demand, default_priority)
         stranger_pods.setdefault(st.key, []).extend(off)
+    due = overdue(g.present, stranger_pods.get(st.key, ()), back.now) if back is not None else None
+    if isinstance(due, Departed) and back is not None:
+        stranger_pods.pop(st.key, None)  # the give-back's own words say it
+        given = give_back(g, due, back)
+        status = VolcanoStatus(
+            st, False, Reason.NOT_AS_ADMITTED, given.message, pod_group=pg_name, warning=True,
+            retry_at=given.retry_at, retries=given.retries,
+        )  # fmt: skip
+        return _Judged(status, stop=given.stop)
     mark = charge_toleration(st.lws_uid, st.key.index)
     ungate = tuple(Ungate(ns, name, {}, (mark,)) for name in st.gated)
     reason: str = VOLCANO_INQUEUE_REASON
@@ -341,7 +393,8 @@ def _judge(
         reason, words = strangers_said(stranger_pods[st.key])
         message = f"{message}; {words}"
     warn = reason in STRANGER_REASONS
-    return _Judged(VolcanoStatus(st, True, reason, message, pod_group=pg_name, warning=warn), ungate)
+    status = VolcanoStatus(st, True, reason, message, pod_group=pg_name, warning=warn)
+    return _Judged(status, ungate, look_again=due if isinstance(due, datetime) else None)
 
 
 def _unclaimed(

@@ -16,7 +16,7 @@ from gatekeeper.core.backends.volcano.decide import VolcanoActions, VolcanoSnaps
 from gatekeeper.core.backends.volcano.keys import POD_GROUP_PLURAL
 from gatekeeper.core.backends.volcano.podgroup import new_pod_group
 from gatekeeper.core.kube.keys import ADMITTED, RECORD_PLURAL
-from gatekeeper.core.kube.objects import as_map, condition, index_by_key
+from gatekeeper.core.kube.objects import as_map, condition, index_by_key, uid_of
 from gatekeeper.core.model.record import admitted_condition, demand_status, new_record
 from gatekeeper.core.writes.finalizers import FINALIZER_WRITES_PER_PASS, release_writes
 from gatekeeper.core.writes.group import record_writes, ungate_writes
@@ -30,13 +30,18 @@ def record_status_patch(
 ) -> tuple[dict[str, Any] | None, bool]:
     """(status patch, whether the state or reason changed); no patch when the record says it all."""
     current = condition(record, ADMITTED)
+    before = as_map(record.get("status"))
     want = "True" if st.admitted else "False"
     same = current.get("status") == want and current.get("reason") == st.reason
-    if same and current.get("message") == st.message:
+    retry: dict[str, Any] = {"retryAt": st.retry_at, "retries": st.retries} if st.retries is not None else {}
+    if st.admitted and before.get("retries") is not None:
+        retry = {"retryAt": None, "retries": None}  # admitted again: the count starts afresh
+    if same and current.get("message") == st.message and not retry:
         return None, False
     status: dict[str, Any] = {
-        **demand_status(st.group.pool, st.group.demand, as_map(record.get("status"))),
+        **demand_status(st.group.pool, st.group.demand, before),
         "conditions": [admitted_condition(st.admitted, st.reason, st.message, current, now)],
+        **retry,
     }
     if st.admitted and current.get("status") != "True":
         status["admittedAt"] = now
@@ -45,7 +50,7 @@ def record_status_patch(
 
 def plan_writes(actions: VolcanoActions, snap: VolcanoSnapshot, memory: Memory, now: datetime) -> Plan:
     """Every write of one pass, in order: records released and made, PodGroups made and
-    withdrawn; then gates lifted, and the records' words."""
+    withdrawn; then gates lifted, and the records' words; last, pods of groups given back."""
     stamp = rfc3339(now)
     lwss = index_by_key(snap.lwss)
     records = index_by_key(snap.records)
@@ -92,4 +97,9 @@ def plan_writes(actions: VolcanoActions, snap: VolcanoSnapshot, memory: Memory, 
         *ungate_writes(actions.ungate, pods),
         *record_writes(actions.statuses, records, events, record_status_patch, stamp),
     ]
-    return (tuple(first), tuple(second))
+    # Pods of groups given back stop after their record says so, each by its UID.
+    third = [
+        Write(Op.DELETE, "pods", ns, pod, uid=uid_of(pods.get((ns, pod))), tag="stop")
+        for ns, pod in actions.stop
+    ]
+    return (tuple(first), tuple(second), tuple(third))

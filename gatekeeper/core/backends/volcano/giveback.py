@@ -1,0 +1,129 @@
+"""Giving back a ``volcano`` group whose own pod is not as admitted, and holding it back until
+its retry.
+
+Why this exists: a group Volcano let in, one of whose own pods (made by its LWS, within its
+size) has asked other than its role was admitted with for a few seconds
+(``core.admission.conformance.overdue``: its worker StatefulSet's template edited by hand
+with the StatefulSet guard off), cannot be whole, while its let-through pods hold their
+nodes. It is given back: its record says ``Admitted=False``, reason ``NotAsAdmitted``, with a
+retry time that doubles with each give-back; its running pods stop (the LWS makes them
+again from its own templates, the edited StatefulSet going with its leader pod), and only
+once none is left does its PodGroup go, so the Queue's room comes back only when nothing
+runs on it. It is not offered again before its retry.
+
+Called by ``decide`` (``give_back`` when it judges an admitted group, ``giving_back`` for a
+group given back before). Pure: the time is the pass's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from gatekeeper.core.admission.conformance import Departed, departed_message
+from gatekeeper.core.admission.reasons import Reason
+from gatekeeper.core.backends.volcano.podgroup import pod_group_belongs, pod_group_name
+from gatekeeper.core.kube.keys import ADMITTED
+from gatekeeper.core.kube.objects import as_map, condition, meta, parse_time
+from gatekeeper.core.model.charge import Charge, charged
+from gatekeeper.core.model.groups import LwsGroup
+
+__all__ = ["RETRY_MAX_SECONDS", "Back", "Given", "Holding", "give_back", "given_back", "giving_back"]
+
+RETRY_MAX_SECONDS = 1800
+"""The delay before a group given back is offered again doubles up to this (30 minutes)."""
+
+_MAX_RETRIES = 1000
+"""A record's ``status.retries`` above this (anyone with rights in the namespace can write it)
+is read as this."""
+
+Pod = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class Back:
+    """What a give-back reads of the pass."""
+
+    now: datetime | None
+    retry_seconds: int
+    charges: Mapping[Charge, tuple[str, ...]]
+
+
+@dataclass(frozen=True)
+class Given:
+    """A group given back this pass: its record's words and retry, and its pods to stop."""
+
+    message: str
+    retry_at: str
+    retries: int
+    stop: tuple[Pod, ...]
+
+
+@dataclass(frozen=True)
+class Holding:
+    """A group given back before, waiting out its retry."""
+
+    message: str
+    """What its record said when it was given back (kept)."""
+    stop: tuple[Pod, ...]
+    withdraw: tuple[str, str, str] | None
+    """(namespace, PodGroup, its UID), once none of its pods runs."""
+    busy: bool
+    """Its PodGroup still holds room in its Queue."""
+
+
+def given_back(record: Mapping[str, Any] | None, now: datetime | None) -> bool:
+    """Does the record say its group was given back (its own pod not as admitted), with its
+    retry still to come?"""
+    said = condition(record, ADMITTED)
+    return (
+        now is not None
+        and said.get("status") == "False"
+        and said.get("reason") == Reason.NOT_AS_ADMITTED
+        and now < parse_time(as_map(as_map(record).get("status")).get("retryAt"))
+    )
+
+
+def _running(g: LwsGroup, charges: Mapping[Charge, tuple[str, ...]]) -> tuple[Pod, ...]:
+    """The group's pods that run or may: let through (live, no gate), or charged to it."""
+    record = g.record if g.record is not None else {}
+    names = {p.name for p in g.present if p.live and not p.gated} | set(charged(record, charges))
+    return tuple((g.state.key.namespace, name) for name in sorted(names))
+
+
+def _retries(record: Mapping[str, Any] | None) -> int:
+    value = as_map(as_map(record).get("status")).get("retries")
+    return min(value, _MAX_RETRIES) if type(value) is int and value > 0 else 0
+
+
+def give_back(g: LwsGroup, due: Departed, back: Back) -> Given:
+    """The group given back now, for ``due``, its own pod not as admitted past the grace."""
+    if back.now is None:
+        raise ValueError("a give-back needs the time of the pass")
+    retries = _retries(g.record) + 1
+    delay = min(RETRY_MAX_SECONDS, max(1, back.retry_seconds) << min(retries - 1, 20))
+    retry_at = (back.now + timedelta(seconds=delay)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    message = departed_message(g.state.key.index, due, delay)
+    return Given(message, retry_at, retries, _running(g, back.charges))
+
+
+def giving_back(
+    g: LwsGroup,
+    pod_groups: Mapping[tuple[str, str], Mapping[str, Any]],
+    now: datetime | None,
+    charges: Mapping[Charge, tuple[str, ...]],
+) -> Holding | None:
+    """The group held back until its retry, if its record says it was given back: its running
+    pods stop, then its PodGroup goes."""
+    if not given_back(g.record, now):
+        return None
+    st = g.state
+    ns, name = st.key.namespace, pod_group_name(st.key.name, st.key.index)
+    running = _running(g, charges)
+    pg = pod_groups.get((ns, name))
+    ours = pg is not None and pod_group_belongs(pg, st.key.name, st.lws_uid, st.key.index)
+    withdraw = (ns, name, str(meta(pg).get("uid") or "")) if ours and pg is not None and not running else None
+    message = str(condition(g.record, ADMITTED).get("message") or "")
+    return Holding(message, running, withdraw, ours)
