@@ -87,6 +87,7 @@ from gatekeeper.core.model.gating import Ungate
 from gatekeeper.core.model.groups import DemandMemo, GroupState, lws_groups
 from gatekeeper.core.model.lws import GroupPod
 from gatekeeper.core.model.record import is_admitted
+from gatekeeper.core.model.retry import RETRY_MAX_SECONDS
 
 __all__ = [
     "NEVER_FIT_RETRY_MAX_SECONDS",
@@ -97,7 +98,7 @@ __all__ = [
 ]
 
 NEVER_FIT_RETRY_SECONDS = 60
-NEVER_FIT_RETRY_MAX_SECONDS = 1800
+NEVER_FIT_RETRY_MAX_SECONDS = RETRY_MAX_SECONDS
 
 
 @dataclass(frozen=True)

@@ -63,6 +63,7 @@ from gatekeeper.core.model.gating import Ungate
 from gatekeeper.core.model.group import GroupKey, InvalidDemand
 from gatekeeper.core.model.groups import GroupState, LwsGroup
 from gatekeeper.core.model.lws import GroupPod
+from gatekeeper.core.model.retry import recorded_retries, retry_delay
 
 __all__ = ["GroupPass", "Settings"]
 
@@ -280,8 +281,8 @@ class GroupPass:
             return True
         if never is None or not c.group.staying or c.demand is None:
             return False
-        retries = _retries(c.record) + 1
-        delay = min(s.retry_max_seconds, s.retry_seconds << min(retries - 1, 20))
+        retries = recorded_retries(c.record) + 1
+        delay = retry_delay(retries, s.retry_seconds, s.retry_max_seconds)
         when = (s.now or datetime.fromtimestamp(0, UTC)) + timedelta(seconds=delay)
         self.stale.append(c.key)
         said = (
@@ -388,8 +389,8 @@ class GroupPass:
             self.look_again = due if self.look_again is None else min(self.look_again, due)
         if not isinstance(due, Departed):
             return False
-        retries = _retries(c.record) + 1
-        delay = min(s.retry_max_seconds, s.retry_seconds << min(retries - 1, 20))
+        retries = recorded_retries(c.record) + 1
+        delay = retry_delay(retries, s.retry_seconds, s.retry_max_seconds)
         when = (s.now or datetime.fromtimestamp(0, UTC)) + timedelta(seconds=delay)
         message = departed_message(c.st.key.index, due, delay)
         self.strangers.pop(c.st.key, None)  # the give-back's own words say it
@@ -461,11 +462,6 @@ def _new_pods(
 
 def _true(conds: Mapping[str, Mapping[str, Any]], kind: str) -> bool:
     return conds.get(kind, {}).get("status") == "True"
-
-
-def _retries(record: Mapping[str, Any]) -> int:
-    count = as_map(record.get("status")).get("retries")
-    return count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else 0
 
 
 def _backing_off(record: Mapping[str, Any], now: datetime | None) -> bool:

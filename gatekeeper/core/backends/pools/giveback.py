@@ -42,6 +42,7 @@ from gatekeeper.core.model.groups import GroupState
 from gatekeeper.core.model.lws import GroupPod
 from gatekeeper.core.model.pool import Pool
 from gatekeeper.core.model.record import admitted_condition
+from gatekeeper.core.model.retry import recorded_retries, retry_delay
 
 __all__ = [
     "GIVE_BACK_REASONS",
@@ -82,16 +83,6 @@ class GiveBack:
     retry_at: datetime
     retries: int
     reason: Reason = Reason.ADMISSION_TIMEOUT
-
-
-def retry_delay(retries: int, base: int) -> int:
-    """Seconds before the ``retries``-th retry: ``base``, doubled per earlier one, at most 30 min."""
-    return min(GIVE_BACK_RETRY_MAX_SECONDS, max(1, base) << min(max(retries, 1) - 1, 20))
-
-
-def _retries(record: Mapping[str, Any]) -> int:
-    value = as_map(record.get("status")).get("retries")
-    return min(value, _MAX_RETRIES) if type(value) is int and value > 0 else 0
 
 
 def given_back(record: Mapping[str, Any] | None) -> bool:
@@ -141,7 +132,7 @@ def timed_out(
         admitted_at = parse_time(said.get("lastTransitionTime"))
     if admitted_at == EPOCH or now - admitted_at < timedelta(seconds=timeout):
         return None
-    retries = _retries(record) + 1
+    retries = recorded_retries(record) + 1
     delay = retry_delay(retries, base)
     cause = f" ({why})" if why else ""
     message = (
@@ -189,7 +180,7 @@ def departed(
     if not isinstance(off, Departed):
         return off
     assert now is not None
-    retries = _retries(record) + 1
+    retries = recorded_retries(record) + 1
     delay = retry_delay(retries, base)
     message = departed_message(group.key.index, off, delay)
     stop = tuple(sorted(p.name for p in pods if not p.terminating and not p.gated))

@@ -29,15 +29,9 @@ from gatekeeper.core.kube.keys import ADMITTED
 from gatekeeper.core.kube.objects import as_map, condition, meta, parse_time
 from gatekeeper.core.model.charge import Charge, charged
 from gatekeeper.core.model.groups import LwsGroup
+from gatekeeper.core.model.retry import recorded_retries, retry_delay
 
-__all__ = ["RETRY_MAX_SECONDS", "Back", "Given", "Holding", "give_back", "given_back", "giving_back"]
-
-RETRY_MAX_SECONDS = 1800
-"""The delay before a group given back is offered again doubles up to this (30 minutes)."""
-
-_MAX_RETRIES = 1000
-"""A record's ``status.retries`` above this (anyone with rights in the namespace can write it)
-is read as this."""
+__all__ = ["Back", "Given", "Holding", "give_back", "given_back", "giving_back"]
 
 Pod = tuple[str, str]
 
@@ -93,17 +87,12 @@ def _running(g: LwsGroup, charges: Mapping[Charge, tuple[str, ...]]) -> tuple[Po
     return tuple((g.state.key.namespace, name) for name in sorted(names))
 
 
-def _retries(record: Mapping[str, Any] | None) -> int:
-    value = as_map(as_map(record).get("status")).get("retries")
-    return min(value, _MAX_RETRIES) if type(value) is int and value > 0 else 0
-
-
 def give_back(g: LwsGroup, due: Departed, back: Back) -> Given:
     """The group given back now, for ``due``, its own pod not as admitted past the grace."""
     if back.now is None:
         raise ValueError("a give-back needs the time of the pass")
-    retries = _retries(g.record) + 1
-    delay = min(RETRY_MAX_SECONDS, max(1, back.retry_seconds) << min(retries - 1, 20))
+    retries = recorded_retries(g.record) + 1
+    delay = retry_delay(retries, back.retry_seconds)
     retry_at = (back.now + timedelta(seconds=delay)).strftime("%Y-%m-%dT%H:%M:%SZ")
     message = departed_message(g.state.key.index, due, delay)
     return Given(message, retry_at, retries, _running(g, back.charges))
