@@ -372,3 +372,39 @@ def test_the_give_back_for_a_pod_not_as_admitted_says_so_on_the_record_and_in_an
         ("NotAsAdmitted", True)
     ]
     assert not [w for w in walk(plan) if w.tag == "restate"]
+
+
+# ----- the charge of a given-back group follows its pods ------------------------------------
+
+
+def _terminating_after_give_back(*, leader_gone: bool) -> Snapshot:
+    """Group 1 given back (retry in 30 s) while its bound leader still terminates (a grace
+    period); another LWS's group of 2 GPUs waits. Pool ``a``: quota 4 GPUs, 6 one-GPU nodes
+    (room on the nodes, so only the quota holds the other group)."""
+    snap, _ = _scene(after=121)
+    later = _given_back(snap, retry_in=30)
+    leader = lws_pod("vllm", 1, 0, namespace=NS, pool="a", gated=False, node_name="n2", phase="Running")
+    leader["metadata"]["deletionTimestamp"] = "2026-12-01T10:02:01Z"
+    other = lws("other", NS).pool("a").uid("u-2").size(2).replicas(1).worker(gpu_limit=1).obj()
+    other_pods = [lws_pod("other", 0, w, namespace=NS, pool="a") for w in (0, 1)]
+    pods = [*later.pods[:2], *([] if leader_gone else [leader]), later.pods[3], *other_pods]
+    return replace(
+        later,
+        lwss=[*later.lwss, other],
+        pods=pods,
+        bound_pods=[p for p in pods if p["spec"].get("nodeName")],
+        nodes=[node(f"n{i}").labels(pool="a").alloc(gpu=1).parsed() for i in range(6)],
+        statefulsets=lws_statefulsets([*later.lwss, other], pods),
+    )
+
+
+def test_a_given_back_group_holds_its_charge_until_its_let_through_pods_are_gone() -> None:
+    """Given back, the group's reservation is not free while a pod let through on it still
+    terminates: another group waits for the quota, and is admitted once that pod is gone."""
+    held = decide(_terminating_after_give_back(leader_gone=False))
+    assert held.admit == (), "admitted over the quota while the given-back leader terminates"
+    [wait] = [w for w in held.waiting if w.group.key.name == "other"]
+    assert wait.reason is Reason.WAITING_FOR_QUOTA
+    assert held.pools["a"].admitted == 2  # group 0, and group 1 until its pod is gone
+    gone = decide(_terminating_after_give_back(leader_gone=True))
+    assert [a.group.key.name for a in gone.admit] == ["other"]

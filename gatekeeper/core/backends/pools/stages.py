@@ -26,6 +26,7 @@ from gatekeeper.core.backends.pools.giveback import (
     GiveBack,
     departed,
     due,
+    given_back,
     placed,
     stragglers,
     waits_for_retry,
@@ -36,7 +37,7 @@ from gatekeeper.core.backends.pools.provisioning import Launcher
 from gatekeeper.core.kube.keys import ADMITTED
 from gatekeeper.core.kube.objects import as_map, condition, is_terminating
 from gatekeeper.core.kube.quantity import format_resources
-from gatekeeper.core.model.charge import Charge
+from gatekeeper.core.model.charge import Charge, charged
 from gatekeeper.core.model.demand import GroupDemand
 from gatekeeper.core.model.group import GroupKey
 from gatekeeper.core.model.groups import GroupState, LwsGroup
@@ -213,13 +214,33 @@ class GroupPass:
         created: datetime,
         order: int,
     ) -> None:
-        """It waits: its stragglers stopped, and queued unless given back until its retry time."""
+        """It waits: its stragglers stopped, and queued unless given back until its retry time.
+        Given back, while a pod let through on it still lives (terminating in its grace
+        period), it holds what its record says it was admitted with, and is not queued: its
+        reservation is free only once its pods are gone."""
         self.stop.extend((gs.key.namespace, p) for p in stragglers(record, pods))
+        if record is not None and given_back(record) and self._held_by_pods(gs, record, pods):
+            return
         if waits_for_retry(record, self.settings.now):
             return  # given back: planned again at its status.retryAt
         self.waiting_groups.append(
             WaitingGroup(key=gs.key, pool=gs.pool, demand=gs.demand, created=created, priority=order)
         )
+
+    def _held_by_pods(self, gs: GroupState, record: Mapping[str, Any], pods: Sequence[GroupPod]) -> bool:
+        """Does a pod let through on this group (no gate, not finished: terminating too; or
+        charged to its record) still live? Then it holds its recorded demand (else its
+        demand now) in its recorded pool."""
+        if not (any(p.live and not p.gated for p in pods) or charged(record, self.settings.charges)):
+            return False
+        held = recorded_demand(record)
+        if not held.total and isinstance(gs.demand, GroupDemand):
+            held = gs.demand
+        pool = str(as_map(record.get("status")).get("pool") or gs.pool)
+        self.admitted_groups.append(
+            AdmittedGroup(key=gs.key, pool=pool, demand=held, bound=frozenset(range(held.pod_count)))
+        )
+        return True
 
 
 def said_changed(record: Mapping[str, Any]) -> bool:
