@@ -276,3 +276,72 @@ def asks_two(pod: dict[str, Any]) -> bool:
     """Does a live pod ask 2 GPUs (made from the edited template)?"""
     limits = pod["spec"]["containers"][0].get("resources", {}).get("limits", {})
     return str(limits.get("nvidia.com/gpu")) == "2" and not pod["metadata"].get("deletionTimestamp")
+
+
+async def test_a_given_back_group_holds_its_quota_while_its_pods_terminate(
+    api: kr8s.asyncio.Api,
+    cluster: Cluster,
+    namespace: str,
+    fake_nodes: MakeNodes,
+    make_pool: MakePool,
+    tmp_path: Path,
+    attack_watch: Watch,
+) -> None:
+    """The tenant holds its leader with a finalizer of its own (as a long termination grace
+    period would), then has its group given back (its worker StatefulSet edited to 2 GPUs,
+    the guard off): the leader terminates but holds its GPU, and another group of the pool
+    waits for the quota until the leader is gone."""
+    nodes = await fake_nodes(4, gpus=2)
+    pool = await make_pool(nodes, quota={"nvidia.com/gpu": QUOTA}, tolerations=tolerate(nodes.id))
+    attack_watch.pool(nodes.selector, QUOTA)
+    body = plain_lws("lws", pool, size=2, replicas=1)
+    body["spec"]["leaderWorkerTemplate"]["restartPolicy"] = "None"
+    await create(api, namespace, body)
+
+    async def whole(name: str) -> bool:
+        return gpus_bound(await pods_of(api, namespace, name), nodes.names) == QUOTA
+
+    await eventually(lambda: whole("lws"), timeout=90, what="group 0 bound whole")
+    kubeconfig = await dev(cluster, namespace, tmp_path)
+    hold = json.dumps({"metadata": {"finalizers": ["example.com/hold"]}})
+    await kubectl(cluster, "patch", "pod", "lws-0", "-p", hold, "-n", namespace, kubeconfig=kubeconfig)
+    await create(api, namespace, plain_lws("other", pool, size=2, replicas=1))
+    limit = "/spec/template/spec/containers/0/resources/limits/nvidia.com~1gpu"
+    patch = json.dumps([{"op": "replace", "path": limit, "value": "2"}])
+    async with guard_off(cluster):
+        code, _, err = await kubectl(
+            cluster, "patch", "sts/lws-0", "--type=json", "-p", patch, "-n", namespace, kubeconfig=kubeconfig
+        )
+        assert code == 0, err
+
+        async def given_back() -> bool:
+            objs = await list_raw(api, "groupadmissions.lws-gatekeeper.io", namespace=namespace)
+            ours = [o for o in objs if o["spec"]["leaderWorkerSet"] == "lws"]
+            cond = condition(ours[0]) if ours else {}
+            return cond.get("status") == "False" and cond.get("reason") == "NotAsAdmitted"
+
+        await eventually(given_back, timeout=90, what="group 0 given back")
+    leader = [p for p in await pods_of(api, namespace, "lws") if p["metadata"]["name"] == "lws-0"]
+    assert leader and leader[0]["metadata"].get("deletionTimestamp"), (
+        "the leader is deleted, held by its finalizer"
+    )
+    assert leader[0]["spec"].get("nodeName") in nodes.names
+    bound_other = 0
+    for _ in range(8):  # the leader terminates, still bound: the other group waits for the quota
+        bound_other = max(bound_other, gpus_bound(await pods_of(api, namespace, "other"), nodes.names))
+        await anyio.sleep(1)
+    assert bound_other == 0, f"another group got {bound_other} GPUs while the given-back leader held its own"
+    let_go = json.dumps([{"op": "remove", "path": "/metadata/finalizers"}])
+    await kubectl(
+        cluster, "patch", "pod", "lws-0", "--type=json", "-p", let_go, "-n", namespace, kubeconfig=kubeconfig
+    )
+    await eventually(
+        lambda: whole("other"), timeout=90, what="the other group bound whole once the leader was gone"
+    )
+    attack_table.add(
+        f"dev: finalizer on its leader, then its group given back (worker StatefulSet edited, "
+        f"no-guard; peak of {QUOTA} GPUs in the watch)",
+        "contained",
+        "the terminating leader kept its group's charge: another group of the pool waited "
+        "8 s and more, admitted once the leader was gone",
+    )

@@ -124,9 +124,9 @@ def test_a_group_not_all_bound_within_the_timeout_is_given_back() -> None:
     assert (give.group.key.index, give.pods, give.retries) == (1, ("vllm-1", "vllm-1-1"), 1)
     assert give.message == "group 1 got 1 of its 2 pods bound in 120 s; given back, retried in 60 s"
     assert snap.now is not None and give.retry_at == snap.now + timedelta(seconds=60)
-    # It holds nothing from this pass on: not ungated, not admitted, not planned.
+    # Not ungated, not admitted, not planned; its charge is held until its pods are gone.
     assert actions.ungate == () and actions.admit == () and actions.waiting == ()
-    assert actions.pools["a"].admitted == 1
+    assert actions.pools["a"].admitted == 2 and actions.pools["a"].free == {"nvidia.com/gpu": 0}
 
 
 @pytest.mark.parametrize(
@@ -396,6 +396,22 @@ def _terminating_after_give_back(*, leader_gone: bool) -> Snapshot:
         nodes=[node(f"n{i}").labels(pool="a").alloc(gpu=1).parsed() for i in range(6)],
         statefulsets=lws_statefulsets([*later.lwss, other], pods),
     )
+
+
+def test_the_pass_that_gives_a_group_back_admits_no_other_on_its_quota() -> None:
+    snap, _ = _scene(after=121)
+    other = lws("other", NS).pool("a").uid("u-2").size(2).replicas(1).worker(gpu_limit=1).obj()
+    pods = [*snap.pods, *(lws_pod("other", 0, w, namespace=NS, pool="a") for w in (0, 1))]
+    more = replace(
+        snap,
+        lwss=[*snap.lwss, other],
+        pods=pods,
+        nodes=[node(f"n{i}").labels(pool="a").alloc(gpu=1).parsed() for i in range(6)],
+        statefulsets=lws_statefulsets([*snap.lwss, other], pods),
+    )
+    actions = decide(more)
+    assert [g.group.key.index for g in actions.give_back] == [1]
+    assert actions.admit == (), "admitted on the quota of a group whose pods are still there"
 
 
 def test_a_given_back_group_holds_its_charge_until_its_let_through_pods_are_gone() -> None:

@@ -67,7 +67,9 @@ Decisions:
   admission has its ungated pods deleted and its record set back to ``Admitted=False``
   (reason ``AdmissionTimeout``, ``status.retryAt``), and is not planned before ``retryAt``;
   any pod of it made ungated meanwhile is deleted too. ``status.retries`` (the doubling) is
-  cleared once the group has all its pods bound.
+  cleared once the group has all its pods bound. So is a group whose own pod stays not as
+  admitted (reason ``NotAsAdmitted``). Until its let-through pods are gone (a grace period,
+  a finalizer) it holds what it was admitted with: nobody else is admitted on its quota.
 * **Bad input is reported, never fatal.** An object the core cannot read is skipped and
   named in ``Actions.problems``; one bad object must not stop admission for everyone else.
 """

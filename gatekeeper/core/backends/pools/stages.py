@@ -172,7 +172,8 @@ class GroupPass:
                 give = off
                 self.strangers.pop(key, None)  # the give-back's own words say it
         if give is not None:
-            self.gives.append(give)  # it holds nothing from now on: its pods go
+            self.gives.append(give)  # its pods go; until they are gone they hold its charge
+            self._held_by_pods(gs, record, pods)
             return
         demand = gs.demand
         if not isinstance(demand, GroupDemand):
