@@ -29,6 +29,7 @@ import logging
 import time
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -42,6 +43,7 @@ from gatekeeper.controller.errors import Conflict, PermanentError, TemporaryErro
 from gatekeeper.controller.informer import Informer
 from gatekeeper.controller.loop import Write
 from gatekeeper.core.kube.objects import as_map, meta
+from gatekeeper.core.plugin.decided import Decided
 from gatekeeper.core.reservation import (
     CLUSTER_LABEL,
     Change,
@@ -76,13 +78,17 @@ MESSAGE_REFRESH_SECONDS = 60.0
 its numbers change at most this often."""
 
 
-class HubPass:
-    """What one pass decided, for the loop (``problems``) and the tests."""
+@dataclass(frozen=True, kw_only=True)
+class HubPass(Decided):
+    """What one pass decided, for the loop (``problems``: its ledgers') and the tests."""
 
-    def __init__(self, ledgers: Sequence[Ledger], orphans: Sequence[Waiting]) -> None:
-        self.ledgers = tuple(ledgers)
-        self.orphans = tuple(orphans)
-        self.problems = tuple(p for ledger in ledgers for p in ledger.problems)
+    ledgers: tuple[Ledger, ...] = ()
+    orphans: tuple[Waiting, ...] = ()
+
+    @classmethod
+    def of(cls, ledgers: Sequence[Ledger], orphans: Sequence[Waiting]) -> HubPass:
+        problems = tuple(p for ledger in ledgers for p in ledger.problems)
+        return cls(ledgers=tuple(ledgers), orphans=tuple(orphans), problems=problems)
 
 
 class HubController:
@@ -243,7 +249,7 @@ class HubController:
         cached = {str(meta(c).get("uid")): c for c in claims}
         for one in [w for ledger in ledgers for w in ledger.waiting] + list(orphans):
             await self._say(write, one, cached.get(one.uid))
-        return HubPass(ledgers, orphans)
+        return HubPass.of(ledgers, orphans)
 
     async def _grant(self, reservation: str, grant: Grant) -> None:
         version = self._fenced.get(grant.uid, grant.resource_version)

@@ -34,6 +34,7 @@ import anyio
 
 from gatekeeper.controller.errors import Conflict, NamespaceTerminating, PermanentError, TemporaryError
 from gatekeeper.controller.informer import Informer
+from gatekeeper.core.plugin.decided import Decided
 
 __all__ = ["Controller", "Decided", "PassLoop", "Slots", "Write", "next_gap"]
 
@@ -104,13 +105,6 @@ class Controller(Protocol):
     async def reconcile_once(self, write: Write) -> Decided:
         """One pass: snapshot, decide (pure), act through ``write``; returns what it decided."""
         ...
-
-
-class Decided(Protocol):
-    """What every decision returns besides its own actions: the objects it skipped, in words."""
-
-    @property
-    def problems(self) -> tuple[str, ...]: ...
 
 
 def next_gap(cpu_seconds: float, *, debounce: float, min_interval: float, factor: float) -> float:
@@ -226,8 +220,8 @@ class PassLoop:
         once, when they first appear."""
         self.passes += 1
         decided = await self.controller.reconcile_once(self.writer())
-        at = getattr(decided, "look_again", None)
-        self.look_again = (at - datetime.now(UTC)).total_seconds() if isinstance(at, datetime) else None
+        at = decided.look_again
+        self.look_again = (at - datetime.now(UTC)).total_seconds() if at is not None else None
         problems = set(decided.problems)
         for problem in sorted(problems - self._problems):
             self.log.warning("ignored: %s", problem)

@@ -12,7 +12,6 @@ import itertools
 import logging
 import time
 from collections.abc import AsyncIterator
-from types import SimpleNamespace
 from typing import Any
 
 import anyio
@@ -36,6 +35,7 @@ from gatekeeper.core.kube.keys import (
     SCHEDULING_GATE,
 )
 from gatekeeper.core.model.record import new_record
+from gatekeeper.core.plugin.decided import Decided
 
 NS = "team"
 
@@ -361,7 +361,7 @@ async def test_a_stream_of_changes_runs_a_heavy_pass_at_most_once_a_second() -> 
             end = time.process_time() + 0.2
             while time.process_time() < end:
                 pass
-            return SimpleNamespace(problems=())
+            return Decided()
 
     controller = Counting()
     loop = PassLoop(controller, resync=60.0)
@@ -393,7 +393,7 @@ async def test_a_decision_that_falls_due_gets_its_next_pass_then_not_at_resync(
             self.passes += 1
             first = due_in is not None and self.passes == 1
             at = datetime.now(UTC) + timedelta(seconds=due_in or 0) if first else None
-            return SimpleNamespace(problems=(), look_again=at)
+            return Decided(look_again=at)
 
     controller = Due()
     loop = PassLoop(controller, resync=60.0, min_interval=0.1)

@@ -19,6 +19,7 @@ import pytest
 
 from gatekeeper.controller.informer import Informer
 from gatekeeper.controller.loop import PassLoop, Write, next_gap
+from gatekeeper.core.plugin.decided import Decided
 
 
 @pytest.mark.parametrize(
@@ -63,7 +64,7 @@ class Burner:
         end = time.process_time() + self.cpu
         while time.process_time() < end:
             pass
-        return SimpleNamespace(problems=())
+        return Decided()
 
 
 POD = {"metadata": {"namespace": "ns", "name": "p"}}

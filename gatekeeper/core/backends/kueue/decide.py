@@ -88,6 +88,7 @@ from gatekeeper.core.model.groups import DemandMemo, GroupState, lws_groups
 from gatekeeper.core.model.lws import GroupPod
 from gatekeeper.core.model.record import is_admitted
 from gatekeeper.core.model.retry import RETRY_MAX_SECONDS
+from gatekeeper.core.plugin.decided import GroupActions
 
 __all__ = [
     "NEVER_FIT_RETRY_MAX_SECONDS",
@@ -130,29 +131,22 @@ class KueueSnapshot:
     """First delay before a Workload that can never fit is made again (doubled per retry)."""
 
 
-@dataclass(frozen=True)
-class KueueActions:
-    """Everything one pass decided, in the order the I/O layer carries it out."""
+@dataclass(frozen=True, kw_only=True)
+class KueueActions(GroupActions):
+    """Everything one pass decided, in the order the I/O layer carries it out (the group
+    lifecycle's fields, ``problems`` and ``look_again`` are ``GroupActions``'; ``release``
+    deletes a record's Workload first, and ``stop`` stops pods of groups not admitted)."""
 
-    create_records: tuple[GroupState, ...] = ()
     deferred: frozenset[tuple[str, str]] = frozenset()
     """(namespace, record) of records made without their Workload yet: lower groups go first."""
     create_workloads: tuple[tuple[GroupState, str], ...] = ()
     """(group, record UID): Workloads to create, owned by the record."""
-    release: tuple[tuple[str, str], ...] = ()
-    """(namespace, name) of records and their Workloads to delete: groups gone."""
     delete_workloads: tuple[tuple[str, str], ...] = ()
     """(namespace, name) of Workloads of an earlier LWS that hold a current group's name."""
     ungate: tuple[Ungate, ...] = ()
-    stop: tuple[tuple[str, str], ...] = ()
-    """(namespace, pod): ungated pods of groups that are not admitted; delete them."""
     clear_admission: tuple[tuple[str, str], ...] = ()
     """(namespace, workload): evicted Workloads whose pods are all stopped."""
     statuses: tuple[RecordStatus, ...] = ()
-    problems: tuple[str, ...] = ()
-    look_again: datetime | None = None
-    """When a decision falls due with nothing changed (a group to give back): the loop's next
-    pass comes no later (``controller.loop``)."""
 
 
 def decide_kueue(snap: KueueSnapshot, memo: DemandMemo | None = None) -> KueueActions:

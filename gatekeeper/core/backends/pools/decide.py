@@ -102,6 +102,7 @@ from gatekeeper.core.model.lws import priority as lws_priority
 from gatekeeper.core.model.nodes import Node, RequestsMemo, node_usage_skipping
 from gatekeeper.core.model.pool import Pool, parse_pool
 from gatekeeper.core.model.record import admitted_indices, is_admitted
+from gatekeeper.core.plugin.decided import GroupActions
 
 __all__ = ["Actions", "Admit", "Snapshot", "WaitStatus", "decide"]
 
@@ -153,18 +154,15 @@ class Admit:
     summary: str
 
 
-@dataclass(frozen=True)
-class Actions:
-    """Everything one pass decided, in the order the I/O layer must carry it out."""
+@dataclass(frozen=True, kw_only=True)
+class Actions(GroupActions):
+    """Everything one pass decided, in the order the I/O layer must carry it out (the
+    group lifecycle's fields, ``problems`` and ``look_again`` are ``GroupActions``')."""
 
-    create_records: tuple[GroupState, ...]
-    """Groups seen for the first time: create their records (not yet admitted)."""
     admit: tuple[Admit, ...]
     ungate: tuple[tuple[str, str], ...]
     """(namespace, pod) of already admitted groups whose pods still carry the gate."""
     waiting: tuple[WaitStatus, ...]
-    release: tuple[tuple[str, str], ...]
-    """(namespace, record) to delete: groups scaled away, LWSs gone or replaced."""
     pools: Mapping[str, PoolStatus]
     invalid_pools: Mapping[str, str]
     """Pools that could not be read, with the reason."""
@@ -184,8 +182,6 @@ class Actions:
     """(namespace, record, message): admitted groups whose record still says
     ``TemplateChanged`` though no new pod waits any more (the LWS was rolled back, say):
     its ``Admitted`` condition goes back to reason ``Admitted`` with this message."""
-    problems: tuple[str, ...] = ()
-    """Objects this pass could not read and skipped, in words (for logs)."""
     strangers: tuple[WaitStatus, ...] = ()
     """Groups that pods claim by their labels which their LWS did not make (reason
     ``NotMadeByLeaderWorkerSet``): those pods stay gated. Report them (a Warning Event) and,
@@ -197,12 +193,7 @@ class Actions:
     """Admitted groups whose pods were not all bound within their pool's admission timeout, or
     one of whose own pods has not asked what its role was admitted with for a few seconds:
     write the record first (``Admitted=False``, ``retryAt``), then delete the pods by UID."""
-    stop: tuple[tuple[str, str], ...] = ()
-    """(namespace, pod): ungated pods of groups given back earlier, to delete by UID."""
     settled: tuple[tuple[str, str], ...] = ()
-    look_again: datetime | None = None
-    """When a decision falls due with nothing changed (a group to give back): the loop's next
-    pass comes no later (``controller.loop``)."""
     """(namespace, record): admitted groups now whole whose record still counts give-backs
     (``status.retries``): cleared."""
 

@@ -79,6 +79,7 @@ from gatekeeper.core.model.groups import DemandMemo, GroupState, LwsGroup, PodsB
 from gatekeeper.core.model.lws import priority
 from gatekeeper.core.model.nodes import Node, node_usage_skipping
 from gatekeeper.core.model.record import is_admitted
+from gatekeeper.core.plugin.decided import GroupActions
 
 __all__ = [
     "NOT_ON_NODES",
@@ -141,26 +142,20 @@ class VolcanoStatus:
     """How many times the group was given back since it last ran."""
 
 
-@dataclass(frozen=True)
-class VolcanoActions:
-    """Everything one pass decided, in the order the I/O layer carries it out."""
+@dataclass(frozen=True, kw_only=True)
+class VolcanoActions(GroupActions):
+    """Everything one pass decided, in the order the I/O layer carries it out (the group
+    lifecycle's fields, ``problems`` and ``look_again`` are ``GroupActions``'; ``release``
+    deletes a record, its PodGroup following, and ``stop`` the running pods of a group given
+    back, after its record)."""
 
-    create_records: tuple[GroupState, ...] = ()
     create_pod_groups: tuple[tuple[GroupState, str], ...] = ()
     """(group, record UID): PodGroups to create, owned by the record."""
     withdraw_pod_groups: tuple[tuple[str, str, str], ...] = ()
     """(namespace, PodGroup, its UID): offers Volcano has not let in, deleted for a group of a
     higher priority waiting in the same Queue."""
-    release: tuple[tuple[str, str], ...] = ()
-    """(namespace, record): groups gone; their record is deleted (the PodGroup follows)."""
     ungate: tuple[Ungate, ...] = ()
     statuses: tuple[VolcanoStatus, ...] = ()
-    problems: tuple[str, ...] = ()
-    stop: tuple[tuple[str, str], ...] = ()
-    """(namespace, pod): running pods of groups given back; deleted by UID after the record."""
-    look_again: datetime | None = None
-    """When a decision falls due with nothing changed (a group to give back): the loop's next
-    pass comes no later (``controller.loop``)."""
 
 
 def _events_by_object(events: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], list[Mapping[str, Any]]]:

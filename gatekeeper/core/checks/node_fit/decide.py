@@ -72,6 +72,7 @@ from gatekeeper.core.kube.objects import as_list, as_map, condition, is_true
 from gatekeeper.core.kube.quantity import format_amount, format_resources
 from gatekeeper.core.model.demand import PodDemand, pod_demand
 from gatekeeper.core.model.nodes import Node, RequestsMemo, node_usage_skipping
+from gatekeeper.core.plugin.decided import Decided
 
 __all__ = ["CheckUpdate", "NodeFitActions", "decide_node_fit"]
 
@@ -84,8 +85,8 @@ _KUEUE_OWNED = frozenset({CHECK_RETRY, CHECK_REJECTED})
 _VIEW = "*"
 
 
-@dataclass(frozen=True)
-class NodeFitActions:
+@dataclass(frozen=True, kw_only=True)
+class NodeFitActions(Decided):
     """What one pass decided.
 
     ``activate``: AdmissionCheck names whose ``Active`` condition must be (re)written.
@@ -98,7 +99,6 @@ class NodeFitActions:
     updates: tuple[CheckUpdate, ...] = ()
     ready: int = 0
     pending: int = 0
-    problems: tuple[str, ...] = ()
 
 
 # ----- reading objects ------------------------------------------------------------------

@@ -55,6 +55,7 @@ from gatekeeper.core.kube.keys import (
 )
 from gatekeeper.core.kube.objects import as_list, as_map, condition, is_true, meta, parse_time
 from gatekeeper.core.model.demand import pod_demand
+from gatekeeper.core.plugin.decided import Decided
 from gatekeeper.core.reservation import (
     SOURCE_CHECK,
     SOURCE_LABEL,
@@ -87,8 +88,8 @@ class Activation:
     message: str
 
 
-@dataclass(frozen=True)
-class SharedReservationActions:
+@dataclass(frozen=True, kw_only=True)
+class SharedReservationActions(Decided):
     """What one pass decided: AdmissionChecks to mark, check states to change, claims to
     write on the hub, Workloads Ready and Pending after it, and objects ignored (in words)."""
 
@@ -97,7 +98,6 @@ class SharedReservationActions:
     claims: ClaimWrites = field(default_factory=ClaimWrites)
     ready: int = 0
     pending: int = 0
-    problems: tuple[str, ...] = ()
 
 
 def _parameters(check: Mapping[str, Any]) -> tuple[str, str]:
@@ -249,20 +249,17 @@ def decide_shared_reservation(
             pending += verdict == CHECK_PENDING
             if (state, said) != (verdict, message):
                 updates.append(CheckUpdate(ns, name, check_name, verdict, message))
-    if not hub.reachable:
-        return SharedReservationActions(
-            tuple(activate), tuple(updates), ClaimWrites(), ready, pending, tuple(problems)
-        )
     delete = sorted(
         {(c.name, c.uid) for group in mine.values() for c in group if c.name not in keep} | set(stray)
     )
+    claims = ClaimWrites(tuple(create), tuple(delete)) if hub.reachable else ClaimWrites()
     return SharedReservationActions(
-        tuple(activate),
-        tuple(updates),
-        ClaimWrites(tuple(create), tuple(delete)),
-        ready,
-        pending,
-        tuple(problems),
+        activate=tuple(activate),
+        updates=tuple(updates),
+        claims=claims,
+        ready=ready,
+        pending=pending,
+        problems=tuple(problems),
     )
 
 
