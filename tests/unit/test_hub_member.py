@@ -134,6 +134,30 @@ def test_an_admitted_group_keeps_its_claim_and_a_released_one_gives_it_back() ->
     assert writes.delete == ((claim_of(5)["metadata"]["name"], "c5"),)
 
 
+@pytest.mark.parametrize("leader_left", [True, False], ids=["its-leader-terminates", "its-pods-gone"])
+def test_a_given_back_group_keeps_its_claim_while_its_pods_terminate(leader_left: bool) -> None:
+    """Given back (its own pod not as admitted, or past its Pool's admission timeout), a group
+    whose let-through leader still terminates holds its demand here and its claim on the
+    hub: no other cluster is granted that room before its pods are gone."""
+    the_lws = lws("vllm").pool(POOL).uid(UID).size(2).replicas(1).worker(gpu_limit=1).obj()
+    given = record(the_lws, 0, admitted=False, pool=POOL)
+    given["status"]["conditions"][0].update(reason="NotAsAdmitted", message="given back")
+    given["status"].update(retryAt="2999-01-01T00:00:00Z", retries=1, demand={"nvidia.com/gpu": "2"}, pods=2)
+    snap = scene(replicas=1, records=[given])
+    leader = lws_pod("vllm", 0, 0, pool=POOL, gated=False, node_name="n0", phase="Running")
+    leader["metadata"]["deletionTimestamp"] = "2026-12-01T00:00:00Z"
+    pods = [leader, snap.pods[1]] if leader_left else [snap.pods[1]]
+    snap = replace(
+        snap,
+        pods=pods,
+        bound_pods=[leader] if leader_left else [],
+        statefulsets=lws_statefulsets(list(snap.lwss), pods),
+        now=datetime(2026, 12, 1, tzinfo=UTC),
+    )
+    _, writes = charge_reservations(decide(snap), snap, hub(claim_of(0, "Granted")))
+    assert writes.delete == (() if leader_left else ((claim_of(0)["metadata"]["name"], "c0"),))
+
+
 def test_hub_unreachable_new_groups_wait_and_nothing_is_written() -> None:
     snap = scene()
     after, writes = charge_reservations(decide(snap), snap, hub(claim_of(0, "Granted"), reachable=False))

@@ -194,6 +194,9 @@ class Actions(GroupActions):
     one of whose own pods has not asked what its role was admitted with for a few seconds:
     write the record first (``Admitted=False``, ``retryAt``), then delete the pods by UID."""
     settled: tuple[tuple[str, str], ...] = ()
+    held_by_pods: tuple[GroupState, ...] = ()
+    """Groups given back whose let-through pods still live (terminating): they hold what they
+    were admitted with until the pods are gone, their hub claim too."""
     """(namespace, record): admitted groups now whole whose record still counts give-backs
     (``status.retries``): cleared."""
 
@@ -287,6 +290,7 @@ def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMem
         stop=tuple(sorted(one.stop)),
         settled=tuple(sorted(one.settled)),
         look_again=one.look_again,
+        held_by_pods=tuple(one.held_by_pods),
     )
 
 

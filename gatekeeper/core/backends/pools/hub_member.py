@@ -103,7 +103,9 @@ def charge_reservations(actions: Actions, snap: Snapshot, hub: HubView) -> tuple
             claims.setdefault((c.namespace, c.lws, c.lws_uid, c.group), []).append(c)
     lwss = {(str(meta(o).get("namespace") or ""), str(meta(o).get("name") or "")): o for o in snap.lwss}
     keep: set[str] = set()
-    for gid in _admitted(snap):
+    # Admitted groups keep their claims, and so do groups given back whose pods still live.
+    still = {(g.key.namespace, g.key.name, g.lws_uid, g.key.index) for g in actions.held_by_pods}
+    for gid in _admitted(snap) | still:
         keep.update(c.name for c in claims.get(gid, ()))
     admit: list[Admit] = []
     waiting: list[WaitStatus] = []

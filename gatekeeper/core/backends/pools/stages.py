@@ -87,6 +87,8 @@ class GroupPass:
     readmitted: dict[GroupKey, str] = field(default_factory=dict)
     """Groups queued again after a template change, with the demand they were admitted with."""
     gives: list[GiveBack] = field(default_factory=list)
+    held_by_pods: list[GroupState] = field(default_factory=list)
+    """Groups given back whose let-through pods still live: they hold their recorded demand."""
     look_again: datetime | None = None
     """The earliest moment a decision of this pass falls due with nothing changed (a group
     to give back): the next pass comes no later."""
@@ -241,6 +243,7 @@ class GroupPass:
         self.admitted_groups.append(
             AdmittedGroup(key=gs.key, pool=pool, demand=held, bound=frozenset(range(held.pod_count)))
         )
+        self.held_by_pods.append(gs)
         return True
 
 
