@@ -428,6 +428,9 @@ def karpenter_sandbox(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
 @pytest.fixture(scope="session")
 def volcano_sandbox(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
     """A sandbox of its own with Volcano's scheduler (``sandbox up --with-volcano``)."""
+    # A group given back is offered again after 2 s (doubling), not 60: a test sees the
+    # retry. Every gatekeeper this sandbox starts inherits it, as in ``kueue_sandbox``.
+    os.environ["LWS_GATEKEEPER_NEVER_FIT_RETRY_SECONDS"] = "2"
     yield from _sandbox_of_its_own(request, "volcano", "Volcano", with_volcano=True)
 
 

@@ -424,3 +424,17 @@ def test_a_given_back_group_holds_its_charge_until_its_let_through_pods_are_gone
     assert held.pools["a"].admitted == 2  # group 0, and group 1 until its pod is gone
     gone = decide(_terminating_after_give_back(leader_gone=True))
     assert [a.group.key.name for a in gone.admit] == ["other"]
+
+
+@pytest.mark.parametrize(
+    ("after", "bound", "looks"),
+    [(100, 1, 20.0), (121, 1, None), (100, 2, None)],
+    ids=["time-left", "given-back-now", "whole"],
+)
+def test_the_pass_looks_again_when_the_admission_timeout_falls_due(
+    after: float, bound: int, looks: float | None
+) -> None:
+    snap, _ = _scene(after=after, bound=bound)
+    actions = decide(snap)
+    assert snap.now is not None
+    assert actions.look_again == (snap.now + timedelta(seconds=looks) if looks is not None else None)

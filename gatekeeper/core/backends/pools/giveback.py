@@ -56,6 +56,7 @@ __all__ = [
     "retry_delay",
     "stragglers",
     "timed_out",
+    "timeout_at",
     "waits_for_retry",
     "whole",
 ]
@@ -127,9 +128,7 @@ def timed_out(
     bound = sum(1 for p in pods if p.bound and p.live and not p.terminating)
     if bound >= count:
         return None
-    admitted_at = parse_time(as_map(record.get("status")).get("admittedAt"))
-    if admitted_at == EPOCH:
-        admitted_at = parse_time(said.get("lastTransitionTime"))
+    admitted_at = _admitted_at(record)
     if admitted_at == EPOCH or now - admitted_at < timedelta(seconds=timeout):
         return None
     retries = recorded_retries(record) + 1
@@ -141,6 +140,21 @@ def timed_out(
     )
     stop = tuple(sorted(p.name for p in pods if not p.terminating and not p.gated))
     return GiveBack(group, stop, message, now + timedelta(seconds=delay), retries)
+
+
+def _admitted_at(record: Mapping[str, Any]) -> datetime:
+    at = parse_time(as_map(record.get("status")).get("admittedAt"))
+    return at if at != EPOCH else parse_time(condition(record, ADMITTED).get("lastTransitionTime"))
+
+
+def timeout_at(record: Mapping[str, Any], pool: Pool | None) -> datetime | None:
+    """When an admitted group not yet placed is due to be given back by its pool's
+    ``spec.admissionTimeout`` (a pass should look again then); None without a timeout, or
+    once placed."""
+    if pool is None or pool.admission_timeout is None or placed(record):
+        return None
+    at = _admitted_at(record)
+    return None if at == EPOCH else at + timedelta(seconds=pool.admission_timeout)
 
 
 def due(

@@ -65,8 +65,9 @@ def _reservations(snap: Snapshot) -> dict[str, str]:
     return out
 
 
-def _admitted(snap: Snapshot) -> set[GroupId]:
-    held: set[GroupId] = set()
+def _holding(snap: Snapshot, actions: Actions) -> set[GroupId]:
+    """Groups that keep their claims: admitted ones, and ones given back whose pods still live."""
+    held = {(g.key.namespace, g.key.name, g.lws_uid, g.key.index) for g in actions.held_by_pods}
     for record in snap.records:
         spec = as_map(record.get("spec"))
         index = spec.get("groupIndex")
@@ -103,9 +104,7 @@ def charge_reservations(actions: Actions, snap: Snapshot, hub: HubView) -> tuple
             claims.setdefault((c.namespace, c.lws, c.lws_uid, c.group), []).append(c)
     lwss = {(str(meta(o).get("namespace") or ""), str(meta(o).get("name") or "")): o for o in snap.lwss}
     keep: set[str] = set()
-    # Admitted groups keep their claims, and so do groups given back whose pods still live.
-    still = {(g.key.namespace, g.key.name, g.lws_uid, g.key.index) for g in actions.held_by_pods}
-    for gid in _admitted(snap) | still:
+    for gid in _holding(snap, actions):
         keep.update(c.name for c in claims.get(gid, ()))
     admit: list[Admit] = []
     waiting: list[WaitStatus] = []

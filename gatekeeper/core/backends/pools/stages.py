@@ -29,6 +29,7 @@ from gatekeeper.core.backends.pools.giveback import (
     given_back,
     placed,
     stragglers,
+    timeout_at,
     waits_for_retry,
     whole,
 )
@@ -169,7 +170,7 @@ class GroupPass:
         if give is None and staying:
             off = departed(gs, record, pods, self.strangers.get(key, ()), s.now, base=s.retry_seconds)
             if isinstance(off, datetime):
-                self.look_again = off if self.look_again is None else min(self.look_again, off)
+                self._look_again(off)
             elif off is not None:
                 give = off
                 self.strangers.pop(key, None)  # the give-back's own words say it
@@ -184,6 +185,8 @@ class GroupPass:
         timed = (pool := s.pools.get(held_pool)) is not None and pool.admission_timeout is not None
         if (status.get("retries") or (timed and not placed(record))) and whole(pods, demand):
             self.settled.append((key.namespace, gs.record))  # the doubling cleared; placed from now
+        elif staying and (at := timeout_at(record, pool)) is not None and s.now is not None and at > s.now:
+            self._look_again(at)  # not whole yet: the timeout's pass comes when it falls due
         bound = frozenset(p.worker for p in pods if p.bound and p.live)
         nodes = placement(status.get("placement"))
         self.admitted_groups.append(
@@ -195,6 +198,9 @@ class GroupPass:
             recorded_revision = str(status.get("templateRevision") or "")
             if gs.revision and gs.revision != recorded_revision:
                 self.revisions.append((key.namespace, gs.record, gs.revision))
+
+    def _look_again(self, at: datetime) -> None:
+        self.look_again = at if self.look_again is None else min(self.look_again, at)
 
     def _held_unreadable(self, gs: GroupState, record: Mapping[str, Any], held_pool: str, why: str) -> None:
         held = recorded_demand(record)
