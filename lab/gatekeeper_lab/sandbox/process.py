@@ -12,12 +12,14 @@ Kubernetes.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import signal
 import socket
 import ssl
 import subprocess
+import tempfile
 import time
 import urllib.request
 from collections.abc import Callable, Mapping
@@ -44,18 +46,58 @@ class SandboxError(RuntimeError):
     """The sandbox could not start or stop. The message names the component and shows its log."""
 
 
+PORT_FLOOR = 10000
+"""The lowest port a sandbox listens on."""
+
+_PORTS_FILE = Path(tempfile.gettempdir()) / "lws-gatekeeper-ports"
+"""The next port to hand out, shared by every process of this machine (under a file lock)."""
+
+
+def _ephemeral_floor() -> int:
+    """The lowest port of the kernel's ephemeral range (outgoing connections take theirs there)."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    return 32768
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def free_ports(n: int) -> list[int]:
-    """``n`` distinct loopback TCP ports free at this moment."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+    """``n`` distinct loopback TCP ports free at this moment.
+
+    Taken below the kernel's ephemeral range: a port found free there can be taken by any
+    outgoing connection (the sandbox's own clients make many) before its server binds it
+    ("address already in use"). Handed out in turn from a counter that every process of
+    the machine shares under a file lock, so two sandboxes that start at once (two test
+    workers) never pick the same port; a port that is not free now is skipped."""
+    top = max(_ephemeral_floor(), PORT_FLOOR + 1000)
+    span = top - PORT_FLOOR
+    ports: list[int] = []
+    with open(_PORTS_FILE, "a+", encoding="ascii") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        f.seek(0)
+        text = f.read().strip()
+        nxt = int(text) if text.isdigit() else PORT_FLOOR + os.getpid() % span
+        for _ in range(span):
+            port = PORT_FLOOR + (nxt - PORT_FLOOR) % span
+            nxt = port + 1
+            if _bindable(port):
+                ports.append(port)
+                if len(ports) == n:
+                    break
+        f.seek(0)
+        f.truncate()
+        f.write(str(nxt))
+    if len(ports) < n:
+        raise SandboxError(f"fewer than {n} free loopback ports between {PORT_FLOOR} and {top}")
+    return ports
 
 
 def alive(pid: int) -> bool:
