@@ -339,7 +339,7 @@ class GroupPass:
             and _backing_off(c.record, self.settings.now)
         ):
             return False
-        running = {p.name for p in c.ungated} | set(charged(c.record, self.settings.charges))
+        running = self._running(c)
         if running:
             self.stop.extend((c.ns, pod) for pod in sorted(running))
         elif c.wl is not None:
@@ -371,13 +371,16 @@ class GroupPass:
                 role = "leader" if p.worker == 0 else "worker"
                 labels, tolerations = flavor_steering(c.wl or {}, self.settings.flavors, role)
                 self.ungate.append(Ungate(c.ns, p.name, labels, (*tolerations, c.mark)))
-        elif not c.admitted and (
-            running := {p.name for p in c.ungated} | set(charged(c.record, self.settings.charges))
-        ):
+        elif not c.admitted and (running := self._running(c)):
             self.stop.extend((c.ns, pod) for pod in sorted(running))
         elif not c.admitted and c.reserved and _true(c.conds, EVICTED):
             self.clear.append(c.key)
         return False
+
+    def _running(self, c: _Group) -> set[str]:
+        """The group's pods let through and live, and those charged to its record (their
+        labels changed since): what must stop before its admission is let go."""
+        return {p.name for p in c.ungated} | set(charged(c.record, self.settings.charges))
 
     def _give_back(self, c: _Group, off: Sequence[Stranger]) -> bool:
         """Its own pod not as admitted for the grace: given back (its running pods stop now,
@@ -394,7 +397,7 @@ class GroupPass:
         when = (s.now or datetime.fromtimestamp(0, UTC)) + timedelta(seconds=delay)
         message = departed_message(c.st.key.index, due, delay)
         self.strangers.pop(c.st.key, None)  # the give-back's own words say it
-        running = {p.name for p in c.ungated} | set(charged(c.record, s.charges))
+        running = self._running(c)
         self.stop.extend((c.ns, pod) for pod in sorted(running))
         retry_at = when.strftime("%Y-%m-%dT%H:%M:%SZ")
         self.statuses.append(
