@@ -46,6 +46,10 @@ def offering(
     }
 
 
+#: What Karpenter's KWOK provider keeps on each node, as the sandbox's file states it.
+KWOK_OVERHEAD = {"cpu": "100m", "memory": "10Mi"}
+
+
 def itype(name: str, gpus: int, cpu: int, memory: str, *offerings: dict[str, Any]) -> dict[str, Any]:
     return {
         "name": name,
@@ -53,6 +57,7 @@ def itype(name: str, gpus: int, cpu: int, memory: str, *offerings: dict[str, Any
         "architecture": "amd64",
         "operatingSystems": ["linux"],
         "resources": {"cpu": str(cpu), "memory": memory, GPU: str(gpus)},
+        "overhead": KWOK_OVERHEAD,
     }
 
 
@@ -171,6 +176,13 @@ def test_instance_types_are_read_as_the_kwok_provider_reads_them() -> None:
     ]
 
 
+def test_an_instance_type_without_overhead_offers_its_whole_capacity() -> None:
+    """No overhead is assumed: what a cloud keeps on a node is stated per type, or is none."""
+    bare = {k: v for k, v in SMALL.items() if k != "overhead"}
+    (parsed,) = parse_instance_types([bare])
+    assert parsed.allocatable == parsed.capacity == {"cpu": 4000, "memory": 16 * GI, GPU: 1, "pods": 110}
+
+
 @pytest.mark.parametrize(
     ("data", "message"),
     [
@@ -179,6 +191,8 @@ def test_instance_types_are_read_as_the_kwok_provider_reads_them() -> None:
         ([{"name": "x", "offerings": [{"Price": "cheap"}]}], "Price"),
         ([{"name": f"t{i}"} for i in range(1001)], "at most 1000"),
         ([{"name": "x", "offerings": [offering("spot", 1.0)] * 101}], "at most 100"),
+        ([{"name": "x", "overhead": {"cpu": "-1"}}], r"overhead\[cpu\]"),
+        ([{"name": "x", "overhead": ["cpu"]}], "overhead"),
     ],
 )
 def test_bad_instance_types_are_refused_with_the_field(data: list[dict[str, Any]], message: str) -> None:

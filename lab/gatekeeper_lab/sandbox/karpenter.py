@@ -63,6 +63,9 @@ NODE_CLASS_KIND = "KWOKNodeClass"
 
 InstanceType = dict[str, Any]
 
+#: What Karpenter's KWOK provider reserves on each node it makes (``helpers.go``: kube-reserved).
+KWOK_OVERHEAD = {"cpu": "100m", "memory": "10Mi"}
+
 
 def _offering(capacity_type: str, price: float) -> dict[str, Any]:
     return {
@@ -88,6 +91,9 @@ def _gpu_type(name: str, *, cpu: int, memory: str, gpus: int, on_demand: float, 
             "pods": "110",
             "nvidia.com/gpu": str(gpus),
         },
+        # What the KWOK provider keeps on each node it makes (its kube-reserved): the
+        # gatekeeper reads it here, the provider ignores the field.
+        "overhead": KWOK_OVERHEAD,
     }
 
 

@@ -25,7 +25,6 @@ from gatekeeper.core.model.demand import Resources
 
 __all__ = [
     "CAPACITY_TYPE_LABEL",
-    "KWOK_OVERHEAD",
     "NODE_POOL_LABEL",
     "UNREGISTERED_TAINT",
     "ZONE_LABEL",
@@ -46,8 +45,6 @@ ARCH_LABEL = "kubernetes.io/arch"
 OS_LABEL = "kubernetes.io/os"
 #: Karpenter taints a node it made until it has registered it.
 UNREGISTERED_TAINT = "karpenter.sh/unregistered"
-#: What Karpenter's KWOK provider reserves on each node (``helpers.go``: kube-reserved).
-KWOK_OVERHEAD: Resources = {"cpu": 100, "memory": 10 * 1024 * 1024}
 
 MAX_INSTANCE_TYPES = 1000
 MAX_OFFERINGS = 100
@@ -201,14 +198,16 @@ def parse_node_claim(obj: Mapping[str, Any]) -> NodeClaim:
         raise ValueError(f"NodeClaim {name}: {err}") from None
 
 
-def parse_instance_types(data: object, overhead: Resources = KWOK_OVERHEAD) -> tuple[InstanceType, ...]:
+def parse_instance_types(data: object) -> tuple[InstanceType, ...]:
     """Instance types from the JSON Karpenter's KWOK provider reads (``--instance-types-file-path``).
 
     Each entry: ``name``, ``architecture``, ``operatingSystems``, ``resources`` (capacity)
     and ``offerings`` (``Price``, ``Available``, ``Requirements`` naming the capacity type
-    and zone). Allocatable is capacity minus ``overhead``. Unlike the KWOK provider (which
-    makes every offering available), ``Available: false`` is kept: a type offered nowhere
-    is never planned on.
+    and zone), and, our own, an optional ``overhead``: what the cloud's nodes of that type
+    keep for themselves (kube-reserved, system-reserved, eviction threshold; it differs
+    by cloud and type, so nothing is assumed). Allocatable is capacity minus ``overhead``.
+    Unlike the KWOK provider (which makes every offering available), ``Available: false``
+    is kept: a type offered nowhere is never planned on.
     """
     entries = sequence(data, "instance types")
     if len(entries) > MAX_INSTANCE_TYPES:
@@ -220,6 +219,7 @@ def parse_instance_types(data: object, overhead: Resources = KWOK_OVERHEAD) -> t
         name = _name(entry.get("name"), f"{where}.name")
         capacity = _resources(entry.get("resources"), f"{where}.resources")
         capacity.setdefault("pods", 110)
+        overhead = _resources(entry.get("overhead") or {}, f"{where}.overhead")
         allocatable = {r: max(a - overhead.get(r, 0), 0) for r, a in capacity.items()}
         labels = {INSTANCE_TYPE_LABEL: name}
         arch = string(entry.get("architecture"), f"{where}.architecture")

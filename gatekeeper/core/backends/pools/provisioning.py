@@ -43,7 +43,6 @@ from typing import Any
 
 from gatekeeper.core.backends.pools.nodepools import (
     CAPACITY_TYPE_LABEL,
-    KWOK_OVERHEAD,
     NODE_POOL_LABEL,
     UNREGISTERED_TAINT,
     ZONE_LABEL,
@@ -61,7 +60,6 @@ from gatekeeper.core.model.nodes import Node
 
 __all__ = [
     "CAPACITY_TYPE_LABEL",
-    "KWOK_OVERHEAD",
     "NODE_POOL_LABEL",
     "UNREGISTERED_TAINT",
     "ZONE_LABEL",
