@@ -20,6 +20,7 @@ from gatekeeper.core.kube.keys import (
     SCHEDULING_GATE,
     WORKER_INDEX_LABEL,
 )
+from gatekeeper.core.kube.parsed import Parsed, parse_each
 from gatekeeper.core.model.demand import GroupDemand, group_demand
 from gatekeeper.core.model.group import GroupKey, InvalidDemand
 from gatekeeper.core.model.nodes import Node, parse_node
@@ -269,6 +270,11 @@ class PoolBuilder:
 
 def pool(name: str) -> PoolBuilder:
     return PoolBuilder(name)
+
+
+def read_pools(objs: list[dict[str, Any]]) -> Parsed[Pool]:
+    """Pool objects as the controller's snapshot hands them to a decision."""
+    return parse_each(objs, parse_pool)
 
 
 def bound_pod(

@@ -19,6 +19,7 @@ from core_builders import (
     lws_statefulsets,
     node,
     pool,
+    read_pools,
     record,
 )
 
@@ -87,7 +88,7 @@ class Scene:
             pods=self.pods,
             bound_pods=bound,
             nodes=self.nodes,
-            pools=self.pools,
+            pools=read_pools(self.pools),
             records=self.records,
             priorities=self.priorities,
             statefulsets=lws_statefulsets(self.lwss, self.pods),

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from core_builders import lws, lws_pod, lws_statefulsets, node, pool
+from core_builders import lws, lws_pod, lws_statefulsets, node, pool, read_pools
 
 from gatekeeper.core.admission.reasons import Reason
 from gatekeeper.core.backends.pools import (
@@ -167,7 +167,7 @@ def _pass_plan(records: list[dict[str, Any]], memory: Memory | None = None) -> t
         pods=pods,
         bound_pods=[],
         nodes=[node(f"n{i}").labels(pool="a").alloc(gpu=1).parsed() for i in range(2)],
-        pools=[pool("a").quota(gpu=2).obj()],
+        pools=read_pools([pool("a").quota(gpu=2).obj()]),
         records=records,
         statefulsets=lws_statefulsets([vllm], pods),
     )

@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 import pytest
-from core_builders import lws, node, pool
+from core_builders import lws, node, pool, read_pools
 
 from gatekeeper.core.admission.reasons import Reason
 from gatekeeper.core.backends.kueue import KueueSnapshot, decide_kueue
@@ -45,7 +45,7 @@ def snapshot(*lwss: dict[str, Any]) -> Snapshot:
         pods=[],
         bound_pods=[],
         nodes=[node(f"n{i}").labels(pool="a").alloc(gpu=1).parsed() for i in range(4)],
-        pools=[pool("a").quota(gpu=4).obj()],
+        pools=read_pools([pool("a").quota(gpu=4).obj()]),
         records=[],
     )
 

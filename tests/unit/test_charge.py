@@ -6,7 +6,7 @@ import copy
 from typing import Any
 
 import pytest
-from core_builders import lws, lws_pod, lws_statefulsets, node, pool, record
+from core_builders import lws, lws_pod, lws_statefulsets, node, pool, read_pools, record
 
 from gatekeeper.core.admission.reasons import Reason
 from gatekeeper.core.backends.pools.decide import Snapshot, decide
@@ -84,7 +84,7 @@ def snap(
         pods=pods,
         bound_pods=[bound_pod_view(p) for p in bound],
         nodes=[node(f"n{i}").labels(pool="a").alloc(gpu=1).parsed() for i in range(4)],
-        pools=[pool("a").selector(pool="a").quota(gpu=2).obj()],
+        pools=read_pools([pool("a").selector(pool="a").quota(gpu=2).obj()]),
         records=records,
         statefulsets=lws_statefulsets(lwss, pods),
     )

@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from core_builders import lws, lws_pod, lws_statefulsets, node, pool, record
+from core_builders import lws, lws_pod, lws_statefulsets, node, pool, read_pools, record
 from test_tenant_pools import assert_held
 
 from gatekeeper.core.admission.conformance import departure
@@ -118,7 +118,7 @@ def _snap(pods: list[dict[str, Any]], records: list[dict[str, Any]]) -> Snapshot
         pods=pods,
         bound_pods=[],
         nodes=[node(f"n{i}").labels(pool="a").alloc(gpu=2).parsed() for i in range(2)],
-        pools=[pool("a").obj()],
+        pools=read_pools([pool("a").obj()]),
         records=records,
         statefulsets=lws_statefulsets([obj], pods),
     )

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from core_builders import lws, lws_pod, lws_statefulsets, node, pool, record
+from core_builders import lws, lws_pod, lws_statefulsets, node, pool, read_pools, record
 
 from gatekeeper.core.admission.reasons import Reason
 from gatekeeper.core.backends.pools import Actions, PassInputs, Snapshot, decide, plan_writes
@@ -108,7 +108,7 @@ def _scene(
         pods=pods,
         bound_pods=[q for q in pods if q["spec"].get("nodeName")],
         nodes=[node(f"n{i}").labels(pool="a").alloc(gpu=1).parsed() for i in range(4)],
-        pools=[p],
+        pools=read_pools([p]),
         records=records,
         statefulsets=lws_statefulsets([vllm], pods),
         now=ADMITTED_AT + timedelta(seconds=after),
@@ -284,7 +284,7 @@ def test_the_pass_through_table_drops_a_given_back_group() -> None:
 
     snap, _ = _scene(after=121)
     later = _given_back(snap, retry_in=30)
-    idx = pass_through.index(later.lwss, later.pods, later.statefulsets, later.pools, _demand)
+    idx = pass_through.index(later.lwss, later.pods, later.statefulsets, later.pools.ok, _demand)
     assert idx.entry(later.records[1]) is None
     assert idx.entry(later.records[0]) is not None  # the whole group stays in the table
 

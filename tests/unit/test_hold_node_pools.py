@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from core_builders import gpu_nodes, lws, lws_pod, lws_statefulsets, pool, record
+from core_builders import gpu_nodes, lws, lws_pod, lws_statefulsets, pool, read_pools, record
 
 from gatekeeper.core.admission.reasons import Reason
 from gatekeeper.core.backends.pools import Snapshot, decide, hold_node_pools
@@ -27,7 +27,7 @@ def scene() -> Snapshot:
         pods=pods,
         bound_pods=[],
         nodes=[*gpu_nodes(4, prefix="k", pool="karp"), *gpu_nodes(4, prefix="p", pool="plain")],
-        pools=[karp, pool("plain").quota(gpu=4).obj()],
+        pools=read_pools([karp, pool("plain").quota(gpu=4).obj()]),
         records=records,
         statefulsets=lws_statefulsets(lwss, pods),
     )

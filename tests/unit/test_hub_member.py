@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from core_builders import gpu_nodes, lws, lws_pod, lws_statefulsets, pool, record
+from core_builders import gpu_nodes, lws, lws_pod, lws_statefulsets, pool, read_pools, record
 from reservation_builders import reservation
 
 from gatekeeper.core.admission.reasons import Reason
@@ -34,7 +34,7 @@ def scene(replicas: int = 3, records: list[dict[str, Any]] | None = None, reserv
         pods=pods,
         bound_pods=[],
         nodes=gpu_nodes(4, pool=POOL),
-        pools=[p],
+        pools=read_pools([p]),
         records=records if records is not None else [record(the_lws, g) for g in range(replicas)],
         statefulsets=lws_statefulsets([the_lws], pods),
     )

@@ -13,7 +13,7 @@ import copy
 from typing import Any
 
 import pytest
-from core_builders import bound_pod, lws, lws_pod, lws_statefulsets, node, pool, record
+from core_builders import bound_pod, lws, lws_pod, lws_statefulsets, node, pool, read_pools, record
 
 from gatekeeper.core.admission.intruders import Intruders, intruders
 from gatekeeper.core.admission.reasons import Reason
@@ -80,7 +80,7 @@ def _snap(bound: list[dict[str, Any]]) -> Snapshot:
         pods=pods,
         bound_pods=[bound_pod_view(p) for p in bound],
         nodes=_nodes(),
-        pools=[pool("a").selector(pool="a").quota(gpu=2).tolerations(CLOSED).obj()],
+        pools=read_pools([pool("a").selector(pool="a").quota(gpu=2).tolerations(CLOSED).obj()]),
         records=[record(LWS, 0, admitted=False)],
         statefulsets=lws_statefulsets([LWS], pods),
     )

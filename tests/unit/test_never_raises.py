@@ -17,7 +17,7 @@ import copy
 from datetime import UTC, datetime
 from typing import Any
 
-from core_builders import ctr, lws, lws_pod, node, pod_spec, pool, record
+from core_builders import ctr, lws, lws_pod, node, pod_spec, pool, read_pools, record
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -25,11 +25,16 @@ from gatekeeper.core.backends import BACKENDS
 from gatekeeper.core.backends.kueue import KueueSnapshot, decide_kueue
 from gatekeeper.core.backends.kueue import plan_writes as kueue_writes
 from gatekeeper.core.backends.pools import PassInputs, Snapshot, decide, plan_writes
-from gatekeeper.core.backends.pools.provisioning import parse_instance_types
+from gatekeeper.core.backends.pools.provisioning import (
+    parse_instance_types,
+    parse_node_claim,
+    parse_node_pool,
+)
 from gatekeeper.core.backends.volcano import VolcanoSnapshot, decide_volcano
 from gatekeeper.core.backends.volcano import plan_writes as volcano_writes
 from gatekeeper.core.checks.node_fit import decide_node_fit
 from gatekeeper.core.checks.node_fit import plan_writes as node_fit_writes
+from gatekeeper.core.kube.parsed import parse_each
 from gatekeeper.core.model.nodes import parse_node
 from gatekeeper.core.writes.plan import Memory
 
@@ -242,11 +247,11 @@ def test_no_broken_object_makes_a_decision_raise(objs: dict[str, Any]) -> None:
             p for p in _lst(objs["pods"]) if isinstance(p.get("spec"), dict) and p["spec"].get("nodeName")
         ],
         nodes=nodes,
-        pools=_lst(objs["pools"]),
+        pools=read_pools(_lst(objs["pools"])),
         records=_lst(objs["records"]),
         priorities={"high": 1000},
-        node_pools=_lst(objs["node_pools"]),
-        node_claims=_lst(objs["node_claims"]),
+        node_pools=parse_each(_lst(objs["node_pools"]), parse_node_pool),
+        node_claims=parse_each(_lst(objs["node_claims"]), parse_node_claim),
         instance_types=_instance_types(objs["instance_types"]),
     )
     actions = decide(snap)

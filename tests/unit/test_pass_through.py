@@ -10,7 +10,7 @@ import copy
 from typing import Any
 
 import pytest
-from core_builders import lws, lws_pod, lws_statefulsets, pool, record
+from core_builders import lws, lws_pod, lws_statefulsets, pool, read_pools, record
 
 from gatekeeper.core.backends.pools.pass_through import (
     Table,
@@ -48,7 +48,9 @@ def _table(
 ) -> Table:
     pods = pods if pods is not None else [_new(0, 0), _new(1, 0)]
     lwss = lwss if lwss is not None else [VLLM]
-    return build(lwss, records, pods, lws_statefulsets(lwss, pods), [POOL], DemandMemo().demand)
+    return build(
+        lwss, records, pods, lws_statefulsets(lwss, pods), read_pools([POOL]).ok, DemandMemo().demand
+    )
 
 
 def _sts(table: Table, pods: list[dict[str, Any]]) -> Any:
@@ -153,7 +155,12 @@ def test_a_group_beyond_replicas_or_an_unreadable_pool_is_not_in_the_table() -> 
     bad_pool["spec"]["queueingStrategy"] = "Sometimes"
     pods = [_new(0, 0)]
     table = build(
-        [VLLM], [_admitted(0)], pods, lws_statefulsets([VLLM], pods), [bad_pool], DemandMemo().demand
+        [VLLM],
+        [_admitted(0)],
+        pods,
+        lws_statefulsets([VLLM], pods),
+        read_pools([bad_pool]).ok,
+        DemandMemo().demand,
     )
     assert table == {}
 
@@ -315,7 +322,7 @@ def test_a_group_admitted_before_its_leader_statefulset_existed_uses_the_one_the
     leader StatefulSet: the webhook looks the StatefulSet up live, and only one named as
     the LWS and controlled by the admitted LWS will do."""
     leader = _new(0, 0)
-    table = build([VLLM], [_admitted(0)], [], [], [POOL], DemandMemo().demand)
+    table = build([VLLM], [_admitted(0)], [], [], read_pools([POOL]).ok, DemandMemo().demand)
     assert table[("default", "vllm", 0)].leader_sts_uid == ""
     live = {s["metadata"]["name"]: s for s in lws_statefulsets([VLLM], [leader])}
     assert patch_for(leader, "default", table, lambda ns, n: live.get(n)) is not None

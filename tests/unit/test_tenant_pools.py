@@ -6,7 +6,18 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from core_builders import ctr, gpu_nodes, lws, lws_pod, lws_statefulsets, node, pod_spec, pool, waiting
+from core_builders import (
+    ctr,
+    gpu_nodes,
+    lws,
+    lws_pod,
+    lws_statefulsets,
+    node,
+    pod_spec,
+    pool,
+    read_pools,
+    waiting,
+)
 
 from gatekeeper.core.admission.members import split_members
 from gatekeeper.core.admission.reasons import Reason
@@ -116,7 +127,7 @@ def _snap(pods: list[dict[str, Any]], records: list[dict[str, Any]], pools: list
         pods=pods,
         bound_pods=[],
         nodes=[node(f"n{i}").labels(pool="a").alloc(gpu=1).parsed() for i in range(2)],
-        pools=pools,
+        pools=read_pools(pools),
         records=records,
         statefulsets=lws_statefulsets([vllm], pods),
     )

@@ -35,11 +35,13 @@ from gatekeeper.controller.plugin import ControllerPlugin, Term
 from gatekeeper.core.backends.pools import Actions, PassInputs, Snapshot, decide, hold_node_pools, plan_writes
 from gatekeeper.core.backends.pools import pass_through as admitted
 from gatekeeper.core.backends.pools.hub_member import HubView, charge_reservations
-from gatekeeper.core.backends.pools.provisioning import InstanceType
+from gatekeeper.core.backends.pools.provisioning import InstanceType, parse_node_claim, parse_node_pool
 from gatekeeper.core.backends.pools.urgency import Urgency
 from gatekeeper.core.kube.keys import LWS_NAME_LABEL, POOL_LABEL, RECORD_PLURAL
 from gatekeeper.core.kube.objects import labels, meta, name_of
+from gatekeeper.core.kube.parsed import ParseMemo
 from gatekeeper.core.model.groups import DemandMemo
+from gatekeeper.core.model.pool import parse_pool
 from gatekeeper.core.writes.plan import Memory, Write, walk
 from gatekeeper.webhook.pass_through import PassThrough
 
@@ -117,6 +119,10 @@ class PoolsBackend:
         self._index: admitted.Index | None = None
         self.memory = Memory()
         self.demands = DemandMemo()
+        # Pools and Karpenter's objects are read here, at the edge, once per resourceVersion.
+        self.read_pools = ParseMemo(parse_pool)
+        self.read_node_pools = ParseMemo(parse_node_pool)
+        self.read_node_claims = ParseMemo(parse_node_claim)
 
         self.lws = caches.informer(r.LWS, label_selector=POOL_LABEL)
         self.pods = caches.informer(r.PODS, label_selector=POOL_LABEL)
@@ -175,14 +181,16 @@ class PoolsBackend:
             pods=self.pods.values(),
             bound_pods=self.bound.values(),
             nodes=self.caches.nodes(),
-            pools=self.pools.values(),
+            pools=self.read_pools(self.pools.values()),
             records=self.records.values(),
             priorities=self.caches.priorities(),
             default_priority=self.caches.default_priority(),
             namespaces=namespace_labels(self.namespaces.values()),
             statefulsets=self.statefulsets.values(),
-            node_pools=self.node_pools.values() if self.node_pools is not None else (),
-            node_claims=self.node_claims.values() if self.node_claims is not None else (),
+            node_pools=self.read_node_pools(self.node_pools.values() if self.node_pools is not None else ()),
+            node_claims=self.read_node_claims(
+                self.node_claims.values() if self.node_claims is not None else ()
+            ),
             instance_types=self.instance_types,
             now=datetime.now(UTC),
             retry_seconds=self.retry_seconds,
@@ -214,7 +222,7 @@ class PoolsBackend:
                 self.pass_through.withdraw((key.namespace, key.name, key.index))
         if self.pass_through is not None:
             self._index = await anyio.to_thread.run_sync(
-                admitted.index, snap.lwss, snap.pods, snap.statefulsets, snap.pools, self.demands.demand
+                admitted.index, snap.lwss, snap.pods, snap.statefulsets, snap.pools.ok, self.demands.demand
             )
         if self.lifter is not None:
             self.lifter.hold((w.namespace or "", w.name) for w in walk(plan) if w.tag == "ungate")

@@ -76,7 +76,7 @@ Decisions:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -89,9 +89,10 @@ from gatekeeper.core.backends.pools.changed import WaitStatus
 from gatekeeper.core.backends.pools.giveback import GiveBack
 from gatekeeper.core.backends.pools.kept import still_charged
 from gatekeeper.core.backends.pools.planner import Plan, PoolStatus, plan
-from gatekeeper.core.backends.pools.provisioning import InstanceType, read_launcher
+from gatekeeper.core.backends.pools.provisioning import InstanceType, NodeClaim, NodePool, read_launcher
 from gatekeeper.core.backends.pools.stages import GroupPass, Settings, restored
 from gatekeeper.core.kube.objects import index_by_key, meta, object_key, parse_time
+from gatekeeper.core.kube.parsed import Parsed
 from gatekeeper.core.kube.quantity import format_resources
 from gatekeeper.core.model.charge import charge_toleration
 from gatekeeper.core.model.demand import GroupDemand
@@ -100,7 +101,7 @@ from gatekeeper.core.model.group import GroupKey
 from gatekeeper.core.model.groups import DemandMemo, GroupState, lws_groups
 from gatekeeper.core.model.lws import priority as lws_priority
 from gatekeeper.core.model.nodes import Node, RequestsMemo, node_usage_skipping
-from gatekeeper.core.model.pool import Pool, parse_pool
+from gatekeeper.core.model.pool import Pool
 from gatekeeper.core.model.record import admitted_indices, is_admitted
 from gatekeeper.core.plugin.decided import GroupActions
 
@@ -120,7 +121,8 @@ class Snapshot:
     bound_pods: Sequence[Mapping[str, Any]]
     """Every pod bound to a node, anyone's: node room is physical."""
     nodes: Sequence[Node]
-    pools: Sequence[Mapping[str, Any]]
+    pools: Parsed[Pool]
+    """The Pools, read at the edge (``ParseMemo(parse_pool)``); the unreadable admit nothing new."""
     records: Sequence[Mapping[str, Any]]
     priorities: Mapping[str, int] = field(default_factory=dict)
     """PriorityClass name -> value."""
@@ -130,9 +132,9 @@ class Snapshot:
     """Namespace name -> its labels (the pools' ``spec.namespaceSelector``)."""
     statefulsets: Sequence[Mapping[str, Any]] = ()
     """StatefulSets of LWSs: which pods an LWS made (``core.admission.members``)."""
-    node_pools: Sequence[Mapping[str, Any]] = ()
+    node_pools: Parsed[NodePool] = field(default_factory=Parsed)
     """Karpenter NodePools (read only when the gatekeeper knows the instance types)."""
-    node_claims: Sequence[Mapping[str, Any]] = ()
+    node_claims: Parsed[NodeClaim] = field(default_factory=Parsed)
     """Karpenter NodeClaims: what the NodePools hold, and the nodes coming up."""
     instance_types: Sequence[InstanceType] = ()
     """What Karpenter can launch (``--karpenter-instance-types``)."""
@@ -201,22 +203,6 @@ class Actions(GroupActions):
     (``status.retries``): cleared."""
 
 
-def _parse_pools(objs: Iterable[Mapping[str, Any]]) -> tuple[list[Pool], dict[str, str]]:
-    pools: list[Pool] = []
-    invalid: dict[str, str] = {}
-    seen: set[str] = set()
-    for obj in objs:
-        try:
-            parsed = parse_pool(obj)
-        except (ValueError, ArithmeticError) as exc:
-            invalid[str(meta(obj).get("name", ""))] = str(exc)
-            continue
-        if parsed.name not in seen:  # cluster-scoped names are unique; never let the planner raise
-            seen.add(parsed.name)
-            pools.append(parsed)
-    return pools, invalid
-
-
 def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMemo | None = None) -> Actions:
     """The whole decision of one pass. Pure: the same snapshot gives the same actions.
 
@@ -225,7 +211,7 @@ def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMem
     """
     memo = memo if memo is not None else DemandMemo()
     problems: list[str] = []
-    pools, invalid_pools = _parse_pools(snap.pools)
+    pools, invalid_pools = snap.pools.ok, snap.pools.bad
 
     lws_by_key: dict[tuple[str, str], Mapping[str, Any]] = {}
     for obj in snap.lwss:

@@ -22,7 +22,6 @@ from gatekeeper.core.admission.reasons import Reason
 from gatekeeper.core.backends.pools.decide import Actions, Snapshot, WaitStatus
 from gatekeeper.core.backends.pools.planner import PoolStatus
 from gatekeeper.core.model.demand import GroupDemand
-from gatekeeper.core.model.pool import parse_pool
 
 __all__ = ["held_back", "hold_node_pools", "karpenter_unavailable"]
 
@@ -39,14 +38,7 @@ def hold_node_pools(actions: Actions, snap: Snapshot, why: str) -> Actions:
     (Karpenter's view cannot be read) is not empty."""
     if not why:
         return actions
-    affected: set[str] = set()
-    for obj in snap.pools:
-        try:
-            pool = parse_pool(obj)
-        except (ValueError, ArithmeticError):
-            continue
-        if pool.node_pools:
-            affected.add(pool.name)
+    affected = {pool.name for pool in snap.pools.ok if pool.node_pools}
     if not affected:
         return actions
     admit, held = [], []

@@ -31,7 +31,6 @@ from gatekeeper.core.backends.pools import Actions, Admit, Snapshot, WaitStatus,
 from gatekeeper.core.kube.objects import as_map, meta, parse_time
 from gatekeeper.core.model.demand import GroupDemand
 from gatekeeper.core.model.lws import priority as lws_priority
-from gatekeeper.core.model.pool import parse_pool
 from gatekeeper.core.model.record import is_admitted
 from gatekeeper.core.reservation import (
     SOURCE_LABEL,
@@ -55,11 +54,7 @@ GroupId = tuple[str, str, str, int]
 def _reservations(snap: Snapshot) -> dict[str, str]:
     """Pool name -> the Reservation it is charged to (only pools that name one)."""
     out: dict[str, str] = {}
-    for obj in snap.pools:
-        try:
-            pool = parse_pool(obj)
-        except (ValueError, ArithmeticError):
-            continue
+    for pool in snap.pools.ok:
         if pool.reservation:
             out[pool.name] = pool.reservation
     return out

@@ -47,7 +47,7 @@ from gatekeeper.core.model.demand import GroupDemand, Resources, pod_requests
 from gatekeeper.core.model.gating import Ungate, is_opted_in, ungate_patch
 from gatekeeper.core.model.lws import group_index, replicas, worker_index
 from gatekeeper.core.model.lws import size as lws_size
-from gatekeeper.core.model.pool import Pool, parse_pool
+from gatekeeper.core.model.pool import Pool
 
 __all__ = [
     "AdmittedGroup",
@@ -140,16 +140,13 @@ def index(
     lwss: Iterable[Mapping[str, Any]],
     pods: Iterable[Mapping[str, Any]],
     statefulsets: Iterable[Mapping[str, Any]],
-    pools: Iterable[Mapping[str, Any]],
+    pools: Iterable[Pool],
     demand_of: Callable[[Mapping[str, Any]], object],
 ) -> Index:
-    """Index what a pass read (``demand_of``: the LWS's group demand)."""
+    """Index what a pass read (``demand_of``: the LWS's group demand; ``pools``: the readable
+    Pools, an unreadable one admits nothing new, its groups' pods wait for the pass)."""
     pool_by_name: dict[str, Pool] = {}
-    for obj in pools:
-        try:
-            parsed = parse_pool(obj)
-        except (ValueError, ArithmeticError):
-            continue  # an unreadable Pool admits nothing new; its groups' pods wait for the pass
+    for parsed in pools:
         pool_by_name.setdefault(parsed.name, parsed)
     leader_sts: dict[tuple[str, str], str] = {}
     for sts in statefulsets:
@@ -173,7 +170,7 @@ def build(
     records: Iterable[Mapping[str, Any]],
     pods: Iterable[Mapping[str, Any]],
     statefulsets: Iterable[Mapping[str, Any]],
-    pools: Iterable[Mapping[str, Any]],
+    pools: Iterable[Pool],
     demand_of: Callable[[Mapping[str, Any]], object],
 ) -> dict[tuple[str, str, int], AdmittedGroup]:
     """The whole table after a pass, from what the pass read."""

@@ -27,7 +27,7 @@ from gatekeeper.core.backends.pools.writes import (
     wait_status,
 )
 from gatekeeper.core.kube.keys import ADMITTED, POOL_PLURAL, RECORD_PLURAL
-from gatekeeper.core.kube.objects import index_by_key, meta, name_of, parse_time, resource_version, uid_of
+from gatekeeper.core.kube.objects import index_by_key, meta, parse_time, resource_version, uid_of
 from gatekeeper.core.model.gating import ungate_patch
 from gatekeeper.core.model.groups import GroupState
 from gatekeeper.core.model.record import new_record
@@ -280,10 +280,9 @@ class _Writer:
     def pool_statuses(self) -> tuple[Write, ...]:
         """Each Pool's status where it changed, then the finalizer on older records kept."""
         pools: list[Write] = []
-        for obj in self.inputs.snapshot.pools:
-            name = name_of(obj)
+        for name, status in self.inputs.snapshot.pools.statuses.items():
             patch = pool_status_patch(
-                obj.get("status"),
+                status,
                 self.actions.pools.get(name),
                 self.actions.invalid_pools.get(name),
                 self.now,

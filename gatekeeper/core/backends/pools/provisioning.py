@@ -39,7 +39,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from gatekeeper.core.backends.pools.nodepools import (
     CAPACITY_TYPE_LABEL,
@@ -54,6 +53,7 @@ from gatekeeper.core.backends.pools.nodepools import (
     parse_node_claim,
     parse_node_pool,
 )
+from gatekeeper.core.kube.parsed import Parsed
 from gatekeeper.core.kube.quantity import format_amount
 from gatekeeper.core.model.demand import PodDemand
 from gatekeeper.core.model.nodes import Node
@@ -313,25 +313,16 @@ class Launcher:
 
 
 def read_launcher(
-    node_pools: Iterable[Mapping[str, Any]],
-    node_claims: Iterable[Mapping[str, Any]],
+    node_pools: Parsed[NodePool],
+    node_claims: Parsed[NodeClaim],
     instance_types: Sequence[InstanceType],
     nodes: Iterable[Node],
     problems: list[str],
 ) -> tuple[Launcher, tuple[Node, ...]]:
     """What the Karpenter NodePools can still launch, and their NodeClaims coming up as nodes
-    (for ``backends.pools.decide``); a NodePool or NodeClaim that cannot be read is skipped
-    and named in ``problems``."""
-    pools: list[NodePool] = []
-    claims: list[NodeClaim] = []
-    for obj in node_pools:
-        try:
-            pools.append(parse_node_pool(obj))
-        except (ValueError, ArithmeticError) as exc:
-            problems.append(str(exc))
-    for obj in node_claims:
-        try:
-            claims.append(parse_node_claim(obj))
-        except (ValueError, ArithmeticError) as exc:
-            problems.append(str(exc))
-    return Launcher(pools, claims, instance_types), coming_up(claims, nodes)
+    (for ``backends.pools.decide``); a NodePool or NodeClaim that could not be read is left
+    out and named in ``problems``."""
+    problems.extend(node_pools.bad.values())
+    problems.extend(node_claims.bad.values())
+    claims = list(node_claims.ok)
+    return Launcher(list(node_pools.ok), claims, instance_types), coming_up(claims, nodes)
