@@ -34,8 +34,10 @@ from gatekeeper.core.kube.keys import (
     SCHEDULING_GATE,
     WORKER_INDEX_LABEL,
 )
+from gatekeeper.core.kube.parsed import parse_each
 from gatekeeper.core.model.groups import DemandMemo
 from gatekeeper.core.model.nodes import RequestsMemo, parse_node
+from gatekeeper.core.model.pool import parse_pool
 from gatekeeper.core.model.record import record_name
 from gatekeeper.core.writes.plan import Memory, walk
 
@@ -167,7 +169,8 @@ def snapshot(rolling: bool) -> Snapshot:
         "spec": {"nodeSelector": {"pool": POOL}, "namespaceSelector": {}, "quota": quota},
     }
     bound = [p for p in pods if p["spec"].get("nodeName")]
-    return Snapshot(lwss=lwss, pods=pods, bound_pods=bound, nodes=nodes, pools=[pool], records=records)
+    pools = parse_each([pool], parse_pool)
+    return Snapshot(lwss=lwss, pods=pods, bound_pods=bound, nodes=nodes, pools=pools, records=records)
 
 
 def main() -> None:
