@@ -27,7 +27,7 @@ import pytest
 import yaml
 
 from gatekeeper.core.kube.keys import SCHEDULING_GATE
-from gatekeeper_lab.image import build, oci
+from gatekeeper_lab.image import build, emulate, oci
 from gatekeeper_lab.sandbox import gatekeeper as gk
 from gatekeeper_lab.sandbox.cluster import GATEKEEPER_NAMESPACE, Sandbox
 from gatekeeper_lab.sandbox.observe import GROUP_INDEX_LABEL, LWS_NAME_LABEL
@@ -171,3 +171,67 @@ async def test_the_image_admits_whole_groups_run_as_the_chart_runs_it(
         sb.kubectl("get", "lease", "lws-gatekeeper", "-n", GATEKEEPER_NAMESPACE, "-o", "json").stdout
     )
     assert lease["spec"]["holderIdentity"] == "gatekeeper"
+
+
+def _elf_machine(path: Path) -> int:
+    """An ELF file's ``e_machine`` (62: x86-64, 183: AArch64)."""
+    head = path.read_bytes()[:20]
+    assert head[:4] == b"\x7fELF", f"{path} is not an ELF file"
+    return int.from_bytes(head[18:20], "little")
+
+
+def test_the_image_is_one_index_of_an_amd64_and_an_arm64_image(image: build.Built) -> None:
+    """A node pulls the tag's index and runs the image of its own platform; the project's own
+    layer is the same bytes in both, stored once."""
+    index = oci.read_index(image.layout, image.tag)
+    platforms = {m["platform"]["architecture"]: m for m in index["manifests"]}
+    assert platforms["amd64"]["platform"] == {"architecture": "amd64", "os": "linux"}
+    assert platforms["arm64"]["platform"] == {"architecture": "arm64", "os": "linux", "variant": "v8"}
+    assert {a: m["digest"] for a, m in platforms.items()} == dict(image.manifests)
+    layers = {
+        arch: json.loads((image.layout / "blobs/sha256" / digest.split(":")[1]).read_text())["layers"]
+        for arch, digest in image.manifests.items()
+    }
+    assert layers["amd64"][-1] == layers["arm64"][-1], "the project's layer is shared"
+    assert layers["amd64"][0] != layers["arm64"][0], "each has the Debian packages of its own architecture"
+    for arch in ("amd64", "arm64"):
+        assert oci.read_config(image.layout, image.tag, arch)["architecture"] == arch
+
+
+def test_the_arm64_image_runs_its_own_interpreter_and_gatekeeper_under_emulation(
+    image: build.Built, tmp_path: Path
+) -> None:
+    """The arm64 image's own interpreter (an AArch64 program), libraries, bytecode and
+    gatekeeper run, as the chart's user inside the image's root, under Debian's emulator."""
+    root = tmp_path / "arm64"
+    oci.unpack(image.layout, image.tag, root, "arm64")
+    root.chmod(0o755)
+    assert _elf_machine(root / "usr/bin/python3.11") == 183
+    entry = ["/usr/bin/python3.11", "-I", "/usr/local/bin/lws-gatekeeper"]
+
+    version = emulate.run_emulated(root, "arm64", [*entry, "--version"])
+    assert version.returncode == 0, version.stderr
+    assert version.stdout.strip() == f"lws-gatekeeper, version {image.tag}"
+
+    machine = emulate.run_emulated(
+        root, "arm64", ["/usr/bin/python3.11", "-I", "-c", "import platform; print(platform.machine())"]
+    )
+    assert machine.stdout.strip() == "aarch64", machine.stderr
+
+    # The bytecode compiled at build time is what it loads (nothing is compiled again, and the
+    # root is not writable by the chart's user).
+    verbose = emulate.run_emulated(
+        root, "arm64", ["/usr/bin/python3.11", "-I", "-v", "-c", "import gatekeeper.cli"]
+    )
+    assert verbose.returncode == 0, verbose.stderr
+    site = "/usr/local/lib/python3.11/dist-packages"
+    assert f"code object from '{site}/gatekeeper/__pycache__/cli.cpython-311.pyc'" in verbose.stderr
+
+    pools = (ROOT / "examples/pools.yaml").read_text()
+    (root / "tmp/pools.yaml").write_text(pools)
+    rendered = emulate.run_emulated(
+        root, "arm64", [*entry, "render", "--backend", "kueue", "/tmp/pools.yaml"]
+    )
+    assert rendered.returncode == 0, rendered.stderr
+    kinds = [d["kind"] for d in yaml.safe_load_all(rendered.stdout) if d]
+    assert "ClusterQueue" in kinds and "LocalQueue" in kinds, kinds

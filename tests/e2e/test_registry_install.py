@@ -5,7 +5,8 @@ Why this exists: a user does not build the gatekeeper; they pull it. So the proj
 (``sandbox up --with-registry``: go-containerregistry's, ``registry.py``) with ``crane
 push``, and the chart, packaged by ``helm package``, with ``helm push``. Then everything
 comes from the registry only: the chart is rendered from ``oci://`` at its version, with the
-image named by the digest the registry gave; that digest is the one the build wrote; the
+image named by the digest the registry gave; that digest is the one the build wrote (an
+image index: an amd64 and an arm64 image, each served to its platform); the amd64
 image's files are exported from the registry by that digest (``crane export``) and the
 sandbox's gatekeeper is started from them, as the chart's Deployment runs it, with the
 chart's RBAC; it admits a whole group and keeps the next waiting. A ``helm install`` from
@@ -52,7 +53,8 @@ def _run(*argv: str | Path, stdin: bytes | None = None) -> str:
 def _export(crane: Path, ref: str, rootfs: Path) -> None:
     """The image's file system as the registry serves it (its layers flattened by crane)."""
     rootfs.mkdir()
-    with subprocess.Popen([str(crane), "export", "--insecure", ref, "-"], stdout=subprocess.PIPE) as proc:
+    argv = [str(crane), "export", "--insecure", "--platform", "linux/amd64", ref, "-"]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE) as proc:
         assert proc.stdout is not None
         with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
             tar.extractall(rootfs, filter="tar")
@@ -107,7 +109,12 @@ async def test_the_chart_and_the_image_install_from_an_oci_registry(
     tagged = f"{registry}/{REPOSITORY}:{image.tag}"
     _run(crane, "push", "--insecure", image.layout, tagged)
     digest = _run(crane, "digest", "--insecure", tagged).strip()
-    assert digest == image.digest, "the registry serves the manifest the build wrote, byte for byte"
+    assert digest == image.digest, "the registry serves the image index the build wrote, byte for byte"
+    served = json.loads(_run(crane, "manifest", "--insecure", tagged))
+    assert {m["platform"]["architecture"]: m["digest"] for m in served["manifests"]} == dict(image.manifests)
+    for arch, manifest in image.manifests.items():
+        by_platform = _run(crane, "digest", "--insecure", "--platform", f"linux/{arch}", tagged).strip()
+        assert by_platform == manifest, f"a {arch} node pulls the {arch} image"
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     packaged = _run(helm, "package", CHART, "--destination", tmp_path).strip().rsplit(" ", 1)[-1]
     pushed = _run(helm, "push", packaged, f"oci://{registry}/charts", "--plain-http")
@@ -138,7 +145,9 @@ async def test_the_chart_and_the_image_install_from_an_oci_registry(
     rootfs = tmp_path / "rootfs"
     _export(crane, pulled, rootfs)
     tmp_path.chmod(0o755)  # noqa: ASYNC240 (the launcher, as the chart's user, walks down to the root)
-    config: dict[str, Any] = json.loads(_run(crane, "config", "--insecure", pulled))["config"]
+    config: dict[str, Any] = json.loads(
+        _run(crane, "config", "--insecure", "--platform", "linux/amd64", pulled)
+    )["config"]
 
     with (
         installed(cluster, [o for o in rendered if o["kind"] in RBAC_KINDS]),

@@ -34,7 +34,7 @@ def tree(root: Path, names: list[str], content: bytes = b"hello") -> Path:
 
 def write(tmp: Path, src: Path, image: oci.Image = IMAGE) -> str:
     layer = oci.Layer(src, "test", owners={"home": (65532, 65532)})
-    return oci.write_layout(tmp / "layout", [layer], image, "1.0")
+    return oci.write_layout(tmp / "layout", {"amd64": [layer]}, image, "1.0").index
 
 
 def test_file_times_order_and_folder_do_not_change_the_digest(tmp_path: Path) -> None:
@@ -69,6 +69,36 @@ def test_unpack_gives_back_the_files_and_the_config(tmp_path: Path) -> None:
     assert config["created"] == "2023-11-14T22:13:20Z"
     index = json.loads((layout / "index.json").read_text())
     assert index["manifests"][0]["annotations"][oci.REF_NAME] == "1.0"
+    assert index["manifests"][0]["mediaType"] == oci.INDEX, "the tag names an image index"
+
+
+def test_each_architecture_is_an_image_of_one_index_by_its_platform(tmp_path: Path) -> None:
+    """One tag, one index; a runtime picks the manifest of its platform; a layer the
+    architectures share is stored once."""
+    shared = oci.Layer(tree(tmp_path / "app", ["app/main.py"]), "app")
+    x86 = oci.Layer(tree(tmp_path / "x86", ["lib/x86_64-linux-gnu/libc.so"]), "base amd64")
+    arm = oci.Layer(tree(tmp_path / "arm", ["lib/aarch64-linux-gnu/libc.so"]), "base arm64")
+    layout = tmp_path / "layout"
+    written = oci.write_layout(layout, {"amd64": [x86, shared], "arm64": [arm, shared]}, IMAGE, "1.0")
+    index = oci.read_index(layout, "1.0")
+    assert [m["platform"] for m in index["manifests"]] == [
+        {"architecture": "amd64", "os": "linux"},
+        {"architecture": "arm64", "os": "linux", "variant": "v8"},
+    ]
+    assert written.manifests == {m["platform"]["architecture"]: m["digest"] for m in index["manifests"]}
+    assert oci.manifest_digest(layout, "1.0", "arm64") == written.manifests["arm64"]
+    assert oci.read_config(layout, "1.0", "arm64")["architecture"] == "arm64"
+    assert oci.read_config(layout, "1.0", "amd64")["architecture"] == "amd64"
+    oci.unpack(layout, "1.0", tmp_path / "arm-root", "arm64")
+    assert (tmp_path / "arm-root/lib/aarch64-linux-gnu/libc.so").is_file()
+    assert not (tmp_path / "arm-root/lib/x86_64-linux-gnu").exists()
+    layers = {
+        arch: json.loads((layout / "blobs/sha256" / d.split(":")[1]).read_text())["layers"]
+        for arch, d in written.manifests.items()
+    }
+    assert layers["amd64"][1] == layers["arm64"][1] and layers["amd64"][0] != layers["arm64"][0]
+    with pytest.raises(ValueError, match="no s390x image"):
+        oci.manifest_digest(layout, "1.0", "s390x")
 
 
 def test_a_blob_that_does_not_match_its_digest_is_refused(tmp_path: Path) -> None:

@@ -38,15 +38,20 @@ def image_build(out: Path | None, fresh: bool) -> None:
     except RuntimeError as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo(f"image      oci:{built.layout}:{built.tag}")
-    click.echo(f"digest     {built.digest}")
-    click.echo(
-        f"size       {built.size / 1e6:.1f} MB compressed, {built.unpacked_size / 1e6:.1f} MB unpacked"
-    )
+    click.echo(f"digest     {built.digest} (the image index)")
+    for arch, digest in built.manifests.items():
+        click.echo(f"{arch:<10} {digest} ({built.unpacked_size(arch) / 1e6:.1f} MB unpacked)")
+    click.echo(f"size       {built.size / 1e6:.1f} MB compressed, every architecture")
     click.echo(f"sbom       {built.sbom}")
     click.echo(f"seconds    {built.seconds:.1f}{' (cached)' if built.cached else ''}")
 
 
 @image.command("lock")
-def image_lock() -> None:
+@click.option(
+    "--keep-versions",
+    is_flag=True,
+    help="Keep the Python requirements at the versions pinned now; pin their wheels for every architecture.",
+)
+def image_lock(keep_versions: bool) -> None:
     """Pin the Debian packages and wheels the registries serve now (debian.lock, requirements.lock)."""
-    image_builder.lock(Path(__file__).resolve().parents[3], say=say)
+    image_builder.lock(Path(__file__).resolve().parents[3], say=say, keep_versions=keep_versions)

@@ -5,7 +5,8 @@ Why this exists: the project's image is built without a container engine or regi
 the files: entries sorted by path, one fixed mtime (``SOURCE_DATE_EPOCH``), owner root
 (or the one given per path), permissions normalised, gzip without a name or time. This
 module writes such layers and the layout around them (``oci-layout``, ``index.json``,
-the config and manifest blobs); ``unpack`` reads a layout back into a root file system,
+the config and manifest blobs of each architecture, and the image index that a tag names);
+``unpack`` reads one architecture's image back into a root file system,
 which the sandbox runs (``lab/gatekeeper_lab/sandbox/container.py``, ``tests/e2e/test_image.py``).
 It uses only the standard library.
 """
@@ -25,7 +26,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Image", "Layer", "read_config", "unpack", "write_layout"]
+__all__ = [
+    "PLATFORMS",
+    "Image",
+    "Layer",
+    "Written",
+    "manifest_digest",
+    "read_config",
+    "read_index",
+    "unpack",
+    "write_layout",
+]
 
 MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 CONFIG = "application/vnd.oci.image.config.v1+json"
@@ -106,11 +117,23 @@ def _json(obj: Any) -> bytes:
     return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
 
 
-def write_layout(layout: Path, layers: Sequence[Layer], image: Image, tag: str) -> str:
-    """Write an OCI image layout at ``layout`` (emptied first), tagged ``tag``; return the manifest digest."""
-    if layout.exists():
-        shutil.rmtree(layout)
-    layout.mkdir(parents=True)
+#: OCI platform of each Debian architecture the image is built for.
+PLATFORMS: Mapping[str, Mapping[str, str]] = {
+    "amd64": {"architecture": "amd64", "os": "linux"},
+    "arm64": {"architecture": "arm64", "os": "linux", "variant": "v8"},
+}
+
+
+@dataclass(frozen=True)
+class Written:
+    """A layout's digests: the image index (what a tag names) and each platform's manifest."""
+
+    index: str
+    manifests: Mapping[str, str]
+
+
+def _image_manifest(layout: Path, layers: Sequence[Layer], image: Image, arch: str) -> dict[str, Any]:
+    """Write one platform's layers, config and manifest; return the manifest's descriptor."""
     created = _rfc3339(image.epoch)
     descs, diff_ids, history = [], [], []
     for layer in layers:
@@ -123,8 +146,7 @@ def write_layout(layout: Path, layers: Sequence[Layer], image: Image, tag: str) 
         diff_ids.append(f"sha256:{hashlib.sha256(raw).hexdigest()}")
         history.append({"created": created, "created_by": layer.comment})
     config = {
-        "architecture": "amd64",
-        "os": "linux",
+        **PLATFORMS[arch],
         "created": created,
         "config": {
             "User": image.user,
@@ -146,22 +168,34 @@ def write_layout(layout: Path, layers: Sequence[Layer], image: Image, tag: str) 
         "annotations": {"org.opencontainers.image.created": created},
     }
     manifest_bytes = _json(manifest)
-    digest = _blob(layout, manifest_bytes)
-    index = {
+    return {
+        "mediaType": MANIFEST,
+        "digest": _blob(layout, manifest_bytes),
+        "size": len(manifest_bytes),
+        "platform": dict(PLATFORMS[arch]),
+    }
+
+
+def write_layout(layout: Path, platforms: Mapping[str, Sequence[Layer]], image: Image, tag: str) -> Written:
+    """Write an OCI image layout at ``layout`` (emptied first): one image per architecture
+    (``platforms``: arch -> its layers, in order), under one image index tagged ``tag``."""
+    if layout.exists():
+        shutil.rmtree(layout)
+    layout.mkdir(parents=True)
+    manifests = [_image_manifest(layout, layers, image, arch) for arch, layers in platforms.items()]
+    index_bytes = _json({"schemaVersion": 2, "mediaType": INDEX, "manifests": manifests})
+    digest = _blob(layout, index_bytes)
+    top = {
         "schemaVersion": 2,
         "mediaType": INDEX,
         "manifests": [
-            {
-                "mediaType": MANIFEST,
-                "digest": digest,
-                "size": len(manifest_bytes),
-                "annotations": {REF_NAME: tag},
-            }
+            {"mediaType": INDEX, "digest": digest, "size": len(index_bytes), "annotations": {REF_NAME: tag}}
         ],
     }
-    (layout / "index.json").write_bytes(_json(index))
+    (layout / "index.json").write_bytes(_json(top))
     (layout / "oci-layout").write_bytes(_json({"imageLayoutVersion": "1.0.0"}))
-    return digest
+    by_arch = {arch: m["digest"] for arch, m in zip(platforms, manifests, strict=True)}
+    return Written(digest, by_arch)
 
 
 def _rfc3339(epoch: int) -> str:
@@ -178,30 +212,47 @@ def _read_blob(layout: Path, digest: str) -> bytes:
     return data
 
 
-def _manifest(layout: Path, tag: str) -> dict[str, Any]:
-    index = json.loads((layout / "index.json").read_text())
-    for desc in index["manifests"]:
+def read_index(layout: Path, tag: str) -> dict[str, Any]:
+    """The image index tagged ``tag``: a manifest per platform."""
+    top = json.loads((layout / "index.json").read_text())
+    for desc in top["manifests"]:
         if desc.get("annotations", {}).get(REF_NAME) == tag:
-            manifest: dict[str, Any] = json.loads(_read_blob(layout, desc["digest"]))
-            return manifest
+            if desc.get("mediaType") != INDEX:
+                raise ValueError(f"{layout}: {tag} is not an image index")
+            index: dict[str, Any] = json.loads(_read_blob(layout, desc["digest"]))
+            return index
     raise ValueError(f"{layout} has no image tagged {tag}")
 
 
-def read_config(layout: Path, tag: str) -> dict[str, Any]:
-    """The image config (``config``: User, Env, Entrypoint, ...) of the image tagged ``tag``."""
-    config: dict[str, Any] = json.loads(_read_blob(layout, _manifest(layout, tag)["config"]["digest"]))
+def manifest_digest(layout: Path, tag: str, arch: str = "amd64") -> str:
+    """The digest of ``arch``'s manifest in the index tagged ``tag``."""
+    for desc in read_index(layout, tag)["manifests"]:
+        if desc.get("platform", {}).get("architecture") == arch:
+            return str(desc["digest"])
+    raise ValueError(f"{layout}: {tag} has no {arch} image")
+
+
+def _manifest(layout: Path, tag: str, arch: str) -> dict[str, Any]:
+    manifest: dict[str, Any] = json.loads(_read_blob(layout, manifest_digest(layout, tag, arch)))
+    return manifest
+
+
+def read_config(layout: Path, tag: str, arch: str = "amd64") -> dict[str, Any]:
+    """The image config (``config``: User, Env, Entrypoint, ...) of ``arch``'s image tagged ``tag``."""
+    config: dict[str, Any] = json.loads(_read_blob(layout, _manifest(layout, tag, arch)["config"]["digest"]))
     return config
 
 
-def unpack(layout: Path, tag: str, rootfs: Path) -> None:
-    """Extract the layers of image ``tag`` in order into ``rootfs`` (emptied first), as a runtime would.
+def unpack(layout: Path, tag: str, rootfs: Path, arch: str = "amd64") -> None:
+    """Extract the layers of ``arch``'s image tagged ``tag`` in order into ``rootfs`` (emptied
+    first), as a runtime would.
 
     Every blob is checked against its digest. Owners are kept when run as root.
     """
     if rootfs.exists():
         shutil.rmtree(rootfs)
     rootfs.mkdir(parents=True)
-    for desc in _manifest(layout, tag)["layers"]:
+    for desc in _manifest(layout, tag, arch)["layers"]:
         data = gzip.decompress(_read_blob(layout, desc["digest"]))
         with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
             for member in tar.getmembers():
