@@ -9,8 +9,11 @@ image named by the digest the registry gave; that digest is the one the build wr
 image index: an amd64 and an arm64 image, each served to its platform); the amd64
 image's files are exported from the registry by that digest (``crane export``) and the
 sandbox's gatekeeper is started from them, as the chart's Deployment runs it, with the
-chart's RBAC; it admits a whole group and keeps the next waiting. A ``helm install`` from
-``oci://`` at that version makes a release whose Deployment names the image by digest.
+chart's RBAC; it admits a whole group and keeps the next waiting. Every installation the
+chart makes (the ``pools``, ``kueue`` and ``volcano`` backends, and a member of a hub of
+shared Reservations) renders from ``oci://`` exactly as from the source, and a ``helm
+install`` of each from ``oci://`` at that version makes a release whose Deployment names the
+image by digest and runs that backend.
 """
 
 from __future__ import annotations
@@ -65,8 +68,9 @@ def _export(crane: Path, ref: str, rootfs: Path) -> None:
 def _installs_from_the_registry(
     cluster: Cluster, helm: Path, source: str, version: str, namespace: str, image: list[str], pulled: str
 ) -> None:
-    """``helm install oci://... --version``: a release, its Deployment naming the image by digest;
-    then uninstalled. As ``test_chart.test_helm_install_and_uninstall``: its webhook calls a
+    """``helm install oci://... --version`` with ``image`` (the image's values, and a backend's):
+    a release, its Deployment naming the image by digest and running the backend; then
+    uninstalled. As ``test_chart.test_helm_install_and_uninstall``: its webhook calls a
     Service nobody serves (no image runs here) and fails closed, so it lives only until the
     uninstall, before this test makes any opted-in pod; its gate and pool-label policies stay
     off (cluster-wide they would refuse the sandbox's gatekeeper meanwhile), and the sandbox's
@@ -85,8 +89,43 @@ def _installs_from_the_registry(
             cluster.kubectl("get", "deployment", "from-oci-lws-gatekeeper", "-n", namespace, "-o", "json")
         )
         assert live["spec"]["template"]["spec"]["containers"][0]["image"] == pulled
+        backend = next((v.split("=", 1)[1] for v in image if v.startswith("backend=")), "pools")
+        assert f"--backend={backend}" in live["spec"]["template"]["spec"]["containers"][0]["args"]
     finally:
         _run(helm, "uninstall", "from-oci", *where)
+
+
+#: Each installation the chart makes: every backend, and a member of a hub of shared Reservations.
+INSTALLATIONS = {
+    "pools": [],
+    "kueue": ["--set", "backend=kueue"],
+    "volcano": ["--set", "backend=volcano"],
+    "pools, a hub member": [
+        "--set", "hub.clusterName=cluster-a", "--set", "hub.kubeconfigSecret=hub-member",
+        "--set", "hub.sharedReservationCheck=true",
+    ],
+}  # fmt: skip
+
+
+def _every_backend_renders_from_the_registry(
+    helm: Path, source: str, version: str, sets: list[str], pulled: str
+) -> None:
+    """Each installation rendered from ``oci://`` is the one the source chart renders, object
+    for object, and runs the image the registry serves, with its backend's flags."""
+    for name, values in INSTALLATIONS.items():
+        common = ["template", "lws-gatekeeper", "--namespace", GATEKEEPER_NAMESPACE, *sets, *values]
+        pulled_text = _run(helm, *common[:2], source, "--version", version, "--plain-http", *common[2:])
+        local_text = _run(helm, *common[:2], CHART, *common[2:])
+        from_registry = [d for d in yaml.safe_load_all(pulled_text) if d]
+        assert from_registry == [d for d in yaml.safe_load_all(local_text) if d], name
+        deployment = next(o for o in from_registry if o["kind"] == "Deployment")
+        container = deployment["spec"]["template"]["spec"]["containers"][0]
+        assert container["image"] == pulled, name
+        backend = next((v.split("=", 1)[1] for v in values if v.startswith("backend=")), "pools")
+        assert f"--backend={backend}" in container["args"], (name, container["args"])
+        if "hub" in name:
+            assert "--cluster-name=cluster-a" in container["args"], container["args"]
+            assert "--shared-reservation-check" in container["args"], container["args"]
 
 
 async def test_the_chart_and_the_image_install_from_an_oci_registry(
@@ -141,7 +180,11 @@ async def test_the_chart_and_the_image_install_from_an_oci_registry(
     deployment = next(o for o in rendered if o["kind"] == "Deployment")
     pulled = f"{registry}/{REPOSITORY}@{digest}"
     assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == pulled
-    _installs_from_the_registry(cluster, helm, source, chart["version"], namespace, sets[:4], pulled)
+    _every_backend_renders_from_the_registry(helm, source, chart["version"], sets, pulled)
+    for values in INSTALLATIONS.values():
+        _installs_from_the_registry(
+            cluster, helm, source, chart["version"], namespace, [*sets[:4], *values], pulled
+        )
     rootfs = tmp_path / "rootfs"
     _export(crane, pulled, rootfs)
     tmp_path.chmod(0o755)  # noqa: ASYNC240 (the launcher, as the chart's user, walks down to the root)
