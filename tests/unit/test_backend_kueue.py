@@ -212,6 +212,20 @@ def test_an_lws_kueue_cannot_read_gets_no_workload_and_says_why() -> None:
     assert "workerTemplate: missing" in st.message
 
 
+def test_an_lws_that_asks_devices_through_dra_claims_gets_no_workload() -> None:
+    """Kueue counts no DRA claim of a Workload the gatekeeper makes (its podSets carry only the
+    containers' requests): the group is refused before any Workload, as with the other backends."""
+    obj = vllm(replicas=1)
+    obj["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["resourceClaims"] = [
+        {"name": "gpu", "resourceClaimTemplateName": "one-gpu"}
+    ]
+    acts = decide([obj], records=[rec(obj, 0)])
+    assert acts.create_workloads == ()
+    [st] = acts.statuses
+    assert (st.reason, st.warning) == ("InvalidSpec", True)
+    assert "DRA claims (gpu)" in st.message
+
+
 # ----- admission, waiting, eviction ----------------------------------------------------
 
 

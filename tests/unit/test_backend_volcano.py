@@ -159,6 +159,18 @@ def test_new_groups_get_records_first() -> None:
     assert not acts.create_pod_groups and not acts.ungate
 
 
+def test_an_lws_that_asks_devices_through_dra_claims_gets_no_pod_group() -> None:
+    """Volcano's minResources would carry no device a claim asks: the group is refused first."""
+    obj = vllm(replicas=1)
+    obj["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["resourceClaims"] = [
+        {"name": "gpu", "resourceClaimTemplateName": "one-gpu"}
+    ]
+    acts = decide_volcano(snap(obj, [rec(obj, 0)], [], group_pods(0)))
+    assert not acts.create_pod_groups and not acts.ungate
+    [st] = acts.statuses
+    assert st.reason == "InvalidSpec" and "DRA claims (gpu)" in st.message
+
+
 def test_only_the_first_waiting_group_of_a_queue_is_offered_to_volcano() -> None:
     obj = vllm()
     recs = [rec(obj, i) for i in range(3)]

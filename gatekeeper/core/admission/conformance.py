@@ -41,6 +41,7 @@ from typing import Any
 from gatekeeper.core.admission.members import Stranger
 from gatekeeper.core.kube.objects import EPOCH, as_map, parse_time
 from gatekeeper.core.kube.quantity import format_resources
+from gatekeeper.core.model.claims import asked_claims
 from gatekeeper.core.model.closed import what_opens
 from gatekeeper.core.model.demand import GroupDemand, pod_requests
 from gatekeeper.core.model.groups import GroupState
@@ -78,6 +79,10 @@ def departure(
     template = as_map(as_map(templates(lws)[0 if leader else 1]).get("spec"))
     spec = pod.spec
     what = "leader" if leader else "worker"
+    claims = asked_claims(spec)
+    if claims:
+        shown = ", ".join(claims[:5])
+        return f"pod {pod.name} asks devices through DRA claims ({shown}), which no admission counts"
     try:
         asks = pod_requests({k: v for k, v in spec.items() if k != "overhead"})
     except (ValueError, ArithmeticError) as exc:

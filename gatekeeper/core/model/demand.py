@@ -18,8 +18,10 @@ API server and the kube-scheduler apply to real pods (``resource.PodRequests`` i
 * ``spec.overhead`` (or the RuntimeClass overhead the caller passes) is added last.
 
 Amounts are in scheduler units (see ``quantity.to_units``), rounded up per pod as the
-scheduler does. Not modelled: LimitRange defaults (applied by admission at pod
-creation, invisible in the template), in-place resize status, DRA claims.
+scheduler does. A template that asks devices through DRA claims is refused
+(``core.model.claims``: what a claim allocates is not in the template). Not modelled:
+LimitRange defaults (applied by admission at pod creation, invisible in the template),
+in-place resize status.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from gatekeeper.core.kube.fields import integer, mapping, sequence, string
 from gatekeeper.core.kube.keys import LWS_API_VERSION
 from gatekeeper.core.kube.quantity import QuantityLike, parse_quantity, to_units
 from gatekeeper.core.kube.selectors import NodeConstraints, parse_node_constraints
+from gatekeeper.core.model.claims import asked_claims, not_counted
 
 #: Resource amounts in scheduler units (cpu: millicores; everything else: base units).
 Resources = Mapping[str, int]
@@ -213,6 +216,9 @@ def _template_demand(
     spec = mapping(spec, f"{where}.spec")
     if not sequence(spec.get("containers"), f"{where}.spec.containers"):
         raise ValueError(f"{where}.spec.containers: a pod needs at least one container")
+    claims = asked_claims(spec)
+    if claims:
+        raise ValueError(f"{where}.{not_counted(claims)}")
     runtime_class = string(spec.get("runtimeClassName"), f"{where}.spec.runtimeClassName")
     overhead = runtime_class_overhead.get(runtime_class) if runtime_class else None
     return pod_demand(role, spec, overhead=overhead, where=f"{where}.spec")
