@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 import kr8s.asyncio
 
 from gatekeeper.controller import resources as r
-from gatekeeper.controller.errors import Conflict
+from gatekeeper.controller.errors import Conflict, Forbidden
 from gatekeeper.controller.kube import Kube
 from gatekeeper.core.kube.keys import POOL_LABEL
 from gatekeeper.core.writes.leftover_gates import plan_leftover_gates
@@ -67,6 +67,9 @@ async def free_left_gates(
             continue
         try:
             await kube.json_patch(r.PODS, pod.name, pod.namespace, list(pod.ops))
+        except Forbidden as exc:
+            denied.append(f"{where}: {exc}")
+            continue
         except Conflict as exc:
             if exc.code == 403:
                 denied.append(f"{where}: {exc}")

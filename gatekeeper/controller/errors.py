@@ -5,8 +5,14 @@ success, and each caller must treat them alike (kopf's ``TemporaryError(delay=)`
 ``PermanentError`` are the model):
 
 * ``Conflict`` (a ``TemporaryError`` with no delay): the object changed or is gone since it
-  was read, or it is already there (404, 409, 422; 403 too). Nothing is wrong: the next
-  pass decides again on fresh state.
+  was read, or it is already there (404, 409, 422), or an admission policy or webhook refused
+  it in the object's present state (403). Nothing is wrong: the next pass decides again on
+  fresh state.
+* ``Forbidden`` (a ``PermanentError``): the gatekeeper's own RBAC does not allow the request
+  (a 403 whose message is the authorizer's "User ... cannot VERB resource ..."). Sent again
+  it fails again until an admin grants the verb: it is logged as an error and counted in
+  ``gatekeeper_forbidden_total``, never taken for a conflict. What it leaves undone stays
+  visible in the cluster (a pod not deleted keeps its quota held, and its record says so).
 * ``NamespaceTerminating`` (a ``Conflict``): a create in a namespace being deleted, the
   403 whose details name the cause ``NamespaceTerminating``. It cannot succeed, is not a
   refusal of the gatekeeper's RBAC, and needs no retry: the namespace's deletion takes the
@@ -25,6 +31,7 @@ loop retries temporary errors and nothing else. Both count each failed request i
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Mapping
 
 import httpx
@@ -33,8 +40,10 @@ from prometheus_client import Counter
 
 __all__ = [
     "API_ERRORS",
+    "FORBIDDEN",
     "TRANSPORT_ERRORS",
     "Conflict",
+    "Forbidden",
     "NamespaceTerminating",
     "NotLeading",
     "PermanentError",
@@ -81,6 +90,10 @@ class PermanentError(Exception):
         self.code = code
 
 
+class Forbidden(PermanentError):
+    """The gatekeeper's RBAC does not allow the request: not retried until an admin grants it."""
+
+
 #: Failures below HTTP (connection refused or reset, timeouts, TLS): the server may be back soon.
 TRANSPORT_ERRORS: tuple[type[Exception], ...] = (
     httpx.HTTPError,
@@ -90,15 +103,26 @@ TRANSPORT_ERRORS: tuple[type[Exception], ...] = (
 )
 
 _CONFLICTS = frozenset({403, 404, 409, 422})
+#: The authorizer's words when RBAC (or any authorizer) denies a request: ``pods "x" is
+#: forbidden: User "system:serviceaccount:ns:sa" cannot delete resource "pods" in API group
+#: "" in the namespace "ns"``. An admission policy's or webhook's 403 says otherwise.
+_UNAUTHORIZED = re.compile(r'forbidden: User ".*" cannot [a-z]+ resource ')
 #: The cause the API server's NamespaceLifecycle admission gives a create in a namespace being deleted.
 _NAMESPACE_TERMINATING = "NamespaceTerminating"
 
 API_ERRORS = Counter(
     "gatekeeper_api_errors_total",
-    "API requests that failed, by verb, resource and code: the HTTP status (403, 404, 409 and 422 "
-    "are Conflicts, decided again next pass; 401, 429 and 5xx are retried; others are refused), "
-    "or 'transport' when no answer came (connection refused or broken, a timeout, a broken stream)",
+    "API requests that failed, by verb, resource and code: the HTTP status (404, 409 and 422, and "
+    "a 403 of an admission policy, are Conflicts, decided again next pass; 401, 429 and 5xx are "
+    "retried; others, and a 403 of RBAC, are refused), or 'transport' when no answer came "
+    "(connection refused or broken, a timeout, a broken stream)",
     ["verb", "resource", "code"],
+)
+FORBIDDEN = Counter(
+    "gatekeeper_forbidden_total",
+    "API requests the gatekeeper's own RBAC does not allow, by verb and resource: nothing retries "
+    "them until an admin grants the verb (the chart's ClusterRole has every verb the plans use)",
+    ["verb", "resource"],
 )
 
 
@@ -106,6 +130,8 @@ def count_failure(verb: str, resource: str, exc: BaseException) -> None:
     """Count one failed request of ``verb`` on ``resource`` in :data:`API_ERRORS`."""
     code = getattr(exc, "code", None)
     API_ERRORS.labels(verb, resource, str(code) if code else "transport").inc()
+    if isinstance(exc, Forbidden):
+        FORBIDDEN.labels(verb, resource).inc()
 
 
 def _retry_after(headers: Mapping[str, str]) -> float:
@@ -128,6 +154,8 @@ def error_for_status(
     text = f"{code}: {message}"
     if code == 403 and _NAMESPACE_TERMINATING in causes:
         return NamespaceTerminating(text, code=code)
+    if code == 403 and _UNAUTHORIZED.search(message):
+        return Forbidden(text, code=code)
     if code in _CONFLICTS:
         return Conflict(text, code=code)
     if code in (401, 429) or code >= 500:

@@ -173,10 +173,15 @@ class Kube:
         self, res: Resource, name: str, namespace: str | None = None, *, uid: str | None = None
     ) -> None:
         """Delete, if ``uid`` is given only that very object (not one made since under its name:
-        StatefulSet pods reuse names). Gone already, or another object now: nothing to do."""
+        StatefulSet pods reuse names). Gone already (404), or another object now (409, the
+        precondition): nothing to do. A refusal is raised: an admission policy's (a Conflict,
+        decided again next pass) or the gatekeeper's RBAC's (``Forbidden``)."""
         body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}} if uid else None
-        with contextlib.suppress(Conflict):
+        try:
             await self._call("DELETE", res, f"{res.plural}/{name}", namespace=namespace, body=body)
+        except Conflict as exc:
+            if exc.code not in (404, 409):
+                raise
 
     async def patch_status(
         self,

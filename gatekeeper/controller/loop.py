@@ -32,7 +32,13 @@ from typing import Any, Protocol
 
 import anyio
 
-from gatekeeper.controller.errors import Conflict, NamespaceTerminating, PermanentError, TemporaryError
+from gatekeeper.controller.errors import (
+    Conflict,
+    Forbidden,
+    NamespaceTerminating,
+    PermanentError,
+    TemporaryError,
+)
 from gatekeeper.controller.informer import Informer
 from gatekeeper.core.plugin.decided import Decided
 
@@ -205,6 +211,9 @@ class PassLoop:
                     self.log.info("deferred to the next pass: %s", exc)
                 except TemporaryError as exc:
                     self.log.warning("write failed, retrying in the next pass: %s", exc)
+                except Forbidden as exc:
+                    self.log.error("write not allowed by the gatekeeper's RBAC, not retried: %s", exc)
+                    return False
                 except PermanentError as exc:
                     self.log.error("write refused, not retried: %s", exc)
                     return False

@@ -20,6 +20,7 @@ from prometheus_client import REGISTRY
 from gatekeeper.controller import resources as r
 from gatekeeper.controller.errors import (
     Conflict,
+    Forbidden,
     NamespaceTerminating,
     NotLeading,
     PermanentError,
@@ -79,6 +80,44 @@ def terminating(namespace: str) -> httpx.Response:
 
 
 POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ns"}}
+
+#: The authorizer's answer when the gatekeeper's RBAC lacks a verb.
+RBAC = (
+    'pods "p" is forbidden: User "system:serviceaccount:lws-gatekeeper-system:lws-gatekeeper" '
+    'cannot delete resource "pods" in API group "" in the namespace "ns"'
+)
+#: An admission policy's answer: the object's state, not the gatekeeper's rights.
+POLICY = (
+    "pods \"p\" is forbidden: ValidatingAdmissionPolicy 'lws-gatekeeper-gate' with binding "
+    "'lws-gatekeeper-gate' denied request: only the lws-gatekeeper lifts its gate"
+)
+
+
+def forbidden(message: str) -> httpx.Response:
+    return httpx.Response(
+        403, json={"kind": "Status", "code": 403, "reason": "Forbidden", "message": message}
+    )
+
+
+def forbidden_count(verb: str, resource: str) -> float:
+    labels = {"verb": verb, "resource": resource}
+    return REGISTRY.get_sample_value("gatekeeper_forbidden_total", labels) or 0.0
+
+
+@pytest.mark.anyio
+async def test_a_403_of_rbac_is_permanent_and_counted_an_admission_403_is_a_conflict() -> None:
+    """The gatekeeper's own RBAC refusing a verb is not a conflict to decide again: sent
+    again it fails again until an admin grants it."""
+    kube = Kube(ScriptedApi([forbidden(RBAC), forbidden(POLICY)]))  # type: ignore[arg-type]
+    before = forbidden_count("delete", "pods")
+    with pytest.raises(Forbidden) as rbac:
+        await kube.delete(r.PODS, "p", "ns")
+    assert isinstance(rbac.value, PermanentError) and rbac.value.code == 403
+    assert forbidden_count("delete", "pods") == before + 1
+    with pytest.raises(Conflict) as policy:
+        await kube.delete(r.PODS, "p", "ns")
+    assert policy.value.code == 403
+    assert forbidden_count("delete", "pods") == before + 1, "a policy's refusal is no RBAC refusal"
 
 
 @pytest.mark.anyio

@@ -197,6 +197,9 @@ class Actions(GroupActions):
     write the record first (``Admitted=False``, ``retryAt``), then delete the pods by UID."""
     settled: tuple[tuple[str, str], ...] = ()
     held_by_pods: tuple[GroupState, ...] = ()
+    not_stopped: tuple[WaitStatus, ...] = ()
+    """Groups given back whose let-through pods still run past the grace (not deleted: the
+    gatekeeper's RBAC, or a policy): their record's message says so, with a Warning Event."""
     """Groups given back whose let-through pods still live (terminating): they hold what they
     were admitted with until the pods are gone, their hub claim too."""
     """(namespace, record): admitted groups now whole whose record still counts give-backs
@@ -277,6 +280,7 @@ def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMem
         settled=tuple(sorted(one.settled)),
         look_again=one.look_again,
         held_by_pods=tuple(one.held_by_pods),
+        not_stopped=tuple(one.not_stopped),
     )
 
 

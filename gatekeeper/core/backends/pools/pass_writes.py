@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
+from gatekeeper.core.admission.stopping import PODS_NOT_STOPPED
 from gatekeeper.core.backends.pools.decide import Actions, Admit, Snapshot, WaitStatus
 from gatekeeper.core.backends.pools.giveback import GiveBack, give_back_status
 from gatekeeper.core.backends.pools.writes import (
@@ -24,6 +25,7 @@ from gatekeeper.core.backends.pools.writes import (
     admitted_message,
     pool_status_patch,
     restated_admission,
+    restated_give_back,
     wait_status,
 )
 from gatekeeper.core.kube.keys import ADMITTED, POOL_PLURAL, RECORD_PLURAL
@@ -76,6 +78,7 @@ def plan_writes(actions: Actions, inputs: PassInputs) -> Plan:
     for wait in actions.waiting:
         writer.wait(wait)
     writer.say_held()
+    writer.say_not_stopped()
     writer.restate()
     return (writer.releases(), writer.creations(), tuple(writer.main), writer.pool_statuses())
 
@@ -236,6 +239,26 @@ class _Writer:
             )
             if restated is not None:
                 self.main.append(replace(restated, then=(told,) if told is not None else ()))
+            elif told is not None:
+                self.main.append(told)
+
+    def say_not_stopped(self) -> None:
+        """Given-back groups whose pods still run: their record says why the quota stays held,
+        and people are told once (a Warning Event)."""
+        for held in self.actions.not_stopped:
+            group = held.group
+            ns = group.key.namespace
+            record = self.records.get((ns, group.record))
+            patch = restated_give_back(record, held.message, self.now) if record is not None else None
+            told = self.events.once(group.key, PODS_NOT_STOPPED, held.message, warning=True)
+            if record is not None and patch is not None:
+                self.main.append(
+                    Write(
+                        Op.MERGE_STATUS, RECORD_PLURAL, ns, group.record, patch,
+                        guard=resource_version(record), then=(told,) if told is not None else (),
+                        tag="not-stopped",
+                    )
+                )  # fmt: skip
             elif told is not None:
                 self.main.append(told)
 

@@ -21,6 +21,7 @@ from gatekeeper.core.admission.conformance import conforming
 from gatekeeper.core.admission.members import Stranger
 from gatekeeper.core.admission.queue import AdmittedGroup, WaitingGroup
 from gatekeeper.core.admission.reasons import STRANGER_REASONS, Reason
+from gatekeeper.core.admission.stopping import not_stopped, not_stopped_message, stop_due
 from gatekeeper.core.backends.pools.changed import WaitStatus, changed_template
 from gatekeeper.core.backends.pools.giveback import (
     GiveBack,
@@ -90,6 +91,9 @@ class GroupPass:
     gives: list[GiveBack] = field(default_factory=list)
     held_by_pods: list[GroupState] = field(default_factory=list)
     """Groups given back whose let-through pods still live: they hold their recorded demand."""
+    not_stopped: list[WaitStatus] = field(default_factory=list)
+    """Groups given back whose let-through pods still run, not even terminating, past the grace
+    (``core.admission.stopping``): their record says so, with the reason it had."""
     look_again: datetime | None = None
     """The earliest moment a decision of this pass falls due with nothing changed (a group
     to give back): the next pass comes no later."""
@@ -229,6 +233,7 @@ class GroupPass:
         reservation is free only once its pods are gone."""
         self.stop.extend((gs.key.namespace, p) for p in stragglers(record, pods))
         if record is not None and given_back(record) and self._held_by_pods(gs, record, pods):
+            self._not_stopped(gs, record, pods)
             return
         if waits_for_retry(record, self.settings.now):
             return  # given back: planned again at its status.retryAt
@@ -251,6 +256,19 @@ class GroupPass:
         )
         self.held_by_pods.append(gs)
         return True
+
+    def _not_stopped(self, gs: GroupState, record: Mapping[str, Any], pods: Sequence[GroupPod]) -> None:
+        """A given-back group's let-through pods that still run past the grace: said on its record."""
+        running = not_stopped(record, pods, self.settings.now)
+        said = condition(record, ADMITTED)
+        if not running:
+            due = stop_due(record)
+            if due is not None and any(p.live and not p.gated and not p.terminating for p in pods):
+                self._look_again(due)
+            return
+        message = not_stopped_message(str(said.get("message") or ""), running)
+        reason = Reason(str(said.get("reason")))
+        self.not_stopped.append(WaitStatus(gs, reason, message, 0))
 
 
 def said_changed(record: Mapping[str, Any]) -> bool:

@@ -121,6 +121,17 @@ def restated_admission(
     return {"conditions": [admitted_condition(True, reason, message, current, now)]}
 
 
+def restated_give_back(record: Mapping[str, Any], message: str, now: str) -> dict[str, Any] | None:
+    """The patch that rewrites a given-back record's message (its status stays False, its
+    reason and transition time kept); None when it is admitted again or already says so."""
+    current = condition(record, ADMITTED)
+    if current.get("status") != "False" or current.get("message") == message:
+        return None
+    return {
+        "conditions": [admitted_condition(False, str(current.get("reason") or ""), message, current, now)]
+    }
+
+
 def _describe(st: PoolStatus) -> str:
     text = st.describe()
     if st.stranded:
