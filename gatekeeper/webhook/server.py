@@ -10,10 +10,13 @@ The serving certificate is re-read when its files change on disk (checked at mos
 
 Bounded, so that a pod that reaches the port cannot exhaust the server's memory: a body
 over ``MAX_BODY_BYTES`` is refused (413) before it is read, or as soon as it grows past
-the bound, and at most ``MAX_CONCURRENT_REVIEWS`` reviews are read and answered at once;
-one more is answered at once with 429 and ``Retry-After: 1`` (the API server's client
-retries it), its body never read. So the bodies held in memory are at most
-``MAX_CONCURRENT_REVIEWS * MAX_BODY_BYTES``.
+the bound; the bodies held at once (being read, or answered) take their bytes as they
+arrive from a budget of ``MAX_CONCURRENT_REVIEWS * MAX_BODY_BYTES``, and at most
+``MAX_CONCURRENT_REVIEWS`` reviews are answered at once; past either bound a review is
+answered at once with 429 and ``Retry-After: 1`` (the API server's client retries it). And
+timed (``connections``): a TLS handshake, a connection's first request and a request's body
+each have a deadline, so a client that connects and waits holds no socket for long, and one
+that sends a head and no body holds no review slot at all.
 
 Routes: ``POST /mutate-pods``, ``POST /mutate-leaderworkersets``, the guard's
 ``POST /validate-statefulsets``, ``POST /validate-statefulsets-scale`` and
@@ -45,6 +48,18 @@ from gatekeeper.core.model.closed import what_opens
 from gatekeeper.core.model.gating import is_opted_in, lws_label_patch, pod_gate_patch
 from gatekeeper.core.plugin.backend import PodPatch
 from gatekeeper.webhook.config import LWS_PATH, PODS_PATH, RESIZE_PATH, SCALE_PATH, STATEFULSETS_PATH
+from gatekeeper.webhook.connections import (
+    KEEPALIVE_SECONDS,
+    LINGER_SECONDS,
+    READ_SECONDS,
+    BodyBudget,
+    DeadlineRunner,
+    DeadlineSite,
+    OverBudget,
+    TooLarge,
+    read_body,
+    request_arrived,
+)
 from gatekeeper.webhook.guard import Lookup, resize_guard, scale_guard, statefulset_guard, verdict
 from gatekeeper.webhook.pass_through import PassThrough
 from gatekeeper.webhook.review import BadReview, Patch, Review, answer, parse_review
@@ -70,7 +85,7 @@ MAX_CONCURRENT_REVIEWS = 8
 REQUESTS = Counter(
     "gatekeeper_webhook_requests",
     "AdmissionReviews received, by webhook and result (patched, unchanged, allowed, denied, "
-    "error, bad_request, too_large, busy).",
+    "error, bad_request, too_large, busy, slow_body).",
     ["webhook", "result"],
 )
 
@@ -131,11 +146,13 @@ def _lws_patch(review: Review) -> Patch:
 
 
 class _InFlight:
-    """How many reviews are being read or answered, against the bound."""
+    """How many reviews are being answered, against the bound; and the bytes of the bodies
+    held meanwhile (being read, or answered), against theirs."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, max_body: int) -> None:
         self.limit = limit
         self.count = 0
+        self.budget = BodyBudget(limit * max_body)
 
 
 def _status(code: int, reason: str, message: str) -> dict[str, Any]:
@@ -175,35 +192,51 @@ def _handler(
         log.warning("webhook=%s result=too_large error=%r", webhook, message)
         return web.json_response(_status(413, "RequestEntityTooLarge", message), status=413)
 
+    def busy(why: str) -> web.Response:
+        REQUESTS.labels(webhook, "busy").inc()
+        message = f"lws-gatekeeper webhook is busy: {why}; try again"
+        log.warning("webhook=%s result=busy %s", webhook, why)
+        return web.json_response(
+            _status(429, "TooManyRequests", message), status=429, headers={"Retry-After": "1"}
+        )
+
     async def serve(request: web.Request) -> web.Response:
+        request_arrived(request)
         if request.content_length is not None and request.content_length > max_body:
             return too_large(f"{request.content_length} bytes")
-        if in_flight.count >= in_flight.limit:
-            REQUESTS.labels(webhook, "busy").inc()
-            message = (
-                f"lws-gatekeeper webhook is busy: {in_flight.count} admission reviews in progress, "
-                "the most it serves at once; try again"
-            )
-            log.warning("webhook=%s result=busy in_flight=%d", webhook, in_flight.count)
-            return web.json_response(
-                _status(429, "TooManyRequests", message), status=429, headers={"Retry-After": "1"}
-            )
-        in_flight.count += 1
         try:
+            body = await read_body(request, in_flight.budget, max_body)
+        except (TooLarge, web.HTTPRequestEntityTooLarge):
+            return too_large("longer")
+        except OverBudget as exc:
+            return busy(f"{exc}, the most it holds at once")
+        if body is None:
+            log.warning("webhook=%s result=slow_body", webhook)
+            REQUESTS.labels(webhook, "slow_body").inc()
+            message = (
+                f"lws-gatekeeper webhook: the AdmissionReview's body did not come within {READ_SECONDS:.0f} s"
+            )
+            timed_out = web.json_response(_status(408, "Timeout", message), status=408)
+            timed_out.force_close()  # the connection goes too, after LINGER_SECONDS at most
+            return timed_out
+        size = len(body)
+        try:
+            if in_flight.count >= in_flight.limit:
+                return busy(f"{in_flight.count} admission reviews in progress, the most it serves at once")
+            in_flight.count += 1
             try:
-                body = await request.read()
-            except web.HTTPRequestEntityTooLarge:
-                return too_large("longer")
-            try:
-                review = parse_review(body)
-            except BadReview as exc:
-                REQUESTS.labels(webhook, "bad_request").inc()
-                log.warning("webhook=%s result=bad_request error=%r", webhook, str(exc))
-                return web.json_response({"error": str(exc)}, status=400)
-            del body
-            return web.json_response(await respond(review))
+                try:
+                    review = parse_review(body)
+                except BadReview as exc:
+                    REQUESTS.labels(webhook, "bad_request").inc()
+                    log.warning("webhook=%s result=bad_request error=%r", webhook, str(exc))
+                    return web.json_response({"error": str(exc)}, status=400)
+                del body
+                return web.json_response(await respond(review))
+            finally:
+                in_flight.count -= 1
         finally:
-            in_flight.count -= 1
+            in_flight.budget.give(size)
 
     latency = LATENCY.labels(webhook)  # the series exists (empty) before the first review
 
@@ -279,7 +312,7 @@ def make_app(
     ``lookup`` reads a StatefulSet for the guard of ``statefulsets/scale`` (``guard``).
     """
     app = web.Application(client_max_size=max_body)
-    in_flight = _InFlight(max_concurrent)
+    in_flight = _InFlight(max_concurrent, max_body)
     pods = (
         partial(_pod_patch, pass_through=pass_through)
         if pod_patch is None
@@ -364,12 +397,15 @@ async def start_webhook_server(
     bound address.
     """
     tls = _ReloadingTLS(cert_file, key_file)
-    runner = web.AppRunner(
-        make_app(pass_through=pass_through, pod_patch=pod_patch, lookup=lookup), access_log=None
+    runner = DeadlineRunner(
+        make_app(pass_through=pass_through, pod_patch=pod_patch, lookup=lookup),
+        access_log=None,
+        keepalive_timeout=KEEPALIVE_SECONDS,
+        lingering_time=LINGER_SECONDS,
     )
     await runner.setup()
     try:
-        await web.TCPSite(runner, host, port, ssl_context=tls.context).start()
+        await DeadlineSite(runner, host, port, ssl_context=tls.context).start()
     except BaseException:
         await runner.cleanup()
         raise

@@ -18,7 +18,10 @@ after it.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import ssl
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -479,3 +482,63 @@ async def test_the_webhook_survives_a_flood(cluster: Cluster, namespace: str, at
         input=json.dumps(pod("after", labels={POOL_LABEL: "any"})),
     )
     assert SCHEDULING_GATE in [g["name"] for g in json.loads(out)["spec"]["schedulingGates"]]
+
+
+# ---- the webhook under slow clients ------------------------------------------------------------
+
+
+async def _hold(port: int, *, head: bytes | None) -> float:
+    """One slow client: a TLS connection that sends nothing (or only a request ``head``, its
+    body never); the seconds until the server closes it (or answers it)."""
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context)
+    start = time.monotonic()
+    if head is not None:
+        writer.write(head)
+        await writer.drain()
+    try:
+        while await asyncio.wait_for(reader.read(4096), 60):
+            pass
+    except (ConnectionError, ssl.SSLError, TimeoutError):
+        pass
+    writer.close()
+    return time.monotonic() - start
+
+
+async def test_slow_clients_hold_no_connection_and_pods_are_still_made(
+    cluster: Cluster, namespace: str, attack_watch: Watch
+) -> None:
+    """100 clients connect to the webhook and send nothing, 8 more send a review's head and
+    never its body (enough to hold every review slot): each is closed within 15 s, and pods are
+    made meanwhile at their usual pace."""
+    attack_watch.quota = 0
+    sb = sandbox(cluster)
+    port = int(sb.state()["ports"]["gk_webhook"])
+    head = f"POST {PODS_PATH} HTTP/1.1\r\nHost: x\r\nContent-Length: 4096\r\n\r\n{{"
+    slow = [
+        *(asyncio.create_task(_hold(port, head=None)) for _ in range(100)),
+        *(asyncio.create_task(_hold(port, head=head.encode())) for _ in range(8)),
+    ]
+    await asyncio.sleep(0.5)
+    took: list[float] = []
+    for i in range(20):
+        start = time.monotonic()
+        await ok(
+            cluster,
+            "create",
+            "-n",
+            namespace,
+            "-f",
+            "-",
+            input=json.dumps(pod(f"p{i}", labels={POOL_LABEL: "any"})),
+        )
+        took.append(time.monotonic() - start)
+    held = await asyncio.gather(*slow)
+    took.sort()
+    p99 = took[min(len(took) - 1, int(len(took) * 0.99))]
+    seen = f"closed after {max(held):.1f} s at most; 20 pods made meanwhile, p99 {p99 * 1000:.0f} ms"
+    attack_table.add("100 clients that connect and send nothing, 8 that send no body", "closed", seen)
+    print(seen)
+    assert max(held) < 15, f"a slow client was held {max(held):.1f} s"
+    assert p99 < 5, f"pods were made slowly while slow clients held on: p99 {p99:.1f} s"
