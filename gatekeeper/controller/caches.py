@@ -22,6 +22,7 @@ from gatekeeper.controller.credentials import Credentials
 from gatekeeper.controller.informer import Informer
 from gatekeeper.controller.resources import Resource
 from gatekeeper.core.model.nodes import Node, RequestsMemo, bound_pod_view, parse_node
+from gatekeeper.core.model.owned import statefulset_view
 
 __all__ = ["BOUND_PODS", "Caches"]
 
@@ -29,6 +30,18 @@ log = logging.getLogger("gatekeeper.caches")
 
 BOUND_PODS = "spec.nodeName!="
 """Field selector of every pod bound to a node, anyone's: node room is physical."""
+
+
+def _view_of(
+    resource: Resource, field_selector: str | None
+) -> Callable[[dict[str, Any]], dict[str, Any]] | None:
+    """What an informer keeps of each object: only what the decisions read, for the kinds
+    whose objects anyone can make large (bound pods, StatefulSets); the whole object else."""
+    if resource == r.PODS and field_selector == BOUND_PODS:
+        return bound_pod_view
+    if resource == r.STATEFULSETS:
+        return statefulset_view
+    return None
 
 
 class Caches:
@@ -54,7 +67,8 @@ class Caches:
         """The informer of ``resource`` with these selectors; ``on_change`` joins its listeners.
 
         The bound pods (``BOUND_PODS``, every pod on a node, anyone's: most of a big
-        cluster's objects) are cached as ``bound_pod_view``, only what the decisions read.
+        cluster's objects) are cached as ``bound_pod_view``, and StatefulSets as
+        ``statefulset_view``: only what the decisions read.
         """
         key = (resource.plural, resource.version, label_selector or "", field_selector or "")
         inf = self._informers.get(key)
@@ -65,7 +79,7 @@ class Caches:
                 label_selector=label_selector,
                 field_selector=field_selector,
                 credentials=self.credentials,
-                view=bound_pod_view if resource == r.PODS and field_selector == BOUND_PODS else None,
+                view=_view_of(resource, field_selector),
             )
             self._informers[key] = inf
         if on_change is not None:

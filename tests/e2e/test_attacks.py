@@ -542,3 +542,49 @@ async def test_slow_clients_hold_no_connection_and_pods_are_still_made(
     print(seen)
     assert max(held) < 15, f"a slow client was held {max(held):.1f} s"
     assert p99 < 5, f"pods were made slowly while slow clients held on: p99 {p99:.1f} s"
+
+
+# ---- the gatekeeper's memory against a tenant's large objects ----------------------------------
+
+
+async def test_many_large_statefulsets_of_a_tenant_do_not_grow_the_gatekeeper(
+    cluster: Cluster, namespace: str, attack_watch: Watch, tmp_path: Path
+) -> None:
+    """300 StatefulSets of ``replicas: 0`` with 100 KiB templates, labelled with an LWS's name
+    (what the gatekeeper watches StatefulSets by), made by a tenant with ``edit``: the
+    gatekeeper keeps only what it reads of each, so its memory grows by a few MiB, not with
+    the objects' 30 MiB (kept whole, they grew it by 32 MiB)."""
+    attack_watch.quota = 0
+    sb = sandbox(cluster)
+    pid = int(sb.state()["processes"]["gatekeeper"]["pid"])
+    as_ = await tenants(cluster, namespace, tmp_path)
+    padding = "x" * (100 * 1024)
+
+    def sts(i: int) -> dict[str, Any]:
+        labels = {"leaderworkerset.sigs.k8s.io/name": "vllm", "app": f"big-{i}"}
+        return {
+            "apiVersion": "apps/v1",
+            "kind": "StatefulSet",
+            "metadata": {"name": f"big-{i}", "namespace": namespace, "labels": labels},
+            "spec": {
+                "replicas": 0,
+                "serviceName": "big",
+                "selector": {"matchLabels": {"app": f"big-{i}"}},
+                "template": {
+                    "metadata": {"labels": {"app": f"big-{i}"}, "annotations": {"pad": padding}},
+                    "spec": {"containers": [{"name": "c", "image": "pause:3.10"}]},
+                },
+            },
+        }
+
+    await asyncio.sleep(2)
+    before = memory(pid)["VmRSS"]
+    for start in range(0, 300, 10):
+        batch = {"apiVersion": "v1", "kind": "List", "items": [sts(i) for i in range(start, start + 10)]}
+        await ok(cluster, "create", "-f", "-", input=json.dumps(batch), kubeconfig=as_["edit"])
+    await asyncio.sleep(5)  # the informer has them (a watch event each)
+    growth = memory(pid)["VmRSS"] - before
+    seen = f"RSS +{growth / MIB:.1f} MiB after 300 StatefulSets of 100 KiB (30 MiB of objects)"
+    attack_table.add("edit: 300 StatefulSets of 100 KiB labelled with an LWS's name", "bounded", seen)
+    print(seen)
+    assert growth < 10 * MIB, seen

@@ -29,7 +29,26 @@ from typing import Any
 from gatekeeper.core.kube.keys import LWS_KIND, LWS_NAME_LABEL
 from gatekeeper.core.kube.objects import as_list, as_map, labels, meta, name_of
 
-__all__ = ["Controller", "controller_of", "scale_refusal", "statefulset_refusal"]
+__all__ = ["Controller", "controller_of", "scale_refusal", "statefulset_refusal", "statefulset_view"]
+
+#: What the decisions read of a StatefulSet: who it is and who controls it.
+_STS_META = ("name", "namespace", "uid", "resourceVersion", "labels", "ownerReferences", "deletionTimestamp")
+
+
+def statefulset_view(sts: Mapping[str, Any]) -> dict[str, Any]:
+    """What the decisions read of a StatefulSet watched by an LWS's name label: its identity
+    and its controller (``core.admission.members``, ``backends.pools.pass_through``), no spec.
+
+    Anyone with ``edit`` in a namespace can make StatefulSets with that label, of any size;
+    kept whole, their templates would grow the gatekeeper's memory with a tenant's objects.
+    (The StatefulSet guard reads a StatefulSet's spec from the API server, not from here.)"""
+    metadata = sts.get("metadata")
+    view: dict[str, Any] = {k: sts[k] for k in ("apiVersion", "kind") if k in sts}
+    if isinstance(metadata, Mapping):
+        view["metadata"] = {k: metadata[k] for k in _STS_META if k in metadata}
+    else:
+        view["metadata"] = metadata  # malformed reads as malformed, not as empty
+    return view
 
 
 @dataclass(frozen=True)
