@@ -50,13 +50,13 @@ from gatekeeper.core.plugin.backend import PodPatch
 from gatekeeper.webhook.config import LWS_PATH, PODS_PATH, RESIZE_PATH, SCALE_PATH, STATEFULSETS_PATH
 from gatekeeper.webhook.connections import (
     KEEPALIVE_SECONDS,
-    LINGER_SECONDS,
     READ_SECONDS,
     BodyBudget,
     DeadlineRunner,
     DeadlineSite,
     OverBudget,
     TooLarge,
+    close_after,
     read_body,
     request_arrived,
 )
@@ -216,9 +216,7 @@ def _handler(
             message = (
                 f"lws-gatekeeper webhook: the AdmissionReview's body did not come within {READ_SECONDS:.0f} s"
             )
-            timed_out = web.json_response(_status(408, "Timeout", message), status=408)
-            timed_out.force_close()  # the connection goes too, after LINGER_SECONDS at most
-            return timed_out
+            return await close_after(request, web.json_response(_status(408, "Timeout", message), status=408))
         size = len(body)
         try:
             if in_flight.count >= in_flight.limit:
@@ -401,7 +399,6 @@ async def start_webhook_server(
         make_app(pass_through=pass_through, pod_patch=pod_patch, lookup=lookup),
         access_log=None,
         keepalive_timeout=KEEPALIVE_SECONDS,
-        lingering_time=LINGER_SECONDS,
     )
     await runner.setup()
     try:
