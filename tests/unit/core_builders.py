@@ -23,6 +23,7 @@ from gatekeeper.core.kube.keys import (
 from gatekeeper.core.kube.parsed import Parsed, parse_each
 from gatekeeper.core.model.demand import GroupDemand, group_demand
 from gatekeeper.core.model.group import GroupKey, InvalidDemand
+from gatekeeper.core.model.lws import GroupPod
 from gatekeeper.core.model.nodes import Node, parse_node
 from gatekeeper.core.model.pool import Pool, parse_pool
 from gatekeeper.core.model.record import record_name
@@ -270,6 +271,27 @@ class PoolBuilder:
 
 def pool(name: str) -> PoolBuilder:
     return PoolBuilder(name)
+
+
+def group_pod(
+    name: str,
+    revision: str = "v1",
+    *,
+    gated: bool = False,
+    live: bool = True,
+    terminating: bool = False,
+    worker: int = 0,
+) -> GroupPod:
+    """What a pass reads of one pod of a group (``core.model.lws.GroupPod``); bound unless gated."""
+    return GroupPod(
+        name=name,
+        live=live,
+        terminating=terminating,
+        gated=gated,
+        bound=not gated,
+        worker=worker,
+        revision=revision,
+    )
 
 
 def read_pools(objs: list[dict[str, Any]]) -> Parsed[Pool]:

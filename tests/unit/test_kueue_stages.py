@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from core_builders import lws, record
+from core_builders import group_pod, lws, record
 
 from gatekeeper.core.backends.kueue.adopt import adopted_elsewhere, old_pods
 from gatekeeper.core.backends.kueue.workload import never_fits, waiting_reason
@@ -59,15 +59,7 @@ def test_a_group_is_adopted_when_its_admission_was_not_made_by_kueue(
 def member(
     name: str, revision: str, *, gated: bool, live: bool = True, terminating: bool = False
 ) -> GroupPod:
-    return GroupPod(
-        name=name,
-        live=live,
-        terminating=terminating,
-        gated=gated,
-        bound=not gated,
-        worker=0,
-        revision=revision,
-    )
+    return group_pod(name, revision, gated=gated, live=live, terminating=terminating)
 
 
 @pytest.mark.parametrize(

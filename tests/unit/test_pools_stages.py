@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from core_builders import lws, record
+from core_builders import group_pod, lws, record
 
 from gatekeeper.core.admission.queue import AdmittedGroup, WaitingGroup
 from gatekeeper.core.admission.reasons import Reason
@@ -46,15 +46,8 @@ def admitted(gpus: int = 1, revision: str = "v1") -> dict[str, Any]:
 def pod(
     name: str, revision: str, *, gated: bool = False, live: bool = True, terminating: bool = False
 ) -> GroupPod:
-    return GroupPod(
-        name=name,
-        live=live,
-        terminating=terminating,
-        gated=gated,
-        bound=not gated,
-        worker=0 if name.endswith("0") else 1,
-        revision=revision,
-    )
+    worker = 0 if name.endswith("0") else 1
+    return group_pod(name, revision, gated=gated, live=live, terminating=terminating, worker=worker)
 
 
 # ----- changed_template: an admitted group whose LWS now asks another demand -----------------

@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from core_builders import group_pod
 
 from gatekeeper.core.admission.stopping import STOP_GRACE_SECONDS, not_stopped, not_stopped_message, stop_due
 from gatekeeper.core.model.lws import GroupPod
@@ -27,9 +28,7 @@ RECORD: dict[str, Any] = {
 
 
 def pod(name: str, *, gated: bool = False, live: bool = True, terminating: bool = False) -> GroupPod:
-    return GroupPod(
-        name=name, live=live, terminating=terminating, gated=gated, bound=not gated, worker=0, revision=""
-    )
+    return group_pod(name, "", gated=gated, live=live, terminating=terminating)
 
 
 AFTER = GIVEN_BACK + timedelta(seconds=STOP_GRACE_SECONDS)

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from core_builders import lws, record
+from core_builders import group_pod, lws, record
 
 from gatekeeper.core.admission.conformance import Departed
 from gatekeeper.core.admission.reasons import Reason
@@ -53,9 +53,7 @@ def test_a_group_is_held_back_only_until_its_retry(
 
 
 def pod(name: str, *, gated: bool, live: bool = True) -> GroupPod:
-    return GroupPod(
-        name=name, live=live, terminating=False, gated=gated, bound=not gated, worker=0, revision="v1"
-    )
+    return group_pod(name, gated=gated, live=live)
 
 
 def group(rec: dict[str, Any] | None, *pods: GroupPod) -> LwsGroup:
