@@ -510,10 +510,16 @@ async def test_slow_clients_hold_no_connection_and_pods_are_still_made(
     cluster: Cluster, namespace: str, attack_watch: Watch
 ) -> None:
     """100 clients connect to the webhook and send nothing, 8 more send a review's head and
-    never its body (enough to hold every review slot): each is closed within 15 s, and pods are
-    made meanwhile at their usual pace."""
+    never its body (enough to hold every review slot): each is closed within 15 s, and a
+    tenant's opted-in pods are made meanwhile at their usual pace, each with its gate."""
     attack_watch.quota = 0
     sb = sandbox(cluster)
+    await ok(cluster, "create", "serviceaccount", "tenant", "-n", namespace)
+    await ok(
+        cluster, "create", "rolebinding", "tenant-edit", "--clusterrole=edit",
+        f"--serviceaccount={namespace}:tenant", "-n", namespace,
+    )  # fmt: skip
+    tenant = f"--as=system:serviceaccount:{namespace}:tenant"
     port = int(sb.state()["ports"]["gk_webhook"])
     head = f"POST {PODS_PATH} HTTP/1.1\r\nHost: x\r\nContent-Length: 4096\r\n\r\n{{"
     slow = [
@@ -524,16 +530,13 @@ async def test_slow_clients_hold_no_connection_and_pods_are_still_made(
     took: list[float] = []
     for i in range(20):
         start = time.monotonic()
-        await ok(
-            cluster,
-            "create",
-            "-n",
-            namespace,
-            "-f",
-            "-",
+        made = await ok(
+            cluster, tenant, "create", "-n", namespace, "-o", "json", "-f", "-",
             input=json.dumps(pod(f"p{i}", labels={POOL_LABEL: "any"})),
-        )
+        )  # fmt: skip
         took.append(time.monotonic() - start)
+        gates = [g["name"] for g in json.loads(made)["spec"].get("schedulingGates") or []]
+        assert gates == [SCHEDULING_GATE], f"p{i} was made without its gate: {gates}"
     held = await asyncio.gather(*slow)
     took.sort()
     p99 = took[min(len(took) - 1, int(len(took) * 0.99))]
