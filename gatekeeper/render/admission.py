@@ -30,6 +30,7 @@ __all__ = [
     "LIST_VARIABLES",
     "MEMBER_LABELS",
     "POLICY_FILES",
+    "PRIORITY_CLASSES",
     "RECORD_PROTECTION",
     "PoliciesMissing",
     "cel_string_list",
@@ -43,10 +44,12 @@ RECORD_PROTECTION = "record-protection"
 GATEKEEPER_SCOPE = "gatekeeper-scope"
 MEMBER_LABELS = "member-labels"
 CLOSED_POOLS = "closed-pools"
+PRIORITY_CLASSES = "priority-classes"
 POLICY_FILES = (
     GATE_PROTECTION,
     "gate-injection",
     "pool-label",
+    PRIORITY_CLASSES,
     RECORD_PROTECTION,
     GATEKEEPER_SCOPE,
     MEMBER_LABELS,

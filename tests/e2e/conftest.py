@@ -628,10 +628,14 @@ async def eventually(
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
-async def records(api: kr8s.asyncio.Api, namespace: str) -> dict[int, dict[str, Any]]:
-    """The namespace's GroupAdmission records by group index."""
+async def records(api: kr8s.asyncio.Api, namespace: str, lws: str | None = None) -> dict[int, dict[str, Any]]:
+    """The namespace's GroupAdmission records by group index (``lws``: of that LWS only)."""
     objs = await list_raw(api, "groupadmissions.lws-gatekeeper.io", namespace=namespace)
-    return {int(o["spec"]["groupIndex"]): o for o in objs}
+    return {
+        int(o["spec"]["groupIndex"]): o
+        for o in objs
+        if lws is None or o["spec"].get("leaderWorkerSet") == lws
+    }
 
 
 def admitted(record: Mapping[str, Any]) -> bool:

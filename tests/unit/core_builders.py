@@ -253,6 +253,11 @@ class PoolBuilder:
             self._obj["spec"]["namespaceSelector"] = selector
         return self
 
+    def allowed_classes(self, *names: Any) -> PoolBuilder:
+        """``spec.allowedPriorityClasses``."""
+        self._obj["spec"]["allowedPriorityClasses"] = list(names)
+        return self
+
     def strict(self) -> PoolBuilder:
         self._obj["spec"]["queueingStrategy"] = "StrictFIFO"
         return self
@@ -321,6 +326,7 @@ def waiting(
     priority: int = 0,
     age: int = 0,
     namespace: str = "default",
+    classes: tuple[str, ...] = (),
 ) -> WaitingGroup:
     """A waiting group; ``age`` is seconds after T0 at which its LWS was created."""
     return WaitingGroup(
@@ -329,6 +335,7 @@ def waiting(
         demand=demand,
         created=T0 + timedelta(seconds=age),
         priority=priority,
+        classes=classes,
     )
 
 

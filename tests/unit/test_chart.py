@@ -318,8 +318,8 @@ def test_default_objects(default: list[dict[str, Any]]) -> None:
             "Service",
             "Service",
             "ServiceAccount",
-            *["ValidatingAdmissionPolicy"] * 9,
-            *["ValidatingAdmissionPolicyBinding"] * 9,
+            *["ValidatingAdmissionPolicy"] * 10,
+            *["ValidatingAdmissionPolicyBinding"] * 10,
             "ValidatingWebhookConfiguration",
         ]
     )
@@ -523,6 +523,7 @@ def test_the_policies_are_the_files_of_policies(default: list[dict[str, Any]]) -
         [
             "gate-protection",
             "pool-label",
+            "priority-classes",
             "record-protection",
             "gatekeeper-scope",
             "member-labels",
@@ -609,6 +610,7 @@ def test_cert_manager_auto_follows_the_cluster(render: Render) -> None:
 def test_policies_off(render: Render) -> None:
     objects = render(
         "--set", "policies.gateProtection.enabled=false", "--set", "policies.poolLabel.enabled=false",
+        "--set", "policies.priorityClasses.enabled=false",
         "--set", "policies.recordProtection.enabled=false", "--set", "policies.gatekeeperScope.enabled=false",
         "--set", "policies.memberLabels.enabled=false", "--set", "policies.closedPools.enabled=false",
     )  # fmt: skip
@@ -621,7 +623,7 @@ def test_gate_protection_allows_the_chosen_service_account_and_extras(render: Re
         "--set", "serviceAccount.create=false",
         "--set", "serviceAccount.name=gk-robot",
         "--set", "policies.gateProtection.extraAllowedUsernames={ops-admin,system:serviceaccount:x:y}",
-        "--set", "policies.poolLabel.enabled=false",
+        "--set", "policies.poolLabel.enabled=false", "--set", "policies.priorityClasses.enabled=false",
         "--set", "policies.recordProtection.enabled=false", "--set", "policies.gatekeeperScope.enabled=false",
         "--set", "policies.memberLabels.enabled=false", "--set", "policies.closedPools.enabled=false",
     )  # fmt: skip

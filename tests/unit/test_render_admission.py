@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gatekeeper.core.kube.keys import CHARGE_KEY, POOL_LABEL, SCHEDULING_GATE
+from gatekeeper.core.kube.keys import CHARGE_KEY, GATEKEEPER_API_VERSION, POOL_LABEL, SCHEDULING_GATE
 from gatekeeper.render.admission import (
     ALLOWED_USERNAMES_VARIABLE,
     HUB_POLICY_FILES,
@@ -69,7 +69,9 @@ def test_the_contract_names_are_spelt_right() -> None:
     assert POOL_LABEL in text["pool-label"]
     assert CHARGE_KEY in text["member-labels"]
     # Nothing that looks like the contract names but is not (a typo disables the policy).
+    assert GATEKEEPER_API_VERSION in text["priority-classes"]
     for body in text.values():
+        body = body.replace(f"apiVersion: {GATEKEEPER_API_VERSION}", "")
         assert set(re.findall(r"lws-gatekeeper\.io/[a-z-]*[a-z]", body)) <= {
             SCHEDULING_GATE,
             POOL_LABEL,

@@ -7,7 +7,7 @@ place. Each builder returns the text after "group N " so that results for one
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from gatekeeper.core.admission.fit import Misfit
 from gatekeeper.core.admission.quota import by_importance
@@ -39,6 +39,15 @@ def pool_not_found(pool: str) -> str:
 
 def namespace_not_allowed(namespace: str, pool: str) -> str:
     return f"waits: namespace {namespace} may not use pool {pool}"
+
+
+def priority_class_not_allowed(pool: str, named: Sequence[str], allowed: Iterable[str]) -> str:
+    said = ", ".join(f"PriorityClass {c}" if c else "no PriorityClass" for c in named)
+    listed = ", ".join(sorted(allowed))
+    return (
+        f"waits: its LeaderWorkerSet's templates name {said}; pool {pool} allows only "
+        f"PriorityClasses {listed} (spec.allowedPriorityClasses): name one of them"
+    )
 
 
 def not_made_by(pods: Sequence[str], lws: str) -> str:

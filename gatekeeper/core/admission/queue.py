@@ -29,6 +29,9 @@ class WaitingGroup:
     demand: GroupDemand | InvalidDemand
     created: datetime
     priority: int = 0
+    classes: tuple[str, ...] = ()
+    """The PriorityClass names its pods get (``core.model.lws.priority_classes``; "" for none),
+    for a Pool's ``spec.allowedPriorityClasses``."""
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,9 @@ class Reason(StrEnum):
     """The LWS names a pool that does not exist."""
     NAMESPACE_NOT_ALLOWED = "NamespaceNotAllowed"
     """The pool's ``spec.namespaceSelector`` does not admit the LWS's namespace."""
+    PRIORITY_CLASS_NOT_ALLOWED = "PriorityClassNotAllowed"
+    """The LWS's templates name a PriorityClass (or none) that the pool's
+    ``spec.allowedPriorityClasses`` does not list."""
     NOT_MADE_BY_LWS = "NotMadeByLeaderWorkerSet"
     """A pod claims an admitted group by its labels but was not made by the LWS's
     StatefulSets: it stays gated (the group keeps its admission)."""

@@ -30,6 +30,7 @@ __all__ = [
     "is_gated",
     "pool_of",
     "priority",
+    "priority_classes",
     "replicas",
     "size",
     "templates",
@@ -106,6 +107,20 @@ def priority(lws: Mapping[str, Any], classes: Mapping[str, int]) -> Priority:
         if isinstance(value, int) and not isinstance(value, bool):
             return Priority(value)
     return Priority()
+
+
+def priority_classes(lws: Mapping[str, Any]) -> tuple[str, ...]:
+    """The PriorityClass each of the LWS's templates names, leader's then worker's, each once
+    ("" for a template that names none: its pods get the cluster's default). The leader's
+    template is the worker's when the LWS has none, as its pods are made."""
+    leader, worker = templates(lws)
+    named: list[str] = []
+    for tmpl in (leader, worker):
+        name = as_map(as_map(tmpl).get("spec")).get("priorityClassName")
+        value = name if isinstance(name, str) else ""
+        if value not in named:
+            named.append(value)
+    return tuple(named)
 
 
 def group_index(pod: Mapping[str, Any]) -> int | None:

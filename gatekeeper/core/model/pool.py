@@ -97,6 +97,16 @@ class Pool:
     admission_timeout: int | None = None
     """``spec.admissionTimeout`` in seconds: an admitted group whose pods are not all bound by
     then is given back; None: never."""
+    allowed_priority_classes: frozenset[str] | None = None
+    """``spec.allowedPriorityClasses``: the PriorityClasses the pool's groups may name; None: any."""
+
+    def disallowed(self, classes: Iterable[str]) -> tuple[str, ...]:
+        """The classes of ``classes`` (those a group's templates name, "" for none) the pool
+        does not allow: with ``spec.allowedPriorityClasses`` set, a template must name one of
+        them (naming none would give its pods the cluster's default, whatever that is)."""
+        if self.allowed_priority_classes is None:
+            return ()
+        return tuple(c for c in classes if c not in self.allowed_priority_classes)
 
     def selects(self, node: Node) -> bool:
         """Does ``spec.nodeSelector`` select this node?"""
@@ -190,6 +200,7 @@ def parse_pool(obj: Mapping[str, Any]) -> Pool:
             raise ValueError(
                 "spec.nodePools: not with spec.nodeFit QuotaOnly (the NodePools say what nodes can come)"
             )
+        classes = _allowed_classes(spec.get("allowedPriorityClasses"))
         reservation = string(spec.get("reservation"), "spec.reservation", "")
         if len(reservation) > MAX_NAME:
             raise ValueError(f"spec.reservation: longer than {MAX_NAME} characters")
@@ -211,7 +222,27 @@ def parse_pool(obj: Mapping[str, Any]) -> Pool:
         node_pools=node_pools,
         reservation=reservation,
         admission_timeout=timeout,
+        allowed_priority_classes=classes,
     )
+
+
+#: At most this many PriorityClasses in ``spec.allowedPriorityClasses`` (the CRD says so too).
+MAX_ALLOWED_PRIORITY_CLASSES = 32
+
+
+def _allowed_classes(raw: object) -> frozenset[str] | None:
+    """``spec.allowedPriorityClasses``: None when absent; each a PriorityClass name."""
+    if raw is None:
+        return None
+    names = sequence(raw, "spec.allowedPriorityClasses")
+    if len(names) > MAX_ALLOWED_PRIORITY_CLASSES:
+        raise ValueError(
+            f"spec.allowedPriorityClasses: {len(names)} classes, at most {MAX_ALLOWED_PRIORITY_CLASSES}"
+        )
+    for i, name in enumerate(names):
+        if not isinstance(name, str) or not name or len(name) > MAX_NAME:
+            raise ValueError(f"spec.allowedPriorityClasses[{i}]: expected a PriorityClass name, got {name!r}")
+    return frozenset(str(n) for n in names)
 
 
 #: At most this many NodePools per Pool (the CRD says so too).

@@ -23,6 +23,7 @@ from gatekeeper.render.admission import (
     GATE_PROTECTION,
     GATEKEEPER_SCOPE,
     MEMBER_LABELS,
+    PRIORITY_CLASSES,
     RECORD_PROTECTION,
     load_policies,
     service_account_username,
@@ -112,7 +113,15 @@ def sandbox_policies() -> list[dict[str, Any]]:
     """
     chart_account = service_account_username(GATEKEEPER_NAMESPACE, "lws-gatekeeper")
     objects = load_policies(
-        [GATE_PROTECTION, "pool-label", RECORD_PROTECTION, GATEKEEPER_SCOPE, MEMBER_LABELS, CLOSED_POOLS],
+        [
+            GATE_PROTECTION,
+            "pool-label",
+            PRIORITY_CLASSES,
+            RECORD_PROTECTION,
+            GATEKEEPER_SCOPE,
+            MEMBER_LABELS,
+            CLOSED_POOLS,
+        ],
         allowed_usernames=["sandbox-admin", chart_account],
         # statefulSetControllers as the files say: the sandbox's kube-controller-manager runs as
         # system:kube-controller-manager (its own user in a cluster, control_plane.py); and

@@ -42,6 +42,7 @@ def changed_template(
     gs: GroupState,
     priority: int,
     created: datetime,
+    classes: tuple[str, ...] = (),
 ) -> WaitingGroup | tuple[AdmittedGroup, list[str], WaitStatus | None] | None:
     """An admitted group whose LWS now asks another demand than its record holds.
 
@@ -63,7 +64,7 @@ def changed_template(
     live = [p for p in pods if p.live]
     new = [p for p in live if not p.terminating and not is_old(p)]
     if new and not any(is_old(p) for p in live):
-        return WaitingGroup(key=gs.key, pool=gs.pool, demand=demand, created=created, priority=priority)
+        return WaitingGroup(gs.key, gs.pool, demand, created, priority=priority, classes=classes)
     held = recorded_demand(record)
     pool = str(status.get("pool") or gs.pool)
     group = AdmittedGroup(key=gs.key, pool=pool, demand=held, bound=frozenset(range(held.pod_count)))

@@ -240,6 +240,11 @@ class _Pass:
         if not state.pool.admits(self.namespaces.get(ns)):
             detail = text.namespace_not_allowed(ns, group.pool)
             return self._wait(state, group, Reason.NAMESPACE_NOT_ALLOWED, detail)
+        off = state.pool.disallowed(group.classes)
+        if off:
+            allowed = state.pool.allowed_priority_classes or ()
+            detail = text.priority_class_not_allowed(group.pool, off, allowed)
+            return self._wait(state, group, Reason.PRIORITY_CLASS_NOT_ALLOWED, detail)
         if isinstance(group.demand, InvalidDemand):
             return self._wait(state, group, Reason.INVALID_SPEC, text.invalid_spec(group.demand.message))
         demand = self._steer(state.pool, group.demand)

@@ -43,7 +43,7 @@ from gatekeeper.core.model.charge import Charge, charged
 from gatekeeper.core.model.demand import GroupDemand
 from gatekeeper.core.model.group import GroupKey
 from gatekeeper.core.model.groups import GroupState, LwsGroup
-from gatekeeper.core.model.lws import GroupPod
+from gatekeeper.core.model.lws import GroupPod, priority_classes
 from gatekeeper.core.model.pool import Pool
 from gatekeeper.core.model.record import is_admitted, placement, recorded_demand, recorded_shape
 
@@ -107,8 +107,9 @@ class GroupPass:
         if not (staying or admitted):
             return  # leaving and holding nothing: its record (if any) goes now
         demand = gs.demand
+        classes = priority_classes(lws)
         changed = (
-            changed_template(record, demand, pods, gs, order, created)
+            changed_template(record, demand, pods, gs, order, created, classes)
             if record is not None and admitted and isinstance(demand, GroupDemand)
             else None
         )
@@ -133,7 +134,7 @@ class GroupPass:
         elif record is not None and admitted:
             self._admitted(gs, record, pods, staying)
         else:
-            self._waiting(gs, record, pods, created, order)
+            self._waiting(gs, record, pods, created, order, classes)
 
     def _changed(
         self,
@@ -226,6 +227,7 @@ class GroupPass:
         pods: Sequence[GroupPod],
         created: datetime,
         order: int,
+        classes: tuple[str, ...],
     ) -> None:
         """It waits: its stragglers stopped, and queued unless given back until its retry time.
         Given back, while a pod let through on it still lives (terminating in its grace
@@ -238,7 +240,7 @@ class GroupPass:
         if waits_for_retry(record, self.settings.now):
             return  # given back: planned again at its status.retryAt
         self.waiting_groups.append(
-            WaitingGroup(key=gs.key, pool=gs.pool, demand=gs.demand, created=created, priority=order)
+            WaitingGroup(gs.key, gs.pool, gs.demand, created, priority=order, classes=classes)
         )
 
     def _held_by_pods(self, gs: GroupState, record: Mapping[str, Any], pods: Sequence[GroupPod]) -> bool:
