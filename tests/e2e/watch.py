@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gatekeeper.core.kube.keys import GROUP_INDEX_LABEL, LWS_NAME_LABEL
+from gatekeeper.core.kube.keys import GROUP_INDEX_LABEL, LWS_NAME_LABEL, WORKER_INDEX_LABEL
 
 from . import attack_table
 
@@ -55,6 +55,11 @@ def pod_gpus(pod: Mapping[str, Any]) -> int:
     return max(main, init)
 
 
+def ready(pod: Mapping[str, Any]) -> bool:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
 def holds(pod: Mapping[str, Any]) -> bool:
     """A pod holds its node's GPUs from its binding until it ends (a deleting pod still runs)."""
     return bool((pod.get("spec") or {}).get("nodeName")) and (pod.get("status") or {}).get("phase") not in (
@@ -75,11 +80,14 @@ class Sample:
 
 def sample(pods: Iterable[Mapping[str, Any]], at: float, on: Collection[str] | None = None) -> Sample:
     """``bound``: the GPUs of the pods bound to a node in ``on`` (any node if None); ``partial``:
-    the groups with such a pod whose bound pods are fewer than their size."""
+    the groups with such a pod whose bound pods are fewer than their size. A group whose only
+    pod is its leader, not Ready yet, is not partial: under ``LeaderReady`` its LWS makes the
+    workers once the leader is Ready (under ``LeaderCreated`` they exist from the start)."""
     bound = 0
     held: dict[GroupId, list[int]] = {}
     size: dict[GroupId, int] = {}
     watched: set[GroupId] = set()
+    loading: dict[GroupId, bool] = {}
     for pod in pods:
         meta = pod.get("metadata") or {}
         labels, notes = meta.get("labels") or {}, meta.get("annotations") or {}
@@ -88,6 +96,9 @@ def sample(pods: Iterable[Mapping[str, Any]], at: float, on: Collection[str] | N
         stated = str(notes.get(SIZE_ANNOTATION, ""))
         if group is not None and stated.isdigit():
             size[group] = max(size.get(group, 0), int(stated))
+        if group is not None:
+            lone_leader = labels.get(WORKER_INDEX_LABEL, "0") == "0" and not ready(pod)
+            loading[group] = loading.get(group, True) and lone_leader
         if not holds(pod):
             continue
         gpus = pod_gpus(pod)
@@ -100,7 +111,7 @@ def sample(pods: Iterable[Mapping[str, Any]], at: float, on: Collection[str] | N
     partial = {
         g: sum(gpus)
         for g, gpus in held.items()
-        if g in watched and g in size and len(gpus) < size[g] and sum(gpus)
+        if g in watched and g in size and len(gpus) < size[g] and sum(gpus) and not loading.get(g)
     }
     return Sample(at=at, bound=bound, partial=partial)
 

@@ -22,14 +22,20 @@ def pod(
     namespace: str = "team",
     init_gpus: int | None = None,
     limits_only: bool = False,
+    ready: bool = True,
 ) -> dict[str, Any]:
+    """A pod; named ``w...``, a worker (index 1), else a leader."""
     res = (
         {"limits": {"nvidia.com/gpu": str(gpus)}}
         if limits_only
         else {"requests": {"nvidia.com/gpu": str(gpus)}}
     )
     labels = (
-        {"leaderworkerset.sigs.k8s.io/name": group[0], "leaderworkerset.sigs.k8s.io/group-index": group[1]}
+        {
+            "leaderworkerset.sigs.k8s.io/name": group[0],
+            "leaderworkerset.sigs.k8s.io/group-index": group[1],
+            "leaderworkerset.sigs.k8s.io/worker-index": "1" if name.startswith("w") else "0",
+        }
         if group
         else {}
     )
@@ -44,7 +50,7 @@ def pod(
     return {
         "metadata": {"name": name, "namespace": namespace, "labels": labels, "annotations": notes},
         "spec": spec,
-        "status": {"phase": phase},
+        "status": {"phase": phase, "conditions": [{"type": "Ready", "status": str(ready)}]},
     }
 
 
@@ -71,6 +77,9 @@ def test_a_pods_gpus_are_counted_as_the_scheduler_counts_them(body: dict[str, An
         ([pod("x", group=None, size=None)], 1, {}),
         ([pod("l", size=None)], 1, {}),
         ([pod("l"), pod("w", node="n1"), pod("extra", node="n2")], 3, {}),
+        ([pod("l", ready=False)], 1, {}),
+        ([pod("l", ready=False), pod("w", node=None, phase="Pending")], 1, {("team", "vllm", "0"): 1}),
+        ([pod("l")], 1, {("team", "vllm", "0"): 1}),
     ],
     ids=[
         "a whole group",
@@ -79,6 +88,9 @@ def test_a_pods_gpus_are_counted_as_the_scheduler_counts_them(body: dict[str, An
         "a pod of no group is held, not partial",
         "a group of no stated size is not partial",
         "more pods bound than the size is not partial",
+        "a lone leader loading (LeaderReady: its workers come once it is Ready) is not partial",
+        "a loading leader whose worker exists is partial",
+        "a Ready leader without its workers is partial",
     ],
 )
 def test_a_sample_counts_gpus_held_and_groups_partly_bound(

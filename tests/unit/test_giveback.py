@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from core_builders import lws, lws_pod, lws_statefulsets, node, pool, read_pools, record
 
 from gatekeeper.core.admission.reasons import Reason
@@ -18,8 +20,10 @@ from gatekeeper.core.backends.pools.giveback import (
     give_back_status,
     retry_delay,
 )
-from gatekeeper.core.model.pool import parse_duration, parse_pool
+from gatekeeper.core.model.pool import DEFAULT_ADMISSION_TIMEOUT, parse_duration, parse_pool
 from gatekeeper.core.writes.plan import Memory, Op, walk
+
+ROOT = Path(__file__).resolve().parents[2]
 
 NS = "team"
 ADMITTED_AT = datetime(2026, 12, 1, 10, tzinfo=UTC)
@@ -42,8 +46,12 @@ def test_an_unreadable_or_unbounded_admission_timeout_is_refused(raw: Any) -> No
         parse_duration(raw, "spec.admissionTimeout")
 
 
-def test_a_pool_without_admission_timeout_never_gives_back() -> None:
-    assert parse_pool(pool("a").obj()).admission_timeout is None
+def test_a_pool_without_admission_timeout_gives_back_after_the_default() -> None:
+    """The core's default is the CRD's: an admin reading the Pool sees what holds."""
+    assert parse_pool(pool("a").obj()).admission_timeout == DEFAULT_ADMISSION_TIMEOUT == 600
+    crd = yaml.safe_load((ROOT / "gatekeeper" / "crds" / "pools.yaml").read_text())
+    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    assert parse_duration(spec["properties"]["admissionTimeout"]["default"], "x") == DEFAULT_ADMISSION_TIMEOUT
     obj = pool("a").obj()
     obj["spec"]["admissionTimeout"] = "0s"
     with pytest.raises(ValueError, match=r"Pool a: spec.admissionTimeout: '0s' is 0 s"):
@@ -122,7 +130,10 @@ def test_a_group_not_all_bound_within_the_timeout_is_given_back() -> None:
     actions = decide(snap)
     [give] = actions.give_back
     assert (give.group.key.index, give.pods, give.retries) == (1, ("vllm-1", "vllm-1-1"), 1)
-    assert give.message == "group 1 got 1 of its 2 pods bound in 120 s; given back, retried in 60 s"
+    assert (
+        give.message
+        == "group 1 got 1 of its 2 pods bound within 120 s of its admission; given back, retried in 60 s"
+    )
     assert snap.now is not None and give.retry_at == snap.now + timedelta(seconds=60)
     # Not ungated, not admitted, not planned; its charge is held until its pods are gone.
     assert actions.ungate == () and actions.admit == () and actions.waiting == ()
@@ -134,7 +145,7 @@ def test_a_group_not_all_bound_within_the_timeout_is_given_back() -> None:
     [
         (119, 1, "120s", "Admitted"),  # time left
         (121, 2, "120s", "Admitted"),  # whole
-        (10_000, 1, None, "Admitted"),  # no timeout on the pool: never
+        (599, 1, None, "Admitted"),  # no timeout on the pool: the default, 10 minutes
         (121, 1, "120s", "TemplateChanged"),  # waits for its old pods, not for nodes
         (121, 1, "120s", "NotMadeByLeaderWorkerSet"),
     ],
@@ -153,7 +164,10 @@ def test_a_second_give_back_doubles_the_delay_and_names_what_is_left() -> None:
     snap, _ = _scene(after=300, bound=0, retries=2)
     [give] = decide(snap).give_back
     assert give.retries == 3
-    assert give.message == "group 1 got 0 of its 2 pods bound in 120 s; given back, retried in 240 s"
+    assert (
+        give.message
+        == "group 1 got 0 of its 2 pods bound within 120 s of its admission; given back, retried in 240 s"
+    )
 
 
 def test_only_ungated_pods_are_deleted() -> None:
@@ -212,7 +226,7 @@ def test_retries_are_cleared_and_the_group_placed_once_it_is_whole() -> None:
     snap, _ = _scene(after=10, bound=1, retries=3)
     assert decide(snap).settled == ((NS, names[0]),), "group 1 is not whole yet"
     snap, _ = _scene(after=10, bound=2, timeout=None)
-    assert decide(snap).settled == (), "no timeout on the pool: nothing to mark"
+    assert decide(snap).settled == ((NS, names[0]), (NS, names[1])), "the default timeout holds too"
 
 
 def _restarting(placed_at: datetime | None) -> Snapshot:
@@ -254,7 +268,7 @@ def test_the_record_is_given_back_first_then_its_pods_are_deleted_by_uid() -> No
     assert write.guard == "7"  # the version the decision was made on
     cond = write.body["conditions"][0]
     assert (cond["status"], cond["reason"]) == ("False", str(Reason.ADMISSION_TIMEOUT))
-    assert cond["message"].startswith("group 1 got 1 of its 2 pods bound in 120 s")
+    assert cond["message"].startswith("group 1 got 1 of its 2 pods bound within 120 s of its admission")
     assert write.body["retryAt"] == "2026-12-01T10:03:01Z"
     assert (write.body["retries"], write.body["placement"], write.body["admittedAt"]) == (1, None, None)
     assert write.body["placedAt"] is None
@@ -316,6 +330,7 @@ def _departed(*, made_ago: float, admitted: bool = True, timeout: str | None = N
             p = lws_pod("vllm", 1, 1, namespace=NS, pool="a", gated=True, gpu_limit=2)
             p["metadata"]["creationTimestamp"] = made.strftime("%Y-%m-%dT%H:%M:%SZ")
         pods.append(p)
+    rec["status"]["placedAt"] = (ADMITTED_AT + timedelta(seconds=10)).strftime("%Y-%m-%dT%H:%M:%SZ")
     if not admitted:
         rec["status"]["conditions"][0].update(status="False", reason="WaitingForQuota")
     bound = [q for q in pods if q["spec"].get("nodeName")]

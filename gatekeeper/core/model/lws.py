@@ -23,6 +23,7 @@ from gatekeeper.core.kube.keys import (
 from gatekeeper.core.kube.objects import as_list, as_map, is_live, is_terminating, labels
 
 __all__ = [
+    "LEADER_READY",
     "MAX_REPLICAS",
     "GroupPod",
     "Priority",
@@ -33,6 +34,7 @@ __all__ = [
     "priority_classes",
     "replicas",
     "size",
+    "startup_policy",
     "templates",
     "worker_index",
 ]
@@ -123,6 +125,16 @@ def priority_classes(lws: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(named)
 
 
+LEADER_READY = "LeaderReady"
+"""``spec.startupPolicy`` under which the LWS makes a group's workers only once its leader is Ready."""
+
+
+def startup_policy(lws: Mapping[str, Any]) -> str:
+    """``spec.startupPolicy``; ``LeaderCreated`` (the LWS default) when absent or unreadable."""
+    value = as_map(lws.get("spec")).get("startupPolicy")
+    return value if isinstance(value, str) else "LeaderCreated"
+
+
 def group_index(pod: Mapping[str, Any]) -> int | None:
     """The pod's group index; None when it has none or an unreadable one."""
     try:
@@ -165,19 +177,34 @@ class GroupPod:
     """A gated pod's ``metadata.creationTimestamp`` as written (parsed only when needed): how
     long a pod that does not ask what its role was admitted with has waited
     (``backends.pools.giveback.departed``)."""
+    ready_since: str = field(default="", compare=False, repr=False)
+    """A bound leader's ``Ready=True`` condition's ``lastTransitionTime`` as written; "" when
+    it is not Ready (or not a bound leader): under ``LeaderReady`` its workers are made only
+    from then (``backends.pools.giveback``)."""
 
     @classmethod
     def read(cls, pod: Mapping[str, Any], name: str) -> GroupPod:
         spec = as_map(pod.get("spec"))
         gated = is_gated(pod)
+        bound = bool(spec.get("nodeName"))
+        worker = worker_index(pod)
         return cls(
             name=name,
             live=is_live(pod),
             terminating=is_terminating(pod),
             gated=gated,
-            bound=bool(spec.get("nodeName")),
-            worker=worker_index(pod),
+            bound=bound,
+            worker=worker,
             revision=str(labels(pod).get(REVISION_LABEL) or ""),
             spec=spec if gated else None,
             created=str(as_map(pod.get("metadata")).get("creationTimestamp") or "") if gated else "",
+            ready_since=_ready_since(pod) if bound and worker == 0 else "",
         )
+
+
+def _ready_since(pod: Mapping[str, Any]) -> str:
+    for c in as_list(as_map(pod.get("status")).get("conditions")):
+        said = as_map(c)
+        if said.get("type") == "Ready":
+            return str(said.get("lastTransitionTime") or "") if said.get("status") == "True" else ""
+    return ""

@@ -77,6 +77,16 @@ class NodeFit(StrEnum):
     """The quota alone decides; the pods go Pending until nodes come (an autoscaled pool)."""
 
 
+#: ``spec.admissionTimeout`` is between these, in seconds (the CRD says so too): a group needs
+#: some seconds to be bound, and a day is longer than any cloud takes to launch a node.
+MIN_ADMISSION_TIMEOUT = 1
+MAX_ADMISSION_TIMEOUT = 86400
+
+#: ``spec.admissionTimeout`` when a Pool does not say (the CRD defaults it to ``10m`` too):
+#: no admitted group holds its quota for ever on pods that are never made or never bound.
+DEFAULT_ADMISSION_TIMEOUT = 600
+
+
 @dataclass(frozen=True)
 class Pool:
     """A parsed Pool. ``quota`` None means "the pool nodes' allocatable"."""
@@ -94,9 +104,10 @@ class Pool:
     """``spec.nodePools``: the Karpenter NodePools whose nodes belong to the pool (``provisioning.py``)."""
     reservation: str = ""
     """``spec.reservation``: the hub Reservation the pool's groups are charged to as well; "": none."""
-    admission_timeout: int | None = None
+    admission_timeout: int = DEFAULT_ADMISSION_TIMEOUT
     """``spec.admissionTimeout`` in seconds: an admitted group whose pods are not all bound by
-    then is given back; None: never."""
+    then is given back (``backends.pools.giveback``); ``DEFAULT_ADMISSION_TIMEOUT`` when the
+    Pool does not say."""
     allowed_priority_classes: frozenset[str] | None = None
     """``spec.allowedPriorityClasses``: the PriorityClasses the pool's groups may name; None: any."""
 
@@ -194,7 +205,7 @@ def parse_pool(obj: Mapping[str, Any]) -> Pool:
         timeout = (
             parse_duration(spec["admissionTimeout"], "spec.admissionTimeout")
             if spec.get("admissionTimeout") is not None
-            else None
+            else DEFAULT_ADMISSION_TIMEOUT
         )
         if node_pools and node_fit is NodeFit.QUOTA_ONLY:
             raise ValueError(
@@ -248,11 +259,6 @@ def _allowed_classes(raw: object) -> frozenset[str] | None:
 #: At most this many NodePools per Pool (the CRD says so too).
 MAX_NODE_POOLS = 16
 
-
-#: ``spec.admissionTimeout`` is between these, in seconds (the CRD says so too): a group needs
-#: some seconds to be bound, and a day is longer than any cloud takes to launch a node.
-MIN_ADMISSION_TIMEOUT = 1
-MAX_ADMISSION_TIMEOUT = 86400
 
 _DURATION = re.compile(r"(?:(\d{1,5})h)?(?:(\d{1,5})m)?(?:(\d{1,5})s)?")
 

@@ -3,9 +3,12 @@
 Why this exists: a Pool over an autoscaler (``spec.nodePools``) admits a group on what the
 cloud can still launch, and the cloud can run out while the nodes come (an offering has no
 capacity, the NodePool's limit was lowered). The group is then half-placed: some of its pods
-bound, holding nodes that serve nothing, the rest Pending for ever. With
-``spec.admissionTimeout`` on its Pool such a group is given back, as Kueue's
-``waitForPodsReady`` does: its pods are deleted (its LWS makes them again, and they are born
+bound, holding nodes that serve nothing, the rest Pending for ever. So is a group whose
+pods can never be made (a missing ServiceAccount, a refused image pull secret): it holds its
+quota and makes nothing. After its Pool's ``spec.admissionTimeout`` (10 minutes unless the
+Pool says otherwise; under ``LeaderReady`` the workers' time counts from the leader turning
+Ready, so a model that loads for an hour is not given back) such a group is given back, as
+Kueue's ``waitForPodsReady`` does: its pods are deleted (its LWS makes them again, and they are born
 gated: the record no longer says ``Admitted``, so the webhook's pass-through table drops it),
 its record says ``Admitted=False`` with reason ``AdmissionTimeout`` and why, and it is tried
 again after a delay that doubles with each give-back (``status.retryAt``, ``status.retries``,
@@ -47,7 +50,9 @@ from gatekeeper.core.model.retry import recorded_retries, retry_delay
 __all__ = [
     "GIVE_BACK_REASONS",
     "GIVE_BACK_RETRY_MAX_SECONDS",
+    "Deadline",
     "GiveBack",
+    "deadline",
     "departed",
     "due",
     "give_back_status",
@@ -100,27 +105,61 @@ def waits_for_retry(record: Mapping[str, Any] | None, now: datetime | None) -> b
     return now < parse_time(as_map(record.get("status")).get("retryAt"))
 
 
+@dataclass(frozen=True)
+class Deadline:
+    """When an admitted group not yet placed is given back, and from what it is counted."""
+
+    at: datetime
+    from_leader: bool
+    """Counted from its leader turning Ready (``LeaderReady``), not from its admission."""
+
+
+def deadline(
+    record: Mapping[str, Any], pods: Sequence[GroupPod], timeout: int, *, leader_first: bool
+) -> Deadline | None:
+    """When the group is due to be given back unless all its pods are bound; None when it has
+    no deadline now: placed since its admission, no admission time, or (``leader_first``:
+    ``startupPolicy: LeaderReady``) its leader bound and not Ready yet, since the LWS makes
+    the workers only once the leader is Ready, however long its model takes to load.
+
+    The leader must be bound ``timeout`` seconds after the admission; under LeaderReady the
+    workers ``timeout`` seconds after the leader turned Ready; otherwise every pod
+    ``timeout`` seconds after the admission. A pod that is never made (a missing
+    ServiceAccount, a refused image pull secret) counts as not bound."""
+    if placed(record):
+        return None  # it had all its pods bound once: a restart since is not a give-back
+    start = _admitted_at(record)
+    if start == EPOCH:
+        return None
+    leader = next((p for p in pods if p.worker == 0 and p.live and not p.terminating), None)
+    if leader_first and leader is not None and leader.bound:
+        if not leader.ready_since:
+            return None  # loading: its workers come once it is Ready
+        ready = parse_time(leader.ready_since)
+        if ready > start:
+            return Deadline(ready + timedelta(seconds=timeout), from_leader=True)
+    return Deadline(start + timedelta(seconds=timeout), from_leader=False)
+
+
 def timed_out(
     group: GroupState,
     record: Mapping[str, Any],
     pods: Sequence[GroupPod],
-    timeout: int | None,
+    timeout: int,
     now: datetime | None,
     *,
     base: int,
     why: str = "",
+    leader_first: bool = False,
 ) -> GiveBack | None:
-    """The give-back of an admitted group whose pods are not all bound ``timeout`` seconds after
-    its admission (``status.admittedAt``); None when it has no timeout, is whole, has been
-    whole since its admission (``placed``), or has time left. Only a record that says
-    ``Admitted`` (reason ``Admitted``) times out: one that waits for a changed template's old
-    pods, or names a stranger, is not waiting for nodes.
+    """The give-back of an admitted group whose pods are not all bound by its ``deadline``;
+    None when it is whole, has been whole since its admission (``placed``), or has time
+    left. Only a record that says ``Admitted`` (reason ``Admitted``) times out: one that
+    waits for a changed template's old pods, or names a stranger, is not waiting for nodes.
     ``why`` says what the cloud can still launch."""
     said = condition(record, ADMITTED)
-    if timeout is None or now is None or said.get("status") != "True" or said.get("reason") != ADMITTED:
+    if now is None or said.get("status") != "True" or said.get("reason") != ADMITTED:
         return None
-    if placed(record):
-        return None  # it had all its pods bound once: a restart since is not a give-back
     demand = group.demand
     count = getattr(demand, "pod_count", 0)
     if not isinstance(count, int) or count <= 0:
@@ -128,15 +167,16 @@ def timed_out(
     bound = sum(1 for p in pods if p.bound and p.live and not p.terminating)
     if bound >= count:
         return None
-    admitted_at = _admitted_at(record)
-    if admitted_at == EPOCH or now - admitted_at < timedelta(seconds=timeout):
+    due_at = deadline(record, pods, timeout, leader_first=leader_first)
+    if due_at is None or now < due_at.at:
         return None
     retries = recorded_retries(record) + 1
     delay = retry_delay(retries, base)
     cause = f" ({why})" if why else ""
+    since = " of its leader turning Ready" if due_at.from_leader else " of its admission"
     message = (
-        f"group {group.key.index} got {bound} of its {count} pods bound in {timeout} s{cause}; "
-        f"given back, retried in {delay} s"
+        f"group {group.key.index} got {bound} of its {count} pods bound within {timeout} s{since}"
+        f"{cause}; given back, retried in {delay} s"
     )
     stop = tuple(sorted(p.name for p in pods if not p.terminating and not p.gated))
     return GiveBack(group, stop, message, now + timedelta(seconds=delay), retries)
@@ -147,14 +187,16 @@ def _admitted_at(record: Mapping[str, Any]) -> datetime:
     return at if at != EPOCH else parse_time(condition(record, ADMITTED).get("lastTransitionTime"))
 
 
-def timeout_at(record: Mapping[str, Any], pool: Pool | None) -> datetime | None:
+def timeout_at(
+    record: Mapping[str, Any], pods: Sequence[GroupPod], pool: Pool | None, *, leader_first: bool
+) -> datetime | None:
     """When an admitted group not yet placed is due to be given back by its pool's
-    ``spec.admissionTimeout`` (a pass should look again then); None without a timeout, or
-    once placed."""
-    if pool is None or pool.admission_timeout is None or placed(record):
+    ``spec.admissionTimeout`` (a pass should look again then); None without a pool or a
+    deadline (``deadline``)."""
+    if pool is None:
         return None
-    at = _admitted_at(record)
-    return None if at == EPOCH else at + timedelta(seconds=pool.admission_timeout)
+    due_at = deadline(record, pods, pool.admission_timeout, leader_first=leader_first)
+    return None if due_at is None else due_at.at
 
 
 def due(
@@ -165,13 +207,17 @@ def due(
     launcher: Launcher,
     now: datetime | None,
     base: int,
+    *,
+    leader_first: bool = False,
 ) -> GiveBack | None:
     """The give-back of an admitted group past its pool's ``spec.admissionTimeout``, if due;
     its message says what the pool's NodePools can still launch."""
-    if pool is None or pool.admission_timeout is None or not isinstance(group.demand, GroupDemand):
+    if pool is None or not isinstance(group.demand, GroupDemand):
         return None
     why = f"its NodePools can still launch {launcher.describe(pool.node_pools)}" if pool.node_pools else ""
-    return timed_out(group, record, pods, pool.admission_timeout, now, base=base, why=why)
+    return timed_out(
+        group, record, pods, pool.admission_timeout, now, base=base, why=why, leader_first=leader_first
+    )
 
 
 def departed(

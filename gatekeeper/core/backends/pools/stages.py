@@ -43,7 +43,7 @@ from gatekeeper.core.model.charge import Charge, charged
 from gatekeeper.core.model.demand import GroupDemand
 from gatekeeper.core.model.group import GroupKey
 from gatekeeper.core.model.groups import GroupState, LwsGroup
-from gatekeeper.core.model.lws import GroupPod, priority_classes
+from gatekeeper.core.model.lws import LEADER_READY, GroupPod, priority_classes, startup_policy
 from gatekeeper.core.model.pool import Pool
 from gatekeeper.core.model.record import is_admitted, placement, recorded_demand, recorded_shape
 
@@ -132,7 +132,7 @@ class GroupPass:
             assert record is not None
             self._changed(gs, record, changed)
         elif record is not None and admitted:
-            self._admitted(gs, record, pods, staying)
+            self._admitted(gs, record, pods, staying, leader_first=startup_policy(lws) == LEADER_READY)
         else:
             self._waiting(gs, record, pods, created, order, classes)
 
@@ -158,7 +158,13 @@ class GroupPass:
             self.restore.append(restored(gs, record))
 
     def _admitted(
-        self, gs: GroupState, record: Mapping[str, Any], pods: Sequence[GroupPod], staying: bool
+        self,
+        gs: GroupState,
+        record: Mapping[str, Any],
+        pods: Sequence[GroupPod],
+        staying: bool,
+        *,
+        leader_first: bool,
     ) -> None:
         """It holds an admission: given back when due, kept (its gated pods let through), or
         held at its recorded demand when its demand cannot be read any more."""
@@ -168,7 +174,16 @@ class GroupPass:
         status = as_map(record.get("status"))
         held_pool = str(status.get("pool") or gs.pool)
         give = (
-            due(gs, record, pods, s.pools.get(held_pool), s.launcher, s.now, s.retry_seconds)
+            due(
+                gs,
+                record,
+                pods,
+                s.pools.get(held_pool),
+                s.launcher,
+                s.now,
+                s.retry_seconds,
+                leader_first=leader_first,
+            )
             if staying
             else None
         )
@@ -187,10 +202,15 @@ class GroupPass:
         if not isinstance(demand, GroupDemand):
             self._held_unreadable(gs, record, held_pool, demand.message)
             return
-        timed = (pool := s.pools.get(held_pool)) is not None and pool.admission_timeout is not None
-        if (status.get("retries") or (timed and not placed(record))) and whole(pods, demand):
+        pool = s.pools.get(held_pool)
+        if (status.get("retries") or (pool is not None and not placed(record))) and whole(pods, demand):
             self.settled.append((key.namespace, gs.record))  # the doubling cleared; placed from now
-        elif staying and (at := timeout_at(record, pool)) is not None and s.now is not None and at > s.now:
+        elif (
+            staying
+            and (at := timeout_at(record, pods, pool, leader_first=leader_first)) is not None
+            and s.now is not None
+            and at > s.now
+        ):
             self._look_again(at)  # not whole yet: the timeout's pass comes when it falls due
         bound = frozenset(p.worker for p in pods if p.bound and p.live)
         nodes = placement(status.get("placement"))

@@ -53,11 +53,10 @@ from gatekeeper.core.kube.objects import as_list, as_map, json_pointer, labels, 
 from gatekeeper.core.kube.quantity import format_amount
 from gatekeeper.core.model.demand import GroupDemand
 from gatekeeper.core.model.groups import GroupState
-from gatekeeper.core.model.lws import size, templates
+from gatekeeper.core.model.lws import LEADER_READY, size, startup_policy, templates
 
 __all__ = [
     "ADMITTED_PHASES",
-    "LEADER_READY",
     "MAX_MESSAGE",
     "VolcanoState",
     "min_member",
@@ -69,20 +68,11 @@ __all__ = [
     "volcano_state",
 ]
 
-#: ``spec.startupPolicy`` under which the LWS makes the workers only once the leader runs.
-LEADER_READY = "LeaderReady"
-
 #: PodGroup phases in which Volcano has found the group room in its Queue.
 ADMITTED_PHASES = frozenset({VOLCANO_INQUEUE, VOLCANO_RUNNING, "Completed", "Unknown"})
 
 #: The longest message of Volcano's copied into a record (a user's object can make it long).
 MAX_MESSAGE = 1024
-
-
-def startup_policy(lws: Mapping[str, Any]) -> str:
-    """``spec.startupPolicy``; ``LeaderCreated`` (the LWS default) when absent or unreadable."""
-    value = as_map(lws.get("spec")).get("startupPolicy")
-    return value if isinstance(value, str) else "LeaderCreated"
 
 
 def min_member(lws: Mapping[str, Any]) -> int:
