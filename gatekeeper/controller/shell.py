@@ -43,10 +43,20 @@ class GroupInformers:
         """Which pods an LWS made (``core.admission.members``)."""
         self.bound = caches.informer(r.PODS, field_selector=BOUND_PODS)
         """Every pod on a node, anyone's: the room they take, and the charge pods let through carry."""
+        self.limit_ranges = caches.informer(r.LIMIT_RANGES)
+        """The requests a container that names none gets: part of a group's demand."""
 
     @property
     def informers(self) -> list[Informer]:
-        return [self.lws, self.pods, self.records, self.priorities, self.statefulsets, self.bound]
+        return [
+            self.lws,
+            self.pods,
+            self.records,
+            self.priorities,
+            self.statefulsets,
+            self.bound,
+            self.limit_ranges,
+        ]
 
 
 async def decide_and_act(

@@ -118,6 +118,7 @@ def rules(objects: list[dict[str, Any]], kind: str) -> list[Rule]:
 # gates and Events, and deletes the pods of a group given back (a Pool's admissionTimeout).
 CLUSTER_RULES: list[Rule] = [
     ("", "events", ("create",), ()),
+    ("", "limitranges", ("list", "watch"), ()),
     ("", "namespaces", ("list", "watch"), ()),
     ("", "nodes", ("list", "watch"), ()),
     ("", "pods", ("list", "watch", "patch", "delete"), ()),
@@ -154,6 +155,7 @@ SECRET_RULE: Rule = ("", "secrets", ("get", "update"), ("lws-gatekeeper-webhook-
 # quota reservation of an evicted Workload cleared (status patch) and that group's pods stopped.
 KUEUE_CLUSTER_RULES: list[Rule] = [
     ("", "events", ("create",), ()),
+    ("", "limitranges", ("list", "watch"), ()),
     ("", "pods", ("list", "watch", "patch", "delete"), ()),
     ("apps", "statefulsets", ("list", "watch"), ()),
     ("kueue.x-k8s.io", "resourceflavors", ("list", "watch"), ()),

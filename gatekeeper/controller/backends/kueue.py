@@ -89,6 +89,7 @@ class KueueBackend:
             priorities=self.caches.priorities(),
             default_priority=self.caches.default_priority(),
             statefulsets=g.statefulsets.values(),
+            limit_ranges=g.limit_ranges.values(),
             # Pods let through keep their group's Workload by the charge they carry (``core.model.charge``).
             bound_pods=g.bound.values(),
             now=now,

@@ -134,6 +134,8 @@ class PoolsBackend:
         self.namespaces = caches.informer(r.NAMESPACES)
         # The LWS controller labels its StatefulSets with the LWS's name: only those are read.
         self.statefulsets = caches.informer(r.STATEFULSETS, label_selector=LWS_NAME_LABEL)
+        self.limit_ranges = caches.informer(r.LIMIT_RANGES)
+        """The requests a container that names none gets: part of a group's demand."""
         self.urgent = Urgency()
         """Which watched changes call for a pass at once (the loop's ``urgent``)."""
         self.lifter = Lifter(kube, self.pods, pass_through) if pass_through is not None else None
@@ -151,6 +153,7 @@ class PoolsBackend:
             self.priorities,
             self.namespaces,
             self.statefulsets,
+            self.limit_ranges,
         ]
 
     @property
@@ -187,6 +190,7 @@ class PoolsBackend:
             default_priority=self.caches.default_priority(),
             namespaces=namespace_labels(self.namespaces.values()),
             statefulsets=self.statefulsets.values(),
+            limit_ranges=self.limit_ranges.values(),
             node_pools=self.read_node_pools(self.node_pools.values() if self.node_pools is not None else ()),
             node_claims=self.read_node_claims(
                 self.node_claims.values() if self.node_claims is not None else ()

@@ -82,6 +82,7 @@ class VolcanoBackend:
             priorities=self.caches.priorities(),
             default_priority=self.caches.default_priority(),
             statefulsets=g.statefulsets.values(),
+            limit_ranges=g.limit_ranges.values(),
             now=now,
             retry_seconds=self.retry_seconds,
         )

@@ -19,9 +19,10 @@ API server and the kube-scheduler apply to real pods (``resource.PodRequests`` i
 
 Amounts are in scheduler units (see ``quantity.to_units``), rounded up per pod as the
 scheduler does. A template that asks devices through DRA claims is refused
-(``core.model.claims``: what a claim allocates is not in the template). Not modelled:
-LimitRange defaults (applied by admission at pod creation, invisible in the template),
-in-place resize status.
+(``core.model.claims``: what a claim allocates is not in the template). The requests a
+namespace's LimitRanges give a container that names none (``core.model.limits``; added at
+pod creation, invisible in the template) are added when the caller passes them. Not
+modelled: in-place resize status.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from gatekeeper.core.kube.keys import LWS_API_VERSION
 from gatekeeper.core.kube.quantity import QuantityLike, parse_quantity, to_units
 from gatekeeper.core.kube.selectors import NodeConstraints, parse_node_constraints
 from gatekeeper.core.model.claims import asked_claims, not_counted
+from gatekeeper.core.model.limits import Defaults
 
 #: Resource amounts in scheduler units (cpu: millicores; everything else: base units).
 Resources = Mapping[str, int]
@@ -120,11 +122,13 @@ def _max_into(into: dict[str, Fraction], other: Mapping[str, Fraction]) -> None:
             into[name] = amount
 
 
-def _container_requests(container: object, where: str) -> dict[str, Fraction]:
+def _container_requests(container: object, where: str, defaults: Defaults) -> dict[str, Fraction]:
     resources = mapping(mapping(container, where).get("resources"), f"{where}.resources")
     requests = _quantities(resources.get("requests"), f"{where}.resources.requests")
     for name, limit in _quantities(resources.get("limits"), f"{where}.resources.limits").items():
         requests.setdefault(name, limit)  # API server defaulting: request = limit
+    for name, amount in defaults.items():
+        requests.setdefault(name, amount)  # then the LimitRanger's, where neither is named
     return requests
 
 
@@ -137,19 +141,23 @@ def pod_requests(
     *,
     overhead: Mapping[str, QuantityLike] | None = None,
     where: str = "spec",
+    defaults: Defaults | None = None,
 ) -> dict[str, int]:
     """Effective requests of a pod spec, in scheduler units, zero amounts dropped.
 
     ``overhead`` is the RuntimeClass ``overhead.podFixed`` of the pod's
     ``runtimeClassName``, used when the spec has no ``overhead`` of its own (templates
     never do; the RuntimeClass admission plugin fills it in at pod creation).
+    ``defaults`` are the requests the namespace's LimitRanges give a container that names
+    none (``core.model.limits``); a pod already made has them in its spec.
     Raises ValueError naming the field for malformed specs.
     """
+    given: Defaults = defaults or {}
     total: dict[str, Fraction] = {}
     requested: set[str] = set()
     containers = sequence(pod_spec.get("containers"), f"{where}.containers")
     for i, container in enumerate(containers):
-        requests = _container_requests(container, f"{where}.containers[{i}]")
+        requests = _container_requests(container, f"{where}.containers[{i}]", given)
         requested.update(requests)
         _add(total, requests)
 
@@ -157,7 +165,7 @@ def pod_requests(
     init_peak: dict[str, Fraction] = {}
     for i, container in enumerate(sequence(pod_spec.get("initContainers"), f"{where}.initContainers")):
         ctx = f"{where}.initContainers[{i}]"
-        requests = _container_requests(container, ctx)
+        requests = _container_requests(container, ctx, given)
         requested.update(requests)
         if string(mapping(container, ctx).get("restartPolicy"), f"{ctx}.restartPolicy") == "Always":
             _add(total, requests)
@@ -195,11 +203,12 @@ def pod_demand(
     *,
     overhead: Mapping[str, QuantityLike] | None = None,
     where: str = "spec",
+    defaults: Defaults | None = None,
 ) -> PodDemand:
     """A ``PodDemand`` for a pod spec: effective requests plus node constraints."""
     return PodDemand(
         role=role,
-        requests=pod_requests(pod_spec, overhead=overhead, where=where),
+        requests=pod_requests(pod_spec, overhead=overhead, where=where, defaults=defaults),
         constraints=parse_node_constraints(pod_spec, where),
     )
 
@@ -209,6 +218,7 @@ def _template_demand(
     template: Mapping[str, Any],
     where: str,
     runtime_class_overhead: Mapping[str, Mapping[str, QuantityLike]],
+    defaults: Defaults | None,
 ) -> PodDemand:
     spec = template.get("spec")
     if spec is None:
@@ -221,13 +231,14 @@ def _template_demand(
         raise ValueError(f"{where}.{not_counted(claims)}")
     runtime_class = string(spec.get("runtimeClassName"), f"{where}.spec.runtimeClassName")
     overhead = runtime_class_overhead.get(runtime_class) if runtime_class else None
-    return pod_demand(role, spec, overhead=overhead, where=f"{where}.spec")
+    return pod_demand(role, spec, overhead=overhead, where=f"{where}.spec", defaults=defaults)
 
 
 def group_demand(
     lws: Mapping[str, Any],
     *,
     runtime_class_overhead: Mapping[str, Mapping[str, QuantityLike]] | None = None,
+    container_defaults: Defaults | None = None,
 ) -> GroupDemand:
     """The demand of one group of a LeaderWorkerSet (``leaderworkerset.x-k8s.io/v1``).
 
@@ -235,7 +246,9 @@ def group_demand(
     The leader uses ``leaderTemplate`` when present, else ``workerTemplate``.
     ``subGroupPolicy`` only partitions the group for exclusive placement; it does not
     change what the group asks for. ``runtime_class_overhead`` maps RuntimeClass names
-    to their ``overhead.podFixed``. Raises ValueError naming the LWS and the field.
+    to their ``overhead.podFixed``; ``container_defaults`` are the requests the LWS's
+    namespace's LimitRanges give a container that names none (``core.model.limits``).
+    Raises ValueError naming the LWS and the field.
     """
     meta = lws.get("metadata")
     meta = meta if isinstance(meta, Mapping) else {}
@@ -266,17 +279,17 @@ def group_demand(
         leader_template = template.get("leaderTemplate")
         if leader_template is None:
             leader = _template_demand(
-                "leader", mapping(worker_template, worker_where), worker_where, overheads
+                "leader", mapping(worker_template, worker_where), worker_where, overheads, container_defaults
             )
         else:
             leader_where = f"{where}.leaderTemplate"
             leader = _template_demand(
-                "leader", mapping(leader_template, leader_where), leader_where, overheads
+                "leader", mapping(leader_template, leader_where), leader_where, overheads, container_defaults
             )
         pods = [leader]
         if size > 1:
             worker = _template_demand(
-                "worker", mapping(worker_template, worker_where), worker_where, overheads
+                "worker", mapping(worker_template, worker_where), worker_where, overheads, container_defaults
             )
             pods.extend([worker] * (size - 1))
     except ValueError as err:

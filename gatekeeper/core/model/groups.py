@@ -15,20 +15,23 @@ one backend; both backends (and any to come) enumerate groups with ``lws_groups`
   gets an ``InvalidSpec`` demand, and the backend names the indices that hold something
   (admitted records, or Workloads), so they are kept.
 
-A group's demand is computed once per LWS generation: ``DemandMemo`` remembers it, owned by
-the loop that runs the passes (the spec cannot change without a new generation).
+A group's demand is computed once per LWS generation and LimitRange defaults of its namespace:
+``DemandMemo`` remembers it, owned by the loop that runs the passes (the spec cannot change
+without a new generation).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 from gatekeeper.core.kube.keys import LWS_NAME_LABEL
 from gatekeeper.core.kube.objects import as_map, is_terminating, meta
 from gatekeeper.core.model.demand import GroupDemand, group_demand
 from gatekeeper.core.model.group import GroupKey, InvalidDemand
+from gatekeeper.core.model.limits import container_defaults
 from gatekeeper.core.model.lws import GroupPod, group_index, pool_of, replicas
 from gatekeeper.core.model.record import record_belongs, record_name
 
@@ -70,28 +73,40 @@ class LwsGroup:
 
 
 class DemandMemo:
-    """Demands already computed, by LWS (uid, generation), bounded.
+    """Demands already computed, by LWS (uid, generation) and its namespace's LimitRange
+    defaults, bounded.
 
     Owned by a loop, so that nothing in the core is global state: a pass reads every
-    opted-in LWS, and computing a demand from its templates is most of that.
+    opted-in LWS, and computing a demand from its templates is most of that. Each pass
+    first gives it the cluster's LimitRanges (``use_limit_ranges``).
     """
 
     def __init__(self, limit: int = 20_000) -> None:
         self.limit = limit
-        self._seen: dict[tuple[str, int], GroupDemand | InvalidDemand] = {}
+        self._seen: dict[tuple[str, int, tuple[tuple[str, Fraction], ...]], GroupDemand | InvalidDemand] = {}
+        self._defaults: dict[str, dict[str, Fraction]] = {}
 
     def __len__(self) -> int:
         return len(self._seen)
+
+    def use_limit_ranges(self, limit_ranges: Iterable[Mapping[str, Any]]) -> None:
+        """The LimitRanges whose container defaults the demands from now on include."""
+        self._defaults = container_defaults(limit_ranges)
 
     def demand(self, lws: Mapping[str, Any]) -> GroupDemand | InvalidDemand:
         """The demand of one group of ``lws``, or why it cannot be computed."""
         m = meta(lws)
         uid, generation = m.get("uid"), m.get("generation")
-        key = (uid, generation) if isinstance(uid, str) and uid and type(generation) is int else None
+        given = self._defaults.get(str(m.get("namespace") or ""), {})
+        key = (
+            (uid, generation, tuple(sorted(given.items())))
+            if isinstance(uid, str) and uid and type(generation) is int
+            else None
+        )
         if key is not None and key in self._seen:
             return self._seen[key]
         try:
-            demand: GroupDemand | InvalidDemand = group_demand(lws)
+            demand: GroupDemand | InvalidDemand = group_demand(lws, container_defaults=given)
         except (ValueError, ArithmeticError) as exc:  # one LWS's numbers never stop the pass
             demand = InvalidDemand(str(exc))
         if key is not None:

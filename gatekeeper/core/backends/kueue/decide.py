@@ -122,6 +122,8 @@ class KueueSnapshot:
     """The value of the cluster's default PriorityClass (``globalDefault``); 0 without one."""
     statefulsets: Sequence[Mapping[str, Any]] = ()
     """StatefulSets of LWSs: which pods an LWS made (``core.admission.members``)."""
+    limit_ranges: Sequence[Mapping[str, Any]] = ()
+    """Every LimitRange: the requests a container that names none gets (``core.model.limits``)."""
     bound_pods: Sequence[Mapping[str, Any]] = ()
     """Every pod bound to a node: a pod let through keeps its group's Workload while it
     lives, whatever its labels say now (``core.model.charge``)."""
@@ -155,6 +157,7 @@ def decide_kueue(snap: KueueSnapshot, memo: DemandMemo | None = None) -> KueueAc
     ``memo`` remembers demands from one pass to the next (the loop owns it).
     """
     memo = memo if memo is not None else DemandMemo()
+    memo.use_limit_ranges(snap.limit_ranges)
     problems: list[str] = []
     records = index_by_key(snap.records)
     workloads = index_by_key(snap.workloads)

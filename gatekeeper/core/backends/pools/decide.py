@@ -132,6 +132,8 @@ class Snapshot:
     """Namespace name -> its labels (the pools' ``spec.namespaceSelector``)."""
     statefulsets: Sequence[Mapping[str, Any]] = ()
     """StatefulSets of LWSs: which pods an LWS made (``core.admission.members``)."""
+    limit_ranges: Sequence[Mapping[str, Any]] = ()
+    """Every LimitRange: the requests a container that names none gets (``core.model.limits``)."""
     node_pools: Parsed[NodePool] = field(default_factory=Parsed)
     """Karpenter NodePools (read only when the gatekeeper knows the instance types)."""
     node_claims: Parsed[NodeClaim] = field(default_factory=Parsed)
@@ -213,6 +215,7 @@ def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMem
     (the loop owns them).
     """
     memo = memo if memo is not None else DemandMemo()
+    memo.use_limit_ranges(snap.limit_ranges)
     problems: list[str] = []
     pools, invalid_pools = snap.pools.ok, snap.pools.bad
 

@@ -120,6 +120,8 @@ class VolcanoSnapshot:
     """The value of the cluster's default PriorityClass (``globalDefault``); 0 without one."""
     statefulsets: Sequence[Mapping[str, Any]] = ()
     """StatefulSets of LWSs: which pods an LWS made (``core.admission.members``)."""
+    limit_ranges: Sequence[Mapping[str, Any]] = ()
+    """Every LimitRange: the requests a container that names none gets (``core.model.limits``)."""
     now: datetime | None = None
     """The time of the pass, for give-backs and their retry (None: nothing is given back)."""
     retry_seconds: int = 60
@@ -200,7 +202,9 @@ def decide_volcano(snap: VolcanoSnapshot, demands: DemandMemo | None = None) -> 
     who = membership(lws_by_key, snap.pods, snap.statefulsets, snap.bound_pods)
     table = NodeTable(snap.nodes, node_usage_skipping(snap.bound_pods, problems))
     table.add_view(_ALL, lambda _node: True)
-    groups, rank = _groups(snap, demands or DemandMemo(), who.pods_of, records, problems)
+    memo = demands if demands is not None else DemandMemo()
+    memo.use_limit_ranges(snap.limit_ranges)
+    groups, rank = _groups(snap, memo, who.pods_of, records, problems)
     said = _events_by_object(snap.events)
     where = _where(groups, index_by_key(snap.pod_groups), said, snap.now, who.charges)
     back = Back(snap.now, snap.retry_seconds, who.charges)
