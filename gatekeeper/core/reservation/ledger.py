@@ -29,13 +29,14 @@ The rules:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
 from gatekeeper.core.kube.quantity import format_amount
 from gatekeeper.core.model.pool import QueueingStrategy
+from gatekeeper.core.reservation.members import clamped, refusal
 from gatekeeper.core.reservation.objects import (
     BadClaim,
     Claim,
@@ -73,6 +74,10 @@ class ClaimReason(StrEnum):
     MEMBER_GONE = "MemberHeartbeatExpired"
     """Its member's heartbeat expired: a Pending claim is not granted, a Granted one is Orphaned."""
     ORPHAN_TIMEOUT = "OrphanTimeout"
+    MEMBER_NOT_ALLOWED = "MemberNotAllowed"
+    """The Reservation's ``spec.members`` does not list the claim's cluster: never granted."""
+    MEMBER_LIMIT_REACHED = "MemberLimitReached"
+    """Its member holds its ``maxClaims`` or its ``quota`` on the Reservation already."""
     RELEASED_BY_OPERATOR = "ReleasedByOperator"
     """``lws-gatekeeper hub release --cluster``."""
     GRANTED = "Granted"
@@ -294,10 +299,21 @@ def _decide(
         waiting.append(Waiting(claim.name, claim.uid, claim.resource_version, reason, message))
         counts[claim.cluster][1] += 1
 
+    pending = [replace(c, priority=clamped(res.members, c.cluster, c.priority)) for c in pending]
     for claim in sorted(pending, key=order):
         demand = _charged(claim, capacity)
         free = {r: capacity[r] - held[r] for r in capacity}
-        if not _fits(demand, capacity):
+        row = counts[claim.cluster]
+        bounds = refusal(
+            res.members, res.name, claim.cluster, demand, by_cluster.get(claim.cluster, {}), row[0] + row[2]
+        )
+        if bounds is not None:  # never granted, and blocks no one (StrictFIFO included)
+            wait(
+                claim,
+                ClaimReason.MEMBER_NOT_ALLOWED if bounds.not_member else ClaimReason.MEMBER_LIMIT_REACHED,
+                bounds.message,
+            )
+        elif not _fits(demand, capacity):
             words = _words(demand, capacity, capacity)
             wait(claim, ClaimReason.EXCEEDS_CAPACITY, f"can never be granted: {words} with none granted")
         elif claim.cluster in gone:  # not granted, and blocks no one (StrictFIFO included)
@@ -316,6 +332,17 @@ def _decide(
             wait(claim, ClaimReason.WAITING_FOR_CAPACITY, _words(demand, free, capacity))
             if res.queueing_strategy is QueueingStrategy.STRICT_FIFO:
                 blocked = claim
+    status = _status(capacity, held, by_cluster, counts)
+    return Ledger(res.name, tuple(grants), tuple(waiting), status, problems=problems, changes=tuple(changes))
+
+
+def _status(
+    capacity: Mapping[str, int],
+    held: Mapping[str, int],
+    by_cluster: Mapping[str, Mapping[str, int]],
+    counts: Mapping[str, list[int]],
+) -> ReservationStatus:
+    """What the Reservation holds after a pass, and per member (granted, pending, orphaned)."""
     clusters = tuple(
         ClusterShare(
             name=cluster,
@@ -326,7 +353,7 @@ def _decide(
         )
         for cluster, row in sorted(counts.items())
     )
-    status = ReservationStatus(
+    return ReservationStatus(
         capacity=dict(capacity),
         claimed=dict(held),
         free={r: max(capacity[r] - held[r], 0) for r in capacity},
@@ -334,7 +361,6 @@ def _decide(
         granted=sum(s.granted for s in clusters),
         pending=sum(s.pending for s in clusters),
     )
-    return Ledger(res.name, tuple(grants), tuple(waiting), status, problems=problems, changes=tuple(changes))
 
 
 def _membership(

@@ -25,6 +25,7 @@ from gatekeeper.core.kube.keys import GATEKEEPER_API_VERSION
 from gatekeeper.core.kube.objects import EPOCH, meta, parse_time
 from gatekeeper.core.kube.quantity import format_quantity, format_resources, parse_quantity, to_units
 from gatekeeper.core.model.pool import QueueingStrategy
+from gatekeeper.core.reservation.members import MemberBounds, parse_members
 
 __all__ = [
     "CLAIM_KIND",
@@ -91,6 +92,8 @@ class Reservation:
     queueing_strategy: QueueingStrategy = QueueingStrategy.BEST_EFFORT_FIFO
     orphan_timeout: int | None = None
     """Seconds an Orphaned claim keeps holding; None: until released by hand."""
+    members: Mapping[str, MemberBounds] | None = None
+    """``spec.members`` by cluster (``core.reservation.members``); None: any member, unbounded."""
 
 
 @dataclass(frozen=True)
@@ -182,9 +185,16 @@ def parse_reservation(obj: Mapping[str, Any]) -> Reservation:
             bad = strategy_name[:40]
             raise ValueError(f"spec.queueingStrategy: {bad!r} is not one of {allowed}") from None
         timeout = _duration(spec.get("orphanTimeout"), "spec.orphanTimeout")
+        members = parse_members(spec.get("members"))
+        for bound in (members or {}).values():
+            outside = sorted(set(bound.quota) - set(capacity))
+            if outside:
+                raise ValueError(
+                    f"spec.members[{bound.cluster}].quota: {', '.join(outside)} not in spec.capacity"
+                )
     except ValueError as err:
         raise ValueError(f"{label}: {err}") from None
-    return Reservation(name, capacity, strategy, timeout)
+    return Reservation(name, capacity, strategy, timeout, members)
 
 
 def _state(obj: Mapping[str, Any]) -> ClaimState:
@@ -232,9 +242,9 @@ def parse_claim(obj: Mapping[str, Any]) -> Claim | BadClaim:
         group = _bounded_int(spec.get("groupIndex"), "spec.groupIndex", 0, MAX_GROUP_INDEX)
         priority = _bounded_int(spec.get("priority"), "spec.priority", -MAX_PRIORITY - 1, MAX_PRIORITY, 0)
         demand = _resources(spec.get("demand"), "spec.demand")
-        created = parse_time(spec.get("groupCreated"))
-        if created == EPOCH:
-            created = parse_time(m.get("creationTimestamp"))
+        # The member's word for its group's age counts only where it is no earlier than the
+        # claim itself, which the hub's API server stamped: a member cannot queue ahead by it.
+        created = max(parse_time(spec.get("groupCreated")), parse_time(m.get("creationTimestamp")))
         status = obj.get("status")
         status = status if isinstance(status, Mapping) else {}
     except ValueError as err:

@@ -1,0 +1,120 @@
+"""A hub trusts no member's word: a Reservation's ``spec.members`` bounds each member cluster.
+
+Why this exists: a member writes its own claims, so a claim's priority, demand and count are
+the member's to choose. A member with a bug, or in hostile hands, could queue ahead of every
+other member or take the whole reservation. Here the Reservation of 4 GPUs lists its members:
+cluster-a may hold 2 GPUs, cluster-c may claim at priority 100 at most, cluster-d is not
+listed. As cluster-a's real gatekeeper scales its LWS to two groups of 2 GPUs, one group is
+granted and runs whole; the other's claim waits (``MemberLimitReached``) though the
+Reservation has room, and its pods stay gated. As the member identities (a client
+certificate each, as a member cluster joins): cluster-c's claim above its priority bound and
+cluster-d's claim at all are refused at create, with why.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+from . import attack_table
+from .conftest import SharedHub
+from .hub_support import GPU, _json, eventually, pods_of, scene, whole_running_groups
+
+__all__ = ["scene"]  # the fixture, used by name
+
+
+def _claim(reservation: str, cluster: str, tag: str, priority: int) -> str:
+    return json.dumps(
+        {
+            "apiVersion": "lws-gatekeeper.io/v1alpha1",
+            "kind": "ReservationClaim",
+            "metadata": {"name": f"{cluster}.{tag}", "labels": {"lws-gatekeeper.io/cluster": cluster}},
+            "spec": {
+                "reservation": reservation,
+                "cluster": cluster,
+                "namespace": "x",
+                "leaderWorkerSet": "y",
+                "groupIndex": 0,
+                "priority": priority,
+                "demand": {GPU: "1"},
+            },
+        }
+    )
+
+
+def test_each_member_is_held_to_its_bounds_on_the_reservation(
+    shared_hub: SharedHub, scene: Any, tmp_path: Path
+) -> None:
+    reservation, _, ns = scene
+    members = [
+        {"cluster": "cluster-a", "quota": {GPU: "2"}},
+        {"cluster": "cluster-b"},
+        {"cluster": "cluster-c", "maxPriority": 100},
+    ]
+    shared_hub.hub.kubectl(
+        "patch", "reservation", reservation, "--type=merge", "-p", json.dumps({"spec": {"members": members}})
+    )
+    a = shared_hub.members["cluster-a"]
+    a.kubectl("scale", "lws", "vllm", "-n", ns, "--replicas=2")
+
+    def claims() -> dict[int, dict[str, Any]]:
+        return {
+            c["spec"]["groupIndex"]: c
+            for c in _json(shared_hub.hub.kubectl, "get", "reservationclaims")["items"]
+            if c["spec"]["reservation"] == reservation and c["spec"]["cluster"] == "cluster-a"
+        }
+
+    def one_granted_one_bounded() -> bool:
+        states = {i: (c.get("status") or {}).get("reason") for i, c in claims().items()}
+        return sorted(states.values(), key=str) == ["Granted", "MemberLimitReached"]
+
+    eventually(one_granted_one_bounded, 120, "one claim of cluster-a granted, the other MemberLimitReached")
+    [bounded] = [c for c in claims().values() if c["status"]["reason"] == "MemberLimitReached"]
+    message = bounded["status"]["message"]
+    assert f"holds 2 of its quota of 2 {GPU} on {reservation}" in message, message
+    eventually(
+        lambda: whole_running_groups(pods_of(shared_hub, ns)["cluster-a"]) == (1, 2, 2),
+        120,
+        "cluster-a: one group whole, the other's 2 pods gated",
+    )
+    granted = sum(1 for c in claims().values() if c["status"].get("state") == "Granted")
+    assert granted == 1, "the Reservation had room for 4: only the member's quota held it"
+
+    tag = uuid.uuid4().hex[:5]
+    refusals: dict[str, str] = {}
+    configs = {c: str(shared_hub.hub.join(c, tmp_path / c)) for c in ("cluster-c", "cluster-d")}
+    for cluster, priority in (("cluster-c", 1000), ("cluster-d", 0)):
+        config = configs[cluster]
+        made = a.kubectl(
+            f"--kubeconfig={config}",
+            "create",
+            "-f",
+            "-",
+            input=_claim(reservation, cluster, tag, priority),
+            check=False,
+        )
+        assert made.returncode != 0, f"{cluster}'s claim was accepted"
+        refusals[cluster] = made.stderr.strip().split("denied request: ")[-1]
+    assert (
+        f"priority 1000 is above 100, its maxPriority on Reservation {reservation}" in refusals["cluster-c"]
+    )
+    assert "does not list cluster cluster-d" in refusals["cluster-d"]
+    within = a.kubectl(
+        f"--kubeconfig={configs['cluster-c']}",
+        "create",
+        "-f",
+        "-",
+        input=_claim(reservation, "cluster-c", tag, 100),
+        check=False,
+    )
+    assert within.returncode == 0, f"a claim within its bounds is accepted: {within.stderr}"
+    shared_hub.hub.kubectl("delete", "reservationclaim", f"cluster-c.{tag}", "--wait=false", check=False)
+    attack_table.add("hub member cluster-a: claims past its quota of 2 GPUs", "bounded", message)
+    attack_table.add(
+        "hub member cluster-c: a claim at priority 1000, its bound 100", "refused", refusals["cluster-c"]
+    )
+    attack_table.add(
+        "hub cluster-d, not a member: a claim on the Reservation", "refused", refusals["cluster-d"]
+    )
