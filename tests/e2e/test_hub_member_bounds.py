@@ -18,7 +18,6 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from . import attack_table
 from .conftest import SharedHub
 from .hub_support import GPU, _json, eventually, pods_of, scene, whole_running_groups
 
@@ -111,10 +110,6 @@ def test_each_member_is_held_to_its_bounds_on_the_reservation(
     )
     assert within.returncode == 0, f"a claim within its bounds is accepted: {within.stderr}"
     shared_hub.hub.kubectl("delete", "reservationclaim", f"cluster-c.{tag}", "--wait=false", check=False)
-    attack_table.add("hub member cluster-a: claims past its quota of 2 GPUs", "bounded", message)
-    attack_table.add(
-        "hub member cluster-c: a claim at priority 1000, its bound 100", "refused", refusals["cluster-c"]
-    )
-    attack_table.add(
-        "hub cluster-d, not a member: a claim on the Reservation", "refused", refusals["cluster-d"]
-    )
+    print(f"cluster-a past its quota: {message}")
+    for cluster, said in sorted(refusals.items()):
+        print(f"{cluster} refused: {said}")
