@@ -20,6 +20,7 @@ from pathlib import Path
 
 import click
 
+from gatekeeper.core.admission.record_cap import DEFAULT_MAX_RECORDS_PER_NAMESPACE
 from gatekeeper.core.backends import BACKENDS
 from gatekeeper.render.cli import render_cmd
 
@@ -161,6 +162,16 @@ def why_cmd(target: str, namespace: str | None, output: str, kubeconfig: str | N
     "(default: on with --backend=kueue, off otherwise; it needs Kueue's CRDs).",
 )
 @click.option(
+    "--max-records-per-namespace",
+    type=click.IntRange(min=1, max=1_000_000),
+    default=DEFAULT_MAX_RECORDS_PER_NAMESPACE,
+    show_default=True,
+    envvar="LWS_GATEKEEPER_MAX_RECORDS_PER_NAMESPACE",
+    help="pools backend: the most GroupAdmission records one namespace may have. A group past it "
+    "gets no record, is not queued and holds nothing; its LeaderWorkerSet gets a Warning Event "
+    "(RecordLimitReached), and the group is queued once others go.",
+)
+@click.option(
     "--never-fit-retry-seconds",
     type=click.IntRange(min=1),
     default=60,
@@ -254,6 +265,7 @@ def run_cmd(
     backend: str,
     node_fit: bool | None,
     never_fit_retry_seconds: int,
+    max_records_per_namespace: int,
     karpenter_instance_types: Path | None,
     closed_pool_exempt_namespaces: str,
     role: str,
@@ -308,6 +320,7 @@ def run_cmd(
         backend=backend,
         node_fit=backend == "kueue" if node_fit is None else node_fit,
         never_fit_retry_seconds=never_fit_retry_seconds,
+        max_records_per_namespace=max_records_per_namespace,
         instance_types=instance_types,
         closed_pool_exempt_namespaces=tuple(n for n in closed_pool_exempt_namespaces.split(",") if n),
         role=role,

@@ -37,6 +37,7 @@ from gatekeeper.controller.leader import LeaderElector
 from gatekeeper.controller.loop import Controller, PassLoop
 from gatekeeper.controller.plugin import Term
 from gatekeeper.controller.session import keep_connections
+from gatekeeper.core.admission.record_cap import DEFAULT_MAX_RECORDS_PER_NAMESPACE
 from gatekeeper.core.backends import BACKENDS
 from gatekeeper.core.backends.pools.provisioning import InstanceType
 from gatekeeper.webhook import WebhookThread
@@ -81,6 +82,8 @@ class Options:
     again; pools, a group given back after its Pool's ``spec.admissionTimeout``."""
     instance_types: tuple[InstanceType, ...] | None = None
     """pools backend: what Karpenter can launch; None: Karpenter's NodePools are not read."""
+    max_records_per_namespace: int = DEFAULT_MAX_RECORDS_PER_NAMESPACE
+    """Group records one namespace may have (``core.admission.record_cap``)."""
     closed_pool_exempt_namespaces: tuple[str, ...] = ("kube-system",)
     """pools backend: namespaces whose pods on a closed pool's nodes are not held against its
     quota (``core.admission.intruders``), as the policy lws-gatekeeper-closed-pools exempts them."""
@@ -137,6 +140,7 @@ def controllers(
         retry_seconds=opts.never_fit_retry_seconds,
         instance_types=opts.instance_types,
         exempt_namespaces=opts.closed_pool_exempt_namespaces,
+        max_records_per_namespace=opts.max_records_per_namespace,
     )
     found: list[Controller] = [PLUGINS[opts.backend].make(term)]
     found.extend(check.make(term) for check in CHECKS.values() if getattr(opts, check.option))

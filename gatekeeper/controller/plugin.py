@@ -18,6 +18,7 @@ from gatekeeper.controller.caches import Caches
 from gatekeeper.controller.hub_link import HubLink
 from gatekeeper.controller.kube import Kube
 from gatekeeper.controller.loop import Controller
+from gatekeeper.core.admission.record_cap import DEFAULT_MAX_RECORDS_PER_NAMESPACE
 from gatekeeper.core.backends.pools.provisioning import InstanceType
 from gatekeeper.webhook.pass_through import PassThrough
 
@@ -41,6 +42,8 @@ class Term:
     """``--karpenter-instance-types``; None: Karpenter's NodePools are not read."""
     exempt_namespaces: Sequence[str] = ("kube-system",)
     """``--closed-pool-exempt-namespaces``."""
+    max_records_per_namespace: int = DEFAULT_MAX_RECORDS_PER_NAMESPACE
+    """``--max-records-per-namespace``."""
 
 
 MakeController = Callable[[Term], Controller]

@@ -374,6 +374,7 @@ def test_deployment_is_highly_available_and_restricted(default: list[dict[str, A
         "--lease-name=lws-gatekeeper",
         "--identity=$(POD_NAME)",
         "--resync-seconds=10",
+        "--max-records-per-namespace=10000",
         "--log-level=INFO",
         "--log-format=json",
     ]

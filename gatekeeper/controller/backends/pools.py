@@ -32,6 +32,7 @@ from gatekeeper.controller.informer import Informer
 from gatekeeper.controller.lift import Lifter
 from gatekeeper.controller.loop import Write as Writer
 from gatekeeper.controller.plugin import ControllerPlugin, Term
+from gatekeeper.core.admission.record_cap import DEFAULT_MAX_RECORDS_PER_NAMESPACE
 from gatekeeper.core.backends.pools import Actions, PassInputs, Snapshot, decide, hold_node_pools, plan_writes
 from gatekeeper.core.backends.pools import pass_through as admitted
 from gatekeeper.core.backends.pools.hub_member import HubView, charge_reservations
@@ -95,8 +96,11 @@ class PoolsBackend:
         pass_through: PassThrough | None = None,
         retry_seconds: int = 60,
         exempt_namespaces: Sequence[str] = ("kube-system",),
+        max_records_per_namespace: int = DEFAULT_MAX_RECORDS_PER_NAMESPACE,
     ) -> None:
         self.kube = kube
+        self.max_records_per_namespace = max_records_per_namespace
+        """Group records one namespace may have (``core.admission.record_cap``)."""
         self.retry_seconds = retry_seconds
         """First delay before a group given back (``spec.admissionTimeout``) is tried again."""
         self.exempt_namespaces = frozenset(exempt_namespaces)
@@ -199,6 +203,7 @@ class PoolsBackend:
             now=datetime.now(UTC),
             retry_seconds=self.retry_seconds,
             exempt_namespaces=self.exempt_namespaces,
+            max_records_per_namespace=self.max_records_per_namespace,
         )
 
     async def reconcile_once(self, write: Writer) -> Actions:
@@ -314,6 +319,7 @@ def _make(term: Term) -> PoolsBackend:
         pass_through=term.pass_through,
         retry_seconds=term.retry_seconds,
         exempt_namespaces=term.exempt_namespaces,
+        max_records_per_namespace=term.max_records_per_namespace,
     )
 
 

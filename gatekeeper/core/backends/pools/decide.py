@@ -85,6 +85,7 @@ from gatekeeper.core.admission.intruders import intruders
 from gatekeeper.core.admission.members import strangers_said
 from gatekeeper.core.admission.membership import membership
 from gatekeeper.core.admission.reasons import Reason
+from gatekeeper.core.admission.record_cap import DEFAULT_MAX_RECORDS_PER_NAMESPACE, over_cap
 from gatekeeper.core.backends.pools.changed import WaitStatus
 from gatekeeper.core.backends.pools.giveback import GiveBack
 from gatekeeper.core.backends.pools.kept import still_charged
@@ -134,6 +135,8 @@ class Snapshot:
     """StatefulSets of LWSs: which pods an LWS made (``core.admission.members``)."""
     limit_ranges: Sequence[Mapping[str, Any]] = ()
     """Every LimitRange: the requests a container that names none gets (``core.model.limits``)."""
+    max_records_per_namespace: int = DEFAULT_MAX_RECORDS_PER_NAMESPACE
+    """Records one namespace may have (``core.admission.record_cap``)."""
     node_pools: Parsed[NodePool] = field(default_factory=Parsed)
     """Karpenter NodePools (read only when the gatekeeper knows the instance types)."""
     node_claims: Parsed[NodeClaim] = field(default_factory=Parsed)
@@ -198,14 +201,17 @@ class Actions(GroupActions):
     one of whose own pods has not asked what its role was admitted with for a few seconds:
     write the record first (``Admitted=False``, ``retryAt``), then delete the pods by UID."""
     settled: tuple[tuple[str, str], ...] = ()
+    """(namespace, record): admitted groups now whole whose record still counts give-backs
+    (``status.retries``): cleared."""
     held_by_pods: tuple[GroupState, ...] = ()
+    """Groups given back whose let-through pods still live (terminating): they hold what they
+    were admitted with until the pods are gone, their hub claim too."""
     not_stopped: tuple[WaitStatus, ...] = ()
     """Groups given back whose let-through pods still run past the grace (not deleted: the
     gatekeeper's RBAC, or a policy): their record's message says so, with a Warning Event."""
-    """Groups given back whose let-through pods still live (terminating): they hold what they
-    were admitted with until the pods are gone, their hub claim too."""
-    """(namespace, record): admitted groups now whole whose record still counts give-backs
-    (``status.retries``): cleared."""
+    over_cap: tuple[GroupState, ...] = ()
+    """Groups past their namespace's record cap (``core.admission.record_cap``): no record,
+    not queued; their LWS is told by a Warning Event."""
 
 
 def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMemo | None = None) -> Actions:
@@ -248,6 +254,14 @@ def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMem
         one.wanted_records.add(rkey)
         one.admitted_groups.append(running)
 
+    over = over_cap(
+        one.groups,
+        lambda g: (g.key.namespace, g.record) in one.wanted_records,
+        snap.max_records_per_namespace,
+    )
+    if over:  # past the namespace's cap: no record, not queued, told by an Event
+        unrecorded = {g.key for g in over}
+        one.waiting_groups = [w for w in one.waiting_groups if w.key not in unrecorded]
     result = plan(
         pools,
         [*snap.nodes, *launching],
@@ -260,7 +274,9 @@ def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMem
     )
     admit, ungate, steer = _steering(result, one)
     waiting = _waiting_words(result, one, invalid_pools)
-    create = tuple(g for g in one.groups if (g.key.namespace, g.record) not in one.wanted_records)
+    create = tuple(
+        g for g in one.groups if (g.key.namespace, g.record) not in one.wanted_records and g not in over
+    )
     release = tuple(sorted(k for k in records if k not in one.wanted_records))
     return Actions(
         create_records=create,
@@ -284,6 +300,7 @@ def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMem
         look_again=one.look_again,
         held_by_pods=tuple(one.held_by_pods),
         not_stopped=tuple(one.not_stopped),
+        over_cap=over,
     )
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
+from gatekeeper.core.admission.record_cap import RECORD_LIMIT_REACHED, over_cap_message
 from gatekeeper.core.admission.stopping import PODS_NOT_STOPPED
 from gatekeeper.core.backends.pools.decide import Actions, Admit, Snapshot, WaitStatus
 from gatekeeper.core.backends.pools.giveback import GiveBack, give_back_status
@@ -79,6 +80,7 @@ def plan_writes(actions: Actions, inputs: PassInputs) -> Plan:
         writer.wait(wait)
     writer.say_held()
     writer.say_not_stopped()
+    writer.say_over_cap()
     writer.restate()
     return (writer.releases(), writer.creations(), tuple(writer.main), writer.pool_statuses())
 
@@ -260,6 +262,16 @@ class _Writer:
                     )
                 )  # fmt: skip
             elif told is not None:
+                self.main.append(told)
+
+    def say_over_cap(self) -> None:
+        """The LWS of a group past its namespace's record cap is told, once per LWS change."""
+        cap = self.inputs.snapshot.max_records_per_namespace
+        for group in self.actions.over_cap:
+            told = self.events.once(
+                group.key, RECORD_LIMIT_REACHED, over_cap_message(group, cap), warning=True
+            )
+            if told is not None:
                 self.main.append(told)
 
     def restate(self) -> None:
