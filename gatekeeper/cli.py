@@ -167,7 +167,7 @@ def why_cmd(target: str, namespace: str | None, output: str, kubeconfig: str | N
     default=DEFAULT_MAX_RECORDS_PER_NAMESPACE,
     show_default=True,
     envvar="LWS_GATEKEEPER_MAX_RECORDS_PER_NAMESPACE",
-    help="pools backend: the most GroupAdmission records one namespace may have. A group past it "
+    help="The most GroupAdmission records one namespace may have (every backend). A group past it "
     "gets no record, is not queued and holds nothing; its LeaderWorkerSet gets a Warning Event "
     "(RecordLimitReached), and the group is queued once others go.",
 )

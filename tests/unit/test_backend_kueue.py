@@ -745,3 +745,15 @@ def test_workers_past_the_lws_size_stay_gated_and_the_record_says_why() -> None:
         "vllm) and stay gated: a group is what its LeaderWorkerSet says; change the LeaderWorkerSet, "
         "not its StatefulSets"
     )
+
+
+def test_groups_past_the_namespaces_record_cap_get_no_record_and_no_workload() -> None:
+    obj = vllm(replicas=4)
+    made = lws_statefulsets([obj], [])
+    snap = KueueSnapshot(
+        [obj], [], [rec(obj, 0)], [], [FLAVOR], statefulsets=made, max_records_per_namespace=2
+    )
+    acts = decide_kueue(snap)
+    assert [g.key.index for g in acts.create_records] == [1]
+    assert [g.key.index for g in acts.over_cap] == [2, 3]
+    assert not any(g.key.index > 1 for g, _ in acts.create_workloads)

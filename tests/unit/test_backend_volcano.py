@@ -7,6 +7,7 @@ Table tests on plain dicts; the real Volcano is in ``tests/e2e/test_volcano_back
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -567,3 +568,10 @@ def test_a_given_back_group_is_offered_again_after_its_retry() -> None:
     snapshot = _departed(made_ago=90, given_back=True, leader=False, podgroup=False)
     acts = decide_volcano(replace(snapshot, now=NOW + timedelta(seconds=61)))
     assert [g.key.index for g, _ in acts.create_pod_groups] == [0]
+
+
+def test_groups_past_the_namespaces_record_cap_get_no_record() -> None:
+    capped = replace(snap(vllm(), [], [], []), max_records_per_namespace=2)
+    acts = decide_volcano(capped)
+    assert [g.key.index for g in acts.create_records] == [0, 1]
+    assert [g.key.index for g in acts.over_cap] == [2]

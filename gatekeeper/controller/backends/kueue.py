@@ -27,6 +27,7 @@ from gatekeeper.controller.informer import Informer
 from gatekeeper.controller.loop import Write as Writer
 from gatekeeper.controller.plugin import ControllerPlugin, Term
 from gatekeeper.controller.shell import GroupInformers, decide_and_act
+from gatekeeper.core.admission.record_cap import DEFAULT_MAX_RECORDS_PER_NAMESPACE
 from gatekeeper.core.backends.kueue import (
     NEVER_FIT_RETRY_SECONDS,
     KueueActions,
@@ -61,8 +62,16 @@ class KueueBackend:
 
     log = log
 
-    def __init__(self, kube: k.Kube, caches: Caches, *, retry_seconds: int = NEVER_FIT_RETRY_SECONDS) -> None:
+    def __init__(
+        self,
+        kube: k.Kube,
+        caches: Caches,
+        *,
+        retry_seconds: int = NEVER_FIT_RETRY_SECONDS,
+        max_records_per_namespace: int = DEFAULT_MAX_RECORDS_PER_NAMESPACE,
+    ) -> None:
         self.kube = kube
+        self.max_records_per_namespace = max_records_per_namespace
         self.caches = caches
         self.retry_seconds = retry_seconds
         self.memory = Memory()
@@ -90,6 +99,7 @@ class KueueBackend:
             default_priority=self.caches.default_priority(),
             statefulsets=g.statefulsets.values(),
             limit_ranges=g.limit_ranges.values(),
+            max_records_per_namespace=self.max_records_per_namespace,
             # Pods let through keep their group's Workload by the charge they carry (``core.model.charge``).
             bound_pods=g.bound.values(),
             now=now,
@@ -131,7 +141,12 @@ _KUEUE = KUEUE_API_VERSION.split("/")[0]
 
 
 def _make(term: Term) -> KueueBackend:
-    return KueueBackend(term.kube, term.caches, retry_seconds=term.retry_seconds)
+    return KueueBackend(
+        term.kube,
+        term.caches,
+        retry_seconds=term.retry_seconds,
+        max_records_per_namespace=term.max_records_per_namespace,
+    )
 
 
 PLUGIN = ControllerPlugin("kueue", make=_make)

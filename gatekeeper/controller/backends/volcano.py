@@ -25,6 +25,7 @@ from gatekeeper.controller.informer import Informer
 from gatekeeper.controller.loop import Write as Writer
 from gatekeeper.controller.plugin import ControllerPlugin, Term
 from gatekeeper.controller.shell import GroupInformers, decide_and_act
+from gatekeeper.core.admission.record_cap import DEFAULT_MAX_RECORDS_PER_NAMESPACE
 from gatekeeper.core.backends.volcano import VolcanoActions, VolcanoSnapshot, decide_volcano, plan_writes
 from gatekeeper.core.backends.volcano.keys import POD_GROUP_PLURAL, VOLCANO_API_VERSION
 from gatekeeper.core.kube.keys import POOL_LABEL
@@ -54,8 +55,16 @@ class VolcanoBackend:
 
     log = log
 
-    def __init__(self, kube: k.Kube, caches: Caches, *, retry_seconds: int = 60) -> None:
+    def __init__(
+        self,
+        kube: k.Kube,
+        caches: Caches,
+        *,
+        retry_seconds: int = 60,
+        max_records_per_namespace: int = DEFAULT_MAX_RECORDS_PER_NAMESPACE,
+    ) -> None:
         self.kube = kube
+        self.max_records_per_namespace = max_records_per_namespace
         self.retry_seconds = retry_seconds
         self.caches = caches
         self.memory = Memory()
@@ -83,6 +92,7 @@ class VolcanoBackend:
             default_priority=self.caches.default_priority(),
             statefulsets=g.statefulsets.values(),
             limit_ranges=g.limit_ranges.values(),
+            max_records_per_namespace=self.max_records_per_namespace,
             now=now,
             retry_seconds=self.retry_seconds,
         )
@@ -117,7 +127,12 @@ class VolcanoBackend:
 
 
 def _make(term: Term) -> VolcanoBackend:
-    return VolcanoBackend(term.kube, term.caches, retry_seconds=term.retry_seconds)
+    return VolcanoBackend(
+        term.kube,
+        term.caches,
+        retry_seconds=term.retry_seconds,
+        max_records_per_namespace=term.max_records_per_namespace,
+    )
 
 
 PLUGIN = ControllerPlugin("volcano", make=_make)

@@ -20,7 +20,13 @@ from collections.abc import Callable, Iterable
 from gatekeeper.core.model.groups import GroupState
 from gatekeeper.core.model.lws import MAX_REPLICAS
 
-__all__ = ["DEFAULT_MAX_RECORDS_PER_NAMESPACE", "RECORD_LIMIT_REACHED", "over_cap", "over_cap_message"]
+__all__ = [
+    "DEFAULT_MAX_RECORDS_PER_NAMESPACE",
+    "RECORD_LIMIT_REACHED",
+    "RecordRoom",
+    "over_cap",
+    "over_cap_message",
+]
 
 DEFAULT_MAX_RECORDS_PER_NAMESPACE = MAX_REPLICAS
 """Records one namespace may have: as many groups as one LWS may ask (each group of
@@ -45,6 +51,23 @@ def over_cap(
         else:
             over.append(g)
     return tuple(over)
+
+
+class RecordRoom:
+    """Room for new records per namespace, taken as a pass makes them (for a backend that
+    decides group by group)."""
+
+    def __init__(self, existing: Iterable[str], cap: int) -> None:
+        """``existing``: the namespace of every record there is."""
+        self.held = Counter(existing)
+        self.cap = cap
+
+    def take(self, namespace: str) -> bool:
+        """Room for one more record in ``namespace`` (taken), or False: the cap is reached."""
+        if self.held[namespace] >= self.cap:
+            return False
+        self.held[namespace] += 1
+        return True
 
 
 def over_cap_message(group: GroupState, cap: int) -> str:

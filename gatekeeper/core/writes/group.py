@@ -14,13 +14,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol, TypeVar
 
+from gatekeeper.core.admission.record_cap import RECORD_LIMIT_REACHED, over_cap_message
 from gatekeeper.core.kube.keys import ADMITTED, RECORD_PLURAL
 from gatekeeper.core.kube.objects import condition, resource_version
 from gatekeeper.core.model.gating import Ungate, ungate_patch
 from gatekeeper.core.model.groups import GroupState
 from gatekeeper.core.writes.plan import EventsOnce, Op, Write
 
-__all__ = ["GroupStatus", "record_writes", "ungate_writes"]
+__all__ = ["GroupStatus", "record_writes", "told_over_cap", "ungate_writes"]
 
 Key = tuple[str, str]
 
@@ -91,4 +92,14 @@ def record_writes(
                 tag="admitted" if st.admitted and not was_admitted else "status",
             )
         )
+    return out
+
+
+def told_over_cap(groups: Iterable[GroupState], events: EventsOnce, cap: int) -> list[Write]:
+    """The Warning Event on the LWS of each group past the cap, once per LWS change."""
+    out: list[Write] = []
+    for group in groups:
+        told = events.once(group.key, RECORD_LIMIT_REACHED, over_cap_message(group, cap), warning=True)
+        if told is not None:
+            out.append(told)
     return out

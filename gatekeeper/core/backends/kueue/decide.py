@@ -75,6 +75,7 @@ from datetime import datetime
 from typing import Any
 
 from gatekeeper.core.admission.membership import membership
+from gatekeeper.core.admission.record_cap import DEFAULT_MAX_RECORDS_PER_NAMESPACE, RecordRoom
 from gatekeeper.core.backends.kueue.order import Offers, queue_state
 from gatekeeper.core.backends.kueue.stages import GroupPass, Settings
 from gatekeeper.core.backends.kueue.status import RecordStatus, said_strangers
@@ -124,6 +125,8 @@ class KueueSnapshot:
     """StatefulSets of LWSs: which pods an LWS made (``core.admission.members``)."""
     limit_ranges: Sequence[Mapping[str, Any]] = ()
     """Every LimitRange: the requests a container that names none gets (``core.model.limits``)."""
+    max_records_per_namespace: int = DEFAULT_MAX_RECORDS_PER_NAMESPACE
+    """Records one namespace may have (``core.admission.record_cap``)."""
     bound_pods: Sequence[Mapping[str, Any]] = ()
     """Every pod bound to a node: a pod let through keeps its group's Workload while it
     lives, whatever its labels say now (``core.model.charge``)."""
@@ -141,6 +144,8 @@ class KueueActions(GroupActions):
 
     deferred: frozenset[tuple[str, str]] = frozenset()
     """(namespace, record) of records made without their Workload yet: lower groups go first."""
+    over_cap: tuple[GroupState, ...] = ()
+    """Groups past their namespace's record cap: no record, no Workload; their LWS is told."""
     create_workloads: tuple[tuple[GroupState, str], ...] = ()
     """(group, record UID): Workloads to create, owned by the record."""
     delete_workloads: tuple[tuple[str, str], ...] = ()
@@ -176,7 +181,8 @@ def decide_kueue(snap: KueueSnapshot, memo: DemandMemo | None = None) -> KueueAc
         snap.retry_seconds,
         NEVER_FIT_RETRY_MAX_SECONDS,
     )
-    one = GroupPass(settings, who.strangers)
+    room = RecordRoom((ns for ns, _ in records), snap.max_records_per_namespace)
+    one = GroupPass(settings, who.strangers, room=room)
     for lws in sorted(snap.lwss, key=lambda o: object_key(o) or ("", "")):
         lkey = object_key(lws)
         if lkey is None:
@@ -198,6 +204,7 @@ def decide_kueue(snap: KueueSnapshot, memo: DemandMemo | None = None) -> KueueAc
     orphans = tuple(sorted(k for k in workloads if k not in wanted and k not in records))
     return KueueActions(
         create_records=tuple(one.create_records),
+        over_cap=tuple(one.over_cap),
         deferred=frozenset(one.deferred),
         create_workloads=tuple(one.create_workloads),
         release=tuple(sorted({*release, *orphans})),

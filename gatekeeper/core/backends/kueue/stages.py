@@ -27,6 +27,7 @@ from typing import Any
 from gatekeeper.core.admission.conformance import Departed, conforming, departed_message, overdue
 from gatekeeper.core.admission.members import Stranger
 from gatekeeper.core.admission.reasons import Reason
+from gatekeeper.core.admission.record_cap import DEFAULT_MAX_RECORDS_PER_NAMESPACE, RecordRoom
 from gatekeeper.core.backends.kueue.adopt import adopted_elsewhere, adopting_message, old_pods
 from gatekeeper.core.backends.kueue.order import Offers, Waiting, unreserved
 from gatekeeper.core.backends.kueue.status import RecordStatus
@@ -142,6 +143,10 @@ class GroupPass:
     clear: list[Key] = field(default_factory=list)
     statuses: list[RecordStatus] = field(default_factory=list)
     stale: list[Key] = field(default_factory=list)
+    room: RecordRoom = field(default_factory=lambda: RecordRoom((), DEFAULT_MAX_RECORDS_PER_NAMESPACE))
+    """Room for new records per namespace (``core.admission.record_cap``)."""
+    over_cap: list[GroupState] = field(default_factory=list)
+    """Groups past their namespace's record cap: no record, no Workload."""
     look_again: datetime | None = None
     """The earliest moment a decision of this pass falls due with nothing changed."""
 
@@ -194,7 +199,9 @@ class GroupPass:
         if not staying and not c.live:
             return True
         if c.group.record is None:
-            if staying:
+            if staying and not self.room.take(c.st.key.namespace):
+                self.over_cap.append(c.st)  # no record, no Workload: told by an Event
+            elif staying:
                 self.create_records.append(c.st)
                 if c.demand is not None and not offers.take():
                     self.deferred.add(c.key)

@@ -22,7 +22,7 @@ from gatekeeper.core.model.demand import GroupDemand
 from gatekeeper.core.model.groups import GroupState
 from gatekeeper.core.model.record import admitted_condition, demand_status, new_record
 from gatekeeper.core.writes.finalizers import FINALIZER_WRITES_PER_PASS, hold_patch, release_writes
-from gatekeeper.core.writes.group import record_writes, ungate_writes
+from gatekeeper.core.writes.group import record_writes, told_over_cap, ungate_writes
 from gatekeeper.core.writes.plan import EventsOnce, Memory, Op, Plan, Write, rfc3339
 
 __all__ = ["plan_writes", "record_status_patch"]
@@ -116,6 +116,7 @@ def plan_writes(actions: KueueActions, snap: KueueSnapshot, memory: Memory, now:
                 )
             )
     second.extend(record_writes(actions.statuses, records, events, record_status_patch, stamp))
+    second.extend(told_over_cap(actions.over_cap, events, snap.max_records_per_namespace))
     return (tuple(first), tuple(second), tuple(_hold_older(actions, records, workloads)))
 
 

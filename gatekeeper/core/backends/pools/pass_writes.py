@@ -17,7 +17,6 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from gatekeeper.core.admission.record_cap import RECORD_LIMIT_REACHED, over_cap_message
 from gatekeeper.core.admission.stopping import PODS_NOT_STOPPED
 from gatekeeper.core.backends.pools.decide import Actions, Admit, Snapshot, WaitStatus
 from gatekeeper.core.backends.pools.giveback import GiveBack, give_back_status
@@ -35,6 +34,7 @@ from gatekeeper.core.model.gating import ungate_patch
 from gatekeeper.core.model.groups import GroupState
 from gatekeeper.core.model.record import new_record
 from gatekeeper.core.writes.finalizers import FINALIZER_WRITES_PER_PASS, hold_patch, release_writes
+from gatekeeper.core.writes.group import told_over_cap
 from gatekeeper.core.writes.plan import EventsOnce, Mark, Memory, Op, Plan, Write, rfc3339
 
 __all__ = ["PassInputs", "hold_older", "plan_writes"]
@@ -267,12 +267,7 @@ class _Writer:
     def say_over_cap(self) -> None:
         """The LWS of a group past its namespace's record cap is told, once per LWS change."""
         cap = self.inputs.snapshot.max_records_per_namespace
-        for group in self.actions.over_cap:
-            told = self.events.once(
-                group.key, RECORD_LIMIT_REACHED, over_cap_message(group, cap), warning=True
-            )
-            if told is not None:
-                self.main.append(told)
+        self.main.extend(told_over_cap(self.actions.over_cap, self.events, cap))
 
     def restate(self) -> None:
         """Records whose admission is said again, and template revisions recorded."""

@@ -63,6 +63,7 @@ from gatekeeper.core.admission.fit import Misfit, NodeTable
 from gatekeeper.core.admission.members import Stranger, strangers_said
 from gatekeeper.core.admission.membership import membership
 from gatekeeper.core.admission.reasons import STRANGER_REASONS, Reason
+from gatekeeper.core.admission.record_cap import DEFAULT_MAX_RECORDS_PER_NAMESPACE, RecordRoom
 from gatekeeper.core.backends.volcano.giveback import Back, give_back, giving_back
 from gatekeeper.core.backends.volcano.podgroup import (
     pod_group_belongs,
@@ -122,6 +123,8 @@ class VolcanoSnapshot:
     """StatefulSets of LWSs: which pods an LWS made (``core.admission.members``)."""
     limit_ranges: Sequence[Mapping[str, Any]] = ()
     """Every LimitRange: the requests a container that names none gets (``core.model.limits``)."""
+    max_records_per_namespace: int = DEFAULT_MAX_RECORDS_PER_NAMESPACE
+    """Records one namespace may have (``core.admission.record_cap``)."""
     now: datetime | None = None
     """The time of the pass, for give-backs and their retry (None: nothing is given back)."""
     retry_seconds: int = 60
@@ -153,6 +156,8 @@ class VolcanoActions(GroupActions):
 
     create_pod_groups: tuple[tuple[GroupState, str], ...] = ()
     """(group, record UID): PodGroups to create, owned by the record."""
+    over_cap: tuple[GroupState, ...] = ()
+    """Groups past their namespace's record cap: no record, no PodGroup; their LWS is told."""
     withdraw_pod_groups: tuple[tuple[str, str, str], ...] = ()
     """(namespace, PodGroup, its UID): offers Volcano has not let in, deleted for a group of a
     higher priority waiting in the same Queue."""
@@ -206,7 +211,8 @@ def decide_volcano(snap: VolcanoSnapshot, demands: DemandMemo | None = None) -> 
     memo.use_limit_ranges(snap.limit_ranges)
     groups, rank = _groups(snap, memo, who.pods_of, records, problems)
     said = _events_by_object(snap.events)
-    where = _where(groups, index_by_key(snap.pod_groups), said, snap.now, who.charges)
+    room = RecordRoom((ns for ns, _ in records), snap.max_records_per_namespace)
+    where = _where(groups, index_by_key(snap.pod_groups), said, snap.now, who.charges, room)
     back = Back(snap.now, snap.retry_seconds, who.charges)
     held = [
         _judge(g, pg, said, where.offers, rank, table, lws_by_key, who.strangers, snap.default_priority, back)
@@ -216,6 +222,7 @@ def decide_volcano(snap: VolcanoSnapshot, demands: DemandMemo | None = None) -> 
     dues = [h.look_again for h in held if h.look_again is not None]
     return VolcanoActions(
         create_records=tuple(where.create_records),
+        over_cap=tuple(where.over_cap),
         create_pod_groups=tuple(create_pod_groups),
         withdraw_pod_groups=tuple([*where.withdraw, *(h.withdraw for h in held if h.withdraw is not None)]),
         release=tuple(_unclaimed(records, groups, who.pods_of, who.charges)),
@@ -256,6 +263,8 @@ class _Where:
     """The staying groups, sorted by where their PodGroup stands."""
 
     create_records: list[GroupState] = field(default_factory=list)
+    over_cap: list[GroupState] = field(default_factory=list)
+    """Groups past their namespace's record cap: no record, no PodGroup."""
     statuses: list[VolcanoStatus] = field(default_factory=list)
     """Of groups whose demand cannot be read."""
     offers: dict[str, list[LwsGroup]] = field(default_factory=lambda: defaultdict(list))
@@ -276,15 +285,17 @@ def _where(
     said: Mapping[tuple[str, str], Sequence[Mapping[str, Any]]],
     now: datetime | None = None,
     charges: Mapping[Charge, tuple[str, ...]] | None = None,
+    room: RecordRoom | None = None,
 ) -> _Where:
     out = _Where()
+    room = room if room is not None else RecordRoom((), DEFAULT_MAX_RECORDS_PER_NAMESPACE)
     for g in groups:
         st = g.state
         ns = st.key.namespace
         if not g.staying:
             continue  # released by _unclaimed once no pod of it lives, terminating ones included
         if g.record is None:
-            out.create_records.append(st)
+            (out.create_records if room.take(ns) else out.over_cap).append(st)
             continue
         back = giving_back(g, pgs, now, charges or {})
         if back is not None:

@@ -19,7 +19,7 @@ from gatekeeper.core.kube.keys import ADMITTED, RECORD_PLURAL
 from gatekeeper.core.kube.objects import as_map, condition, index_by_key, uid_of
 from gatekeeper.core.model.record import admitted_condition, demand_status, new_record
 from gatekeeper.core.writes.finalizers import FINALIZER_WRITES_PER_PASS, release_writes
-from gatekeeper.core.writes.group import record_writes, ungate_writes
+from gatekeeper.core.writes.group import record_writes, told_over_cap, ungate_writes
 from gatekeeper.core.writes.plan import EventsOnce, Memory, Op, Plan, Write, rfc3339
 
 __all__ = ["plan_writes", "record_status_patch"]
@@ -96,6 +96,7 @@ def plan_writes(actions: VolcanoActions, snap: VolcanoSnapshot, memory: Memory, 
     second = [
         *ungate_writes(actions.ungate, pods),
         *record_writes(actions.statuses, records, events, record_status_patch, stamp),
+        *told_over_cap(actions.over_cap, events, snap.max_records_per_namespace),
     ]
     # Pods of groups given back stop after their record says so, each by its UID.
     third = [
