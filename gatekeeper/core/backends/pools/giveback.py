@@ -35,11 +35,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from gatekeeper.core.admission.conformance import Departed, departed_message, overdue
+from gatekeeper.core.admission.deadline import Deadline, deadline, placed, whole
 from gatekeeper.core.admission.members import Stranger
 from gatekeeper.core.admission.reasons import Reason
 from gatekeeper.core.backends.pools.provisioning import Launcher
 from gatekeeper.core.kube.keys import ADMITTED
-from gatekeeper.core.kube.objects import EPOCH, as_map, condition, parse_time
+from gatekeeper.core.kube.objects import as_map, condition, parse_time
 from gatekeeper.core.model.demand import GroupDemand
 from gatekeeper.core.model.groups import GroupState
 from gatekeeper.core.model.lws import GroupPod
@@ -105,42 +106,6 @@ def waits_for_retry(record: Mapping[str, Any] | None, now: datetime | None) -> b
     return now < parse_time(as_map(record.get("status")).get("retryAt"))
 
 
-@dataclass(frozen=True)
-class Deadline:
-    """When an admitted group not yet placed is given back, and from what it is counted."""
-
-    at: datetime
-    from_leader: bool
-    """Counted from its leader turning Ready (``LeaderReady``), not from its admission."""
-
-
-def deadline(
-    record: Mapping[str, Any], pods: Sequence[GroupPod], timeout: int, *, leader_first: bool
-) -> Deadline | None:
-    """When the group is due to be given back unless all its pods are bound; None when it has
-    no deadline now: placed since its admission, no admission time, or (``leader_first``:
-    ``startupPolicy: LeaderReady``) its leader bound and not Ready yet, since the LWS makes
-    the workers only once the leader is Ready, however long its model takes to load.
-
-    The leader must be bound ``timeout`` seconds after the admission; under LeaderReady the
-    workers ``timeout`` seconds after the leader turned Ready; otherwise every pod
-    ``timeout`` seconds after the admission. A pod that is never made (a missing
-    ServiceAccount, a refused image pull secret) counts as not bound."""
-    if placed(record):
-        return None  # it had all its pods bound once: a restart since is not a give-back
-    start = _admitted_at(record)
-    if start == EPOCH:
-        return None
-    leader = next((p for p in pods if p.worker == 0 and p.live and not p.terminating), None)
-    if leader_first and leader is not None and leader.bound:
-        if not leader.ready_since:
-            return None  # loading: its workers come once it is Ready
-        ready = parse_time(leader.ready_since)
-        if ready > start:
-            return Deadline(ready + timedelta(seconds=timeout), from_leader=True)
-    return Deadline(start + timedelta(seconds=timeout), from_leader=False)
-
-
 def timed_out(
     group: GroupState,
     record: Mapping[str, Any],
@@ -180,11 +145,6 @@ def timed_out(
     )
     stop = tuple(sorted(p.name for p in pods if not p.terminating and not p.gated))
     return GiveBack(group, stop, message, now + timedelta(seconds=delay), retries)
-
-
-def _admitted_at(record: Mapping[str, Any]) -> datetime:
-    at = parse_time(as_map(record.get("status")).get("admittedAt"))
-    return at if at != EPOCH else parse_time(condition(record, ADMITTED).get("lastTransitionTime"))
 
 
 def timeout_at(
@@ -245,21 +205,6 @@ def departed(
     message = departed_message(group.key.index, off, delay)
     stop = tuple(sorted(p.name for p in pods if not p.terminating and not p.gated))
     return GiveBack(group, stop, message, now + timedelta(seconds=delay), retries, Reason.NOT_AS_ADMITTED)
-
-
-def placed(record: Mapping[str, Any]) -> bool:
-    """Has the group had all its pods bound since it was last admitted (``status.placedAt``
-    no earlier than ``status.admittedAt``)? The timeout then no longer applies to it, as
-    Kueue's ``waitForPodsReady`` leaves a workload that was once ready: its pods may be made
-    again (a restart) and bind a moment later."""
-    status = as_map(record.get("status"))
-    at = parse_time(status.get("placedAt"))
-    return at != EPOCH and at >= parse_time(status.get("admittedAt"))
-
-
-def whole(pods: Sequence[GroupPod], demand: GroupDemand) -> bool:
-    """Are all the group's pods bound (and live, not terminating)?"""
-    return sum(1 for p in pods if p.bound and p.live and not p.terminating) >= demand.pod_count
 
 
 def stragglers(record: Mapping[str, Any] | None, pods: Sequence[GroupPod]) -> tuple[str, ...]:
