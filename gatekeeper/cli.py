@@ -22,6 +22,7 @@ import click
 
 from gatekeeper.core.admission.record_cap import DEFAULT_MAX_RECORDS_PER_NAMESPACE
 from gatekeeper.core.backends import BACKENDS
+from gatekeeper.core.model.pool import DEFAULT_ADMISSION_TIMEOUT
 from gatekeeper.render.cli import render_cmd
 
 __all__ = ["main"]
@@ -162,6 +163,17 @@ def why_cmd(target: str, namespace: str | None, output: str, kubeconfig: str | N
     "(default: on with --backend=kueue, off otherwise; it needs Kueue's CRDs).",
 )
 @click.option(
+    "--admission-timeout-seconds",
+    type=click.IntRange(min=1, max=86400),
+    default=DEFAULT_ADMISSION_TIMEOUT,
+    show_default=True,
+    envvar="LWS_GATEKEEPER_ADMISSION_TIMEOUT_SECONDS",
+    help="kueue backend: an admitted group whose pods are not all bound this long after its "
+    "admission (under startupPolicy LeaderReady, its workers this long after its leader turned "
+    "Ready) is given back and tried again later. pools backend: each Pool's "
+    "spec.admissionTimeout (default 10m) says instead.",
+)
+@click.option(
     "--max-records-per-namespace",
     type=click.IntRange(min=1, max=1_000_000),
     default=DEFAULT_MAX_RECORDS_PER_NAMESPACE,
@@ -266,6 +278,7 @@ def run_cmd(
     node_fit: bool | None,
     never_fit_retry_seconds: int,
     max_records_per_namespace: int,
+    admission_timeout_seconds: int,
     karpenter_instance_types: Path | None,
     closed_pool_exempt_namespaces: str,
     role: str,
@@ -321,6 +334,7 @@ def run_cmd(
         node_fit=backend == "kueue" if node_fit is None else node_fit,
         never_fit_retry_seconds=never_fit_retry_seconds,
         max_records_per_namespace=max_records_per_namespace,
+        admission_timeout_seconds=admission_timeout_seconds,
         instance_types=instance_types,
         closed_pool_exempt_namespaces=tuple(n for n in closed_pool_exempt_namespaces.split(",") if n),
         role=role,

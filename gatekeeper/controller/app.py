@@ -40,6 +40,7 @@ from gatekeeper.controller.session import keep_connections
 from gatekeeper.core.admission.record_cap import DEFAULT_MAX_RECORDS_PER_NAMESPACE
 from gatekeeper.core.backends import BACKENDS
 from gatekeeper.core.backends.pools.provisioning import InstanceType
+from gatekeeper.core.model.pool import DEFAULT_ADMISSION_TIMEOUT
 from gatekeeper.webhook import WebhookThread
 from gatekeeper.webhook.guard import Lookup
 from gatekeeper.webhook.pass_through import PassThrough
@@ -84,6 +85,8 @@ class Options:
     """pools backend: what Karpenter can launch; None: Karpenter's NodePools are not read."""
     max_records_per_namespace: int = DEFAULT_MAX_RECORDS_PER_NAMESPACE
     """Group records one namespace may have (``core.admission.record_cap``)."""
+    admission_timeout_seconds: int = DEFAULT_ADMISSION_TIMEOUT
+    """kueue backend: how long an admitted group may lack bound pods (pools: each Pool says)."""
     closed_pool_exempt_namespaces: tuple[str, ...] = ("kube-system",)
     """pools backend: namespaces whose pods on a closed pool's nodes are not held against its
     quota (``core.admission.intruders``), as the policy lws-gatekeeper-closed-pools exempts them."""
@@ -141,6 +144,7 @@ def controllers(
         instance_types=opts.instance_types,
         exempt_namespaces=opts.closed_pool_exempt_namespaces,
         max_records_per_namespace=opts.max_records_per_namespace,
+        admission_timeout=opts.admission_timeout_seconds,
     )
     found: list[Controller] = [PLUGINS[opts.backend].make(term)]
     found.extend(check.make(term) for check in CHECKS.values() if getattr(opts, check.option))

@@ -20,6 +20,7 @@ from gatekeeper.controller.kube import Kube
 from gatekeeper.controller.loop import Controller
 from gatekeeper.core.admission.record_cap import DEFAULT_MAX_RECORDS_PER_NAMESPACE
 from gatekeeper.core.backends.pools.provisioning import InstanceType
+from gatekeeper.core.model.pool import DEFAULT_ADMISSION_TIMEOUT
 from gatekeeper.webhook.pass_through import PassThrough
 
 __all__ = ["CheckPlugin", "ControllerPlugin", "MakeController", "Term"]
@@ -44,6 +45,8 @@ class Term:
     """``--closed-pool-exempt-namespaces``."""
     max_records_per_namespace: int = DEFAULT_MAX_RECORDS_PER_NAMESPACE
     """``--max-records-per-namespace``."""
+    admission_timeout: int = DEFAULT_ADMISSION_TIMEOUT
+    """``--admission-timeout-seconds``: where no Pool says how long an admitted group may take."""
 
 
 MakeController = Callable[[Term], Controller]

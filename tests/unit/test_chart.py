@@ -375,6 +375,7 @@ def test_deployment_is_highly_available_and_restricted(default: list[dict[str, A
         "--identity=$(POD_NAME)",
         "--resync-seconds=10",
         "--max-records-per-namespace=10000",
+        "--admission-timeout-seconds=600",
         "--log-level=INFO",
         "--log-format=json",
     ]

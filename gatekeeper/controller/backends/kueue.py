@@ -38,6 +38,7 @@ from gatekeeper.core.backends.kueue import (
 from gatekeeper.core.backends.kueue.urgency import KueueUrgency
 from gatekeeper.core.kube.keys import KUEUE_API_VERSION, POOL_LABEL
 from gatekeeper.core.model.groups import DemandMemo
+from gatekeeper.core.model.pool import DEFAULT_ADMISSION_TIMEOUT
 from gatekeeper.core.writes.plan import Memory, Write
 
 __all__ = ["PLUGIN", "KueueBackend"]
@@ -69,8 +70,10 @@ class KueueBackend:
         *,
         retry_seconds: int = NEVER_FIT_RETRY_SECONDS,
         max_records_per_namespace: int = DEFAULT_MAX_RECORDS_PER_NAMESPACE,
+        admission_timeout: int = DEFAULT_ADMISSION_TIMEOUT,
     ) -> None:
         self.kube = kube
+        self.admission_timeout = admission_timeout
         self.max_records_per_namespace = max_records_per_namespace
         self.caches = caches
         self.retry_seconds = retry_seconds
@@ -100,6 +103,7 @@ class KueueBackend:
             statefulsets=g.statefulsets.values(),
             limit_ranges=g.limit_ranges.values(),
             max_records_per_namespace=self.max_records_per_namespace,
+            admission_timeout=self.admission_timeout,
             # Pods let through keep their group's Workload by the charge they carry (``core.model.charge``).
             bound_pods=g.bound.values(),
             now=now,
@@ -146,6 +150,7 @@ def _make(term: Term) -> KueueBackend:
         term.caches,
         retry_seconds=term.retry_seconds,
         max_records_per_namespace=term.max_records_per_namespace,
+        admission_timeout=term.admission_timeout,
     )
 
 

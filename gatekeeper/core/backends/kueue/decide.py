@@ -87,6 +87,7 @@ from gatekeeper.core.model.charge import Charge, charged
 from gatekeeper.core.model.gating import Ungate
 from gatekeeper.core.model.groups import DemandMemo, GroupState, lws_groups
 from gatekeeper.core.model.lws import GroupPod
+from gatekeeper.core.model.pool import DEFAULT_ADMISSION_TIMEOUT
 from gatekeeper.core.model.record import is_admitted
 from gatekeeper.core.model.retry import RETRY_MAX_SECONDS
 from gatekeeper.core.plugin.decided import GroupActions
@@ -127,6 +128,8 @@ class KueueSnapshot:
     """Every LimitRange: the requests a container that names none gets (``core.model.limits``)."""
     max_records_per_namespace: int = DEFAULT_MAX_RECORDS_PER_NAMESPACE
     """Records one namespace may have (``core.admission.record_cap``)."""
+    admission_timeout: int = DEFAULT_ADMISSION_TIMEOUT
+    """Seconds an admitted group may lack bound pods before it is given back (``kueue.timeout``)."""
     bound_pods: Sequence[Mapping[str, Any]] = ()
     """Every pod bound to a node: a pod let through keeps its group's Workload while it
     lives, whatever its labels say now (``core.model.charge``)."""
@@ -180,6 +183,7 @@ def decide_kueue(snap: KueueSnapshot, memo: DemandMemo | None = None) -> KueueAc
         snap.now,
         snap.retry_seconds,
         NEVER_FIT_RETRY_MAX_SECONDS,
+        snap.admission_timeout,
     )
     room = RecordRoom((ns for ns, _ in records), snap.max_records_per_namespace)
     one = GroupPass(settings, who.strangers, room=room)

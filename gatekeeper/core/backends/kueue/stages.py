@@ -25,16 +25,19 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from gatekeeper.core.admission.conformance import Departed, conforming, departed_message, overdue
+from gatekeeper.core.admission.deadline import whole
 from gatekeeper.core.admission.members import Stranger
 from gatekeeper.core.admission.reasons import Reason
 from gatekeeper.core.admission.record_cap import DEFAULT_MAX_RECORDS_PER_NAMESPACE, RecordRoom
 from gatekeeper.core.backends.kueue.adopt import adopted_elsewhere, adopting_message, old_pods
 from gatekeeper.core.backends.kueue.order import Offers, Waiting, unreserved
 from gatekeeper.core.backends.kueue.status import RecordStatus
+from gatekeeper.core.backends.kueue.timeout import TimedOut, timed_out
 from gatekeeper.core.backends.kueue.workload import (
     demand_changed,
     flavor_steering,
     never_fits,
+    new_pods,
     stale_spec,
     waiting_reason,
     workload_belongs,
@@ -64,6 +67,7 @@ from gatekeeper.core.model.gating import Ungate
 from gatekeeper.core.model.group import GroupKey, InvalidDemand
 from gatekeeper.core.model.groups import GroupState, LwsGroup
 from gatekeeper.core.model.lws import GroupPod
+from gatekeeper.core.model.pool import DEFAULT_ADMISSION_TIMEOUT
 from gatekeeper.core.model.retry import recorded_retries, retry_delay
 
 __all__ = ["GroupPass", "Settings"]
@@ -83,6 +87,8 @@ class Settings:
     now: datetime | None
     retry_seconds: int
     retry_max_seconds: int
+    admission_timeout: int = DEFAULT_ADMISSION_TIMEOUT
+    """Seconds an admitted group may lack bound pods (``core.admission.deadline``)."""
 
 
 @dataclass
@@ -172,7 +178,7 @@ class GroupPass:
             or self._make_workload(c, offers)
             or self._adopt(c)
         )
-        if settled or self._pods(c):
+        if settled or self._timed_out(c) or self._pods(c):
             return
         self._say(c)
 
@@ -261,7 +267,7 @@ class GroupPass:
         for the new demand, is made on the next pass."""
         if not (c.admitted and c.group.staying and c.wl is not None and c.demand is not None):
             return False
-        c.waits_new = _new_pods(c.wl, c.record, c.demand, c.group.members)
+        c.waits_new = new_pods(c.wl, c.record, c.demand, c.group.members)
         if not (c.waits_new and all(p.name in c.waits_new for p in c.group.members if p.live)):
             return False
         self.stale.append(c.key)
@@ -340,9 +346,10 @@ class GroupPass:
         pods stop, and once none is left its Workload goes, so that Kueue's quota comes back
         only when nothing runs on it. The record keeps its words."""
         said = condition(c.record, ADMITTED)
+        reason = said.get("reason")
         if not (
             said.get("status") == "False"
-            and said.get("reason") == Reason.NOT_AS_ADMITTED
+            and reason in (Reason.NOT_AS_ADMITTED, Reason.ADMISSION_TIMEOUT)
             and _backing_off(c.record, self.settings.now)
         ):
             return False
@@ -353,7 +360,7 @@ class GroupPass:
             self.stale.append(c.key)
         self.strangers.pop(c.st.key, None)  # its pods left as they go keep the give-back's words
         message = str(said.get("message") or "")
-        self.statuses.append(RecordStatus(c.st, c.st.record, False, Reason.NOT_AS_ADMITTED, message))
+        self.statuses.append(RecordStatus(c.st, c.st.record, False, Reason(str(reason)), message))
         return True
 
     def _pods(self, c: _Group) -> bool:
@@ -383,6 +390,25 @@ class GroupPass:
         elif not c.admitted and c.reserved and _true(c.conds, EVICTED):
             self.clear.append(c.key)
         return False
+
+    def _timed_out(self, c: _Group) -> bool:
+        """Admitted and not whole by its deadline: given back as for a pod not as admitted
+        (``kueue.timeout``); before the deadline, the pass looks again then."""
+        s = self.settings
+        if not (c.admitted and c.group.staying) or c.demand is None:
+            return False
+        delays = (s.admission_timeout, s.retry_seconds, s.retry_max_seconds)
+        due = timed_out(c.group, c.lws, c.record, c.demand, s.now, *delays)
+        if isinstance(due, datetime):
+            self.look_again = due if self.look_again is None else min(self.look_again, due)
+        if not isinstance(due, TimedOut):
+            return False
+        self.stop.extend((c.ns, pod) for pod in sorted(self._running(c)))
+        said = (Reason.ADMISSION_TIMEOUT, due.message)
+        self.statuses.append(
+            RecordStatus(c.st, c.st.record, False, *said, retry_at=due.retry_at, retries=due.retries)
+        )
+        return True
 
     def _running(self, c: _Group) -> set[str]:
         """The group's pods let through and live, and those charged to its record (their
@@ -449,25 +475,8 @@ def _admitted_status(c: _Group) -> RecordStatus:
         )
     # The revision its pods run under this Workload, unless new pods wait.
     revision = None if c.waits_new else c.st.revision or None
-    return RecordStatus(c.st, c.st.record, True, "Admitted", said, revision)
-
-
-def _new_pods(
-    wl: Mapping[str, Any], record: Mapping[str, Any], demand: GroupDemand, members: Sequence[GroupPod]
-) -> list[str]:
-    """Pods made from templates that ask another demand than the admitted Workload's.
-
-    Empty when the demand did not change. Old pods carry the revision the record noted
-    while the Workload was admitted (``status.templateRevision``) or that of a pod of the
-    group already let through; pods without a revision label count as old.
-    """
-    if not demand_changed(wl, demand):
-        return []
-    made_at = str(as_map(record.get("status")).get("templateRevision") or "")
-    old = {p.revision for p in members if p.live and not p.gated} | {made_at}
-    return sorted(
-        p.name for p in members if p.live and not p.terminating and p.revision and p.revision not in old
-    )
+    placed = c.demand is not None and whole(c.group.present, c.demand)
+    return RecordStatus(c.st, c.st.record, True, "Admitted", said, revision, placed=placed)
 
 
 def _true(conds: Mapping[str, Mapping[str, Any]], kind: str) -> bool:

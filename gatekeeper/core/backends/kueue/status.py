@@ -35,6 +35,9 @@ class RecordStatus:
     """When the Workload of a group that could never fit is made again (RFC 3339)."""
     retries: int | None = None
     """How many times the group's Workload was deleted because it could never fit."""
+    placed: bool = False
+    """Admitted and all its pods bound: its record's ``status.placedAt`` is written once, and
+    the admission timeout no longer applies (``core.admission.deadline``)."""
 
     @property
     def warning(self) -> bool:

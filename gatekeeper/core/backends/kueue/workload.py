@@ -14,7 +14,7 @@ Kueue's words.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gatekeeper.core.kube.keys import (
@@ -43,7 +43,7 @@ from gatekeeper.core.kube.keys import (
 from gatekeeper.core.kube.objects import as_list, as_map, conditions, digest, is_terminating, labels, meta
 from gatekeeper.core.model.demand import GroupDemand
 from gatekeeper.core.model.groups import GroupState
-from gatekeeper.core.model.lws import priority, size, templates
+from gatekeeper.core.model.lws import GroupPod, priority, size, templates
 
 __all__ = [
     "PERMANENT_REASONS",
@@ -51,6 +51,7 @@ __all__ = [
     "demand_changed",
     "flavor_steering",
     "never_fits",
+    "new_pods",
     "new_workload",
     "stale_spec",
     "waiting_reason",
@@ -293,3 +294,21 @@ def clear_admission_status(wl: Mapping[str, Any], now: str) -> dict[str, Any]:
     out = [dict(c) for kind, c in conds.items() if kind not in replaced]
     out.extend(replaced.values())
     return {"admission": None, "conditions": out}
+
+
+def new_pods(
+    wl: Mapping[str, Any], record: Mapping[str, Any], demand: GroupDemand, members: Sequence[GroupPod]
+) -> list[str]:
+    """Pods made from templates that ask another demand than the admitted Workload's.
+
+    Empty when the demand did not change. Old pods carry the revision the record noted
+    while the Workload was admitted (``status.templateRevision``) or that of a pod of the
+    group already let through; pods without a revision label count as old.
+    """
+    if not demand_changed(wl, demand):
+        return []
+    made_at = str(as_map(record.get("status")).get("templateRevision") or "")
+    old = {p.revision for p in members if p.live and not p.gated} | {made_at}
+    return sorted(
+        p.name for p in members if p.live and not p.terminating and p.revision and p.revision not in old
+    )

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from gatekeeper.core.admission.deadline import placed
 from gatekeeper.core.backends.kueue.decide import KueueActions, KueueSnapshot
 from gatekeeper.core.backends.kueue.status import RecordStatus
 from gatekeeper.core.backends.kueue.workload import clear_admission_status, new_workload
@@ -41,7 +42,8 @@ def record_status_patch(
     retry: dict[str, Any] = {"retryAt": st.retry_at, "retries": st.retries} if st.retries is not None else {}
     if st.admitted and before.get("retries") is not None:
         retry = {"retryAt": None, "retries": None}  # admitted at last: the count starts afresh
-    if same and current.get("message") == st.message and noted and not retry:
+    newly_placed = st.admitted and st.placed and not placed(record)
+    if same and current.get("message") == st.message and noted and not retry and not newly_placed:
         return None, False
     status: dict[str, Any] = {
         **demand_status(st.group.pool, st.group.demand, before),
@@ -50,6 +52,8 @@ def record_status_patch(
     }
     if st.admitted and current.get("status") != "True":
         status["admittedAt"] = now
+    if newly_placed:
+        status["placedAt"] = now
     if st.revision is not None:
         status["templateRevision"] = st.revision
     status.update(retry)
