@@ -186,3 +186,27 @@ def scene(shared_hub: SharedHub) -> Any:
         sb.kubectl("delete", "namespace", ns, "--wait=false", check=False)
         sb.kubectl("delete", "pool", pool, "--wait=false", check=False)
     shared_hub.hub.kubectl("delete", "reservation", reservation, "--wait=false", check=False)
+
+
+def claim_body(
+    reservation: str, cluster: str, tag: str, *, gpus: str = "1", priority: int | None = None
+) -> str:
+    """A ReservationClaim in ``cluster``'s name, as a member would write one (JSON)."""
+    spec: dict[str, Any] = {
+        "reservation": reservation,
+        "cluster": cluster,
+        "namespace": "x",
+        "leaderWorkerSet": "y",
+        "groupIndex": 0,
+        "demand": {GPU: gpus},
+    }
+    if priority is not None:
+        spec["priority"] = priority
+    return json.dumps(
+        {
+            "apiVersion": "lws-gatekeeper.io/v1alpha1",
+            "kind": "ReservationClaim",
+            "metadata": {"name": f"{cluster}.{tag}", "labels": {"lws-gatekeeper.io/cluster": cluster}},
+            "spec": spec,
+        }
+    )

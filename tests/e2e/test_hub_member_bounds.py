@@ -19,28 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from .conftest import SharedHub
-from .hub_support import GPU, _json, eventually, pods_of, scene, whole_running_groups
+from .hub_support import GPU, _json, claim_body, eventually, pods_of, scene, whole_running_groups
 
 __all__ = ["scene"]  # the fixture, used by name
-
-
-def _claim(reservation: str, cluster: str, tag: str, priority: int) -> str:
-    return json.dumps(
-        {
-            "apiVersion": "lws-gatekeeper.io/v1alpha1",
-            "kind": "ReservationClaim",
-            "metadata": {"name": f"{cluster}.{tag}", "labels": {"lws-gatekeeper.io/cluster": cluster}},
-            "spec": {
-                "reservation": reservation,
-                "cluster": cluster,
-                "namespace": "x",
-                "leaderWorkerSet": "y",
-                "groupIndex": 0,
-                "priority": priority,
-                "demand": {GPU: "1"},
-            },
-        }
-    )
 
 
 def test_each_member_is_held_to_its_bounds_on_the_reservation(
@@ -91,7 +72,7 @@ def test_each_member_is_held_to_its_bounds_on_the_reservation(
             "create",
             "-f",
             "-",
-            input=_claim(reservation, cluster, tag, priority),
+            input=claim_body(reservation, cluster, tag, priority=priority),
             check=False,
         )
         assert made.returncode != 0, f"{cluster}'s claim was accepted"
@@ -105,7 +86,7 @@ def test_each_member_is_held_to_its_bounds_on_the_reservation(
         "create",
         "-f",
         "-",
-        input=_claim(reservation, "cluster-c", tag, 100),
+        input=claim_body(reservation, "cluster-c", tag, priority=100),
         check=False,
     )
     assert within.returncode == 0, f"a claim within its bounds is accepted: {within.stderr}"

@@ -22,6 +22,7 @@ from .hub_support import (
     GPU,
     Sampler,
     _json,
+    claim_body,
     eventually,
     granted_gpus,
     scale_all,
@@ -104,21 +105,7 @@ def test_a_member_may_only_create_and_delete_claims_of_its_own_name(
     tag = uuid.uuid4().hex[:5]
 
     def claim(cluster: str) -> str:
-        return json.dumps(
-            {
-                "apiVersion": "lws-gatekeeper.io/v1alpha1",
-                "kind": "ReservationClaim",
-                "metadata": {"name": f"{cluster}.{tag}", "labels": {"lws-gatekeeper.io/cluster": cluster}},
-                "spec": {
-                    "reservation": reservation,
-                    "cluster": cluster,
-                    "namespace": "x",
-                    "leaderWorkerSet": "y",
-                    "groupIndex": 0,
-                    "demand": {GPU: "9"},
-                },
-            }
-        )
+        return claim_body(reservation, cluster, tag, gpus="9")
 
     def as_c(*args: str, input: str | None = None) -> Any:
         return kubectl(f"--kubeconfig={as_c_config}", *args, input=input, check=False)

@@ -15,6 +15,7 @@ import math
 import re
 from collections.abc import Mapping
 from fractions import Fraction
+from typing import Any
 
 #: Quantity as found in Kubernetes JSON: normally a string; YAML-born dicts may hold numbers.
 QuantityLike = str | int | float
@@ -123,6 +124,21 @@ def parse_units(resource: str, value: QuantityLike) -> int:
             number *= _SIMPLE_SCALES[suffix]
             return number * 1000 if resource == "cpu" else number
     return to_units(resource, parse_quantity(value))
+
+
+def amounts(items: Mapping[str, Any], where: str) -> dict[str, int]:
+    """Each ``resource: quantity`` of ``items`` (a quota, a capacity) in scheduler units;
+    ValueError names ``where[resource]`` when a quantity cannot be read or is negative."""
+    out: dict[str, int] = {}
+    for resource, value in items.items():
+        try:
+            amount = parse_quantity(value)
+        except ValueError as err:
+            raise ValueError(f"{where}[{resource}]: {err}") from None
+        if amount < 0:
+            raise ValueError(f"{where}[{resource}]: {str(value)[:40]!r} is negative")
+        out[resource] = to_units(resource, amount)
+    return out
 
 
 def is_memory_like(resource: str) -> bool:

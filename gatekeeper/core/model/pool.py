@@ -43,7 +43,7 @@ from typing import Any
 
 from gatekeeper.core.kube.fields import mapping, sequence, string
 from gatekeeper.core.kube.keys import GATEKEEPER_API_VERSION, POOL_KIND
-from gatekeeper.core.kube.quantity import parse_quantity, to_units
+from gatekeeper.core.kube.quantity import amounts
 from gatekeeper.core.kube.selectors import (
     LabelSelector,
     NodeConstraints,
@@ -171,15 +171,7 @@ def parse_pool(obj: Mapping[str, Any]) -> Pool:
             raise ValueError(f"spec.queueingStrategy: {strategy_name!r} is not one of {allowed}") from None
         quota: dict[str, int] | None = None
         if spec.get("quota") is not None:
-            quota = {}
-            for resource, raw in mapping(spec.get("quota"), "spec.quota").items():
-                try:
-                    amount = parse_quantity(raw)
-                except ValueError as err:
-                    raise ValueError(f"spec.quota[{resource}]: {err}") from None
-                if amount < 0:
-                    raise ValueError(f"spec.quota[{resource}]: {raw!r} is negative")
-                quota[resource] = to_units(resource, amount)
+            quota = amounts(mapping(spec.get("quota"), "spec.quota"), "spec.quota")
         fit_name = string(spec.get("nodeFit"), "spec.nodeFit", NodeFit.REQUIRED.value)
         try:
             node_fit = NodeFit(fit_name)

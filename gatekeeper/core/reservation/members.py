@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from gatekeeper.core.kube.fields import mapping, sequence
-from gatekeeper.core.kube.quantity import format_amount, parse_quantity, to_units
+from gatekeeper.core.kube.quantity import amounts, format_amount
 
 __all__ = ["MAX_MEMBERS", "MemberBounds", "Refusal", "clamped", "parse_members", "refusal"]
 
@@ -73,15 +73,7 @@ def parse_members(raw: object) -> dict[str, MemberBounds] | None:
             raise ValueError(f"{where}.cluster: not a cluster name (lower-case letters, digits and '-')")
         if cluster in out:
             raise ValueError(f"{where}.cluster: {cluster} is listed twice")
-        quota: dict[str, int] = {}
-        for resource, value in mapping(entry.get("quota"), f"{where}.quota").items():
-            try:
-                amount = parse_quantity(value)
-            except ValueError as err:
-                raise ValueError(f"{where}.quota[{resource}]: {err}") from None
-            if amount < 0:
-                raise ValueError(f"{where}.quota[{resource}]: {str(value)[:40]!r} is negative")
-            quota[str(resource)] = to_units(str(resource), amount)
+        quota = amounts(mapping(entry.get("quota"), f"{where}.quota"), f"{where}.quota")
         out[cluster] = MemberBounds(
             cluster,
             _bound(entry.get("maxPriority"), f"{where}.maxPriority", -(2**31), 2**31 - 1),

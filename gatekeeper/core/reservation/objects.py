@@ -23,7 +23,7 @@ from typing import Any
 from gatekeeper.core.kube.fields import mapping, string
 from gatekeeper.core.kube.keys import GATEKEEPER_API_VERSION
 from gatekeeper.core.kube.objects import EPOCH, meta, parse_time
-from gatekeeper.core.kube.quantity import format_quantity, format_resources, parse_quantity, to_units
+from gatekeeper.core.kube.quantity import amounts, format_quantity, format_resources
 from gatekeeper.core.model.pool import QueueingStrategy
 from gatekeeper.core.reservation.members import MemberBounds, parse_members
 
@@ -135,21 +135,13 @@ class BadClaim:
 
 
 def _resources(raw: object, where: str) -> dict[str, int]:
-    out: dict[str, int] = {}
     items = mapping(raw, where)
     if len(items) > MAX_RESOURCES:
         raise ValueError(f"{where}: more than {MAX_RESOURCES} resources")
-    for resource, value in items.items():
+    for resource in items:
         if not isinstance(resource, str) or not resource or len(resource) > MAX_NAME:
             raise ValueError(f"{where}: {str(resource)[:40]!r} is not a resource name")
-        try:
-            amount = parse_quantity(value)
-        except ValueError as err:
-            raise ValueError(f"{where}[{resource}]: {err}") from None
-        if amount < 0:
-            raise ValueError(f"{where}[{resource}]: {str(value)[:40]!r} is negative")
-        out[resource] = to_units(resource, amount)
-    return out
+    return amounts(items, where)
 
 
 def _duration(raw: object, where: str) -> int | None:
