@@ -2,12 +2,12 @@
 
 Why this exists: a group is admitted on its LWS's spec, before its pods exist, and holds its
 quota from then on. If its pods can never be made (a missing ServiceAccount, a refused image
-pull secret) or never bound (the cloud ran out), it would hold it for ever. Each backend
-gives such a group back after a timeout (a Pool's ``spec.admissionTimeout``, 10 minutes
-unless it says; where no Pool decides, ``--admission-timeout``), counted as ``deadline``
+pull secret) or never bound (the cloud ran out), it would hold it for ever. A backend gives
+such a group back after a timeout (a Pool's ``spec.admissionTimeout``, 10 minutes unless it
+says; where no Pool decides, ``--admission-timeout-seconds``), counted as ``deadline``
 says, so that a group whose leader loads its model for an hour under
-``startupPolicy: LeaderReady`` is not given back. Called by each backend's give-back
-stage. Pure: the time is the pass's.
+``startupPolicy: LeaderReady`` is not given back. Called by the backends' give-back
+stages. Pure: the time is the pass's.
 """
 
 from __future__ import annotations

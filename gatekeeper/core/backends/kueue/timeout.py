@@ -3,12 +3,13 @@
 Why this exists: a group is admitted on its LWS's spec, before its pods exist. One whose pods
 can never be made (a missing ServiceAccount, a refused image pull secret) or never bound
 would hold its ClusterQueue's quota for ever: Kueue's own ``waitForPodsReady`` reads a
-``PodsReady`` condition that only Kueue's job integrations set. After ``--admission-timeout``
-(10 minutes by default), counted as ``core.admission.deadline`` counts it (under
-``startupPolicy: LeaderReady`` the workers' time from the leader turning Ready), the group
-is given back as for a pod not as admitted: its record says ``AdmissionTimeout`` and when it
-is tried again, its running pods stop, its Workload goes once they are gone, and a new one
-is made after a delay that doubles each time. Called by ``stages``. Pure.
+``PodsReady`` condition that only Kueue's job integrations set. After
+``--admission-timeout-seconds`` (10 minutes by default), counted as
+``core.admission.deadline`` counts it (under ``startupPolicy: LeaderReady`` the workers'
+time from the leader turning Ready), the group is given back as for a pod not as admitted:
+its record says ``AdmissionTimeout`` and when it is tried again, its running pods stop, its
+Workload goes once they are gone, and a new one is made after a delay that doubles each
+time. Called by ``stages``. Pure.
 """
 
 from __future__ import annotations
