@@ -83,8 +83,14 @@ def review(size: int) -> bytes:
     return body
 
 
+RESET = 0
+"""The answer ``flood`` records for a connection the server closed before the client read its
+answer (a reset while the client was still sending)."""
+
+
 async def flood(url: str, body: bytes, count: int) -> list[tuple[int, str]]:
-    """``count`` concurrent POSTs of ``body`` (no certificate check: an attacker needs none)."""
+    """``count`` concurrent POSTs of ``body`` (no certificate check: an attacker needs none);
+    a connection the server cut off counts as ``(RESET, why)``."""
     context = ssl.create_default_context()
     context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
     connector = aiohttp.TCPConnector(limit=0, ssl=context)
@@ -92,8 +98,11 @@ async def flood(url: str, body: bytes, count: int) -> list[tuple[int, str]]:
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
 
         async def one() -> tuple[int, str]:
-            async with session.post(url, data=body, headers={"Content-Type": "application/json"}) as r:
-                return r.status, (await r.text())[:300]
+            try:
+                async with session.post(url, data=body, headers={"Content-Type": "application/json"}) as r:
+                    return r.status, (await r.text())[:300]
+            except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError) as err:
+                return RESET, f"connection cut off: {err}"
 
         return list(await asyncio.gather(*(one() for _ in range(count))))
 

@@ -24,7 +24,7 @@ from gatekeeper.core.backends import BACKENDS
 from gatekeeper.core.backends.volcano.keys import VOLCANO_API_VERSION
 from gatekeeper.core.kube.keys import KUEUE_API_VERSION, POOL_LABEL
 from gatekeeper.core.kube.quantity import parse_quantity
-from gatekeeper.core.model.pool import NodeFit, parse_pool
+from gatekeeper.core.model.pool import DEFAULT_ADMISSION_TIMEOUT, NodeFit, parse_duration, parse_pool
 from gatekeeper.render import PoolsError, parse_pools, render, render_stream
 from gatekeeper.render.cli import render_cmd
 from gatekeeper.render.manifests import MANAGED_BY, template_file
@@ -96,7 +96,9 @@ def test_pools_backend_one_pool_object_per_pool() -> None:
         "quota": {"nvidia.com/gpu": 4},
         "queueingStrategy": "BestEffortFIFO",
         "nodeFit": "Required",
+        "admissionTimeout": "10m",  # the default, written where the admin reads the Pool
     }
+    assert parse_duration(on_demand["spec"]["admissionTimeout"], "x") == DEFAULT_ADMISSION_TIMEOUT
     assert reserved["spec"]["queueingStrategy"] == "StrictFIFO"
     # cpu and memory join the quota only when given; as quoted quantities, what the CRD stores.
     assert reserved["spec"]["quota"] == {"nvidia.com/gpu": 16, "cpu": "384", "memory": "4Ti"}
