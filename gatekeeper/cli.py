@@ -251,6 +251,14 @@ def why_cmd(target: str, namespace: str | None, output: str, kubeconfig: str | N
     "(their spec.parameters name a Reservation on the hub): a Workload is admitted once the hub granted "
     "its claim. Needs --hub-kubeconfig.",
 )
+@click.option(
+    "--drain-seconds",
+    type=click.FloatRange(0, 600),
+    default=10.0,
+    show_default=True,
+    help="On SIGTERM, how long an admission pass in flight may take to finish its writes and "
+    "Events before the process stops (keep it below the pod's terminationGracePeriodSeconds).",
+)
 @click.option("--log-level", default="INFO", show_default=True)
 @click.option(
     "--log-format",
@@ -287,6 +295,7 @@ def run_cmd(
     hub_namespace: str,
     hub_heartbeat_seconds: int,
     shared_reservation_check: bool,
+    drain_seconds: float,
     log_level: str,
     log_format: str,
 ) -> None:
@@ -327,6 +336,7 @@ def run_cmd(
         lease_name=lease_name,
         identity=identity,
         resync_seconds=resync_seconds,
+        drain_seconds=drain_seconds,
         self_signed_certs_secret=self_signed_certs_secret,
         webhook_config_name=webhook_config_name,
         webhook_service_name=webhook_service_name,

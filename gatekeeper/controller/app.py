@@ -3,7 +3,9 @@
 Why this exists: one program to deploy (the chart runs it twice). Every replica serves
 the webhook (stateless) and ``/metrics``, ``/healthz``, ``/readyz`` on a plain HTTP port;
 only the replica that holds the Lease runs the admission loop. SIGTERM stops it
-cleanly: the Lease is given up so the other replica takes over at once.
+cleanly: no pass starts, the one in flight finishes its writes and Events (``drain``, for
+at most ``--drain-seconds``; a second SIGTERM stops at once), and the Lease is given up so
+the other replica takes over at once.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from gatekeeper.controller.backends import PLUGINS
 from gatekeeper.controller.caches import Caches
 from gatekeeper.controller.certs import SelfSignedCerts
 from gatekeeper.controller.checks import CHECKS
+from gatekeeper.controller.drain import Drain
 from gatekeeper.controller.errors import Conflict
 from gatekeeper.controller.hub import HubController
 from gatekeeper.controller.hub_link import HubLink
@@ -65,6 +68,8 @@ class Options:
     lease_name: str = "lws-gatekeeper"
     identity: str = ""
     resync_seconds: float = 10.0
+    drain_seconds: float = 10.0
+    """On SIGTERM: how long the passes in flight may take to finish before the process stops."""
     self_signed_certs_secret: str = ""
     """Make and rotate the webhook's certificates in this Secret (in ``lease_namespace``); "": don't."""
     webhook_config_name: str = "lws-gatekeeper"
@@ -164,6 +169,7 @@ def _admission_loop(
     kube: Kube | None = None,
     hub: Callable[[], Coroutine[Any, Any, Kube]] | None = None,
     pass_through: PassThrough | None = None,
+    drain: Drain | None = None,
 ) -> Callable[[], Coroutine[Any, Any, None]]:
     """What the leader runs, made afresh for each term: new caches (never the last term's,
     which may be days old), one shared by the term's controllers, and one loop each; with a
@@ -185,7 +191,7 @@ def _admission_loop(
             else None
         )
         found = controllers(kube, caches, opts, link, pass_through)
-        loops = [PassLoop(c, resync=opts.resync_seconds) for c in found]
+        loops = [PassLoop(c, resync=opts.resync_seconds, drain=drain) for c in found]
         try:
             async with anyio.create_task_group() as tg:
                 if link is not None:
@@ -272,15 +278,25 @@ async def run(opts: Options) -> None:
         log.info("webhook serving on %s:%d (own thread)", opts.webhook_host, opts.webhook_port)
     if opts.metrics_port:
         runners.append(await _serve_metrics(opts))
+    drain = Drain()
     try:
         async with anyio.create_task_group() as tg:
+
+            async def drain_then_stop() -> None:
+                if not await drain.stop(opts.drain_seconds):
+                    log.warning("the pass in flight did not finish within %.0fs; cut off", opts.drain_seconds)
+                tg.cancel_scope.cancel()
 
             async def stop_on_signal() -> None:
                 with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
                     async for signum in signals:
-                        log.info("received %s; stopping", signal.Signals(signum).name)
-                        tg.cancel_scope.cancel()
-                        return
+                        name = signal.Signals(signum).name
+                        if drain.stopping:
+                            log.info("received %s again; stopping now", name)
+                            tg.cancel_scope.cancel()
+                            return
+                        log.info("received %s; stopping once the pass in flight is done", name)
+                        tg.start_soon(drain_then_stop)
 
             tg.start_soon(stop_on_signal)
             if certs is not None:
@@ -298,7 +314,7 @@ async def run(opts: Options) -> None:
                     return hub_kube.fenced(fence) if opts.leader_elect else hub_kube
 
             loop = _admission_loop(
-                api, opts, kube.fenced(fence) if opts.leader_elect else kube, hub, pass_through
+                api, opts, kube.fenced(fence) if opts.leader_elect else kube, hub, pass_through, drain
             )
             if opts.leader_elect:
                 tg.start_soon(elector.run, loop)

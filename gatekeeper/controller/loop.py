@@ -32,6 +32,7 @@ from typing import Any, Protocol
 
 import anyio
 
+from gatekeeper.controller.drain import Drain
 from gatekeeper.controller.errors import (
     Conflict,
     Forbidden,
@@ -146,8 +147,11 @@ class PassLoop:
         concurrency: int = 16,
         min_interval: float = 1.0,
         cpu_factor: float = 6.0,
+        drain: Drain | None = None,
     ) -> None:
         self.controller = controller
+        self.drain = drain or Drain()
+        """Once it is stopping, no pass starts; the one in flight finishes."""
         self.log = controller.log
         self.resync = resync
         self.debounce = debounce
@@ -248,11 +252,14 @@ class PassLoop:
             with anyio.move_on_after(wait):
                 await self._dirty.wait()
             await self._turn(last)
+            if self.drain.stopping:
+                await anyio.sleep_forever()  # the process is stopping: cancelled soon
             self._dirty, self._urgent = anyio.Event(), anyio.Event()
             last = anyio.current_time()
             cpu = time.process_time()
             try:
-                await self.pass_once()
+                with self.drain.in_flight():
+                    await self.pass_once()
                 self.gap = next_gap(
                     time.process_time() - cpu,
                     debounce=self.debounce,

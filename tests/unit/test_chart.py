@@ -374,6 +374,7 @@ def test_deployment_is_highly_available_and_restricted(default: list[dict[str, A
         "--lease-name=lws-gatekeeper",
         "--identity=$(POD_NAME)",
         "--resync-seconds=10",
+        "--drain-seconds=20",
         "--max-records-per-namespace=10000",
         "--admission-timeout-seconds=600",
         "--log-level=INFO",
@@ -393,6 +394,18 @@ def test_deployment_is_highly_available_and_restricted(default: list[dict[str, A
     assert spread["topologyKey"] == "kubernetes.io/hostname"
     assert spread["maxSkew"] == 1
     assert spread["labelSelector"]["matchLabels"] == deploy["spec"]["selector"]["matchLabels"]
+
+
+@pytest.mark.parametrize(("grace", "drain"), [(30, 20), (120, 110), (5, 0)])
+def test_a_stopping_pass_gets_the_grace_period_but_its_last_10_seconds(
+    render: Render, grace: int, drain: int
+) -> None:
+    """The pass in flight finishes within ``--drain-seconds``; the Lease and the webhook's
+    requests have the rest before the kubelet's SIGKILL."""
+    objs = render("--set", f"manager.terminationGracePeriodSeconds={grace}")
+    deploy = one(objs, "Deployment")
+    assert deploy["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == grace
+    assert f"--drain-seconds={drain}" in container(objs)["args"]
 
 
 def test_the_budget_keeps_one_replica(default: list[dict[str, Any]]) -> None:
