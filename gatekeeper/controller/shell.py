@@ -45,6 +45,8 @@ class GroupInformers:
         """Every pod on a node, anyone's: the room they take, and the charge pods let through carry."""
         self.limit_ranges = caches.informer(r.LIMIT_RANGES)
         """The requests a container that names none gets: part of a group's demand."""
+        self.runtime_classes = caches.informer(r.RUNTIME_CLASSES)
+        """The overhead a pod that names a RuntimeClass gets: part of a group's demand."""
 
     @property
     def informers(self) -> list[Informer]:
@@ -56,6 +58,7 @@ class GroupInformers:
             self.statefulsets,
             self.bound,
             self.limit_ranges,
+            self.runtime_classes,
         ]
 
 

@@ -128,6 +128,7 @@ CLUSTER_RULES: list[Rule] = [
     ("lws-gatekeeper.io", "groupadmissions/status", ("patch",), ()),
     ("lws-gatekeeper.io", "pools", ("list", "watch"), ()),
     ("lws-gatekeeper.io", "pools/status", ("patch",), ()),
+    ("node.k8s.io", "runtimeclasses", ("list", "watch"), ()),
     ("scheduling.k8s.io", "priorityclasses", ("list", "watch"), ()),
 ]
 SELF_SIGNED_CLUSTER_RULES: list[Rule] = [
@@ -164,6 +165,7 @@ KUEUE_CLUSTER_RULES: list[Rule] = [
     ("leaderworkerset.x-k8s.io", "leaderworkersets", ("list", "watch"), ()),
     ("lws-gatekeeper.io", "groupadmissions", ("list", "watch", "create", "patch", "delete"), ()),
     ("lws-gatekeeper.io", "groupadmissions/status", ("patch",), ()),
+    ("node.k8s.io", "runtimeclasses", ("list", "watch"), ()),
     ("scheduling.k8s.io", "priorityclasses", ("list", "watch"), ()),
 ]
 # The node-fit AdmissionCheck controller (gatekeeper/controller/checks/node_fit.py): informers on

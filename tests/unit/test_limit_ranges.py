@@ -106,9 +106,9 @@ def test_the_memo_computes_again_when_the_namespaces_defaults_change() -> None:
         assert isinstance(demand, GroupDemand)
         return demand.total.get("cpu", 0)
 
-    memo.use_limit_ranges([])
+    memo.use_cluster([])
     assert cpu() == 0
-    memo.use_limit_ranges([_lr("a", _item(default={"cpu": "1"}))])
+    memo.use_cluster([_lr("a", _item(default={"cpu": "1"}))])
     assert cpu() == 2000
-    memo.use_limit_ranges([_lr("a", _item(default={"cpu": "1"}), namespace="other")])
+    memo.use_cluster([_lr("a", _item(default={"cpu": "1"}), namespace="other")])
     assert cpu() == 0, "another namespace's LimitRange is not this one's"

@@ -102,6 +102,7 @@ class KueueBackend:
             default_priority=self.caches.default_priority(),
             statefulsets=g.statefulsets.values(),
             limit_ranges=g.limit_ranges.values(),
+            runtime_classes=g.runtime_classes.values(),
             max_records_per_namespace=self.max_records_per_namespace,
             admission_timeout=self.admission_timeout,
             # Pods let through keep their group's Workload by the charge they carry (``core.model.charge``).

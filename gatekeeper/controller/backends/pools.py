@@ -140,6 +140,8 @@ class PoolsBackend:
         self.statefulsets = caches.informer(r.STATEFULSETS, label_selector=LWS_NAME_LABEL)
         self.limit_ranges = caches.informer(r.LIMIT_RANGES)
         """The requests a container that names none gets: part of a group's demand."""
+        self.runtime_classes = caches.informer(r.RUNTIME_CLASSES)
+        """The overhead a pod that names a RuntimeClass gets: part of a group's demand."""
         self.urgent = Urgency()
         """Which watched changes call for a pass at once (the loop's ``urgent``)."""
         self.lifter = Lifter(kube, self.pods, pass_through) if pass_through is not None else None
@@ -158,6 +160,7 @@ class PoolsBackend:
             self.namespaces,
             self.statefulsets,
             self.limit_ranges,
+            self.runtime_classes,
         ]
 
     @property
@@ -195,6 +198,7 @@ class PoolsBackend:
             namespaces=namespace_labels(self.namespaces.values()),
             statefulsets=self.statefulsets.values(),
             limit_ranges=self.limit_ranges.values(),
+            runtime_classes=self.runtime_classes.values(),
             node_pools=self.read_node_pools(self.node_pools.values() if self.node_pools is not None else ()),
             node_claims=self.read_node_claims(
                 self.node_claims.values() if self.node_claims is not None else ()

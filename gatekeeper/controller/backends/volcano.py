@@ -92,6 +92,7 @@ class VolcanoBackend:
             default_priority=self.caches.default_priority(),
             statefulsets=g.statefulsets.values(),
             limit_ranges=g.limit_ranges.values(),
+            runtime_classes=g.runtime_classes.values(),
             max_records_per_namespace=self.max_records_per_namespace,
             now=now,
             retry_seconds=self.retry_seconds,

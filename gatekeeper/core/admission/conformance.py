@@ -6,8 +6,8 @@ StatefulSet's template edited to ask 2 GPUs (its revision label kept) makes pods
 the LWS's own chain that ask more than the group's reservation holds. So a gated pod is let
 through on its group's admission only when, against its role's template in the LWS:
 
-* it asks no more of any resource than the role does (its containers' effective requests;
-  the pod overhead a RuntimeClass adds is left out, as the demand leaves it out). A
+* it asks no more of any resource than the role does (its containers' effective requests
+  and its pod overhead, as the demand counts the overhead of the RuntimeClass it names). A
   resource the role's template does not ask at all is judged only when it is an extended
   resource (a name with a ``/``, as ``nvidia.com/gpu``): a LimitRange of the namespace may
   give a container default CPU and memory requests its template does not have, which a
@@ -84,7 +84,7 @@ def departure(
         shown = ", ".join(claims[:5])
         return f"pod {pod.name} asks devices through DRA claims ({shown}), which no admission counts"
     try:
-        asks = pod_requests({k: v for k, v in spec.items() if k != "overhead"})
+        asks = pod_requests(spec)
     except (ValueError, ArithmeticError) as exc:
         return f"pod {pod.name} has requests that cannot be read ({exc})"
     more = {r: v for r, v in asks.items() if v > role.requests.get(r, 0) and (r in role.requests or "/" in r)}

@@ -15,7 +15,8 @@ one backend; both backends (and any to come) enumerate groups with ``lws_groups`
   gets an ``InvalidSpec`` demand, and the backend names the indices that hold something
   (admitted records, or Workloads), so they are kept.
 
-A group's demand is computed once per LWS generation and LimitRange defaults of its namespace:
+A group's demand is computed once per LWS generation, LimitRange defaults of its namespace and
+overhead of the RuntimeClasses it names:
 ``DemandMemo`` remembers it, owned by the loop that runs the passes (the spec cannot change
 without a new generation).
 """
@@ -32,7 +33,8 @@ from gatekeeper.core.kube.objects import as_map, is_terminating, meta
 from gatekeeper.core.model.demand import GroupDemand, group_demand
 from gatekeeper.core.model.group import GroupKey, InvalidDemand
 from gatekeeper.core.model.limits import container_defaults
-from gatekeeper.core.model.lws import GroupPod, group_index, pool_of, replicas
+from gatekeeper.core.model.lws import GroupPod, group_index, pool_of, replicas, templates
+from gatekeeper.core.model.overhead import runtime_overheads
 from gatekeeper.core.model.record import record_belongs, record_name
 
 __all__ = ["DemandMemo", "GroupState", "LwsGroup", "PodsByGroup", "lws_groups", "pods_by_group"]
@@ -73,25 +75,32 @@ class LwsGroup:
 
 
 class DemandMemo:
-    """Demands already computed, by LWS (uid, generation) and its namespace's LimitRange
-    defaults, bounded.
+    """Demands already computed, by LWS (uid, generation), its namespace's LimitRange
+    defaults and the overhead of the RuntimeClasses its templates name, bounded.
 
     Owned by a loop, so that nothing in the core is global state: a pass reads every
     opted-in LWS, and computing a demand from its templates is most of that. Each pass
-    first gives it the cluster's LimitRanges (``use_limit_ranges``).
+    first gives it what the API server's admission adds to a pod (``use_cluster``).
     """
 
     def __init__(self, limit: int = 20_000) -> None:
         self.limit = limit
-        self._seen: dict[tuple[str, int, tuple[tuple[str, Fraction], ...]], GroupDemand | InvalidDemand] = {}
+        self._seen: dict[tuple[Any, ...], GroupDemand | InvalidDemand] = {}
         self._defaults: dict[str, dict[str, Fraction]] = {}
+        self._overheads: dict[str, dict[str, str]] = {}
 
     def __len__(self) -> int:
         return len(self._seen)
 
-    def use_limit_ranges(self, limit_ranges: Iterable[Mapping[str, Any]]) -> None:
-        """The LimitRanges whose container defaults the demands from now on include."""
+    def use_cluster(
+        self,
+        limit_ranges: Iterable[Mapping[str, Any]] = (),
+        runtime_classes: Iterable[Mapping[str, Any]] = (),
+    ) -> None:
+        """The LimitRanges whose container defaults, and the RuntimeClasses whose pod
+        overhead, the demands from now on include."""
         self._defaults = container_defaults(limit_ranges)
+        self._overheads = runtime_overheads(runtime_classes)
 
     def demand(self, lws: Mapping[str, Any]) -> GroupDemand | InvalidDemand:
         """The demand of one group of ``lws``, or why it cannot be computed."""
@@ -99,14 +108,16 @@ class DemandMemo:
         uid, generation = m.get("uid"), m.get("generation")
         given = self._defaults.get(str(m.get("namespace") or ""), {})
         key = (
-            (uid, generation, tuple(sorted(given.items())))
+            (uid, generation, tuple(sorted(given.items())), self._overhead_key(lws))
             if isinstance(uid, str) and uid and type(generation) is int
             else None
         )
         if key is not None and key in self._seen:
             return self._seen[key]
         try:
-            demand: GroupDemand | InvalidDemand = group_demand(lws, container_defaults=given)
+            demand: GroupDemand | InvalidDemand = group_demand(
+                lws, container_defaults=given, runtime_class_overhead=self._overheads
+            )
         except (ValueError, ArithmeticError) as exc:  # one LWS's numbers never stop the pass
             demand = InvalidDemand(str(exc))
         if key is not None:
@@ -114,6 +125,14 @@ class DemandMemo:
                 self._seen.clear()  # old generations pile up; starting afresh is cheap
             self._seen[key] = demand
         return demand
+
+    def _overhead_key(self, lws: Mapping[str, Any]) -> tuple[tuple[str, tuple[tuple[str, str], ...]], ...]:
+        """The overhead of each RuntimeClass the templates name (none: ())."""
+        if not self._overheads:
+            return ()
+        named = {str(as_map(t.get("spec")).get("runtimeClassName") or "") for t in templates(lws)}
+        known = sorted(n for n in named if n in self._overheads)
+        return tuple((n, tuple(sorted(self._overheads[n].items()))) for n in known)
 
 
 def pods_by_group(pods: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], dict[int, list[GroupPod]]]:

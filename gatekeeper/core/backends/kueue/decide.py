@@ -126,6 +126,8 @@ class KueueSnapshot:
     """StatefulSets of LWSs: which pods an LWS made (``core.admission.members``)."""
     limit_ranges: Sequence[Mapping[str, Any]] = ()
     """Every LimitRange: the requests a container that names none gets (``core.model.limits``)."""
+    runtime_classes: Sequence[Mapping[str, Any]] = ()
+    """Every RuntimeClass: the overhead a pod that names one gets (``core.model.overhead``)."""
     max_records_per_namespace: int = DEFAULT_MAX_RECORDS_PER_NAMESPACE
     """Records one namespace may have (``core.admission.record_cap``)."""
     admission_timeout: int = DEFAULT_ADMISSION_TIMEOUT
@@ -165,7 +167,7 @@ def decide_kueue(snap: KueueSnapshot, memo: DemandMemo | None = None) -> KueueAc
     ``memo`` remembers demands from one pass to the next (the loop owns it).
     """
     memo = memo if memo is not None else DemandMemo()
-    memo.use_limit_ranges(snap.limit_ranges)
+    memo.use_cluster(snap.limit_ranges, snap.runtime_classes)
     problems: list[str] = []
     records = index_by_key(snap.records)
     workloads = index_by_key(snap.workloads)

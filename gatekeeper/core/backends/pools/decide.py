@@ -135,6 +135,8 @@ class Snapshot:
     """StatefulSets of LWSs: which pods an LWS made (``core.admission.members``)."""
     limit_ranges: Sequence[Mapping[str, Any]] = ()
     """Every LimitRange: the requests a container that names none gets (``core.model.limits``)."""
+    runtime_classes: Sequence[Mapping[str, Any]] = ()
+    """Every RuntimeClass: the overhead a pod that names one gets (``core.model.overhead``)."""
     max_records_per_namespace: int = DEFAULT_MAX_RECORDS_PER_NAMESPACE
     """Records one namespace may have (``core.admission.record_cap``)."""
     node_pools: Parsed[NodePool] = field(default_factory=Parsed)
@@ -221,7 +223,7 @@ def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMem
     (the loop owns them).
     """
     memo = memo if memo is not None else DemandMemo()
-    memo.use_limit_ranges(snap.limit_ranges)
+    memo.use_cluster(snap.limit_ranges, snap.runtime_classes)
     problems: list[str] = []
     pools, invalid_pools = snap.pools.ok, snap.pools.bad
 

@@ -123,6 +123,8 @@ class VolcanoSnapshot:
     """StatefulSets of LWSs: which pods an LWS made (``core.admission.members``)."""
     limit_ranges: Sequence[Mapping[str, Any]] = ()
     """Every LimitRange: the requests a container that names none gets (``core.model.limits``)."""
+    runtime_classes: Sequence[Mapping[str, Any]] = ()
+    """Every RuntimeClass: the overhead a pod that names one gets (``core.model.overhead``)."""
     max_records_per_namespace: int = DEFAULT_MAX_RECORDS_PER_NAMESPACE
     """Records one namespace may have (``core.admission.record_cap``)."""
     now: datetime | None = None
@@ -208,7 +210,7 @@ def decide_volcano(snap: VolcanoSnapshot, demands: DemandMemo | None = None) -> 
     table = NodeTable(snap.nodes, node_usage_skipping(snap.bound_pods, problems))
     table.add_view(_ALL, lambda _node: True)
     memo = demands if demands is not None else DemandMemo()
-    memo.use_limit_ranges(snap.limit_ranges)
+    memo.use_cluster(snap.limit_ranges, snap.runtime_classes)
     groups, rank = _groups(snap, memo, who.pods_of, records, problems)
     said = _events_by_object(snap.events)
     room = RecordRoom((ns for ns, _ in records), snap.max_records_per_namespace)
