@@ -539,7 +539,7 @@ def test_past_the_grace_the_group_is_given_back_its_pods_stopped_after_its_recor
         "group 0 was given back, retried in 60 s: pod vllm-0-1 asks 2 nvidia.com/gpu"
     )
     assert acts.stop == (("default", "vllm-0"),) and acts.ungate == ()
-    assert acts.withdraw_pod_groups == (), "the Queue's room stays while its pods run"
+    assert acts.retire_pod_groups == (), "the Queue's room stays while its pods run"
     _, second, third = plan_writes(acts, snapshot, Memory(), NOW)
     [record] = [w for w in second if w.resource == "groupadmissions"]
     assert record.body["retries"] == 1 and record.body["conditions"][0]["reason"] == "NotAsAdmitted"
@@ -555,7 +555,8 @@ def test_a_given_back_group_stops_its_pods_then_gives_its_podgroup_back(
     leader: bool, podgroup: bool, stop: bool, withdraw: bool
 ) -> None:
     acts = decide_volcano(_departed(made_ago=30, given_back=True, leader=leader, podgroup=podgroup))
-    assert bool(acts.stop) is stop and bool(acts.withdraw_pod_groups) is withdraw
+    assert bool(acts.stop) is stop and bool(acts.retire_pod_groups) is withdraw
+    assert acts.withdraw_pod_groups == ()
     assert acts.ungate == () and acts.create_pod_groups == ()
     [st] = acts.statuses
     assert (st.admitted, st.reason, st.message) == (False, "NotAsAdmitted", "group 0 was given back")

@@ -30,6 +30,7 @@ from gatekeeper.core.backends.volcano import VolcanoActions, VolcanoSnapshot, de
 from gatekeeper.core.backends.volcano.keys import POD_GROUP_PLURAL, VOLCANO_API_VERSION
 from gatekeeper.core.kube.keys import POOL_LABEL
 from gatekeeper.core.model.groups import DemandMemo
+from gatekeeper.core.model.pool import DEFAULT_ADMISSION_TIMEOUT
 from gatekeeper.core.writes.plan import Memory, Write
 
 __all__ = ["PLUGIN", "POD_GROUPS", "VolcanoBackend"]
@@ -62,8 +63,10 @@ class VolcanoBackend:
         *,
         retry_seconds: int = 60,
         max_records_per_namespace: int = DEFAULT_MAX_RECORDS_PER_NAMESPACE,
+        admission_timeout: int = DEFAULT_ADMISSION_TIMEOUT,
     ) -> None:
         self.kube = kube
+        self.admission_timeout = admission_timeout
         self.max_records_per_namespace = max_records_per_namespace
         self.retry_seconds = retry_seconds
         self.caches = caches
@@ -96,6 +99,7 @@ class VolcanoBackend:
             max_records_per_namespace=self.max_records_per_namespace,
             now=now,
             retry_seconds=self.retry_seconds,
+            admission_timeout=self.admission_timeout,
         )
 
     async def reconcile_once(self, write: Writer) -> VolcanoActions:
@@ -121,6 +125,12 @@ class VolcanoBackend:
             VOLCANO_ADMISSIONS.inc()
         elif one.tag == "podgroup":
             log.info("created PodGroup %s/%s in Volcano Queue %s", one.namespace, one.name, one.labels[0])
+        elif one.tag == "retire":
+            log.info(
+                "deleted PodGroup %s/%s of a group given back: its Queue's room is free",
+                one.namespace,
+                one.name,
+            )
         elif one.tag == "withdraw":
             log.info("withdrew PodGroup %s/%s for a group of a higher priority", one.namespace, one.name)
         elif one.tag == "release":
@@ -133,6 +143,7 @@ def _make(term: Term) -> VolcanoBackend:
         term.caches,
         retry_seconds=term.retry_seconds,
         max_records_per_namespace=term.max_records_per_namespace,
+        admission_timeout=term.admission_timeout,
     )
 
 

@@ -131,7 +131,7 @@ class KueueSnapshot:
     max_records_per_namespace: int = DEFAULT_MAX_RECORDS_PER_NAMESPACE
     """Records one namespace may have (``core.admission.record_cap``)."""
     admission_timeout: int = DEFAULT_ADMISSION_TIMEOUT
-    """Seconds an admitted group may lack bound pods before it is given back (``kueue.timeout``)."""
+    """Seconds an admitted group may lack bound pods before it is given back (``core.admission.timeout``)."""
     bound_pods: Sequence[Mapping[str, Any]] = ()
     """Every pod bound to a node: a pod let through keeps its group's Workload while it
     lives, whatever its labels say now (``core.model.charge``)."""

@@ -29,10 +29,10 @@ from gatekeeper.core.admission.deadline import whole
 from gatekeeper.core.admission.members import Stranger
 from gatekeeper.core.admission.reasons import Reason
 from gatekeeper.core.admission.record_cap import DEFAULT_MAX_RECORDS_PER_NAMESPACE, RecordRoom
+from gatekeeper.core.admission.timeout import TimedOut, timed_out
 from gatekeeper.core.backends.kueue.adopt import adopted_elsewhere, adopting_message, old_pods
 from gatekeeper.core.backends.kueue.order import Offers, Waiting, unreserved
 from gatekeeper.core.backends.kueue.status import RecordStatus
-from gatekeeper.core.backends.kueue.timeout import TimedOut, timed_out
 from gatekeeper.core.backends.kueue.workload import (
     demand_changed,
     flavor_steering,
@@ -393,7 +393,7 @@ class GroupPass:
 
     def _timed_out(self, c: _Group) -> bool:
         """Admitted and not whole by its deadline: given back as for a pod not as admitted
-        (``kueue.timeout``); before the deadline, the pass looks again then."""
+        (``core.admission.timeout``); before the deadline, the pass looks again then."""
         s = self.settings
         if not (c.admitted and c.group.staying) or c.demand is None:
             return False

@@ -59,12 +59,13 @@ from datetime import datetime
 from typing import Any
 
 from gatekeeper.core.admission.conformance import Departed, conforming, overdue
+from gatekeeper.core.admission.deadline import whole
 from gatekeeper.core.admission.fit import Misfit, NodeTable
 from gatekeeper.core.admission.members import Stranger, strangers_said
 from gatekeeper.core.admission.membership import membership
 from gatekeeper.core.admission.reasons import STRANGER_REASONS, Reason
 from gatekeeper.core.admission.record_cap import DEFAULT_MAX_RECORDS_PER_NAMESPACE, RecordRoom
-from gatekeeper.core.backends.volcano.giveback import Back, give_back, giving_back
+from gatekeeper.core.backends.volcano.giveback import Back, Given, give_back, giving_back, timed_out
 from gatekeeper.core.backends.volcano.podgroup import (
     pod_group_belongs,
     pod_group_name,
@@ -79,6 +80,7 @@ from gatekeeper.core.model.group import GroupKey, InvalidDemand
 from gatekeeper.core.model.groups import DemandMemo, GroupState, LwsGroup, PodsByGroup, lws_groups
 from gatekeeper.core.model.lws import priority
 from gatekeeper.core.model.nodes import Node, node_usage_skipping
+from gatekeeper.core.model.pool import DEFAULT_ADMISSION_TIMEOUT
 from gatekeeper.core.model.record import is_admitted
 from gatekeeper.core.plugin.decided import GroupActions
 
@@ -131,6 +133,9 @@ class VolcanoSnapshot:
     """The time of the pass, for give-backs and their retry (None: nothing is given back)."""
     retry_seconds: int = 60
     """First delay before a group given back is offered again (doubled per retry, up to 30 min)."""
+    admission_timeout: int = DEFAULT_ADMISSION_TIMEOUT
+    """Seconds an admitted group may lack bound pods before it is given back
+    (``core.admission.timeout``)."""
 
 
 @dataclass(frozen=True)
@@ -147,6 +152,9 @@ class VolcanoStatus:
     """When a group given back is offered again (RFC 3339)."""
     retries: int | None = None
     """How many times the group was given back since it last ran."""
+    placed: bool = False
+    """Admitted and all its pods bound: its record's ``status.placedAt`` is written once
+    (``core.admission.deadline``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -163,6 +171,9 @@ class VolcanoActions(GroupActions):
     withdraw_pod_groups: tuple[tuple[str, str, str], ...] = ()
     """(namespace, PodGroup, its UID): offers Volcano has not let in, deleted for a group of a
     higher priority waiting in the same Queue."""
+    retire_pod_groups: tuple[tuple[str, str, str], ...] = ()
+    """(namespace, PodGroup, its UID): PodGroups of groups given back, none of whose pods is
+    left: the Queue's room comes back."""
     ungate: tuple[Ungate, ...] = ()
     statuses: tuple[VolcanoStatus, ...] = ()
 
@@ -215,7 +226,7 @@ def decide_volcano(snap: VolcanoSnapshot, demands: DemandMemo | None = None) -> 
     said = _events_by_object(snap.events)
     room = RecordRoom((ns for ns, _ in records), snap.max_records_per_namespace)
     where = _where(groups, index_by_key(snap.pod_groups), said, snap.now, who.charges, room)
-    back = Back(snap.now, snap.retry_seconds, who.charges)
+    back = Back(snap.now, snap.retry_seconds, who.charges, snap.admission_timeout)
     held = [
         _judge(g, pg, said, where.offers, rank, table, lws_by_key, who.strangers, snap.default_priority, back)
         for g, pg in where.live
@@ -226,7 +237,8 @@ def decide_volcano(snap: VolcanoSnapshot, demands: DemandMemo | None = None) -> 
         create_records=tuple(where.create_records),
         over_cap=tuple(where.over_cap),
         create_pod_groups=tuple(create_pod_groups),
-        withdraw_pod_groups=tuple([*where.withdraw, *(h.withdraw for h in held if h.withdraw is not None)]),
+        withdraw_pod_groups=tuple(h.withdraw for h in held if h.withdraw is not None),
+        retire_pod_groups=tuple(where.withdraw),
         release=tuple(_unclaimed(records, groups, who.pods_of, who.charges)),
         ungate=tuple(u for h in held for u in h.ungate),
         statuses=(*where.statuses, *(h.status for h in held), *offered),
@@ -304,7 +316,7 @@ def _where(
             out.stop.extend(back.stop)
             out.withdraw.extend([back.withdraw] if back.withdraw is not None else [])
             out.busy.update([st.pool] if back.busy else [])
-            out.statuses.append(VolcanoStatus(st, False, Reason.NOT_AS_ADMITTED, back.message, warning=True))
+            out.statuses.append(VolcanoStatus(st, False, back.reason, back.message, warning=True))
             continue
         if isinstance(st.demand, InvalidDemand):
             out.statuses.append(
@@ -397,6 +409,15 @@ def _judge(
             retry_at=given.retry_at, retries=given.retries,
         )  # fmt: skip
         return _Judged(status, stop=given.stop)
+    late = timed_out(g, made_by, back) if made_by is not None and back is not None else None
+    if isinstance(late, Given):
+        status = VolcanoStatus(
+            st, False, Reason.ADMISSION_TIMEOUT, late.message, pod_group=pg_name, warning=True,
+            retry_at=late.retry_at, retries=late.retries,
+        )  # fmt: skip
+        return _Judged(status, stop=late.stop)
+    if isinstance(late, datetime):
+        due = late if not isinstance(due, datetime) else min(due, late)
     mark = charge_toleration(st.lws_uid, st.key.index)
     ungate = tuple(Ungate(ns, name, {}, (mark,)) for name in st.gated)
     reason: str = VOLCANO_INQUEUE_REASON
@@ -405,7 +426,8 @@ def _judge(
         reason, words = strangers_said(stranger_pods[st.key])
         message = f"{message}; {words}"
     warn = reason in STRANGER_REASONS
-    status = VolcanoStatus(st, True, reason, message, pod_group=pg_name, warning=warn)
+    bound = isinstance(st.demand, GroupDemand) and whole(g.present, st.demand)
+    status = VolcanoStatus(st, True, reason, message, pod_group=pg_name, warning=warn, placed=bound)
     return _Judged(status, ungate, look_again=due if isinstance(due, datetime) else None)
 
 

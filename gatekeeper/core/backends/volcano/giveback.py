@@ -1,5 +1,5 @@
-"""Giving back a ``volcano`` group whose own pod is not as admitted, and holding it back until
-its retry.
+"""Giving back a ``volcano`` group whose own pod is not as admitted, or that is not whole by
+its admission's deadline, and holding it back until its retry.
 
 Why this exists: a group Volcano let in, one of whose own pods (made by its LWS, within its
 size) has asked other than its role was admitted with for a few seconds
@@ -9,7 +9,10 @@ nodes. It is given back: its record says ``Admitted=False``, reason ``NotAsAdmit
 retry time that doubles with each give-back; its running pods stop (the LWS makes them
 again from its own templates, the edited StatefulSet going with its leader pod), and only
 once none is left does its PodGroup go, so the Queue's room comes back only when nothing
-runs on it. It is not offered again before its retry.
+runs on it. It is not offered again before its retry. A group Volcano let in whose pods are
+not all bound by the deadline (``core.admission.timeout``: its pods can never be made, say) is
+given back the same way, its record saying ``AdmissionTimeout``: Volcano's PodGroup would
+otherwise hold the Queue's room for pods that never come.
 
 Called by ``decide`` (``give_back`` when it judges an admitted group, ``giving_back`` for a
 group given back before). Pure: the time is the pass's.
@@ -24,14 +27,18 @@ from typing import Any
 
 from gatekeeper.core.admission.conformance import Departed, departed_message
 from gatekeeper.core.admission.reasons import Reason
+from gatekeeper.core.admission.timeout import TimedOut
+from gatekeeper.core.admission.timeout import timed_out as late
 from gatekeeper.core.backends.volcano.podgroup import pod_group_belongs, pod_group_name
 from gatekeeper.core.kube.keys import ADMITTED
 from gatekeeper.core.kube.objects import as_map, condition, meta, parse_time
 from gatekeeper.core.model.charge import Charge, charged
+from gatekeeper.core.model.demand import GroupDemand
 from gatekeeper.core.model.groups import LwsGroup
-from gatekeeper.core.model.retry import recorded_retries, retry_delay
+from gatekeeper.core.model.pool import DEFAULT_ADMISSION_TIMEOUT
+from gatekeeper.core.model.retry import RETRY_MAX_SECONDS, recorded_retries, retry_delay
 
-__all__ = ["Back", "Given", "Holding", "give_back", "given_back", "giving_back"]
+__all__ = ["Back", "Given", "Holding", "give_back", "given_back", "giving_back", "timed_out"]
 
 Pod = tuple[str, str]
 
@@ -43,6 +50,8 @@ class Back:
     now: datetime | None
     retry_seconds: int
     charges: Mapping[Charge, tuple[str, ...]]
+    timeout: int = DEFAULT_ADMISSION_TIMEOUT
+    """Seconds an admitted group may lack bound pods (``core.admission.timeout``)."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +68,8 @@ class Given:
 class Holding:
     """A group given back before, waiting out its retry."""
 
+    reason: Reason
+    """Why it was given back (``NotAsAdmitted`` or ``AdmissionTimeout``; kept)."""
     message: str
     """What its record said when it was given back (kept)."""
     stop: tuple[Pod, ...]
@@ -68,14 +79,17 @@ class Holding:
     """Its PodGroup still holds room in its Queue."""
 
 
+_GIVEN_BACK = (Reason.NOT_AS_ADMITTED, Reason.ADMISSION_TIMEOUT)
+
+
 def given_back(record: Mapping[str, Any] | None, now: datetime | None) -> bool:
-    """Does the record say its group was given back (its own pod not as admitted), with its
-    retry still to come?"""
+    """Does the record say its group was given back (its own pod not as admitted, or not whole
+    by its deadline), with its retry still to come?"""
     said = condition(record, ADMITTED)
     return (
         now is not None
         and said.get("status") == "False"
-        and said.get("reason") == Reason.NOT_AS_ADMITTED
+        and said.get("reason") in _GIVEN_BACK
         and now < parse_time(as_map(as_map(record).get("status")).get("retryAt"))
     )
 
@@ -114,5 +128,18 @@ def giving_back(
     pg = pod_groups.get((ns, name))
     ours = pg is not None and pod_group_belongs(pg, st.key.name, st.lws_uid, st.key.index)
     withdraw = (ns, name, str(meta(pg).get("uid") or "")) if ours and pg is not None and not running else None
-    message = str(condition(g.record, ADMITTED).get("message") or "")
-    return Holding(message, running, withdraw, ours)
+    said = condition(g.record, ADMITTED)
+    return Holding(Reason(str(said.get("reason"))), str(said.get("message") or ""), running, withdraw, ours)
+
+
+def timed_out(g: LwsGroup, lws: Mapping[str, Any], back: Back) -> Given | datetime | None:
+    """The group given back now for not being whole by its deadline; else when that deadline
+    falls (a pass should look again then), or None."""
+    if not isinstance(g.state.demand, GroupDemand) or g.record is None:
+        return None
+    due = late(
+        g, lws, g.record, g.state.demand, back.now, back.timeout, back.retry_seconds, RETRY_MAX_SECONDS
+    )
+    if not isinstance(due, TimedOut):
+        return due
+    return Given(due.message, due.retry_at, due.retries, _running(g, back.charges))

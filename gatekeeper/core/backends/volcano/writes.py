@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from gatekeeper.core.admission.deadline import placed
 from gatekeeper.core.backends.volcano.decide import VolcanoActions, VolcanoSnapshot, VolcanoStatus
 from gatekeeper.core.backends.volcano.keys import POD_GROUP_PLURAL
 from gatekeeper.core.backends.volcano.podgroup import new_pod_group
@@ -36,7 +37,8 @@ def record_status_patch(
     retry: dict[str, Any] = {"retryAt": st.retry_at, "retries": st.retries} if st.retries is not None else {}
     if st.admitted and before.get("retries") is not None:
         retry = {"retryAt": None, "retries": None}  # admitted again: the count starts afresh
-    if same and current.get("message") == st.message and not retry:
+    newly_placed = st.admitted and st.placed and not placed(record)
+    if same and current.get("message") == st.message and not retry and not newly_placed:
         return None, False
     status: dict[str, Any] = {
         **demand_status(st.group.pool, st.group.demand, before),
@@ -45,6 +47,8 @@ def record_status_patch(
     }
     if st.admitted and current.get("status") != "True":
         status["admittedAt"] = now
+    if newly_placed:
+        status["placedAt"] = now
     return status, not same
 
 
@@ -92,6 +96,8 @@ def plan_writes(actions: VolcanoActions, snap: VolcanoSnapshot, memory: Memory, 
 
     for ns, name, uid in actions.withdraw_pod_groups:
         first.append(Write(Op.DELETE, POD_GROUP_PLURAL, ns, name, uid=uid or None, tag="withdraw"))
+    for ns, name, uid in actions.retire_pod_groups:
+        first.append(Write(Op.DELETE, POD_GROUP_PLURAL, ns, name, uid=uid or None, tag="retire"))
 
     second = [
         *ungate_writes(actions.ungate, pods),

@@ -1,15 +1,15 @@
-"""Giving back a group Kueue admitted whose pods are not all bound in time.
+"""Giving back an admitted group whose pods are not all bound in time, for a backend whose
+quota authority does not do it itself.
 
 Why this exists: a group is admitted on its LWS's spec, before its pods exist. One whose pods
 can never be made (a missing ServiceAccount, a refused image pull secret) or never bound
-would hold its ClusterQueue's quota for ever: Kueue's own ``waitForPodsReady`` reads a
-``PodsReady`` condition that only Kueue's job integrations set. After
-``--admission-timeout-seconds`` (10 minutes by default), counted as
-``core.admission.deadline`` counts it (under ``startupPolicy: LeaderReady`` the workers'
-time from the leader turning Ready), the group is given back as for a pod not as admitted:
-its record says ``AdmissionTimeout`` and when it is tried again, its running pods stop, its
-Workload goes once they are gone, and a new one is made after a delay that doubles each
-time. Called by ``stages``. Pure.
+would hold its quota for ever when the authority that admitted it has no deadline of its
+own for pods it did not make. After ``--admission-timeout-seconds`` (10 minutes by
+default), counted as ``core.admission.deadline`` counts it (under ``startupPolicy:
+LeaderReady`` the workers' time from the leader turning Ready), the group is given back as
+for a pod not as admitted: its record says ``AdmissionTimeout`` and when it is tried again,
+its running pods stop, the backend's own object goes once they are gone, and it is offered
+again after a delay that doubles each time. Called by the backends' decisions. Pure.
 """
 
 from __future__ import annotations
