@@ -58,7 +58,8 @@ POLICY_FILES = (
 """The policy files (without ``.yaml``): each holds its policies and their bindings."""
 HUB_MEMBER_CLAIMS = "hub-member-claims"
 HUB_POLICY_FILES = (HUB_MEMBER_CLAIMS,)
-"""Policy files for the hub cluster only (``sandbox hub up`` installs them; not the chart)."""
+"""Policy files for the hub cluster only (the chart with ``role=hub`` installs them, as
+``sandbox hub up`` does)."""
 ALLOWED_USERNAMES_VARIABLE = "allowedUsernames"
 """The variable (gate protection, record protection) that lists the gatekeeper's identities."""
 LIST_VARIABLES = (

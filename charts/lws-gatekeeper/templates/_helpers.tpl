@@ -107,9 +107,19 @@ what --api-versions tells it).
 {{- end }}
 {{- end }}
 
+{{/* "true" on a member cluster (role=member): the gatekeeper admits this cluster's LWSs. */}}
+{{- define "lws-gatekeeper.member" -}}
+{{- if eq .Values.role "member" }}true{{ end }}
+{{- end }}
+
+{{/* "true" on the hub (role=hub): the gatekeeper grants the claims of every member. */}}
+{{- define "lws-gatekeeper.onHub" -}}
+{{- if eq .Values.role "hub" }}true{{ end }}
+{{- end }}
+
 {{/* "true" when the webhook is served (and needs a Service, a configuration and a certificate). */}}
 {{- define "lws-gatekeeper.webhookEnabled" -}}
-{{- if eq (include "lws-gatekeeper.gateInjection" .) "webhook" }}true{{ end }}
+{{- if and (include "lws-gatekeeper.member" .) (eq (include "lws-gatekeeper.gateInjection" .) "webhook") }}true{{ end }}
 {{- end }}
 
 {{/*
@@ -132,7 +142,7 @@ kueue, off with pools).
 */}}
 {{- define "lws-gatekeeper.nodeFit" -}}
 {{- $mode := toString .Values.nodeFit.enabled }}
-{{- if or (eq $mode "true") (and (eq $mode "auto") (eq .Values.backend "kueue")) }}true{{ end }}
+{{- if and (include "lws-gatekeeper.member" .) (or (eq $mode "true") (and (eq $mode "auto") (eq .Values.backend "kueue"))) }}true{{ end }}
 {{- end }}
 
 {{/* "true" when the pools backend is given Karpenter's instance types (karpenter.instanceTypes), else empty. */}}
@@ -149,11 +159,14 @@ one without the other is refused. */}}
 {{- if and $h.sharedReservationCheck (not $h.clusterName) }}
 {{- fail "hub.sharedReservationCheck needs hub.clusterName and hub.kubeconfigSecret (it claims on the hub)" }}
 {{- end }}
+{{- if and $h.clusterName (include "lws-gatekeeper.onHub" .) }}
+{{- fail "hub.clusterName and hub.kubeconfigSecret are a member's: with role=hub leave them empty" }}
+{{- end }}
 {{- if $h.clusterName }}true{{ end }}
 {{- end }}
 
 {{- define "lws-gatekeeper.karpenter" -}}
-{{- if and (eq .Values.backend "pools") .Values.karpenter.instanceTypes }}true{{ end }}
+{{- if and (include "lws-gatekeeper.member" .) (eq .Values.backend "pools") .Values.karpenter.instanceTypes }}true{{ end }}
 {{- end }}
 
 {{/* The webhook's CA bundle as it is in the cluster (kept across upgrades), else empty. */}}
