@@ -168,7 +168,7 @@ def why_cmd(target: str, namespace: str | None, output: str, kubeconfig: str | N
     default=DEFAULT_ADMISSION_TIMEOUT,
     show_default=True,
     envvar="LWS_GATEKEEPER_ADMISSION_TIMEOUT_SECONDS",
-    help="kueue and volcano backends: an admitted group whose pods are not all bound this long after its "
+    help="every backend but pools: an admitted group whose pods are not all bound this long after its "
     "admission (under startupPolicy LeaderReady, its workers this long after its leader turned "
     "Ready) is given back and tried again later. pools backend: each Pool's "
     "spec.admissionTimeout (default 10m) says instead.",
@@ -192,7 +192,7 @@ def why_cmd(target: str, namespace: str | None, output: str, kubeconfig: str | N
     help="kueue backend: a group whose Workload the node-fit check finds can never fit is given "
     "its quota back (the Workload deleted) and tried again after this many seconds, doubled "
     "each time up to 30 minutes. pools backend: the same delay for a group given back because "
-    "its pods were not all bound within its Pool's spec.admissionTimeout (kueue and volcano: "
+    "its pods were not all bound within its Pool's spec.admissionTimeout (other backends: "
     "--admission-timeout-seconds). Every backend: the same "
     "delay for a group given back because one of its own pods asks other than its role was "
     "admitted with (NotAsAdmitted).",

@@ -91,7 +91,7 @@ class Options:
     max_records_per_namespace: int = DEFAULT_MAX_RECORDS_PER_NAMESPACE
     """Group records one namespace may have (``core.admission.record_cap``)."""
     admission_timeout_seconds: int = DEFAULT_ADMISSION_TIMEOUT
-    """kueue and volcano backends: how long an admitted group may lack bound pods (pools: each
+    """Every backend but pools: how long an admitted group may lack bound pods (pools: each
     Pool says)."""
     closed_pool_exempt_namespaces: tuple[str, ...] = ("kube-system",)
     """pools backend: namespaces whose pods on a closed pool's nodes are not held against its
