@@ -23,6 +23,7 @@ import click
 from gatekeeper.core.admission.record_cap import DEFAULT_MAX_RECORDS_PER_NAMESPACE
 from gatekeeper.core.backends import BACKENDS
 from gatekeeper.core.model.pool import DEFAULT_ADMISSION_TIMEOUT
+from gatekeeper.core.writes.plan import DEFAULT_EVENTS_PER_NAMESPACE_PER_MINUTE
 from gatekeeper.render.cli import render_cmd
 
 __all__ = ["main"]
@@ -184,6 +185,16 @@ def why_cmd(target: str, namespace: str | None, output: str, kubeconfig: str | N
     "(RecordLimitReached), and the group is queued once others go.",
 )
 @click.option(
+    "--max-events-per-namespace-per-minute",
+    type=click.IntRange(min=1, max=100_000),
+    default=DEFAULT_EVENTS_PER_NAMESPACE_PER_MINUTE,
+    show_default=True,
+    envvar="LWS_GATEKEEPER_MAX_EVENTS_PER_NAMESPACE_PER_MINUTE",
+    help="Events the gatekeeper posts in one namespace within a minute, at most: past it an "
+    "Event is not posted (counted in gatekeeper_events_dropped_total); a waiting group's "
+    "reason is told once the minute has passed, if it still holds. Records say it all.",
+)
+@click.option(
     "--never-fit-retry-seconds",
     type=click.IntRange(min=1),
     default=60,
@@ -287,6 +298,7 @@ def run_cmd(
     node_fit: bool | None,
     never_fit_retry_seconds: int,
     max_records_per_namespace: int,
+    max_events_per_namespace_per_minute: int,
     admission_timeout_seconds: int,
     karpenter_instance_types: Path | None,
     closed_pool_exempt_namespaces: str,
@@ -345,6 +357,7 @@ def run_cmd(
         node_fit=backend == "kueue" if node_fit is None else node_fit,
         never_fit_retry_seconds=never_fit_retry_seconds,
         max_records_per_namespace=max_records_per_namespace,
+        max_events_per_namespace_per_minute=max_events_per_namespace_per_minute,
         admission_timeout_seconds=admission_timeout_seconds,
         instance_types=instance_types,
         closed_pool_exempt_namespaces=tuple(n for n in closed_pool_exempt_namespaces.split(",") if n),

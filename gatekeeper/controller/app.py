@@ -44,6 +44,7 @@ from gatekeeper.core.admission.record_cap import DEFAULT_MAX_RECORDS_PER_NAMESPA
 from gatekeeper.core.backends import BACKENDS
 from gatekeeper.core.backends.pools.provisioning import InstanceType
 from gatekeeper.core.model.pool import DEFAULT_ADMISSION_TIMEOUT
+from gatekeeper.core.writes.plan import DEFAULT_EVENTS_PER_NAMESPACE_PER_MINUTE
 from gatekeeper.webhook import WebhookThread
 from gatekeeper.webhook.guard import Lookup
 from gatekeeper.webhook.pass_through import PassThrough
@@ -90,6 +91,8 @@ class Options:
     """pools backend: what Karpenter can launch; None: Karpenter's NodePools are not read."""
     max_records_per_namespace: int = DEFAULT_MAX_RECORDS_PER_NAMESPACE
     """Group records one namespace may have (``core.admission.record_cap``)."""
+    max_events_per_namespace_per_minute: int = DEFAULT_EVENTS_PER_NAMESPACE_PER_MINUTE
+    """Events posted in one namespace within a minute, at most (``core.writes.plan.Memory``)."""
     admission_timeout_seconds: int = DEFAULT_ADMISSION_TIMEOUT
     """Every backend but pools: how long an admitted group may lack bound pods (pools: each
     Pool says)."""
@@ -151,6 +154,7 @@ def controllers(
         exempt_namespaces=opts.closed_pool_exempt_namespaces,
         max_records_per_namespace=opts.max_records_per_namespace,
         admission_timeout=opts.admission_timeout_seconds,
+        events_per_minute=opts.max_events_per_namespace_per_minute,
     )
     found: list[Controller] = [PLUGINS[opts.backend].make(term)]
     found.extend(check.make(term) for check in CHECKS.values() if getattr(opts, check.option))

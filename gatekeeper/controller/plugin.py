@@ -21,6 +21,7 @@ from gatekeeper.controller.loop import Controller
 from gatekeeper.core.admission.record_cap import DEFAULT_MAX_RECORDS_PER_NAMESPACE
 from gatekeeper.core.backends.pools.provisioning import InstanceType
 from gatekeeper.core.model.pool import DEFAULT_ADMISSION_TIMEOUT
+from gatekeeper.core.writes.plan import DEFAULT_EVENTS_PER_NAMESPACE_PER_MINUTE
 from gatekeeper.webhook.pass_through import PassThrough
 
 __all__ = ["CheckPlugin", "ControllerPlugin", "MakeController", "Term"]
@@ -47,6 +48,8 @@ class Term:
     """``--max-records-per-namespace``."""
     admission_timeout: int = DEFAULT_ADMISSION_TIMEOUT
     """``--admission-timeout-seconds``: where no Pool says how long an admitted group may take."""
+    events_per_minute: int = DEFAULT_EVENTS_PER_NAMESPACE_PER_MINUTE
+    """``--max-events-per-namespace-per-minute``."""
 
 
 MakeController = Callable[[Term], Controller]

@@ -1,5 +1,5 @@
 """What every backend's controller loop is made of besides its own objects: the group
-informers, and one pass of decide, plan and execute.
+informers, the memory of its writes, and one pass of decide, plan and execute.
 
 Why this exists: each backend's controller (``controller.backends``) reads the same objects
 of the groups (the opted-in LWSs and their pods, the records, PriorityClasses, the LWSs'
@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from typing import TypeVar
 
 import anyio.to_thread
+from prometheus_client import Counter
 
 from gatekeeper.controller import kube as k
 from gatekeeper.controller import resources as r
@@ -22,9 +23,21 @@ from gatekeeper.controller.caches import BOUND_PODS, Caches
 from gatekeeper.controller.informer import Informer
 from gatekeeper.controller.loop import Write as Writer
 from gatekeeper.core.kube.keys import LWS_NAME_LABEL, POOL_LABEL
-from gatekeeper.core.writes.plan import Memory, Plan, Write
+from gatekeeper.core.writes.plan import DEFAULT_EVENTS_PER_NAMESPACE_PER_MINUTE, Memory, Plan, Write
 
-__all__ = ["GroupInformers", "decide_and_act"]
+__all__ = ["EVENTS_DROPPED", "GroupInformers", "decide_and_act", "memory_of_writes"]
+
+EVENTS_DROPPED = Counter(
+    "gatekeeper_events_dropped_total",
+    "Events not posted: their namespace had its share of the minute (--max-events-per-namespace-per-minute)",
+)
+
+
+def memory_of_writes(events_per_minute: int = DEFAULT_EVENTS_PER_NAMESPACE_PER_MINUTE) -> Memory:
+    """A backend's memory between passes, its Events held to ``events_per_minute`` a namespace
+    and those not posted counted."""
+    return Memory(events_per_minute=events_per_minute, on_drop=lambda _namespace: EVENTS_DROPPED.inc())
+
 
 A = TypeVar("A")
 

@@ -378,6 +378,7 @@ def test_deployment_is_highly_available_and_restricted(default: list[dict[str, A
         "--resync-seconds=10",
         "--drain-seconds=20",
         "--max-records-per-namespace=10000",
+        "--max-events-per-namespace-per-minute=120",
         "--admission-timeout-seconds=600",
         "--log-level=INFO",
         "--log-format=json",

@@ -26,7 +26,7 @@ from gatekeeper.controller.held import report_held
 from gatekeeper.controller.informer import Informer
 from gatekeeper.controller.loop import Write as Writer
 from gatekeeper.controller.plugin import ControllerPlugin, Term
-from gatekeeper.controller.shell import GroupInformers, decide_and_act
+from gatekeeper.controller.shell import GroupInformers, decide_and_act, memory_of_writes
 from gatekeeper.core.admission.record_cap import DEFAULT_MAX_RECORDS_PER_NAMESPACE
 from gatekeeper.core.backends.kueue import (
     NEVER_FIT_RETRY_SECONDS,
@@ -39,7 +39,7 @@ from gatekeeper.core.backends.kueue.urgency import KueueUrgency
 from gatekeeper.core.kube.keys import KUEUE_API_VERSION, POOL_LABEL
 from gatekeeper.core.model.groups import DemandMemo
 from gatekeeper.core.model.pool import DEFAULT_ADMISSION_TIMEOUT
-from gatekeeper.core.writes.plan import Memory, Write
+from gatekeeper.core.writes.plan import DEFAULT_EVENTS_PER_NAMESPACE_PER_MINUTE, Write
 
 __all__ = ["PLUGIN", "KueueBackend"]
 
@@ -71,13 +71,14 @@ class KueueBackend:
         retry_seconds: int = NEVER_FIT_RETRY_SECONDS,
         max_records_per_namespace: int = DEFAULT_MAX_RECORDS_PER_NAMESPACE,
         admission_timeout: int = DEFAULT_ADMISSION_TIMEOUT,
+        events_per_minute: int = DEFAULT_EVENTS_PER_NAMESPACE_PER_MINUTE,
     ) -> None:
         self.kube = kube
         self.admission_timeout = admission_timeout
         self.max_records_per_namespace = max_records_per_namespace
         self.caches = caches
         self.retry_seconds = retry_seconds
-        self.memory = Memory()
+        self.memory = memory_of_writes(events_per_minute)
         self.demands = DemandMemo()
         self.urgent = KueueUrgency()
         """Which watched changes call for a pass at once (the loop's ``urgent``)."""
@@ -151,6 +152,7 @@ def _make(term: Term) -> KueueBackend:
         term.caches,
         retry_seconds=term.retry_seconds,
         max_records_per_namespace=term.max_records_per_namespace,
+        events_per_minute=term.events_per_minute,
         admission_timeout=term.admission_timeout,
     )
 

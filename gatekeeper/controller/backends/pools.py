@@ -32,6 +32,7 @@ from gatekeeper.controller.informer import Informer
 from gatekeeper.controller.lift import Lifter
 from gatekeeper.controller.loop import Write as Writer
 from gatekeeper.controller.plugin import ControllerPlugin, Term
+from gatekeeper.controller.shell import memory_of_writes
 from gatekeeper.core.admission.record_cap import DEFAULT_MAX_RECORDS_PER_NAMESPACE
 from gatekeeper.core.backends.pools import Actions, PassInputs, Snapshot, decide, hold_node_pools, plan_writes
 from gatekeeper.core.backends.pools import pass_through as admitted
@@ -43,7 +44,7 @@ from gatekeeper.core.kube.objects import labels, meta, name_of
 from gatekeeper.core.kube.parsed import ParseMemo
 from gatekeeper.core.model.groups import DemandMemo
 from gatekeeper.core.model.pool import parse_pool
-from gatekeeper.core.writes.plan import Memory, Write, walk
+from gatekeeper.core.writes.plan import DEFAULT_EVENTS_PER_NAMESPACE_PER_MINUTE, Write, walk
 from gatekeeper.webhook.pass_through import PassThrough
 
 __all__ = ["PLUGIN", "PoolsBackend"]
@@ -97,6 +98,7 @@ class PoolsBackend:
         retry_seconds: int = 60,
         exempt_namespaces: Sequence[str] = ("kube-system",),
         max_records_per_namespace: int = DEFAULT_MAX_RECORDS_PER_NAMESPACE,
+        events_per_minute: int = DEFAULT_EVENTS_PER_NAMESPACE_PER_MINUTE,
     ) -> None:
         self.kube = kube
         self.max_records_per_namespace = max_records_per_namespace
@@ -121,7 +123,7 @@ class PoolsBackend:
         self._lift_after: list[tuple[str, str, int]] = []
         """The groups this pass admitted, as the webhook's table names them."""
         self._index: admitted.Index | None = None
-        self.memory = Memory()
+        self.memory = memory_of_writes(events_per_minute)
         self.demands = DemandMemo()
         # Pools and Karpenter's objects are read here, at the edge, once per resourceVersion.
         self.read_pools = ParseMemo(parse_pool)
@@ -324,6 +326,7 @@ def _make(term: Term) -> PoolsBackend:
         retry_seconds=term.retry_seconds,
         exempt_namespaces=term.exempt_namespaces,
         max_records_per_namespace=term.max_records_per_namespace,
+        events_per_minute=term.events_per_minute,
     )
 
 

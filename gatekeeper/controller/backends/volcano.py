@@ -24,14 +24,14 @@ from gatekeeper.controller.held import report_held
 from gatekeeper.controller.informer import Informer
 from gatekeeper.controller.loop import Write as Writer
 from gatekeeper.controller.plugin import ControllerPlugin, Term
-from gatekeeper.controller.shell import GroupInformers, decide_and_act
+from gatekeeper.controller.shell import GroupInformers, decide_and_act, memory_of_writes
 from gatekeeper.core.admission.record_cap import DEFAULT_MAX_RECORDS_PER_NAMESPACE
 from gatekeeper.core.backends.volcano import VolcanoActions, VolcanoSnapshot, decide_volcano, plan_writes
 from gatekeeper.core.backends.volcano.keys import POD_GROUP_PLURAL, VOLCANO_API_VERSION
 from gatekeeper.core.kube.keys import POOL_LABEL
 from gatekeeper.core.model.groups import DemandMemo
 from gatekeeper.core.model.pool import DEFAULT_ADMISSION_TIMEOUT
-from gatekeeper.core.writes.plan import Memory, Write
+from gatekeeper.core.writes.plan import DEFAULT_EVENTS_PER_NAMESPACE_PER_MINUTE, Write
 
 __all__ = ["PLUGIN", "POD_GROUPS", "VolcanoBackend"]
 
@@ -64,13 +64,14 @@ class VolcanoBackend:
         retry_seconds: int = 60,
         max_records_per_namespace: int = DEFAULT_MAX_RECORDS_PER_NAMESPACE,
         admission_timeout: int = DEFAULT_ADMISSION_TIMEOUT,
+        events_per_minute: int = DEFAULT_EVENTS_PER_NAMESPACE_PER_MINUTE,
     ) -> None:
         self.kube = kube
         self.admission_timeout = admission_timeout
         self.max_records_per_namespace = max_records_per_namespace
         self.retry_seconds = retry_seconds
         self.caches = caches
-        self.memory = Memory()
+        self.memory = memory_of_writes(events_per_minute)
         self.demands = DemandMemo()
         self.groups = GroupInformers(caches)
         self.pod_groups = caches.informer(POD_GROUPS, label_selector=POOL_LABEL)
@@ -143,6 +144,7 @@ def _make(term: Term) -> VolcanoBackend:
         term.caches,
         retry_seconds=term.retry_seconds,
         max_records_per_namespace=term.max_records_per_namespace,
+        events_per_minute=term.events_per_minute,
         admission_timeout=term.admission_timeout,
     )
 

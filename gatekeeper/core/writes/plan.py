@@ -15,7 +15,7 @@ a plan reads it, and a write that goes through records its ``marks`` in it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -118,15 +118,49 @@ def walk(plan: Plan) -> Iterator[Write]:
         stack.extend(reversed(one.then))
 
 
+DEFAULT_EVENTS_PER_NAMESPACE_PER_MINUTE = 120
+"""Events the gatekeeper posts in one namespace within a minute, at most: a tenant that
+changes its LWSs without end (each change may be told again) or scales them up and down
+makes the gatekeeper write no faster than that into its namespace."""
+
+
 class Memory:
     """What a controller remembers between passes that is safe to lose (bounded)."""
 
-    def __init__(self, limit: int = 100_000) -> None:
+    def __init__(
+        self,
+        limit: int = 100_000,
+        events_per_minute: int = DEFAULT_EVENTS_PER_NAMESPACE_PER_MINUTE,
+        on_drop: Callable[[str], None] | None = None,
+    ) -> None:
         self.limit = limit
+        self.events_per_minute = events_per_minute
+        self.on_drop = on_drop
+        """Told the namespace of each Event not posted (the I/O layer counts them)."""
         self.events: dict[str, str] = {}
         """Event slot (namespace/LWS/reason) -> the LWS resourceVersion it was posted for."""
         self.messages: dict[str, float] = {}
         """Record (namespace/name) -> when its waiting message was last written (monotonic s)."""
+        self.posted: dict[str, tuple[int, int]] = {}
+        """Namespace -> (the minute, since the epoch, of its window; Events planned in it)."""
+        self.dropped = 0
+        """Events not posted since the start, their namespace's minute spent."""
+
+    def take_event(self, namespace: str, at: datetime) -> bool:
+        """May one more Event be posted in ``namespace`` in the minute of ``at``? (Counted.)"""
+        minute = int(at.timestamp()) // 60
+        window, count = self.posted.get(namespace, (minute, 0))
+        if window != minute:
+            count = 0
+        if count >= self.events_per_minute:
+            self.dropped += 1
+            if self.on_drop is not None:
+                self.on_drop(namespace)
+            return False
+        if len(self.posted) >= self.limit and namespace not in self.posted:
+            self.posted.clear()
+        self.posted[namespace] = (minute, count + 1)
+        return True
 
     def apply(self, marks: tuple[Mark, ...], clock: float) -> None:
         for mark in marks:
@@ -154,10 +188,18 @@ def involved(lws: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class EventsOnce:
-    """One Event per LWS and reason change, not one per group: 100 waiting groups, one line."""
+    """One Event per LWS and reason change, not one per group: 100 waiting groups, one line.
+    With ``at`` (the pass's time), no more than the memory's ``events_per_minute`` in one
+    namespace (``Memory.take_event``): past it, an Event is not posted (and not remembered as
+    posted, so that it is told once the minute has passed)."""
 
-    def __init__(self, memory: Memory, lwss: Mapping[tuple[str, str], Mapping[str, Any]]) -> None:
-        self.memory, self.lwss = memory, lwss
+    def __init__(
+        self,
+        memory: Memory,
+        lwss: Mapping[tuple[str, str], Mapping[str, Any]],
+        at: datetime | None = None,
+    ) -> None:
+        self.memory, self.lwss, self.at = memory, lwss, at
         self.planned: set[str] = set()
 
     def once(
@@ -172,19 +214,24 @@ class EventsOnce:
         version = str(meta(lws).get("resourceVersion"))
         if not force and (slot in self.planned or self.memory.events.get(slot) == version):
             return None
-        self.planned.add(slot)
-        return self.always(lws, reason, message, warning=warning, marks=(Mark("event", slot, version),))
+        told = self.always(lws, reason, message, warning=warning, marks=(Mark("event", slot, version),))
+        if told is not None:
+            self.planned.add(slot)
+        return told
 
-    @staticmethod
     def always(
+        self,
         lws: Mapping[str, Any],
         reason: str,
         message: str,
         *,
         warning: bool = False,
         marks: tuple[Mark, ...] = (),
-    ) -> Write:
+    ) -> Write | None:
+        """An Event about ``lws``, unless its namespace's minute is spent."""
         m = meta(lws)
+        if self.at is not None and not self.memory.take_event(str(m.get("namespace") or ""), self.at):
+            return None
         event = Event(reason, message, warning, involved(lws))
         return Write(
             Op.EVENT,

@@ -70,7 +70,7 @@ def plan_writes(actions: KueueActions, snap: KueueSnapshot, memory: Memory, now:
     records = index_by_key(snap.records)
     workloads = index_by_key(snap.workloads)
     pods = index_by_key([*snap.bound_pods, *snap.pods])  # a pod stopped by its charge may be unlabelled
-    events = EventsOnce(memory, lwss)
+    events = EventsOnce(memory, lwss, now)
 
     first: list[Write] = []
     for ns, name in actions.release:

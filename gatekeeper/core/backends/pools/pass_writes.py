@@ -95,7 +95,7 @@ class _Writer:
         self.lwss = index_by_key(snap.lwss)
         self.records: Records = index_by_key(snap.records)
         self.pods = index_by_key(snap.pods)
-        self.events = EventsOnce(inputs.memory, self.lwss)
+        self.events = EventsOnce(inputs.memory, self.lwss, inputs.now)
         self.creating = {(g.key.namespace, g.record) for g in actions.create_records}
         self.follow: dict[tuple[str, str], list[Write]] = {}
         self.main: list[Write] = []
@@ -127,7 +127,8 @@ class _Writer:
         ns = group.key.namespace
         gates = [w for w in (self.ungate(ns, p) for p in group.gated) if w is not None]
         lws = self.lwss.get((ns, group.key.name))
-        said = [self.events.always(lws, ADMITTED, admitted_message(admit))] if lws is not None else []
+        told = self.events.always(lws, ADMITTED, admitted_message(admit)) if lws is not None else None
+        said = [told] if told is not None else []
         stamps = [
             parse_time(meta(self.pods[(ns, p)]).get("creationTimestamp"))
             for p in group.pods
@@ -158,11 +159,8 @@ class _Writer:
             return
         owner = self.lwss.get((ns, group.key.name))
         deletes = tuple(self._delete_pod(ns, pod) for pod in give.pods)
-        warn = (
-            (self.events.always(owner, str(give.reason), give.message, warning=True),)
-            if owner is not None
-            else ()
-        )
+        told = self.events.always(owner, str(give.reason), give.message, warning=True) if owner else None
+        warn = (told,) if told is not None else ()
         self.main.append(
             Write(
                 Op.MERGE_STATUS,

@@ -59,7 +59,7 @@ def plan_writes(actions: VolcanoActions, snap: VolcanoSnapshot, memory: Memory, 
     lwss = index_by_key(snap.lwss)
     records = index_by_key(snap.records)
     pods = index_by_key(snap.pods)
-    events = EventsOnce(memory, lwss)
+    events = EventsOnce(memory, lwss, now)
 
     first: list[Write] = []
     for ns, name in actions.release:
