@@ -645,6 +645,14 @@ def admitted(record: Mapping[str, Any]) -> bool:
     return False
 
 
+def states(recs: Mapping[int, Mapping[str, Any]]) -> str:
+    """What the records say, a group a clause: "group 0: Admitted; group 1: WaitingForQuota"."""
+    return "; ".join(
+        f"group {i}: {'Admitted' if admitted(r) else condition(r).get('reason')}"
+        for i, r in sorted(recs.items())
+    )
+
+
 def condition(record: Mapping[str, Any]) -> dict[str, Any]:
     for c in record.get("status", {}).get("conditions", []):
         if c.get("type") == "Admitted":

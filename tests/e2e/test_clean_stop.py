@@ -12,8 +12,6 @@ pass in flight.
 
 from __future__ import annotations
 
-from collections import Counter
-
 import anyio
 import kr8s.asyncio
 
@@ -21,18 +19,10 @@ from gatekeeper_lab.sandbox import gatekeeper as gk
 from gatekeeper_lab.sandbox.replay import settle
 
 from .conftest import Cluster, MakeNodes, MakePool, admitted, records
-from .test_admission import create_lws, events_for, lws_body
+from .test_admission import create_lws, lws_body
+from .test_rolling_upgrade import admissions
 
 GROUPS = 8
-
-
-async def _announced(api: kr8s.asyncio.Api, namespace: str, lws: str) -> Counter[int]:
-    seen: Counter[int] = Counter()
-    for e in await events_for(api, namespace, lws):
-        message = str(e.get("message") or "")
-        if e.get("reason") == "Admitted" and message.startswith("group "):
-            seen[int(message.split()[1])] += int(e.get("count") or 1)
-    return seen
 
 
 async def test_a_gatekeeper_stopped_mid_pass_announces_every_group_it_admitted(
@@ -53,7 +43,7 @@ async def test_a_gatekeeper_stopped_mid_pass_announces_every_group_it_admitted(
         await anyio.to_thread.run_sync(lambda: sb.stop(gk.COMPONENT))
         stopped = True
         at_stop = sorted(i for i, r in (await records(api, namespace, "many")).items() if admitted(r))
-        told_at_stop = await _announced(api, namespace, "many")
+        told_at_stop = await admissions(api, namespace, "many")
         print(f"admitted when stopped: {at_stop}; announced: {dict(told_at_stop)}")
         assert set(at_stop) <= set(told_at_stop), (
             f"admitted, never announced by the stopped gatekeeper: {set(at_stop) - set(told_at_stop)}"
@@ -65,5 +55,5 @@ async def test_a_gatekeeper_stopped_mid_pass_announces_every_group_it_admitted(
             await anyio.to_thread.run_sync(sb.start_gatekeeper)
     v = await settle(api, namespace, "many", expected_pods=GROUPS, size=1, timeout=90)
     assert v.whole_groups == GROUPS, v
-    announced = await _announced(api, namespace, "many")
+    announced = await admissions(api, namespace, "many")
     assert announced == dict.fromkeys(range(GROUPS), 1), f"each group announced admitted once: {announced}"

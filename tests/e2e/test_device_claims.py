@@ -28,7 +28,7 @@ from gatekeeper_lab.sandbox.replay import list_raw
 
 from . import attack_table
 from .attack_support import dev
-from .conftest import Cluster, MakeNodes, MakePool, admitted, condition, eventually, records
+from .conftest import Cluster, MakeNodes, MakePool, admitted, condition, eventually, records, states
 from .test_admission import lws_body
 from .test_policies import kubectl
 from .watch import Watch
@@ -117,10 +117,7 @@ async def test_gpus_asked_through_dra_claims_are_not_admitted_as_nothing(
             await eventually(said, timeout=60, what="both groups' records to say InvalidSpec")
         finally:
             recs = await records(api, namespace)
-            seen = "; ".join(
-                f"group {i}: {'Admitted' if admitted(r) else condition(r).get('reason')}"
-                for i, r in sorted(recs.items())
-            )
+            seen = states(recs)
             attack_table.add("dev: GPUs asked through DRA claims, no extended resource", "refused", seen)
         message = condition(recs[0])["message"]
         assert "spec.resourceClaims" in message and "extendedResourceName" in message, message

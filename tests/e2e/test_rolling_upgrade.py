@@ -71,7 +71,7 @@ async def _running(api: kr8s.asyncio.Api, namespace: str, lws: str, index: int) 
     return record["metadata"]["uid"], condition(record)["lastTransitionTime"], tuple(pods)
 
 
-async def _admissions(api: kr8s.asyncio.Api, namespace: str, lws: str) -> Counter[int]:
+async def admissions(api: kr8s.asyncio.Api, namespace: str, lws: str) -> Counter[int]:
     """How many times each group of ``lws`` was announced admitted (its ``Admitted`` Events)."""
     seen: Counter[int] = Counter()
     for e in await events_for(api, namespace, lws):
@@ -144,7 +144,7 @@ async def test_a_rolling_upgrade_of_both_replicas_admits_nothing_twice_and_loses
         assert v.whole_groups == 2 and v.gpus_stranded == 0, v
         assert await _running(api, namespace, "next", 0) == next_zero
         for lws in ("serve", "next"):
-            announced = await _admissions(api, namespace, lws)
+            announced = await admissions(api, namespace, lws)
             assert announced == {0: 1, 1: 1}, f"{lws}: each group announced admitted once: {announced}"
     finally:
         for name in started:

@@ -23,7 +23,7 @@ from gatekeeper_lab.sandbox.replay import list_raw
 
 from . import attack_table
 from .attack_support import dev
-from .conftest import Cluster, MakeNodes, MakePool, admitted, condition, eventually, records
+from .conftest import Cluster, MakeNodes, MakePool, admitted, condition, eventually, records, states
 from .test_admission import lws_body
 from .test_policies import kubectl, ok
 from .watch import Watch
@@ -67,10 +67,7 @@ async def test_a_runtime_classes_pod_overhead_is_in_the_demand(
             await eventually(settled, what="2 groups admitted (4 cpu with the overhead), group 2 waiting")
         finally:
             recs = await records(api, namespace, "vllm")
-            seen = "; ".join(
-                f"group {i}: {'Admitted' if admitted(r) else condition(r).get('reason')}"
-                for i, r in sorted(recs.items())
-            )
+            seen = states(recs)
             attack_table.add(
                 "dev: an LWS asking 1 cpu a pod on a RuntimeClass whose overhead adds 1 cpu; quota 5 cpu",
                 "bounded",

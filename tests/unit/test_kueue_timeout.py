@@ -55,19 +55,21 @@ def _snap(after: float, pods: str, *, startup: str | None = None, placed: bool =
     )
 
 
-@pytest.mark.parametrize(
-    ("after", "pods", "startup", "placed", "given_back"),
-    [
-        (599, "none", None, False, False),
-        (601, "none", None, False, True),
-        (601, "leader", None, False, True),
-        (7200, "leader", "LeaderReady", False, False),  # loading its model: kept
-        (4199, "ready", "LeaderReady", False, False),
-        (4201, "ready", "LeaderReady", False, True),
-        (7200, "whole", None, False, False),
-        (7200, "leader", None, True, False),  # whole once: a restart is not a give-back
-    ],
-)
+CASES = [
+    (599, "none", None, False, False),
+    (601, "none", None, False, True),
+    (601, "leader", None, False, True),
+    (7200, "leader", "LeaderReady", False, False),  # loading its model: kept
+    (4199, "ready", "LeaderReady", False, False),
+    (4201, "ready", "LeaderReady", False, True),
+    (7200, "whole", None, False, False),
+    (7200, "leader", None, True, False),  # whole once: a restart is not a give-back
+]
+"""(seconds since the admission, its pods, startupPolicy, placedAt written, given back):
+every backend's deadline (``core.admission.timeout``), one table."""
+
+
+@pytest.mark.parametrize(("after", "pods", "startup", "placed", "given_back"), CASES)
 def test_a_group_kueue_admitted_is_given_back_when_its_pods_are_not_bound_in_time(
     after: float, pods: str, startup: str | None, placed: bool, given_back: bool
 ) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from core_builders import lws_pod
 from test_backend_volcano import NOW, QUEUE, pg, rec, snap, vllm
+from test_kueue_timeout import CASES
 
 from gatekeeper.core.admission.reasons import Reason
 from gatekeeper.core.backends.volcano import VolcanoSnapshot, decide_volcano
@@ -44,19 +45,7 @@ def _snap(after: float, pods: str, *, startup: str | None = None, placed: bool =
     return replace(snap(obj, [record], [group], made), now=NOW + timedelta(seconds=after))
 
 
-@pytest.mark.parametrize(
-    ("after", "pods", "startup", "placed", "given_back"),
-    [
-        (599, "none", None, False, False),
-        (601, "none", None, False, True),
-        (601, "leader", None, False, True),
-        (7200, "leader", "LeaderReady", False, False),  # loading its model: kept
-        (4199, "ready", "LeaderReady", False, False),
-        (4201, "ready", "LeaderReady", False, True),
-        (7200, "whole", None, False, False),
-        (7200, "leader", None, True, False),  # whole once: a restart is not a give-back
-    ],
-)
+@pytest.mark.parametrize(("after", "pods", "startup", "placed", "given_back"), CASES)
 def test_a_group_volcano_let_in_is_given_back_when_its_pods_are_not_bound_in_time(
     after: float, pods: str, startup: str | None, placed: bool, given_back: bool
 ) -> None:
