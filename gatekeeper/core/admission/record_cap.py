@@ -39,18 +39,11 @@ RECORD_LIMIT_REACHED = "RecordLimitReached"
 def over_cap(
     groups: Iterable[GroupState], has_record: Callable[[GroupState], bool], cap: int
 ) -> tuple[GroupState, ...]:
-    """The groups, in order, that would get a new record past ``cap`` in their namespace."""
+    """The groups, in order, that would get a new record past ``cap`` in their namespace
+    (``RecordRoom`` taken group by group, after every record the groups already have)."""
     listed = list(groups)
-    held = Counter(g.key.namespace for g in listed if has_record(g))
-    over: list[GroupState] = []
-    for g in listed:
-        if has_record(g):
-            continue
-        if held[g.key.namespace] < cap:
-            held[g.key.namespace] += 1
-        else:
-            over.append(g)
-    return tuple(over)
+    room = RecordRoom((g.key.namespace for g in listed if has_record(g)), cap)
+    return tuple(g for g in listed if not has_record(g) and not room.take(g.key.namespace))
 
 
 class RecordRoom:
