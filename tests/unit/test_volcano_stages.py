@@ -127,7 +127,7 @@ def test_a_group_given_back_stops_its_pods_then_its_pod_group_goes(
 ) -> None:
     holding = giving_back(group(given(), *pods), pgs, NOW, charges)
     assert holding is not None
-    assert (list(holding.stop), holding.withdraw, holding.busy) == (stop, withdraw, busy)
+    assert (list(holding.stop), holding.retire, holding.busy) == (stop, withdraw, busy)
     assert holding.message == "given back: pod vllm-0-1 asks 2 GPUs"
 
 

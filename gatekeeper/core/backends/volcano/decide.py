@@ -238,7 +238,7 @@ def decide_volcano(snap: VolcanoSnapshot, demands: DemandMemo | None = None) -> 
         over_cap=tuple(where.over_cap),
         create_pod_groups=tuple(create_pod_groups),
         withdraw_pod_groups=tuple(h.withdraw for h in held if h.withdraw is not None),
-        retire_pod_groups=tuple(where.withdraw),
+        retire_pod_groups=tuple(where.retire),
         release=tuple(_unclaimed(records, groups, who.pods_of, who.charges)),
         ungate=tuple(u for h in held for u in h.ungate),
         statuses=(*where.statuses, *(h.status for h in held), *offered),
@@ -289,7 +289,7 @@ class _Where:
     """Queues with a PodGroup of ours that Volcano has not let in, or let in with gated pods."""
     stop: list[tuple[str, str]] = field(default_factory=list)
     """Running pods of groups given back."""
-    withdraw: list[tuple[str, str, str]] = field(default_factory=list)
+    retire: list[tuple[str, str, str]] = field(default_factory=list)
     """PodGroups of groups given back whose pods are all gone."""
 
 
@@ -314,7 +314,7 @@ def _where(
         back = giving_back(g, pgs, now, charges or {})
         if back is not None:
             out.stop.extend(back.stop)
-            out.withdraw.extend([back.withdraw] if back.withdraw is not None else [])
+            out.retire.extend([back.retire] if back.retire is not None else [])
             out.busy.update([st.pool] if back.busy else [])
             out.statuses.append(VolcanoStatus(st, False, back.reason, back.message, warning=True))
             continue

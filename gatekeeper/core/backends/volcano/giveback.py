@@ -73,8 +73,8 @@ class Holding:
     message: str
     """What its record said when it was given back (kept)."""
     stop: tuple[Pod, ...]
-    withdraw: tuple[str, str, str] | None
-    """(namespace, PodGroup, its UID), once none of its pods runs."""
+    retire: tuple[str, str, str] | None
+    """(namespace, PodGroup, its UID) to delete, once none of its pods runs."""
     busy: bool
     """Its PodGroup still holds room in its Queue."""
 
@@ -127,9 +127,9 @@ def giving_back(
     running = _running(g, charges)
     pg = pod_groups.get((ns, name))
     ours = pg is not None and pod_group_belongs(pg, st.key.name, st.lws_uid, st.key.index)
-    withdraw = (ns, name, str(meta(pg).get("uid") or "")) if ours and pg is not None and not running else None
+    retire = (ns, name, str(meta(pg).get("uid") or "")) if ours and pg is not None and not running else None
     said = condition(g.record, ADMITTED)
-    return Holding(Reason(str(said.get("reason"))), str(said.get("message") or ""), running, withdraw, ours)
+    return Holding(Reason(str(said.get("reason"))), str(said.get("message") or ""), running, retire, ours)
 
 
 def timed_out(g: LwsGroup, lws: Mapping[str, Any], back: Back) -> Given | datetime | None:
