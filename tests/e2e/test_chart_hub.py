@@ -9,7 +9,9 @@ token of the chart's ServiceAccount, and member cluster-a's real gatekeeper scal
 one group: its claim is granted by the hub running as the chart's identity, and the group
 runs whole. Nothing in the hub gatekeeper's log may say the API server refused it anything.
 As member cluster-b (a client certificate in the members' group), writing cluster-a's claim
-is refused by the chart's policy.
+is refused by the chart's policy; impersonated as that member (its user and the members'
+group), releasing cluster-a's claim through the status, deleting it and growing the
+Reservation are each refused, and the claim stays granted.
 """
 
 from __future__ import annotations
@@ -97,6 +99,25 @@ def test_the_charts_hub_release_grants_claims_as_its_service_account_and_no_more
         )  # fmt: skip
         assert forged.returncode != 0, "cluster-b wrote a claim in cluster-a's name"
         assert "lws-gatekeeper-hub-member-claims" in forged.stderr, forged.stderr
+        # As member cluster-b by impersonation (its user and the members' group): it may
+        # neither grant a claim, nor take cluster-a's away, nor grow the Reservation.
+        [theirs] = [
+            c["metadata"]["name"]
+            for c in _json(hub.kubectl, "get", "reservationclaims")["items"]
+            if c["spec"]["reservation"] == reservation
+        ]
+        as_b = ("--as=lws-gatekeeper:member:cluster-b", "--as-group=lws-gatekeeper:members")
+        for attempt, said in (
+            (("patch", "reservationclaim", theirs, "--subresource=status", "--type=merge",
+              "-p", '{"status":{"state":"Released"}}'), "forbidden"),
+            (("delete", "reservationclaim", theirs), "lws-gatekeeper-hub-member-claims"),
+            (("patch", "reservation", reservation, "--type=merge",
+              "-p", '{"spec":{"capacity":{"nvidia.com/gpu":"400"}}}'), "forbidden"),
+        ):  # fmt: skip
+            tried = hub.kubectl(*as_b, *attempt, check=False)
+            assert tried.returncode != 0, f"cluster-b may {' '.join(attempt[:2])}"
+            assert said in tried.stderr, tried.stderr
+        assert granted(), "cluster-a's claim is as the hub granted it"
     finally:
         hub.stop(GATEKEEPER)
         text = log.read_bytes()[start:].decode(errors="replace")
