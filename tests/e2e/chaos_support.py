@@ -159,6 +159,10 @@ def sampled(chaos: Chaos, reservation: str, namespace: str, capacity: int) -> It
     try:
         yield sampler
     finally:
+        # A scene that ends quickly still gets its ten looks, of the state it ended in.
+        end = time.monotonic() + 60
+        while len(sampler.bound) < 10 and sampler.is_alive() and time.monotonic() < end:
+            time.sleep(0.2)
         sampler.stop.set()
         sampler.join()
         print(sampler.figures(), flush=True)

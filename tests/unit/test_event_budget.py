@@ -32,13 +32,13 @@ def test_an_event_not_posted_is_told_once_the_minute_has_passed() -> None:
     memory = Memory(events_per_minute=1)
     objs = {("team", n): lws(n, "team").uid(f"u-{n}").obj() for n in ("a", "b")}
     for obj in objs.values():
-        obj["metadata"]["resourceVersion"] = "7"
+        obj["metadata"]["generation"] = 7
     first = EventsOnce(memory, objs, T)
     assert first.once(GroupKey("team", "a", 0), "WaitingForQuota", "waits", warning=False) is not None
     assert first.once(GroupKey("team", "b", 0), "WaitingForQuota", "waits", warning=False) is None
     again = first.once(GroupKey("team", "a", 0), "WaitingForQuota", "waits", warning=False)
     assert again is None, "told once per LWS and reason"
-    memory.events["team/a/WaitingForQuota"] = "7"  # a's Event went through
+    memory.events["team/a/WaitingForQuota"] = "7/None"  # a's Event went through
     later = EventsOnce(memory, objs, T + timedelta(minutes=1))
     assert later.once(GroupKey("team", "b", 0), "WaitingForQuota", "waits", warning=False) is not None
     assert later.once(GroupKey("team", "a", 0), "WaitingForQuota", "waits", warning=False) is None

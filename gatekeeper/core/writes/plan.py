@@ -21,8 +21,8 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from gatekeeper.core.kube.keys import LWS_API_VERSION, LWS_KIND
-from gatekeeper.core.kube.objects import meta
+from gatekeeper.core.kube.keys import LWS_API_VERSION, LWS_KIND, POOL_LABEL
+from gatekeeper.core.kube.objects import as_map, meta
 from gatekeeper.core.model.group import GroupKey
 
 __all__ = [
@@ -138,7 +138,7 @@ class Memory:
         self.on_drop = on_drop
         """Told the namespace of each Event not posted (the I/O layer counts them)."""
         self.events: dict[str, str] = {}
-        """Event slot (namespace/LWS/reason) -> the LWS resourceVersion it was posted for."""
+        """Event slot (namespace/LWS/reason) -> the LWS generation and pool it was posted for."""
         self.messages: dict[str, float] = {}
         """Record (namespace/name) -> when its waiting message was last written (monotonic s)."""
         self.posted: dict[str, tuple[int, int]] = {}
@@ -206,12 +206,15 @@ class EventsOnce:
         self, group: GroupKey, reason: str, message: str, *, warning: bool, force: bool = False
     ) -> Write | None:
         """An Event about the group's LWS, unless one was posted (or planned) for this reason
-        since the LWS last changed (``force``: even then)."""
+        since the LWS's spec or pool last changed (``force``: even then). Not its
+        resourceVersion: the LWS controller rewrites the status as pods come and go, and each
+        rewrite would tell the same thing again."""
         lws = self.lwss.get((group.namespace, group.name))
         if lws is None:
             return None
         slot = f"{group.namespace}/{group.name}/{reason}"
-        version = str(meta(lws).get("resourceVersion"))
+        m = meta(lws)
+        version = f"{m.get('generation')}/{as_map(m.get('labels')).get(POOL_LABEL)}"
         if not force and (slot in self.planned or self.memory.events.get(slot) == version):
             return None
         told = self.always(lws, reason, message, warning=warning, marks=(Mark("event", slot, version),))
