@@ -21,6 +21,15 @@ from gatekeeper.controller import resources as r
 from gatekeeper.controller.credentials import Credentials
 from gatekeeper.controller.informer import Informer
 from gatekeeper.controller.resources import Resource
+from gatekeeper.core.model.claims import ClaimBook, read_claim_book
+from gatekeeper.core.model.devices import (
+    DeviceRoom,
+    claim_view,
+    class_view,
+    device_room,
+    slice_view,
+    template_view,
+)
 from gatekeeper.core.model.nodes import Node, RequestsMemo, bound_pod_view, parse_node
 from gatekeeper.core.model.owned import statefulset_view
 
@@ -41,7 +50,17 @@ def _view_of(
         return bound_pod_view
     if resource == r.STATEFULSETS:
         return statefulset_view
-    return None
+    return _DRA_VIEWS.get(resource)
+
+
+_DRA_VIEWS = {
+    r.DEVICE_CLASSES: class_view,
+    r.RESOURCE_SLICES: slice_view,
+    r.RESOURCE_CLAIM_TEMPLATES: template_view,
+    r.RESOURCE_CLAIMS: claim_view,
+}
+"""What is kept of the DRA kinds (``core.model.devices``): a tenant writes templates and
+claims, so only the fields counted are, whatever their size."""
 
 
 class Caches:
@@ -53,6 +72,7 @@ class Caches:
         self._informers: dict[tuple[str, str, str, str], Informer] = {}
         self._nodes: tuple[int, list[Node]] = (-1, [])
         self._priorities: tuple[int, dict[str, int]] = (-1, {})
+        self._dra: tuple[tuple[int, ...], ClaimBook, DeviceRoom] = ((), ClaimBook(), DeviceRoom())
         self.requests = RequestsMemo()
         """Requests of bound pods by (uid, resourceVersion), for every loop of the term."""
 
@@ -108,6 +128,27 @@ class Caches:
                     log.warning("node %s ignored: %s", obj.get("metadata", {}).get("name"), exc)
             self._nodes = (inf.changes, nodes)
         return self._nodes[1]
+
+    def dra_informers(self) -> list[Informer]:
+        """The DRA kinds' informers: DeviceClasses, ResourceSlices, ResourceClaimTemplates and
+        ResourceClaims. Side informers: a cluster that does not serve ``resource.k8s.io/v1``
+        must not stop every pool; its claims are then refused, saying so."""
+        return [self.informer(kind) for kind in _DRA_VIEWS]
+
+    def dra(self) -> tuple[ClaimBook, DeviceRoom]:
+        """What DRA claims ask, and the devices of each node, read once per change of the DRA kinds."""
+        classes, slices, templates, claims = self.dra_informers()
+        changes = tuple(inf.changes for inf in (classes, slices, templates, claims))
+        if self._dra[0] != changes:
+            unread = "; ".join(
+                f"{inf.resource.plural} not read: {inf.last_error[:200] or 'not listed yet'}"
+                for inf in (classes, templates, claims)
+                if not inf.synced.is_set() or inf.failing_since
+            )
+            book = read_claim_book(classes.values(), templates.values(), claims.values(), unread=unread)
+            room = device_room(classes.values(), slices.values(), claims.values())
+            self._dra = (changes, book, room)
+        return self._dra[1], self._dra[2]
 
     def default_priority(self) -> int:
         """The value of the PriorityClass with ``globalDefault`` (the highest, if several); 0

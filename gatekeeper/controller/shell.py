@@ -60,6 +60,8 @@ class GroupInformers:
         """The requests a container that names none gets: part of a group's demand."""
         self.runtime_classes = caches.informer(r.RUNTIME_CLASSES)
         """The overhead a pod that names a RuntimeClass gets: part of a group's demand."""
+        self.dra = caches.dra_informers()
+        """What DRA claims ask, and the devices of each node: side informers (``Caches.dra``)."""
 
     @property
     def informers(self) -> list[Informer]:

@@ -1,18 +1,20 @@
-"""GPUs asked through DRA claims are never admitted as nothing.
+"""GPUs asked through DRA claims count against a Pool's quota, by what their DeviceClass names.
 
 Why this exists: a pod may ask its accelerators through Dynamic Resource Allocation, a
 ``spec.resourceClaims`` entry made from a ResourceClaimTemplate and named in a container's
 ``resources.claims``, instead of ``resources.limits: {nvidia.com/gpu: 1}``. Such a pod asks
-no extended resource, so a group of them weighs nothing against a Pool's quota of
-``nvidia.com/gpu`` and would be admitted as many times as there are groups. The tenant here
-holds ``edit`` in its namespace and makes the ResourceClaimTemplate and the LWS itself; the
-cluster has a DRA driver's devices (a DeviceClass and a ResourceSlice per node, as the
-driver would publish them), so a claim the scheduler is let to allocate binds a device.
+no extended resource, so unless its claims are counted a group of them weighs nothing against
+a Pool's quota of ``nvidia.com/gpu``. The tenant here holds ``edit`` in its namespace and makes
+the ResourceClaimTemplates and the LWSs itself; the cluster has a DRA driver's devices (a
+DeviceClass whose ``extendedResourceName`` is ``nvidia.com/gpu``, and a ResourceSlice of two
+devices per node, as the driver would publish them), so a claim the scheduler is let to
+allocate binds devices.
 
-What the gatekeeper does: a group whose templates ask devices through claims cannot be
-counted, so it is not admitted: its record says ``InvalidSpec`` with why and what to ask
-instead (the extended resource a DeviceClass serves with ``extendedResourceName``, which the
-demand counts), its pods stay gated, no device is allocated, and other groups go on.
+What the gatekeeper does: each claim counts as its class's resource times its request's count,
+so the groups are admitted as far as the quota goes and the rest wait; a claim that cannot be
+counted (``allocationMode: All``) is refused with the reason. A tenant that swaps its template
+for one that asks more, makes its group's pods again, and swaps it back, does not get the
+bigger claims through: a made pod is judged by the claims made for it.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from .test_policies import kubectl
 from .watch import Watch
 
 DRIVER = "gpu.example.com"
+GPU = "nvidia.com/gpu"
 
 
 def _device_class() -> dict[str, Any]:
@@ -41,12 +44,15 @@ def _device_class() -> dict[str, Any]:
         "apiVersion": "resource.k8s.io/v1",
         "kind": "DeviceClass",
         "metadata": {"name": DRIVER},
-        "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]},
+        "spec": {
+            "selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}],
+            "extendedResourceName": GPU,
+        },
     }
 
 
 def _slice(node: str) -> dict[str, Any]:
-    """One GPU on ``node``, as a DRA driver publishes it."""
+    """Two GPUs on ``node``, as a DRA driver publishes them."""
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceSlice",
@@ -55,35 +61,43 @@ def _slice(node: str) -> dict[str, Any]:
             "driver": DRIVER,
             "nodeName": node,
             "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-            "devices": [{"name": "gpu-0"}],
+            "devices": [{"name": "gpu-0"}, {"name": "gpu-1"}],
         },
     }
 
 
-def _claim_template(namespace: str) -> dict[str, Any]:
+def _claim_template(namespace: str, name: str = "one-gpu", **exactly: Any) -> dict[str, Any]:
+    request = {"name": "gpu", "exactly": {"deviceClassName": DRIVER, **exactly}}
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaimTemplate",
-        "metadata": {"name": "one-gpu", "namespace": namespace},
-        "spec": {
-            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER}}]}}
-        },
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"spec": {"devices": {"requests": [request]}}},
     }
 
 
-def _with_claims(body: dict[str, Any], namespace: str) -> dict[str, Any]:
-    """``body`` whose pods ask one GPU each through a claim, and no extended resource."""
+def _with_claims(body: dict[str, Any], namespace: str, template: str = "one-gpu") -> dict[str, Any]:
+    """``body`` whose pods ask their GPUs through a claim from ``template``, and no extended resource."""
     body["metadata"]["namespace"] = namespace
     lwt = body["spec"]["leaderWorkerTemplate"]
     for role in ("leaderTemplate", "workerTemplate"):
         spec = lwt[role]["spec"]
-        spec["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]
+        spec["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": template}]
         for c in spec["containers"]:
             c["resources"] = {"requests": {"cpu": "1"}, "claims": [{"name": "gpu"}]}
     return body
 
 
-async def test_gpus_asked_through_dra_claims_are_not_admitted_as_nothing(
+def _devices(claims: list[dict[str, Any]], lws: str) -> list[int]:
+    """The devices each claim of ``lws``'s pods asks, by the claims made for them."""
+    return sorted(
+        sum(r.get("exactly", {}).get("count", 1) for r in c["spec"]["devices"]["requests"])
+        for c in claims
+        if c["metadata"]["name"].startswith(f"{lws}-")
+    )
+
+
+async def test_gpus_asked_through_dra_claims_count_against_the_pool_quota(
     api: kr8s.asyncio.Api,
     cluster: Cluster,
     namespace: str,
@@ -93,47 +107,113 @@ async def test_gpus_asked_through_dra_claims_are_not_admitted_as_nothing(
     tmp_path: Path,
 ) -> None:
     nodes = await fake_nodes(4, gpus=0)
-    pool = await make_pool(nodes, quota={"nvidia.com/gpu": 2})
+    pool = await make_pool(nodes, quota={GPU: 2})
     attack_watch.pool(nodes.selector, 2)
     cluster.kubectl("apply", "--server-side", "-f", "-", input=json.dumps(
         {"apiVersion": "v1", "kind": "List", "items": [_device_class(), *(_slice(n) for n in nodes.names)]}
     ))  # fmt: skip
-    try:
-        tenant = await dev(cluster, namespace, tmp_path)
-        for obj in (
-            _claim_template(namespace),
-            _with_claims(lws_body("dra", pool, nodes, replicas=2), namespace),
-        ):
-            code, _, err = await kubectl(
-                cluster, "create", "-f", "-", kubeconfig=tenant, input=json.dumps(obj)
-            )
-            assert code == 0, err
+    tenant = await dev(cluster, namespace, tmp_path)
 
-        async def said() -> bool:
-            recs = await records(api, namespace)
-            return len(recs) == 2 and all(condition(r).get("reason") == "InvalidSpec" for r in recs.values())
+    async def as_tenant(*args: str, obj: dict[str, Any] | None = None) -> None:
+        code, _, err = await kubectl(
+            cluster, *args, kubeconfig=tenant, input=json.dumps(obj) if obj is not None else None
+        )
+        assert code == 0, err
+
+    try:
+        await as_tenant("create", "-f", "-", obj=_claim_template(namespace))
+        await as_tenant(
+            "create", "-f", "-", obj=_claim_template(namespace, "every-gpu", allocationMode="All")
+        )
+        await as_tenant(
+            "create", "-f", "-", obj=_with_claims(lws_body("dra", pool, nodes, replicas=2), namespace)
+        )
+        await as_tenant(
+            "create", "-f", "-", obj=_with_claims(lws_body("all", pool, nodes), namespace, "every-gpu")
+        )
+
+        async def counted() -> bool:
+            recs, refused = await records(api, namespace, "dra"), await records(api, namespace, "all")
+            return (
+                len(recs) == 2
+                and admitted(recs[0])
+                and not admitted(recs[1])
+                and len(refused) == 1
+                and condition(refused[0]).get("reason") == "InvalidSpec"
+            )
 
         try:
-            await eventually(said, timeout=60, what="both groups' records to say InvalidSpec")
+            await eventually(counted, timeout=90, what="group 0 admitted, group 1 waiting, 'all' refused")
         finally:
-            recs = await records(api, namespace)
-            seen = states(recs)
-            attack_table.add("dev: GPUs asked through DRA claims, no extended resource", "refused", seen)
-        message = condition(recs[0])["message"]
-        assert "spec.resourceClaims" in message and "extendedResourceName" in message, message
-        assert not any(admitted(r) for r in recs.values())
+            recs, refused = await records(api, namespace, "dra"), await records(api, namespace, "all")
+            attack_table.add(
+                "dev: GPUs asked through DRA claims (1 a pod), quota 2; and a claim of allocationMode All",
+                "counted: 1 group in, 1 waits; All refused",
+                f"{states(recs)}; all: {states(refused)}",
+            )
+        assert recs[0]["status"]["demand"].get(GPU) in ("2", 2), recs[0]["status"]
+        said = condition(recs[1])["message"]
+        assert GPU in said, said
+        message = condition(refused[0])["message"]
+        assert "allocationMode: All asks as many devices as there are" in message, message
 
-        async def four_pods() -> bool:
-            return len(await list_raw(api, "pods", namespace=namespace)) == 4
+        async def running() -> bool:
+            pods = await list_raw(
+                api, "pods", namespace=namespace, label_selector="leaderworkerset.sigs.k8s.io/name=dra"
+            )
+            return sum(1 for p in pods if p.get("status", {}).get("phase") == "Running") == 2
 
-        await eventually(four_pods, timeout=60, what="the LWS's 4 pods")
+        await eventually(running, timeout=60, what="group 0's two pods Running with their devices")
+
+        # The swap: a template that asks 2, the group's pods made again from it, then the template
+        # put back, so that the LWS asks what group 0 was admitted with while its pods' claims ask more.
+        await as_tenant("delete", "resourceclaimtemplate", "one-gpu", "-n", namespace)
+        await as_tenant("create", "-f", "-", obj=_claim_template(namespace, count=2))
+        await as_tenant("delete", "pod", "dra-0-1", "-n", namespace, "--wait=false")
+
+        async def greedy_claims() -> bool:
+            return 2 in _devices(
+                await list_raw(api, "resourceclaims.resource.k8s.io", namespace=namespace), "dra-0"
+            )
+
+        await eventually(
+            greedy_claims, timeout=60, what="group 0's pods made again, with claims of 2 devices"
+        )
+        await as_tenant("delete", "resourceclaimtemplate", "one-gpu", "-n", namespace)
+        await as_tenant("create", "-f", "-", obj=_claim_template(namespace))
+
+        async def given_back() -> bool:
+            return "2 nvidia.com/gpu, more than its role" in condition(
+                (await records(api, namespace, "dra"))[0]
+            ).get("message", "")
+
+        await eventually(given_back, timeout=60, what="group 0 given back for its pods' claims of 2")
+
+        async def settled() -> bool:
+            claims = await list_raw(api, "resourceclaims.resource.k8s.io", namespace=namespace)
+            allocated = [c for c in claims if c.get("status", {}).get("allocation")]
+            pods = await list_raw(
+                api, "pods", namespace=namespace, label_selector="leaderworkerset.sigs.k8s.io/name=dra"
+            )
+            running = [p for p in pods if p.get("status", {}).get("phase") == "Running"]
+            return len(running) == 2 and _devices(allocated, "dra") == [1, 1]
+
+        # The quota went to the group that waited; whichever runs, it runs whole on claims of 1.
+        await eventually(settled, timeout=120, what="a group of 'dra' running whole on claims of 1 device")
+        recs = await records(api, namespace, "dra")
+        attack_table.add(
+            "dev: template swapped to ask 2 a pod, group 0's pods made again, template put back",
+            "pods judged by their claims: given back",
+            states(recs),
+        )
         pods = await list_raw(api, "pods", namespace=namespace)
         assert all(
-            SCHEDULING_GATE in [g["name"] for g in p["spec"].get("schedulingGates") or []] for p in pods
-        ), "every pod stays gated"
-        claims = await list_raw(api, "resourceclaims.resource.k8s.io", namespace=namespace)
-        assert not [c for c in claims if c.get("status", {}).get("allocation")], "no device is allocated"
+            SCHEDULING_GATE in [g["name"] for g in p["spec"].get("schedulingGates") or []]
+            for p in pods
+            if p["metadata"]["name"].startswith("all-")
+        ), "the refused group's pods stay gated"
     finally:
+        cluster.kubectl("delete", "lws", "--all", "-n", namespace, "--wait=false")
         cluster.kubectl(
             "delete", "resourceslices", *[f"{n}-{DRIVER}" for n in nodes.names], "--ignore-not-found"
         )

@@ -78,8 +78,28 @@ class Sample:
     partial: Mapping[GroupId, int]
 
 
-def sample(pods: Iterable[Mapping[str, Any]], at: float, on: Collection[str] | None = None) -> Sample:
-    """``bound``: the GPUs of the pods bound to a node in ``on`` (any node if None); ``partial``:
+def claimed_devices(claims: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """Pod UID -> the devices allocated to the DRA claims reserved for it: the GPUs a pod holds
+    through claims rather than container requests."""
+    held: dict[str, int] = {}
+    for claim in claims:
+        status = claim.get("status") or {}
+        results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
+        for consumer in status.get("reservedFor") or []:
+            if consumer.get("resource") == "pods" and results:
+                uid = str(consumer.get("uid"))
+                held[uid] = held.get(uid, 0) + len(results)
+    return held
+
+
+def sample(
+    pods: Iterable[Mapping[str, Any]],
+    at: float,
+    on: Collection[str] | None = None,
+    devices: Mapping[str, int] | None = None,
+) -> Sample:
+    """``bound``: the GPUs of the pods bound to a node in ``on`` (any node if None), their DRA
+    claims' devices (``devices``, by pod UID) included; ``partial``:
     the groups with such a pod whose bound pods are fewer than their size. A group whose only
     pod is its leader, not Ready yet, is not partial: under ``LeaderReady`` its LWS makes the
     workers once the leader is Ready (under ``LeaderCreated`` they exist from the start)."""
@@ -101,7 +121,7 @@ def sample(pods: Iterable[Mapping[str, Any]], at: float, on: Collection[str] | N
             loading[group] = loading.get(group, True) and lone_leader
         if not holds(pod):
             continue
-        gpus = pod_gpus(pod)
+        gpus = pod_gpus(pod) + (devices or {}).get(str(meta.get("uid")), 0)
         if on is None or (pod.get("spec") or {}).get("nodeName") in on:
             bound += gpus
             if group is not None:
@@ -168,9 +188,11 @@ class Watch:
         if nodes is not None:
             selector = ",".join(f"{k}={v}" for k, v in nodes.items())
             names, pods = self._get("nodes", "-l", selector), self._get("pods", "-A")
-            if names is None or pods is None:
+            claims = self._get("resourceclaims.resource.k8s.io", "-A")
+            if names is None or pods is None or claims is None:
                 return
-            self.samples.append(sample(pods, time.monotonic(), on={n["metadata"]["name"] for n in names}))
+            on = {n["metadata"]["name"] for n in names}
+            self.samples.append(sample(pods, time.monotonic(), on, claimed_devices(claims)))
             return
         found: list[Mapping[str, Any]] = []
         for ns in list(self.namespaces):

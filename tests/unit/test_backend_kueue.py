@@ -19,6 +19,7 @@ from gatekeeper.core.backends.kueue import (
     new_workload,
     plan_writes,
 )
+from gatekeeper.core.backends.kueue.workload import stale_spec
 from gatekeeper.core.kube.keys import (
     DEMAND_HASH_ANNOTATION,
     GROUP_INDEX_LABEL,
@@ -30,6 +31,7 @@ from gatekeeper.core.kube.keys import (
     SPEC_HASH_ANNOTATION,
 )
 from gatekeeper.core.model.charge import charge_toleration
+from gatekeeper.core.model.claims import read_claim_book
 from gatekeeper.core.model.gating import Ungate, ungate_patch
 from gatekeeper.core.model.record import record_name
 from gatekeeper.core.writes.plan import Memory, walk
@@ -45,6 +47,9 @@ FLAVOR = {
         "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}],
     },
 }
+
+
+GPU = "nvidia.com/gpu"
 
 
 def vllm(replicas: int = 2, size: int = 2, **kwargs: Any) -> dict[str, Any]:
@@ -212,18 +217,44 @@ def test_an_lws_kueue_cannot_read_gets_no_workload_and_says_why() -> None:
     assert "workerTemplate: missing" in st.message
 
 
-def test_an_lws_that_asks_devices_through_dra_claims_gets_no_workload() -> None:
-    """Kueue counts no DRA claim of a Workload the gatekeeper makes (its podSets carry only the
-    containers' requests): the group is refused before any Workload, as with the other backends."""
+def test_devices_asked_through_dra_claims_are_requests_kueue_counts_in_the_workload() -> None:
+    """Kueue counts a Workload's pod-set requests, and no DRA claim unless its own alpha gate
+    is on: the gatekeeper makes the claims' devices requests of the pod set (the claims
+    dropped), so Kueue's quota counts what the gatekeeper counts; with no template to count
+    from, the group is refused before any Workload."""
     obj = vllm(replicas=1)
-    obj["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["resourceClaims"] = [
-        {"name": "gpu", "resourceClaimTemplateName": "one-gpu"}
-    ]
+    worker = obj["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]
+    worker["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "two-gpus"}]
+    worker["containers"][0]["resources"] = {"requests": {"cpu": "1"}, "claims": [{"name": "gpu"}]}
     acts = decide([obj], records=[rec(obj, 0)])
     assert acts.create_workloads == ()
     [st] = acts.statuses
     assert (st.reason, st.warning) == ("InvalidSpec", True)
-    assert "DRA claims (gpu)" in st.message
+    assert "ResourceClaimTemplate two-gpus is not in namespace default" in st.message
+    gpu_class = {"metadata": {"name": "gpu"}, "spec": {"extendedResourceName": GPU}}
+    template = {
+        "metadata": {"name": "two-gpus", "namespace": "default"},
+        "spec": {
+            "spec": {
+                "devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "gpu", "count": 2}}]}
+            }
+        },
+    }
+    book = read_claim_book([gpu_class], [template])
+    made = lws_statefulsets([obj], [])
+    acts = decide_kueue(
+        KueueSnapshot([obj], [], [rec(obj, 0)], [], [FLAVOR], statefulsets=made, claim_book=book)
+    )
+    [(group, _)] = acts.create_workloads
+    wl = new_workload(group, obj, "uid", claim_book=book)
+    leader, workers = wl["spec"]["podSets"]
+    spec = workers["template"]["spec"]
+    assert "resourceClaims" not in spec and "claims" not in spec["containers"][0]["resources"]
+    assert spec["containers"][0]["resources"]["requests"] == {"cpu": "1", GPU: "2"}
+    assert spec["containers"][0]["resources"]["limits"] == {GPU: "2"}
+    assert leader["template"]["spec"]["containers"][0]["resources"]["limits"] == {GPU: 1}  # as written
+    assert not stale_spec({**wl, "status": {}}, group, obj, {}, book)
+    assert stale_spec({**wl, "status": {}}, group, obj, {}), "another count is another Workload"
 
 
 # ----- admission, waiting, eviction ----------------------------------------------------

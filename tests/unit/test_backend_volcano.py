@@ -24,7 +24,7 @@ from gatekeeper.core.backends.volcano import (
     volcano_state,
 )
 from gatekeeper.core.backends.volcano.keys import POD_GROUP_PLURAL, VOLCANO_API_VERSION
-from gatekeeper.core.backends.volcano.podgroup import MAX_MESSAGE, min_member
+from gatekeeper.core.backends.volcano.podgroup import MAX_MESSAGE, min_member, min_resources
 from gatekeeper.core.kube.keys import (
     GROUP_INDEX_LABEL,
     HOLD_FINALIZER,
@@ -33,6 +33,7 @@ from gatekeeper.core.kube.keys import (
     POOL_LABEL,
 )
 from gatekeeper.core.kube.objects import index_by_key
+from gatekeeper.core.model.claims import read_claim_book
 from gatekeeper.core.model.groups import DemandMemo, GroupState, lws_groups, pods_by_group
 from gatekeeper.core.writes.plan import Memory, walk
 
@@ -43,6 +44,9 @@ LATER = "2026-01-01T00:00:09Z"
 QUOTA = "queue resource quota insufficient"
 """What Volcano's proportion plugin says (an Event) of a PodGroup its Queue has no room for."""
 GANG = "2/2 tasks in gang unschedulable"
+
+
+GPU = "nvidia.com/gpu"
 
 
 def vllm(replicas: int = 3, size: int = 2, leader_ready: bool = False) -> dict[str, Any]:
@@ -160,16 +164,25 @@ def test_new_groups_get_records_first() -> None:
     assert not acts.create_pod_groups and not acts.ungate
 
 
-def test_an_lws_that_asks_devices_through_dra_claims_gets_no_pod_group() -> None:
-    """Volcano's minResources would carry no device a claim asks: the group is refused first."""
+def test_devices_asked_through_dra_claims_are_in_the_pod_groups_min_resources() -> None:
+    """Volcano's minResources carries the devices the claims ask, counted by their DeviceClass;
+    with no template to count from, the group is refused first."""
     obj = vllm(replicas=1)
-    obj["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["resourceClaims"] = [
-        {"name": "gpu", "resourceClaimTemplateName": "one-gpu"}
-    ]
+    worker = obj["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]
+    worker["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]
+    worker["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}
     acts = decide_volcano(snap(obj, [rec(obj, 0)], [], group_pods(0)))
     assert not acts.create_pod_groups and not acts.ungate
     [st] = acts.statuses
-    assert st.reason == "InvalidSpec" and "DRA claims (gpu)" in st.message
+    assert st.reason == "InvalidSpec" and "ResourceClaimTemplate one-gpu is not in namespace" in st.message
+    template = {
+        "metadata": {"name": "one-gpu", "namespace": "default"},
+        "spec": {"spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "gpu"}}]}}},
+    }
+    book = read_claim_book([{"metadata": {"name": "gpu"}, "spec": {"extendedResourceName": GPU}}], [template])
+    acts = decide_volcano(replace(snap(obj, [rec(obj, 0)], [], group_pods(0)), claim_book=book))
+    [(group, _)] = acts.create_pod_groups
+    assert min_resources(group.demand)[GPU] == "2"  # the leader's limit, and the worker's claim
 
 
 def test_only_the_first_waiting_group_of_a_queue_is_offered_to_volcano() -> None:

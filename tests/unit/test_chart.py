@@ -129,6 +129,10 @@ CLUSTER_RULES: list[Rule] = [
     ("lws-gatekeeper.io", "pools", ("list", "watch"), ()),
     ("lws-gatekeeper.io", "pools/status", ("patch",), ()),
     ("node.k8s.io", "runtimeclasses", ("list", "watch"), ()),
+    ("resource.k8s.io", "deviceclasses", ("list", "watch"), ()),
+    ("resource.k8s.io", "resourceclaims", ("list", "watch"), ()),
+    ("resource.k8s.io", "resourceclaimtemplates", ("list", "watch"), ()),
+    ("resource.k8s.io", "resourceslices", ("list", "watch"), ()),
     ("scheduling.k8s.io", "priorityclasses", ("list", "watch"), ()),
 ]
 SELF_SIGNED_CLUSTER_RULES: list[Rule] = [
@@ -166,6 +170,10 @@ KUEUE_CLUSTER_RULES: list[Rule] = [
     ("lws-gatekeeper.io", "groupadmissions", ("list", "watch", "create", "patch", "delete"), ()),
     ("lws-gatekeeper.io", "groupadmissions/status", ("patch",), ()),
     ("node.k8s.io", "runtimeclasses", ("list", "watch"), ()),
+    ("resource.k8s.io", "deviceclasses", ("list", "watch"), ()),
+    ("resource.k8s.io", "resourceclaims", ("list", "watch"), ()),
+    ("resource.k8s.io", "resourceclaimtemplates", ("list", "watch"), ()),
+    ("resource.k8s.io", "resourceslices", ("list", "watch"), ()),
     ("scheduling.k8s.io", "priorityclasses", ("list", "watch"), ()),
 ]
 # The node-fit AdmissionCheck controller (gatekeeper/controller/checks/node_fit.py): informers on

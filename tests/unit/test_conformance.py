@@ -73,12 +73,6 @@ def _pod(worker: int = 1, gpus: Any = 1, **spec: Any) -> dict[str, Any]:
         ({}, _pod(tolerations=[CLOSED]), "lws-gatekeeper.io/pool=a:NoSchedule tolerates the taint"),
         ({"tolerations": [CLOSED]}, _pod(tolerations=[CLOSED]), "remove it from the LeaderWorkerSet's"),
         ({}, _pod(tolerations=[{"operator": "Exists"}]), "every taint (operator Exists, no key)"),
-        # devices asked through DRA claims are counted by no admission
-        (
-            {},
-            _pod(resourceClaims=[{"name": "gpu", "resourceClaimTemplateName": "t"}]),
-            "pod vllm-0-1 asks devices through DRA claims (gpu), which no admission counts",
-        ),
         ({}, _pod(tolerations=[{"key": "lws-gatekeeper.io/pool", "operator": "Exists"}]), "(operator Exis"),
         ({}, _pod(tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists"}]), None),
     ],

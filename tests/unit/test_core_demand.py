@@ -291,37 +291,3 @@ def test_group_demand_errors_name_the_lws_and_field(obj: dict[str, Any], match: 
     with pytest.raises(ValueError, match=match) as err:
         group_demand(obj)
     assert str(err.value).startswith("LeaderWorkerSet team/bad: ")
-
-
-CLAIMED = {"name": "gpu", "resourceClaimTemplateName": "one-gpu"}
-
-
-@pytest.mark.parametrize(
-    ("role", "spec", "names"),
-    [
-        ("leader", {**pod_spec(ctr(cpu="1")), "resourceClaims": [CLAIMED]}, "gpu"),
-        (
-            "worker",
-            pod_spec({"name": "c", "resources": {"claims": [{"name": "b"}, {"name": "a"}]}}),
-            "a, b",
-        ),
-        ("worker", pod_spec(ctr(), init=[{"name": "i", "resources": {"claims": [{"name": "x"}]}}]), "x"),
-    ],
-)
-def test_devices_asked_through_dra_claims_are_refused_not_counted_as_nothing(
-    role: str, spec: dict[str, Any], names: str
-) -> None:
-    """A group that asks through claims weighs nothing in extended resources: it is refused,
-    naming the claims and the counted form to ask instead."""
-    builder = lws("vllm").size(2).worker(gpu_limit=1)
-    obj = (builder.leader(spec) if role == "leader" else builder.worker(spec)).obj()
-    with pytest.raises(
-        ValueError, match=rf"{role}Template\.spec\.resourceClaims: .*\({names}\).*extendedResourceName"
-    ):
-        group_demand(obj)
-
-
-def test_claims_are_refused_however_many_the_message_shows_a_few() -> None:
-    many = pod_spec({"name": "c", "resources": {"claims": [{"name": f"c{i:02d}"} for i in range(12)]}})
-    with pytest.raises(ValueError, match=r"c00, c01, c02, c03, c04 and 7 more"):
-        group_demand(lws("vllm").worker(many).obj())

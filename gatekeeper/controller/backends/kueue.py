@@ -91,6 +91,11 @@ class KueueBackend:
     def informers(self) -> list[Informer]:
         return [*self.groups.informers, self.workloads, self.flavors]
 
+    @property
+    def side_informers(self) -> list[Informer]:
+        """The DRA kinds': asked for passes, never waited for (``Caches.dra_informers``)."""
+        return self.groups.dra
+
     def snapshot(self, now: datetime) -> KueueSnapshot:
         g = self.groups
         return KueueSnapshot(
@@ -104,6 +109,8 @@ class KueueBackend:
             statefulsets=g.statefulsets.values(),
             limit_ranges=g.limit_ranges.values(),
             runtime_classes=g.runtime_classes.values(),
+            claim_book=self.caches.dra()[0],
+            device_room=self.caches.dra()[1],
             max_records_per_namespace=self.max_records_per_namespace,
             admission_timeout=self.admission_timeout,
             # Pods let through keep their group's Workload by the charge they carry (``core.model.charge``).

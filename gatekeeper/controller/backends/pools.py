@@ -167,10 +167,12 @@ class PoolsBackend:
 
     @property
     def side_informers(self) -> list[Informer]:
-        """The hub's caches and Karpenter's: a change there asks for a pass, but the loop never
-        waits for them (a hub down, or Karpenter's API missing, must not stop every pool)."""
+        """The hub's caches, Karpenter's and the DRA kinds': a change there asks for a pass, but
+        the loop never waits for them (a hub down, or Karpenter's or DRA's API missing, must not
+        stop every pool)."""
         karpenter = [i for i in (self.node_pools, self.node_claims) if i is not None]
-        return [*(self.hub.informers if self.hub is not None else []), *karpenter]
+        hub = self.hub.informers if self.hub is not None else []
+        return [*hub, *karpenter, *self.caches.dra_informers()]
 
     @property
     def side_tasks(self) -> list[Callable[[], Awaitable[None]]]:
@@ -201,6 +203,8 @@ class PoolsBackend:
             statefulsets=self.statefulsets.values(),
             limit_ranges=self.limit_ranges.values(),
             runtime_classes=self.runtime_classes.values(),
+            claim_book=self.caches.dra()[0],
+            device_room=self.caches.dra()[1],
             node_pools=self.read_node_pools(self.node_pools.values() if self.node_pools is not None else ()),
             node_claims=self.read_node_claims(
                 self.node_claims.values() if self.node_claims is not None else ()

@@ -82,6 +82,11 @@ class VolcanoBackend:
     def informers(self) -> list[Informer]:
         return [*self.groups.informers, self.pod_groups, self.events, self.nodes]
 
+    @property
+    def side_informers(self) -> list[Informer]:
+        """The DRA kinds': asked for passes, never waited for (``Caches.dra_informers``)."""
+        return self.groups.dra
+
     def snapshot(self, now: datetime | None = None) -> VolcanoSnapshot:
         g = self.groups
         return VolcanoSnapshot(
@@ -97,6 +102,8 @@ class VolcanoBackend:
             statefulsets=g.statefulsets.values(),
             limit_ranges=g.limit_ranges.values(),
             runtime_classes=g.runtime_classes.values(),
+            claim_book=self.caches.dra()[0],
+            device_room=self.caches.dra()[1],
             max_records_per_namespace=self.max_records_per_namespace,
             now=now,
             retry_seconds=self.retry_seconds,

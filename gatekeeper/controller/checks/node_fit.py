@@ -58,6 +58,11 @@ class NodeFitCheck(CheckController):
     def informers(self) -> list[Informer]:
         return [self.workloads, self.checks, self.flavors, self.nodes, self.bound]
 
+    @property
+    def side_informers(self) -> list[Informer]:
+        """The DRA kinds': the devices of each node (``Caches.dra``), never waited for."""
+        return self.caches.dra_informers()
+
     async def reconcile_once(self, write: Writer) -> NodeFitActions:
         """One pass: decide and plan from the caches (pure), then execute the plan."""
         start = time.monotonic()
@@ -71,6 +76,7 @@ class NodeFitCheck(CheckController):
             self.caches.nodes(),
             self.bound.values(),
             self.caches.requests,
+            self.caches.dra()[1],
         )
         await self.send(plan_writes(actions, workloads, checks, datetime.now(UTC)), write)
         self.count(actions, time.monotonic() - start)

@@ -18,8 +18,9 @@ API server and the kube-scheduler apply to real pods (``resource.PodRequests`` i
 * ``spec.overhead`` (or the RuntimeClass overhead the caller passes) is added last.
 
 Amounts are in scheduler units (see ``quantity.to_units``), rounded up per pod as the
-scheduler does. A template that asks devices through DRA claims is refused
-(``core.model.claims``: what a claim allocates is not in the template). The requests a
+scheduler does. Devices a template asks through DRA claims are counted as the resource their
+DeviceClass names, from the ResourceClaimTemplates the caller passes (``core.model.claims``;
+what cannot be counted is refused). The requests a
 namespace's LimitRanges give a container that names none (``core.model.limits``; added at
 pod creation, invisible in the template) are added when the caller passes them. Not
 modelled: in-place resize status.
@@ -36,7 +37,7 @@ from gatekeeper.core.kube.fields import integer, mapping, sequence, string
 from gatekeeper.core.kube.keys import LWS_API_VERSION
 from gatekeeper.core.kube.quantity import QuantityLike, parse_quantity, to_units
 from gatekeeper.core.kube.selectors import NodeConstraints, parse_node_constraints
-from gatekeeper.core.model.claims import asked_claims, not_counted
+from gatekeeper.core.model.claims import NO_CLAIMS, ClaimBook, template_counts
 from gatekeeper.core.model.limits import Defaults
 
 #: Resource amounts in scheduler units (cpu: millicores; everything else: base units).
@@ -219,6 +220,7 @@ def _template_demand(
     where: str,
     runtime_class_overhead: Mapping[str, Mapping[str, QuantityLike]],
     defaults: Defaults | None,
+    claims: tuple[str, ClaimBook],
 ) -> PodDemand:
     spec = template.get("spec")
     if spec is None:
@@ -226,12 +228,16 @@ def _template_demand(
     spec = mapping(spec, f"{where}.spec")
     if not sequence(spec.get("containers"), f"{where}.spec.containers"):
         raise ValueError(f"{where}.spec.containers: a pod needs at least one container")
-    claims = asked_claims(spec)
-    if claims:
-        raise ValueError(f"{where}.{not_counted(claims)}")
+    devices = template_counts(claims[0], spec, claims[1], f"{where}.spec")
     runtime_class = string(spec.get("runtimeClassName"), f"{where}.spec.runtimeClassName")
     overhead = runtime_class_overhead.get(runtime_class) if runtime_class else None
-    return pod_demand(role, spec, overhead=overhead, where=f"{where}.spec", defaults=defaults)
+    pod = pod_demand(role, spec, overhead=overhead, where=f"{where}.spec", defaults=defaults)
+    if not devices:
+        return pod
+    requests = dict(pod.requests)
+    for resource, count in devices.items():
+        requests[resource] = requests.get(resource, 0) + count
+    return PodDemand(role=role, requests=requests, constraints=pod.constraints)
 
 
 def group_demand(
@@ -239,6 +245,7 @@ def group_demand(
     *,
     runtime_class_overhead: Mapping[str, Mapping[str, QuantityLike]] | None = None,
     container_defaults: Defaults | None = None,
+    claim_book: ClaimBook = NO_CLAIMS,
 ) -> GroupDemand:
     """The demand of one group of a LeaderWorkerSet (``leaderworkerset.x-k8s.io/v1``).
 
@@ -247,7 +254,8 @@ def group_demand(
     ``subGroupPolicy`` only partitions the group for exclusive placement; it does not
     change what the group asks for. ``runtime_class_overhead`` maps RuntimeClass names
     to their ``overhead.podFixed``; ``container_defaults`` are the requests the LWS's
-    namespace's LimitRanges give a container that names none (``core.model.limits``).
+    namespace's LimitRanges give a container that names none (``core.model.limits``);
+    ``claim_book`` what its DRA claims ask (``core.model.claims``).
     Raises ValueError naming the LWS and the field.
     """
     meta = lws.get("metadata")
@@ -275,21 +283,37 @@ def group_demand(
         if worker_template is None:
             raise ValueError(f"{where}.workerTemplate: missing")
         overheads = runtime_class_overhead or {}
+        claims = (str(namespace or ""), claim_book)
         worker_where = f"{where}.workerTemplate"
         leader_template = template.get("leaderTemplate")
         if leader_template is None:
             leader = _template_demand(
-                "leader", mapping(worker_template, worker_where), worker_where, overheads, container_defaults
+                "leader",
+                mapping(worker_template, worker_where),
+                worker_where,
+                overheads,
+                container_defaults,
+                claims,
             )
         else:
             leader_where = f"{where}.leaderTemplate"
             leader = _template_demand(
-                "leader", mapping(leader_template, leader_where), leader_where, overheads, container_defaults
+                "leader",
+                mapping(leader_template, leader_where),
+                leader_where,
+                overheads,
+                container_defaults,
+                claims,
             )
         pods = [leader]
         if size > 1:
             worker = _template_demand(
-                "worker", mapping(worker_template, worker_where), worker_where, overheads, container_defaults
+                "worker",
+                mapping(worker_template, worker_where),
+                worker_where,
+                overheads,
+                container_defaults,
+                claims,
             )
             pods.extend([worker] * (size - 1))
     except ValueError as err:

@@ -15,8 +15,8 @@ one backend; both backends (and any to come) enumerate groups with ``lws_groups`
   gets an ``InvalidSpec`` demand, and the backend names the indices that hold something
   (admitted records, or Workloads), so they are kept.
 
-A group's demand is computed once per LWS generation, LimitRange defaults of its namespace and
-overhead of the RuntimeClasses it names:
+A group's demand is computed once per LWS generation, LimitRange defaults of its namespace,
+overhead of the RuntimeClasses it names and version of the ResourceClaimTemplates it names:
 ``DemandMemo`` remembers it, owned by the loop that runs the passes (the spec cannot change
 without a new generation).
 """
@@ -29,7 +29,8 @@ from fractions import Fraction
 from typing import Any
 
 from gatekeeper.core.kube.keys import LWS_NAME_LABEL
-from gatekeeper.core.kube.objects import as_map, is_terminating, meta
+from gatekeeper.core.kube.objects import as_list, as_map, is_terminating, meta
+from gatekeeper.core.model.claims import NO_CLAIMS, ClaimBook
 from gatekeeper.core.model.demand import GroupDemand, group_demand
 from gatekeeper.core.model.group import GroupKey, InvalidDemand
 from gatekeeper.core.model.limits import container_defaults
@@ -76,7 +77,8 @@ class LwsGroup:
 
 class DemandMemo:
     """Demands already computed, by LWS (uid, generation), its namespace's LimitRange
-    defaults and the overhead of the RuntimeClasses its templates name, bounded.
+    defaults, the overhead of the RuntimeClasses its templates name and the versions of the
+    ResourceClaimTemplates they name (with the DeviceClasses), bounded.
 
     Owned by a loop, so that nothing in the core is global state: a pass reads every
     opted-in LWS, and computing a demand from its templates is most of that. Each pass
@@ -88,6 +90,7 @@ class DemandMemo:
         self._seen: dict[tuple[Any, ...], GroupDemand | InvalidDemand] = {}
         self._defaults: dict[str, dict[str, Fraction]] = {}
         self._overheads: dict[str, dict[str, str]] = {}
+        self._claims = NO_CLAIMS
 
     def __len__(self) -> int:
         return len(self._seen)
@@ -96,11 +99,13 @@ class DemandMemo:
         self,
         limit_ranges: Iterable[Mapping[str, Any]] = (),
         runtime_classes: Iterable[Mapping[str, Any]] = (),
+        claim_book: ClaimBook = NO_CLAIMS,
     ) -> None:
-        """The LimitRanges whose container defaults, and the RuntimeClasses whose pod
-        overhead, the demands from now on include."""
+        """The LimitRanges whose container defaults, the RuntimeClasses whose pod overhead,
+        and what DRA claims ask (``core.model.claims``), the demands from now on include."""
         self._defaults = container_defaults(limit_ranges)
         self._overheads = runtime_overheads(runtime_classes)
+        self._claims = claim_book
 
     def demand(self, lws: Mapping[str, Any]) -> GroupDemand | InvalidDemand:
         """The demand of one group of ``lws``, or why it cannot be computed."""
@@ -108,7 +113,7 @@ class DemandMemo:
         uid, generation = m.get("uid"), m.get("generation")
         given = self._defaults.get(str(m.get("namespace") or ""), {})
         key = (
-            (uid, generation, tuple(sorted(given.items())), self._overhead_key(lws))
+            (uid, generation, tuple(sorted(given.items())), self._overhead_key(lws), self._claims_key(lws))
             if isinstance(uid, str) and uid and type(generation) is int
             else None
         )
@@ -116,7 +121,10 @@ class DemandMemo:
             return self._seen[key]
         try:
             demand: GroupDemand | InvalidDemand = group_demand(
-                lws, container_defaults=given, runtime_class_overhead=self._overheads
+                lws,
+                container_defaults=given,
+                runtime_class_overhead=self._overheads,
+                claim_book=self._claims,
             )
         except (ValueError, ArithmeticError) as exc:  # one LWS's numbers never stop the pass
             demand = InvalidDemand(str(exc))
@@ -133,6 +141,17 @@ class DemandMemo:
         named = {str(as_map(t.get("spec")).get("runtimeClassName") or "") for t in templates(lws)}
         known = sorted(n for n in named if n in self._overheads)
         return tuple((n, tuple(sorted(self._overheads[n].items()))) for n in known)
+
+    def _claims_key(self, lws: Mapping[str, Any]) -> tuple[Any, ...]:
+        """The ResourceClaimTemplates the templates name, as ``ClaimBook.template_key``."""
+        named = [
+            str(as_map(c).get("resourceClaimTemplateName") or "")
+            for t in templates(lws)
+            for c in as_list(as_map(t.get("spec")).get("resourceClaims"))
+        ]
+        if not named:
+            return ()
+        return self._claims.template_key(str(meta(lws).get("namespace") or ""), named)
 
 
 def pods_by_group(pods: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], dict[int, list[GroupPod]]]:

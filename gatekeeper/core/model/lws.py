@@ -21,6 +21,7 @@ from gatekeeper.core.kube.keys import (
     WORKER_INDEX_LABEL,
 )
 from gatekeeper.core.kube.objects import as_list, as_map, is_live, is_terminating, labels
+from gatekeeper.core.model.claims import made_claims
 
 __all__ = [
     "LEADER_READY",
@@ -171,12 +172,15 @@ class GroupPod:
     worker: int
     revision: str
     spec: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
-    """The spec of a gated pod (not copied), for ``core.admission.conformance`` to check against its
-    role before the gate is lifted; None for a pod let through already."""
+    """The pod's spec (not copied), for ``core.admission.conformance`` to check a gated pod
+    against its role before the gate is lifted, and what a group's pods ask in all."""
     created: str = field(default="", compare=False, repr=False)
     """A gated pod's ``metadata.creationTimestamp`` as written (parsed only when needed): how
     long a pod that does not ask what its role was admitted with has waited
     (``backends.pools.giveback.departed``)."""
+    claims_made: Mapping[str, str | None] = field(default_factory=dict, compare=False, repr=False)
+    """The pod's DRA claims as made for it (``core.model.claims.made_claims``), for
+    ``core.admission.conformance`` to count what they ask."""
     ready_since: str = field(default="", compare=False, repr=False)
     """A bound leader's ``Ready=True`` condition's ``lastTransitionTime`` as written; "" when
     it is not Ready (or not a bound leader): under ``LeaderReady`` its workers are made only
@@ -196,8 +200,9 @@ class GroupPod:
             bound=bound,
             worker=worker,
             revision=str(labels(pod).get(REVISION_LABEL) or ""),
-            spec=spec if gated else None,
+            spec=spec,
             created=str(as_map(pod.get("metadata")).get("creationTimestamp") or "") if gated else "",
+            claims_made=made_claims(pod) if spec.get("resourceClaims") else {},
             ready_since=_ready_since(pod) if bound and worker == 0 else "",
         )
 

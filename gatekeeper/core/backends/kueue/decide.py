@@ -84,6 +84,8 @@ from gatekeeper.core.backends.kueue.workload import (
 )
 from gatekeeper.core.kube.objects import as_map, index_by_key, meta, object_key
 from gatekeeper.core.model.charge import Charge, charged
+from gatekeeper.core.model.claims import NO_CLAIMS, ClaimBook
+from gatekeeper.core.model.devices import DeviceRoom
 from gatekeeper.core.model.gating import Ungate
 from gatekeeper.core.model.groups import DemandMemo, GroupState, lws_groups
 from gatekeeper.core.model.lws import GroupPod
@@ -128,6 +130,10 @@ class KueueSnapshot:
     """Every LimitRange: the requests a container that names none gets (``core.model.limits``)."""
     runtime_classes: Sequence[Mapping[str, Any]] = ()
     """Every RuntimeClass: the overhead a pod that names one gets (``core.model.overhead``)."""
+    claim_book: ClaimBook = NO_CLAIMS
+    """What DRA claims ask: DeviceClasses, ResourceClaimTemplates, claims (``core.model.claims``)."""
+    device_room: DeviceRoom = field(default_factory=DeviceRoom)
+    """The DRA devices of each node, and those claims hold (``core.model.devices``)."""
     max_records_per_namespace: int = DEFAULT_MAX_RECORDS_PER_NAMESPACE
     """Records one namespace may have (``core.admission.record_cap``)."""
     admission_timeout: int = DEFAULT_ADMISSION_TIMEOUT
@@ -167,7 +173,7 @@ def decide_kueue(snap: KueueSnapshot, memo: DemandMemo | None = None) -> KueueAc
     ``memo`` remembers demands from one pass to the next (the loop owns it).
     """
     memo = memo if memo is not None else DemandMemo()
-    memo.use_cluster(snap.limit_ranges, snap.runtime_classes)
+    memo.use_cluster(snap.limit_ranges, snap.runtime_classes, snap.claim_book)
     problems: list[str] = []
     records = index_by_key(snap.records)
     workloads = index_by_key(snap.workloads)
@@ -186,6 +192,7 @@ def decide_kueue(snap: KueueSnapshot, memo: DemandMemo | None = None) -> KueueAc
         snap.retry_seconds,
         NEVER_FIT_RETRY_MAX_SECONDS,
         snap.admission_timeout,
+        snap.claim_book,
     )
     room = RecordRoom((ns for ns, _ in records), snap.max_records_per_namespace)
     one = GroupPass(settings, who.strangers, room=room)

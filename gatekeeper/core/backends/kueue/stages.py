@@ -62,6 +62,7 @@ from gatekeeper.core.kube.objects import (
 )
 from gatekeeper.core.kube.quantity import format_resources
 from gatekeeper.core.model.charge import Charge, charge_toleration, charged
+from gatekeeper.core.model.claims import NO_CLAIMS, ClaimBook
 from gatekeeper.core.model.demand import GroupDemand
 from gatekeeper.core.model.gating import Ungate
 from gatekeeper.core.model.group import GroupKey, InvalidDemand
@@ -89,6 +90,8 @@ class Settings:
     retry_max_seconds: int
     admission_timeout: int = DEFAULT_ADMISSION_TIMEOUT
     """Seconds an admitted group may lack bound pods (``core.admission.deadline``)."""
+    claim_book: ClaimBook = NO_CLAIMS
+    """What DRA claims ask (``core.model.claims``): a made pod is judged by its claims."""
 
 
 @dataclass
@@ -232,7 +235,7 @@ class GroupPass:
             and not c.reserved
             and c.group.staying
             and c.demand is not None
-            and stale_spec(c.wl, c.st, c.lws, self.settings.priorities)
+            and stale_spec(c.wl, c.st, c.lws, self.settings.priorities, self.settings.claim_book)
         ):
             self.stale.append(c.key)
             c.wl, c.conds, c.admitted, c.admission = None, {}, False, {}
@@ -373,12 +376,15 @@ class GroupPass:
             held: set[str] = set()
             if c.wl is not None and c.demand is not None and not demand_changed(c.wl, c.demand):
                 # A hand-edited StatefulSet's pods.
-                off = conforming(c.st, c.group.present, c.lws, c.demand, self.settings.default_priority)[1]
+                s = self.settings
+                kept, off = conforming(
+                    c.st, c.group.present, c.lws, c.demand, s.default_priority, s.claim_book
+                )
                 if off:
                     self.strangers[c.st.key] = [*self.strangers.get(c.st.key, []), *off]
                     if self._give_back(c, off):
                         return True
-                held = {one.pod for one in off}
+                held = set(c.st.gated) - set(kept.gated)  # not as admitted, or its claims not made yet
             for p in c.group.present:
                 if not p.gated or p.name in c.waits_new or p.name in held:
                     continue

@@ -41,6 +41,8 @@ from gatekeeper.core.kube.keys import (
     WAITING_FOR_KUEUE,
 )
 from gatekeeper.core.kube.objects import as_list, as_map, conditions, digest, is_terminating, labels, meta
+from gatekeeper.core.kube.quantity import parse_units
+from gatekeeper.core.model.claims import NO_CLAIMS, ClaimBook, template_counts
 from gatekeeper.core.model.demand import GroupDemand
 from gatekeeper.core.model.groups import GroupState
 from gatekeeper.core.model.lws import GroupPod, priority, size, templates
@@ -86,20 +88,49 @@ def workload_belongs(wl: Mapping[str, Any], name: str, uid: str, index: int) -> 
     )
 
 
+def counted_spec(spec: Any, namespace: str, claim_book: ClaimBook) -> Any:
+    """A pod set's spec as Kueue is to count it: devices asked through DRA claims become
+    requests (and limits) of the resource their DeviceClass names on the first container,
+    the claims themselves dropped, so that Kueue's quota counts what the gatekeeper counts
+    whatever Kueue's own DRA support says (``core.model.claims``)."""
+    if not isinstance(spec, Mapping) or not spec.get("resourceClaims"):
+        return spec
+    try:
+        counts = template_counts(namespace, spec, claim_book, "spec")
+    except ValueError:
+        return spec  # the group's demand says why: it gets no Workload
+    containers = [dict(as_map(c)) for c in as_list(spec.get("containers"))]
+    for c in containers:
+        resources = {k: v for k, v in as_map(c.get("resources")).items() if k != "claims"}
+        c["resources"] = resources
+    if containers:
+        resources = containers[0]["resources"]
+        requests, limits = dict(as_map(resources.get("requests"))), dict(as_map(resources.get("limits")))
+        for resource, count in counts.items():
+            had = requests.get(resource, limits.get(resource))
+            requests[resource] = limits[resource] = str((parse_units(resource, had) if had else 0) + count)
+        resources["requests"], resources["limits"] = requests, limits
+    return {**{k: v for k, v in spec.items() if k != "resourceClaims"}, "containers": containers}
+
+
 def new_workload(
     group: GroupState,
     lws: Mapping[str, Any],
     record_uid: str,
     priorities: Mapping[str, int] | None = None,
+    claim_book: ClaimBook = NO_CLAIMS,
 ) -> dict[str, Any]:
-    """The Kueue Workload of one group: pod sets from the LWS templates, owned by its record."""
+    """The Kueue Workload of one group: pod sets from the LWS templates (devices asked through
+    DRA claims as requests: ``counted_spec``), owned by its record."""
     leader, worker = templates(lws)
     count = size(lws)
+    ns = group.key.namespace
     pod_sets: list[dict[str, Any]] = [
-        {"name": "leader", "count": 1, "template": {"spec": leader.get("spec")}}
+        {"name": "leader", "count": 1, "template": {"spec": counted_spec(leader.get("spec"), ns, claim_book)}}
     ]
     if count > 1:
-        pod_sets.append({"name": "worker", "count": count - 1, "template": {"spec": worker.get("spec")}})
+        worker_spec = counted_spec(worker.get("spec"), ns, claim_book)
+        pod_sets.append({"name": "worker", "count": count - 1, "template": {"spec": worker_spec}})
     spec: dict[str, Any] = {"queueName": group.pool, "podSets": pod_sets}
     prio = priority(lws, priorities or {})
     if prio.class_name is not None and prio.value is not None:
@@ -166,9 +197,9 @@ def never_fits(wl: Mapping[str, Any]) -> str | None:
 
 
 def _workload_spec(
-    group: GroupState, lws: Mapping[str, Any], priorities: Mapping[str, int]
+    group: GroupState, lws: Mapping[str, Any], priorities: Mapping[str, int], claim_book: ClaimBook
 ) -> dict[str, Any]:
-    spec: dict[str, Any] = new_workload(group, lws, "", priorities)["spec"]
+    spec: dict[str, Any] = new_workload(group, lws, "", priorities, claim_book)["spec"]
     return spec
 
 
@@ -177,11 +208,15 @@ def _spec_hash(spec: Mapping[str, Any]) -> str:
 
 
 def stale_spec(
-    wl: Mapping[str, Any], group: GroupState, lws: Mapping[str, Any], priorities: Mapping[str, int]
+    wl: Mapping[str, Any],
+    group: GroupState,
+    lws: Mapping[str, Any],
+    priorities: Mapping[str, int],
+    claim_book: ClaimBook = NO_CLAIMS,
 ) -> bool:
     """Does the Workload differ from what the LWS asks now? (Unknown when it carries no hash.)"""
     made = as_map(meta(wl).get("annotations")).get(SPEC_HASH_ANNOTATION)
-    return made is not None and made != _spec_hash(_workload_spec(group, lws, priorities))
+    return made is not None and made != _spec_hash(_workload_spec(group, lws, priorities, claim_book))
 
 
 def flavor_steering(

@@ -88,7 +88,7 @@ def plan_writes(actions: KueueActions, snap: KueueSnapshot, memory: Memory, now:
         then: tuple[Write, ...] = ()
         deferred = (group.key.namespace, group.record) in actions.deferred
         if isinstance(group.demand, GroupDemand) and not deferred:  # its Workload at once
-            workload = new_workload(group, lws, "", snap.priorities)
+            workload = new_workload(group, lws, "", snap.priorities, snap.claim_book)
             then = (_create_workload(group, workload, owner_from_parent=True),)
         body = new_record(lws, group.key.index)
         first.append(
@@ -97,7 +97,11 @@ def plan_writes(actions: KueueActions, snap: KueueSnapshot, memory: Memory, now:
     for group, record_uid in actions.create_workloads:
         lws = lwss.get((group.key.namespace, group.key.name))
         if lws is not None and record_uid:
-            first.append(_create_workload(group, new_workload(group, lws, record_uid, snap.priorities)))
+            first.append(
+                _create_workload(
+                    group, new_workload(group, lws, record_uid, snap.priorities, snap.claim_book)
+                )
+            )
 
     second = ungate_writes(actions.ungate, pods)
     second.extend(

@@ -96,7 +96,9 @@ from gatekeeper.core.kube.objects import index_by_key, meta, object_key, parse_t
 from gatekeeper.core.kube.parsed import Parsed
 from gatekeeper.core.kube.quantity import format_resources
 from gatekeeper.core.model.charge import charge_toleration
+from gatekeeper.core.model.claims import NO_CLAIMS, ClaimBook
 from gatekeeper.core.model.demand import GroupDemand
+from gatekeeper.core.model.devices import DeviceRoom, with_devices
 from gatekeeper.core.model.gating import Ungate
 from gatekeeper.core.model.group import GroupKey
 from gatekeeper.core.model.groups import DemandMemo, GroupState, lws_groups
@@ -137,6 +139,10 @@ class Snapshot:
     """Every LimitRange: the requests a container that names none gets (``core.model.limits``)."""
     runtime_classes: Sequence[Mapping[str, Any]] = ()
     """Every RuntimeClass: the overhead a pod that names one gets (``core.model.overhead``)."""
+    claim_book: ClaimBook = NO_CLAIMS
+    """What DRA claims ask: DeviceClasses, ResourceClaimTemplates, claims (``core.model.claims``)."""
+    device_room: DeviceRoom = field(default_factory=DeviceRoom)
+    """The DRA devices of each node, and those claims hold (``core.model.devices``)."""
     max_records_per_namespace: int = DEFAULT_MAX_RECORDS_PER_NAMESPACE
     """Records one namespace may have (``core.admission.record_cap``)."""
     node_pools: Parsed[NodePool] = field(default_factory=Parsed)
@@ -223,17 +229,11 @@ def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMem
     (the loop owns them).
     """
     memo = memo if memo is not None else DemandMemo()
-    memo.use_cluster(snap.limit_ranges, snap.runtime_classes)
+    memo.use_cluster(snap.limit_ranges, snap.runtime_classes, snap.claim_book)
     problems: list[str] = []
     pools, invalid_pools = snap.pools.ok, snap.pools.bad
 
-    lws_by_key: dict[tuple[str, str], Mapping[str, Any]] = {}
-    for obj in snap.lwss:
-        lkey = object_key(obj)
-        if lkey is None:
-            problems.append("a LeaderWorkerSet without metadata.name was ignored")
-            continue
-        lws_by_key[lkey] = obj
+    lws_by_key = _lws_by_key(snap.lwss, problems)
     records = index_by_key(snap.records)
 
     who = membership(lws_by_key, snap.pods, snap.statefulsets, snap.bound_pods)
@@ -241,8 +241,9 @@ def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMem
     launcher, launching = read_launcher(
         snap.node_pools, snap.node_claims, snap.instance_types, snap.nodes, problems
     )
+    by_name = {p.name: p for p in pools}
     settings = Settings(
-        who.charges, {p.name: p for p in pools}, launcher, snap.now, snap.retry_seconds, snap.default_priority
+        who.charges, by_name, launcher, snap.now, snap.retry_seconds, snap.default_priority, snap.claim_book
     )
     one = GroupPass(settings, who.strangers)
     for (ns, name), lws in sorted(lws_by_key.items()):
@@ -264,10 +265,13 @@ def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMem
     if over:  # past the namespace's cap: no record, not queued, told by an Event
         unrecorded = {g.key for g in over}
         one.waiting_groups = [w for w in one.waiting_groups if w.key not in unrecorded]
+    nodes, usage = with_devices(
+        [*snap.nodes, *launching], node_usage_skipping(snap.bound_pods, problems, requests), snap.device_room
+    )
     result = plan(
         pools,
-        [*snap.nodes, *launching],
-        node_usage_skipping(snap.bound_pods, problems, requests),
+        nodes,
+        usage,
         one.admitted_groups,
         one.waiting_groups,
         snap.namespaces,
@@ -304,6 +308,18 @@ def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMem
         not_stopped=tuple(one.not_stopped),
         over_cap=over,
     )
+
+
+def _lws_by_key(lwss: Sequence[Mapping[str, Any]], problems: list[str]) -> dict[Key, Mapping[str, Any]]:
+    """The LWSs by (namespace, name); one without a name is named in ``problems``."""
+    found: dict[Key, Mapping[str, Any]] = {}
+    for obj in lwss:
+        lkey = object_key(obj)
+        if lkey is None:
+            problems.append("a LeaderWorkerSet without metadata.name was ignored")
+            continue
+        found[lkey] = obj
+    return found
 
 
 def _steering(result: Plan, one: GroupPass) -> tuple[tuple[Admit, ...], tuple[Key, ...], dict[Key, Ungate]]:

@@ -12,7 +12,8 @@ instead of the gate.
 Only a pod that would certainly have been let through is: its group's record says
 ``Admitted`` (reason ``Admitted``: not a changed template, not a stranger's claim, not a
 demand that cannot be computed), the LWS is the one admitted (UID), the pod asks exactly
-what the admitted demand says for its role, and its owner chain leads to the LWS: a
+what the admitted demand says for its role (and asks nothing through DRA claims, which are
+made after the pod), and its owner chain leads to the LWS: a
 leader's controller is the LWS's leader StatefulSet, a worker's is its group's worker
 StatefulSet, whose controller is the group's leader pod that the pass saw. Anything else,
 or anything the table does not know yet, is gated as before and handled by the pass. The
@@ -312,6 +313,8 @@ def member_of(
             or controller_uid(sts, "Pod") != leader_uid
         ):
             return None
+    if as_map(pod.get("spec")).get("resourceClaims"):
+        return None  # what its DRA claims ask is known once they are made (core.model.claims)
     try:
         asks = pod_requests(as_map(pod.get("spec")))
     except (ValueError, ArithmeticError):

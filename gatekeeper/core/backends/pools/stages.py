@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from gatekeeper.core.admission.conformance import conforming
+from gatekeeper.core.admission.conformance import conforming, over_record
 from gatekeeper.core.admission.members import Stranger
 from gatekeeper.core.admission.queue import AdmittedGroup, WaitingGroup
 from gatekeeper.core.admission.reasons import STRANGER_REASONS, Reason
@@ -40,6 +40,7 @@ from gatekeeper.core.kube.keys import ADMITTED
 from gatekeeper.core.kube.objects import as_map, condition, is_terminating
 from gatekeeper.core.kube.quantity import format_resources
 from gatekeeper.core.model.charge import Charge, charged
+from gatekeeper.core.model.claims import NO_CLAIMS, ClaimBook
 from gatekeeper.core.model.demand import GroupDemand
 from gatekeeper.core.model.group import GroupKey
 from gatekeeper.core.model.groups import GroupState, LwsGroup
@@ -62,6 +63,7 @@ class Settings:
     now: datetime | None
     retry_seconds: int
     default_priority: int
+    claim_book: ClaimBook = NO_CLAIMS
 
 
 @dataclass
@@ -114,7 +116,9 @@ class GroupPass:
             else None
         )
         if changed is None and isinstance(demand, GroupDemand):  # a hand-edited StatefulSet's pods
-            gs, off = conforming(gs, pods, lws, demand, self.settings.default_priority)
+            gs, off = conforming(
+                gs, pods, lws, demand, self.settings.default_priority, self.settings.claim_book
+            )
             if off:
                 self.strangers[gs.key] = [*self.strangers.get(gs.key, []), *off]
         charges = self.settings.charges
@@ -130,7 +134,7 @@ class GroupPass:
             self.wanted_records.add((gs.key.namespace, gs.record))
         if changed is not None:
             assert record is not None
-            self._changed(gs, record, changed)
+            self._changed(gs, record, changed, pods)
         elif record is not None and admitted:
             self._admitted(gs, record, pods, staying, leader_first=startup_policy(lws) == LEADER_READY)
         else:
@@ -141,17 +145,30 @@ class GroupPass:
         gs: GroupState,
         record: Mapping[str, Any],
         changed: WaitingGroup | tuple[AdmittedGroup, list[str], WaitStatus | None],
+        pods: Sequence[GroupPod],
     ) -> None:
         """Its templates changed its demand: queued again once its old pods are gone, or
-        held with its old pods let through and its new ones waiting."""
-        key = gs.key
+        held with its old pods let through (while they ask no more than the record holds:
+        ``over_record``; given back when they have not for the grace) and its new ones waiting."""
+        key, s = gs.key, self.settings
+        was = recorded_shape(record)
         if isinstance(changed, WaitingGroup):
             self.waiting_groups.append(changed)
-            was = recorded_shape(record)
             self.readmitted[key] = format_resources(was[0]) if was else ""
             return
+        going, off = over_record(gs, pods, changed[1], was[0] if was else {}, s.claim_book)
+        if off:
+            self.strangers[key] = [*self.strangers.get(key, []), *off]
+            give = departed(gs, record, pods, self.strangers[key], s.now, base=s.retry_seconds)
+            if isinstance(give, datetime):
+                self._look_again(give)
+            elif give is not None:
+                self.strangers.pop(key, None)  # the give-back's own words say it
+                self.gives.append(give)
+                self._held_by_pods(gs, record, pods)
+                return
         self.admitted_groups.append(changed[0])
-        self.partial_ungate.extend((key.namespace, pod, changed[0].pool, key) for pod in changed[1])
+        self.partial_ungate.extend((key.namespace, pod, changed[0].pool, key) for pod in going)
         if changed[2] is not None:
             self.held_changed.append(changed[2])
         elif said_changed(record) and key not in self.strangers:

@@ -74,7 +74,9 @@ from gatekeeper.core.backends.volcano.podgroup import (
 from gatekeeper.core.kube.keys import INVALID_SPEC_REASON
 from gatekeeper.core.kube.objects import as_map, index_by_key, meta, object_key
 from gatekeeper.core.model.charge import Charge, charge_toleration, charged
+from gatekeeper.core.model.claims import NO_CLAIMS, ClaimBook
 from gatekeeper.core.model.demand import GroupDemand
+from gatekeeper.core.model.devices import DeviceRoom, with_devices
 from gatekeeper.core.model.gating import Ungate
 from gatekeeper.core.model.group import GroupKey, InvalidDemand
 from gatekeeper.core.model.groups import DemandMemo, GroupState, LwsGroup, PodsByGroup, lws_groups
@@ -127,6 +129,10 @@ class VolcanoSnapshot:
     """Every LimitRange: the requests a container that names none gets (``core.model.limits``)."""
     runtime_classes: Sequence[Mapping[str, Any]] = ()
     """Every RuntimeClass: the overhead a pod that names one gets (``core.model.overhead``)."""
+    claim_book: ClaimBook = NO_CLAIMS
+    """What DRA claims ask: DeviceClasses, ResourceClaimTemplates, claims (``core.model.claims``)."""
+    device_room: DeviceRoom = field(default_factory=DeviceRoom)
+    """The DRA devices of each node, and those claims hold (``core.model.devices``)."""
     max_records_per_namespace: int = DEFAULT_MAX_RECORDS_PER_NAMESPACE
     """Records one namespace may have (``core.admission.record_cap``)."""
     now: datetime | None = None
@@ -218,17 +224,30 @@ def decide_volcano(snap: VolcanoSnapshot, demands: DemandMemo | None = None) -> 
     records = index_by_key(snap.records)
     lws_by_key = {key: obj for obj in snap.lwss if (key := object_key(obj)) is not None}
     who = membership(lws_by_key, snap.pods, snap.statefulsets, snap.bound_pods)
-    table = NodeTable(snap.nodes, node_usage_skipping(snap.bound_pods, problems))
+    table = NodeTable(
+        *with_devices(snap.nodes, node_usage_skipping(snap.bound_pods, problems), snap.device_room)
+    )
     table.add_view(_ALL, lambda _node: True)
     memo = demands if demands is not None else DemandMemo()
-    memo.use_cluster(snap.limit_ranges, snap.runtime_classes)
+    memo.use_cluster(snap.limit_ranges, snap.runtime_classes, snap.claim_book)
     groups, rank = _groups(snap, memo, who.pods_of, records, problems)
     said = _events_by_object(snap.events)
     room = RecordRoom((ns for ns, _ in records), snap.max_records_per_namespace)
     where = _where(groups, index_by_key(snap.pod_groups), said, snap.now, who.charges, room)
     back = Back(snap.now, snap.retry_seconds, who.charges, snap.admission_timeout)
     held = [
-        _judge(g, pg, said, where.offers, rank, table, lws_by_key, who.strangers, snap.default_priority, back)
+        _judge(
+            g,
+            pg,
+            said,
+            where.offers,
+            rank,
+            table,
+            lws_by_key,
+            who.strangers,
+            (snap.default_priority, snap.claim_book),
+            back,
+        )
         for g, pg in where.live
     ]
     create_pod_groups, offered = _offer(where.offers, where.busy, rank)
@@ -360,7 +379,7 @@ def _judge(
     table: NodeTable,
     lws_by_key: Mapping[tuple[str, str], Mapping[str, Any]],
     stranger_pods: dict[GroupKey, list[Stranger]],
-    default_priority: int,
+    judged_by: tuple[int, ClaimBook],
     back: Back | None = None,
 ) -> _Judged:
     """A group whose PodGroup Volcano holds: withdrawn for a higher priority, waiting in
@@ -398,7 +417,7 @@ def _judge(
             return _Judged(VolcanoStatus(st, False, NOT_ON_NODES, message, pod_group=pg_name))
     made_by = lws_by_key.get((ns, st.key.name))
     if made_by is not None and isinstance(st.demand, GroupDemand):  # a hand-edited StatefulSet's pods
-        st, off = conforming(st, g.present, made_by, st.demand, default_priority)
+        st, off = conforming(st, g.present, made_by, st.demand, *judged_by)
         stranger_pods.setdefault(st.key, []).extend(off)
     due = overdue(g.present, stranger_pods.get(st.key, ()), back.now) if back is not None else None
     if isinstance(due, Departed) and back is not None:

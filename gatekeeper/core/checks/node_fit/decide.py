@@ -71,6 +71,7 @@ from gatekeeper.core.kube.keys import (
 from gatekeeper.core.kube.objects import as_list, as_map, condition, is_true
 from gatekeeper.core.kube.quantity import format_amount, format_resources
 from gatekeeper.core.model.demand import PodDemand, pod_demand
+from gatekeeper.core.model.devices import DeviceRoom, with_devices
 from gatekeeper.core.model.nodes import Node, RequestsMemo, node_usage_skipping
 from gatekeeper.core.plugin.decided import Decided
 
@@ -367,11 +368,13 @@ def decide_node_fit(
     nodes: Iterable[Node],
     bound_pods: Iterable[Mapping[str, Any]],
     requests: RequestsMemo | None = None,
+    devices: DeviceRoom | None = None,
 ) -> NodeFitActions:
     """One pass of the node-fit AdmissionCheck controller (see the module docstring).
 
     ``workloads``, ``admission_checks`` and ``flavors`` are Kueue objects
-    (``kueue.x-k8s.io/v1beta2``), ``bound_pods`` the pods with a ``spec.nodeName``.
+    (``kueue.x-k8s.io/v1beta2``), ``bound_pods`` the pods with a ``spec.nodeName``,
+    ``devices`` the DRA devices of each node (``core.model.devices``).
     """
     ours: set[str] = set()
     activate: list[str] = []
@@ -384,9 +387,11 @@ def decide_node_fit(
             activate.append(name)
     flavor_map = {str(as_map(f.get("metadata")).get("name")): f for f in flavors}
     bound = list(bound_pods)
-    node_list = list(nodes)
     problems: list[str] = []
-    table = NodeTable(node_list, node_usage_skipping(bound, problems, requests))
+    node_list, usage = with_devices(
+        list(nodes), node_usage_skipping(bound, problems, requests), devices or DeviceRoom()
+    )
+    table = NodeTable(node_list, usage)
     table.add_view(_VIEW, lambda _node: True)
     empty: NodeTable | None = None
     members = _Members(bound)
