@@ -39,11 +39,12 @@ DRIVER = "gpu.example.com"
 GPU = "nvidia.com/gpu"
 
 
-def _device_class() -> dict[str, Any]:
+def device_class(name: str = DRIVER) -> dict[str, Any]:
+    """A DeviceClass of the driver's devices, counted as ``nvidia.com/gpu``."""
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "DeviceClass",
-        "metadata": {"name": DRIVER},
+        "metadata": {"name": name},
         "spec": {
             "selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}],
             "extendedResourceName": GPU,
@@ -51,7 +52,7 @@ def _device_class() -> dict[str, Any]:
     }
 
 
-def _slice(node: str) -> dict[str, Any]:
+def device_slice(node: str) -> dict[str, Any]:
     """Two GPUs on ``node``, as a DRA driver publishes them."""
     return {
         "apiVersion": "resource.k8s.io/v1",
@@ -66,8 +67,10 @@ def _slice(node: str) -> dict[str, Any]:
     }
 
 
-def _claim_template(namespace: str, name: str = "one-gpu", **exactly: Any) -> dict[str, Any]:
-    request = {"name": "gpu", "exactly": {"deviceClassName": DRIVER, **exactly}}
+def claim_template(
+    namespace: str, name: str = "one-gpu", device_class: str = DRIVER, **exactly: Any
+) -> dict[str, Any]:
+    request = {"name": "gpu", "exactly": {"deviceClassName": device_class, **exactly}}
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaimTemplate",
@@ -76,7 +79,7 @@ def _claim_template(namespace: str, name: str = "one-gpu", **exactly: Any) -> di
     }
 
 
-def _with_claims(body: dict[str, Any], namespace: str, template: str = "one-gpu") -> dict[str, Any]:
+def with_claims(body: dict[str, Any], namespace: str, template: str = "one-gpu") -> dict[str, Any]:
     """``body`` whose pods ask their GPUs through a claim from ``template``, and no extended resource."""
     body["metadata"]["namespace"] = namespace
     lwt = body["spec"]["leaderWorkerTemplate"]
@@ -109,9 +112,14 @@ async def test_gpus_asked_through_dra_claims_count_against_the_pool_quota(
     nodes = await fake_nodes(4, gpus=0)
     pool = await make_pool(nodes, quota={GPU: 2})
     attack_watch.pool(nodes.selector, 2)
-    cluster.kubectl("apply", "--server-side", "-f", "-", input=json.dumps(
-        {"apiVersion": "v1", "kind": "List", "items": [_device_class(), *(_slice(n) for n in nodes.names)]}
-    ))  # fmt: skip
+    devices = [device_class(), *(device_slice(n) for n in nodes.names)]
+    cluster.kubectl(
+        "apply",
+        "--server-side",
+        "-f",
+        "-",
+        input=json.dumps({"apiVersion": "v1", "kind": "List", "items": devices}),
+    )
     tenant = await dev(cluster, namespace, tmp_path)
 
     async def as_tenant(*args: str, obj: dict[str, Any] | None = None) -> None:
@@ -121,15 +129,13 @@ async def test_gpus_asked_through_dra_claims_count_against_the_pool_quota(
         assert code == 0, err
 
     try:
-        await as_tenant("create", "-f", "-", obj=_claim_template(namespace))
+        await as_tenant("create", "-f", "-", obj=claim_template(namespace))
+        await as_tenant("create", "-f", "-", obj=claim_template(namespace, "every-gpu", allocationMode="All"))
         await as_tenant(
-            "create", "-f", "-", obj=_claim_template(namespace, "every-gpu", allocationMode="All")
+            "create", "-f", "-", obj=with_claims(lws_body("dra", pool, nodes, replicas=2), namespace)
         )
         await as_tenant(
-            "create", "-f", "-", obj=_with_claims(lws_body("dra", pool, nodes, replicas=2), namespace)
-        )
-        await as_tenant(
-            "create", "-f", "-", obj=_with_claims(lws_body("all", pool, nodes), namespace, "every-gpu")
+            "create", "-f", "-", obj=with_claims(lws_body("all", pool, nodes), namespace, "every-gpu")
         )
 
         async def counted() -> bool:
@@ -168,7 +174,7 @@ async def test_gpus_asked_through_dra_claims_count_against_the_pool_quota(
         # The swap: a template that asks 2, the group's pods made again from it, then the template
         # put back, so that the LWS asks what group 0 was admitted with while its pods' claims ask more.
         await as_tenant("delete", "resourceclaimtemplate", "one-gpu", "-n", namespace)
-        await as_tenant("create", "-f", "-", obj=_claim_template(namespace, count=2))
+        await as_tenant("create", "-f", "-", obj=claim_template(namespace, count=2))
         await as_tenant("delete", "pod", "dra-0-1", "-n", namespace, "--wait=false")
 
         async def greedy_claims() -> bool:
@@ -180,7 +186,7 @@ async def test_gpus_asked_through_dra_claims_count_against_the_pool_quota(
             greedy_claims, timeout=60, what="group 0's pods made again, with claims of 2 devices"
         )
         await as_tenant("delete", "resourceclaimtemplate", "one-gpu", "-n", namespace)
-        await as_tenant("create", "-f", "-", obj=_claim_template(namespace))
+        await as_tenant("create", "-f", "-", obj=claim_template(namespace))
 
         async def given_back() -> bool:
             return "2 nvidia.com/gpu, more than its role" in condition(
