@@ -34,7 +34,7 @@ from gatekeeper.controller.checks import CHECKS
 from gatekeeper.controller.drain import Drain
 from gatekeeper.controller.errors import Conflict
 from gatekeeper.controller.hub import HubController
-from gatekeeper.controller.hub_link import HubLink
+from gatekeeper.controller.hub_link import HubLink, credentials_of
 from gatekeeper.controller.kube import Kube
 from gatekeeper.controller.leader import LeaderElector
 from gatekeeper.controller.loop import Controller, PassLoop
@@ -191,6 +191,7 @@ def _admission_loop(
                 namespace=opts.hub_namespace,
                 heartbeat_seconds=opts.hub_heartbeat_seconds,
                 holder=opts.identity,
+                credentials=credentials_of(opts.hub_kubeconfig) if opts.hub_kubeconfig else None,
             )
             if hub is not None
             else None

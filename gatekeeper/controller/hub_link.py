@@ -13,17 +13,26 @@ While its term lasts the member renews its heartbeat on the hub, the Lease
 ``lws-gatekeeper-member-<cluster>`` in the hub's namespace (``core.reservation.heartbeat``):
 the hub marks the claims of a member whose heartbeat expired Orphaned. Its writes are
 fenced like every other (a replica that may no longer lead does not beat).
+
+A member's credentials on the hub are rotated by rewriting its kubeconfig and the files it
+names (a mounted Secret is updated in place): the link looks at them every
+``CREDENTIALS_SECONDS`` and, when they changed, connects again with them, so a short-lived
+client certificate or token is followed without a restart, and credentials taken away (the
+old ones revoked, the new ones refused) take effect at once.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import anyio
+import yaml
 
 from gatekeeper.controller import kube as k
 from gatekeeper.controller import resources as r
@@ -35,7 +44,7 @@ from gatekeeper.core.backends.pools.hub_member import ClaimWrites, HubView
 from gatekeeper.core.kube.objects import meta
 from gatekeeper.core.reservation import CLUSTER_LABEL, DEFAULT_LEASE_SECONDS, heartbeat_body, heartbeat_name
 
-__all__ = ["HubLink"]
+__all__ = ["CREDENTIALS_SECONDS", "HubLink", "credentials_of"]
 
 log = logging.getLogger("gatekeeper.hub_link")
 
@@ -44,6 +53,43 @@ RELIST_SECONDS = 5.0
 """The longest pause between a member's attempts to read the hub again after an error: with
 the informers' usual 30 s, a member found the hub back up to 30 s after it returned (60 s
 down: its waiting groups admitted 35 s after), two small lists a member being cheap."""
+
+
+CREDENTIALS_SECONDS = 5.0
+"""How often a member looks whether its hub credentials were rotated."""
+
+_FILE_KEYS = ("client-certificate", "client-key", "certificate-authority", "tokenFile")
+
+
+def credentials_of(kubeconfig: str) -> Callable[[], str]:
+    """A digest of ``kubeconfig`` and of the files its users and clusters name (certificates,
+    keys, token files): it changes when any of them is rewritten. An unreadable file reads
+    as its error, so a file being replaced is looked at again."""
+    path = Path(kubeconfig)
+
+    def digest() -> str:
+        h = hashlib.sha256()
+        try:
+            raw = path.read_bytes()
+            h.update(raw)
+            cfg = yaml.safe_load(raw) or {}
+            named = [
+                entry.get(part, {}).get(key)
+                for part, entries in (
+                    ("user", cfg.get("users") or []),
+                    ("cluster", cfg.get("clusters") or []),
+                )
+                for entry in entries
+                if isinstance(entry, dict)
+                for key in _FILE_KEYS
+            ]
+            for name in sorted(str(n) for n in named if n):
+                h.update((path.parent / name).read_bytes())
+        except (OSError, yaml.YAMLError, AttributeError) as exc:
+            h.update(f"unreadable: {exc}".encode())
+        return h.hexdigest()
+
+    return digest
 
 
 class HubLink:
@@ -57,8 +103,11 @@ class HubLink:
         namespace: str = "lws-gatekeeper-system",
         heartbeat_seconds: int = DEFAULT_LEASE_SECONDS,
         holder: str = "",
+        credentials: Callable[[], str] | None = None,
     ) -> None:
         self._connect = connect
+        self._credentials = credentials
+        """A digest of this member's hub credentials (``credentials_of``): followed when set."""
         self.namespace = namespace
         """The hub's namespace, where this member's heartbeat Lease is."""
         self.heartbeat_seconds = heartbeat_seconds
@@ -94,6 +143,7 @@ class HubLink:
     async def run(self) -> None:
         """Connect (again and again, while the hub cannot be reached), then list and watch."""
         backoff = 1.0
+        seen = self._credentials() if self._credentials is not None else ""
         while self.kube is None:
             try:
                 self.kube = await self._connect()
@@ -102,13 +152,44 @@ class HubLink:
                 log.warning("hub: %s; trying again in %.0fs", self._connect_error, backoff)
                 await anyio.sleep(backoff)
                 backoff = min(backoff * 2, 30.0)
-        for inf in self.informers:
-            inf.api, inf.credentials = self.kube.api, self.kube.credentials
-        self.caches.api, self.caches.credentials = self.kube.api, self.kube.credentials
+                seen = self._credentials() if self._credentials is not None else ""
+        self._use(self.kube)
         log.info("hub: connected as member %s", self.cluster)
         async with anyio.create_task_group() as tg:
             tg.start_soon(self.caches.run)
             tg.start_soon(self._heartbeat)
+            if self._credentials is not None:
+                tg.start_soon(self._follow_credentials, seen)
+
+    def _use(self, kube: k.Kube) -> None:
+        """Every read and write to the hub from now on with ``kube``'s client."""
+        self.kube = kube
+        for inf in self.informers:
+            inf.api, inf.credentials = kube.api, kube.credentials
+        self.caches.api, self.caches.credentials = kube.api, kube.credentials
+
+    async def _follow_credentials(self, seen: str) -> None:
+        """Connect again whenever the credentials' files change (rotated, or taken away); the
+        watches in flight end with their connection and are made again with the new client."""
+        assert self._credentials is not None
+        while True:
+            await anyio.sleep(CREDENTIALS_SECONDS)
+            now = self._credentials()
+            if now == seen:
+                continue
+            try:
+                kube = await self._connect()
+            except Exception as exc:  # half-written files: looked at again next time
+                log.warning("hub: credentials changed but cannot connect with them: %s", str(exc)[:200])
+                continue
+            seen = now
+            old, self.kube = self.kube, kube
+            self._use(kube)
+            for inf in self.informers:
+                inf.restart()
+            if old is not None:
+                await old.close()
+            log.info("hub: credentials changed; connected again as member %s", self.cluster)
 
     async def _heartbeat(self) -> None:
         """Renew this member's Lease on the hub, four times per its duration."""

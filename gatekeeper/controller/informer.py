@@ -101,6 +101,15 @@ class Informer:
         self.failing_since: float | None = None
         """Wall-clock time of the first failure since the last good list or watch (None: fine)."""
         self.last_error = ""
+        self._attempt: anyio.CancelScope | None = None
+        self._relist = False
+
+    def restart(self) -> None:
+        """End the list or watch in flight and list again (with a new ``api``: the hub's
+        client after its credentials were rotated, ``controller.hub_link``)."""
+        self._relist = True
+        if self._attempt is not None:
+            self._attempt.cancel()
 
     def __repr__(self) -> str:
         return f"Informer({self.resource.plural}, {len(self.objects)} objects)"
@@ -207,27 +216,36 @@ class Informer:
         backoff = 0.5
         since: str | None = None
         while True:
-            verb = "list"
-            try:
-                if since is None:
-                    since = await self._list()
-                    self.synced.set()
-                    self.failing_since = None
-                verb = "watch"
-                since = await self._watch(since)
-                backoff = 0.5
-            except _RELIST_ON as exc:
-                count_failure(verb, self.resource.plural, exc)
-                if self.failing_since is None:
-                    self.failing_since = time.time()
-                self.last_error = str(exc)[:300] or type(exc).__name__
-                if getattr(exc, "code", None) == 401:
-                    await self.credentials.refresh()
-                # Every error status is retried with backoff, even a permanent one: a 429
-                # "storage is (re)initializing" answers every watch while the API server's
-                # watch cache warms up, a 5xx while it restarts, a 403 until RBAC is
-                # applied. A cache must come back; only cancellation ends an informer.
-                log.warning("%s watch failed, relisting in %.1fs: %s", self.resource.plural, backoff, exc)
-                since = None
-                await anyio.sleep(backoff)
-                backoff = min(backoff * 2, self.max_backoff)
+            if self._relist:
+                self._relist, since = False, None
+            with anyio.CancelScope() as self._attempt:
+                since, backoff = await self._attempt_once(since, backoff)
+
+    async def _attempt_once(self, since: str | None, backoff: float) -> tuple[str | None, float]:
+        """One list (when ``since`` is None) and watch; after an error, the pause before the
+        next. Returns (the version to watch from, None to list again; the next pause)."""
+        verb = "list"
+        try:
+            if since is None:
+                since = await self._list()
+                self.synced.set()
+                self.failing_since = None
+            verb = "watch"
+            since = await self._watch(since)
+            backoff = 0.5
+        except _RELIST_ON as exc:
+            count_failure(verb, self.resource.plural, exc)
+            if self.failing_since is None:
+                self.failing_since = time.time()
+            self.last_error = str(exc)[:300] or type(exc).__name__
+            if getattr(exc, "code", None) == 401:
+                await self.credentials.refresh()
+            # Every error status is retried with backoff, even a permanent one: a 429
+            # "storage is (re)initializing" answers every watch while the API server's
+            # watch cache warms up, a 5xx while it restarts, a 403 until RBAC is
+            # applied. A cache must come back; only cancellation ends an informer.
+            log.warning("%s watch failed, relisting in %.1fs: %s", self.resource.plural, backoff, exc)
+            since = None
+            await anyio.sleep(backoff)
+            backoff = min(backoff * 2, self.max_backoff)
+        return since, backoff

@@ -106,6 +106,12 @@ class Kube:
         admission loop's writes, fenced by the elector's renew deadline."""
         return Kube(self.api, self.credentials, user_agent=self.user_agent, fence=fence)
 
+    async def close(self) -> None:
+        """Close the client's connections (a client replaced by one with rotated credentials)."""
+        session = getattr(self.api, "_session", None)
+        if session is not None:
+            await session.aclose()
+
     async def _call(
         self,
         verb: str,

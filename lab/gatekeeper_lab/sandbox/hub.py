@@ -217,9 +217,13 @@ class Hub(Folder):
         if not quiet:
             self.say(f"hub in {self.dir} stopped ({len(procs)} processes)")
 
-    def join(self, cluster: str, folder: Path) -> Path:
+    def join(
+        self, cluster: str, folder: Path, *, user: str | None = None, group: str = HUB_MEMBERS_GROUP
+    ) -> Path:
         """A member's own kubeconfig for the hub, in ``folder``: a client certificate signed by
-        the hub's CA for ``lws-gatekeeper:member:<cluster>`` (group ``lws-gatekeeper:members``)."""
+        the hub's CA for ``lws-gatekeeper:member:<cluster>`` (group ``lws-gatekeeper:members``),
+        or for ``user`` in ``group``. Joining again issues a new certificate and key in place
+        (a rotation, as a Secret updated by a certificate issuer would be)."""
         folder.mkdir(parents=True, exist_ok=True)
         ca_cert = x509.load_pem_x509_certificate(self.pki.ca_crt.read_bytes())
         ca_key = serialization.load_pem_private_key(self.pki.ca_key.read_bytes(), password=None)
@@ -231,7 +235,7 @@ class Hub(Folder):
             ca_cert,
             ca_key,
             key,
-            x509util.name(member_username(cluster), HUB_MEMBERS_GROUP),
+            x509util.name(user or member_username(cluster), group),
             not_before=now - dt.timedelta(minutes=5),
             not_after=now + _VALID,
             client=True,
