@@ -144,6 +144,8 @@ class PoolsBackend:
         """The requests a container that names none gets: part of a group's demand."""
         self.runtime_classes = caches.informer(r.RUNTIME_CLASSES)
         """The overhead a pod that names a RuntimeClass gets: part of a group's demand."""
+        self.dra = caches.dra_informers()
+        """What DRA claims ask, and the devices of each node: side informers (``Caches.dra``)."""
         self.urgent = Urgency()
         """Which watched changes call for a pass at once (the loop's ``urgent``)."""
         self.lifter = Lifter(kube, self.pods, pass_through) if pass_through is not None else None
@@ -172,7 +174,7 @@ class PoolsBackend:
         stop every pool)."""
         karpenter = [i for i in (self.node_pools, self.node_claims) if i is not None]
         hub = self.hub.informers if self.hub is not None else []
-        return [*hub, *karpenter, *self.caches.dra_informers()]
+        return [*hub, *karpenter, *self.dra]
 
     @property
     def side_tasks(self) -> list[Callable[[], Awaitable[None]]]:

@@ -53,6 +53,8 @@ class NodeFitCheck(CheckController):
         self.flavors = caches.informer(r.RESOURCE_FLAVORS)
         self.nodes = caches.informer(r.NODES)
         self.bound = caches.informer(r.PODS, field_selector=BOUND_PODS)
+        self.dra = caches.dra_informers()
+        """The DRA devices of each node (``Caches.dra``): side informers."""
 
     @property
     def informers(self) -> list[Informer]:
@@ -61,7 +63,7 @@ class NodeFitCheck(CheckController):
     @property
     def side_informers(self) -> list[Informer]:
         """The DRA kinds': the devices of each node (``Caches.dra``), never waited for."""
-        return self.caches.dra_informers()
+        return self.dra
 
     async def reconcile_once(self, write: Writer) -> NodeFitActions:
         """One pass: decide and plan from the caches (pure), then execute the plan."""
