@@ -293,7 +293,9 @@ def test_one_informer_per_kind_and_selector_is_shared_by_the_loops_of_a_term() -
     pools = PoolsBackend(FakeKube(), caches)  # type: ignore[arg-type]
     check = NodeFitCheck(FakeKube(), caches)  # type: ignore[arg-type]
     assert pools.nodes is check.nodes and pools.bound is check.bound
-    assert len(caches.informers) == len({id(i) for i in pools.informers + check.informers})
+    assert all(a is b for a, b in zip(pools.dra, check.dra, strict=True))  # the DRA kinds, side informers
+    made = pools.informers + pools.side_informers + check.informers + check.side_informers
+    assert len(caches.informers) == len({id(i) for i in made})
     fresh = Caches(None)
     assert PoolsBackend(FakeKube(), fresh).nodes is not pools.nodes  # type: ignore[arg-type]
 

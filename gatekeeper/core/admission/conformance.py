@@ -262,5 +262,6 @@ def departed_message(index: int, departed: Departed, delay: int) -> str:
     return (
         f"group {index} was given back, retried in {delay} s: {departed.why}, for "
         f"{departed.seconds} s, so the group cannot be whole on its admission (its StatefulSet's "
-        "template edited by hand?); its pods are made again from the LeaderWorkerSet's templates"
+        "template edited by hand, or a ResourceClaimTemplate its pods name changed since?); its pods "
+        "are made again from the LeaderWorkerSet's templates"
     )
