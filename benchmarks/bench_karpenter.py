@@ -1,11 +1,12 @@
 """What half-placed groups cost with Karpenter: the same burst without and with the gatekeeper.
 
-Why this exists: issue 12 asks for cost figures. With an autoscaler, a group that is never
-whole costs money: the nodes bought for its pods serve nothing. This runs one burst on the
-sandbox's real Karpenter (KWOK provider, no static node) twice, without and with the
-gatekeeper, and prints for each: node-seconds bought, node-seconds of nodes that held only
-pods of groups that never became whole, the groups that ran (were whole at some sample),
-and the time from the burst to the last group becoming whole.
+Why this exists: what a half-placed group costs is a figure users ask for. With an
+autoscaler, a group that is never whole costs money: the nodes bought for its pods serve
+nothing. This runs one burst on the sandbox's real Karpenter (KWOK provider, no static node)
+twice, without and with the gatekeeper, and prints for each: node-seconds bought,
+node-seconds of nodes that held only pods of groups that never became whole, the groups that
+ran (were whole at some sample), and the time from the burst to the last group becoming
+whole.
 
 The burst: a NodePool of 8-GPU instance types (g4dn.metal) whose limit (48 GPUs, 6 nodes)
 is below the demand (LWS ``a``: 3 groups of 2 pods, ``b``: 2 groups of 3; one 8-GPU pod per

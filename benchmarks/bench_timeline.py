@@ -182,7 +182,7 @@ def print_timeline(label: str, t: Timeline) -> None:
 
 
 def print_ungate_wait(label: str, t: Timeline) -> None:
-    """Issue 15's target: from a group's last pod created to all its pods ungated. A pod
+    """The scale-up target: from a group's last pod created to all its pods ungated. A pod
     the gatekeeper never patched was made ungated (its group was admitted already), so a
     group waits only for the patches that come after its last pod's creation."""
     waits = [

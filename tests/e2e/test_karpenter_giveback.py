@@ -1,6 +1,6 @@
 """A group that cannot get all its nodes is given back, against the real Karpenter.
 
-Why this exists: issue 12's give-back (``spec.admissionTimeout``) must be proved where the
+Why this exists: the give-back (``spec.admissionTimeout``) must be proved where the
 cloud really runs out of nodes during a scale-up. A NodePool may buy 4 GPUs; an LWS of groups
 of two one-GPU pods runs one group on 2 nodes Karpenter bought and is scaled to 2 through its
 scale subresource. The gatekeeper admits group 1 (the NodePool can still launch 2 GPUs), and

@@ -719,7 +719,7 @@ def test_a_workload_that_waits_for_room_keeps_its_quota() -> None:
 
 
 def test_a_deleted_lws_keeps_its_workload_and_record_until_its_pods_are_gone() -> None:
-    """Issue 9: releasing the Workload while the pods of an LWS gone from view still run gives
+    """Releasing the Workload while the pods of an LWS gone from view still run gives
     Kueue back quota that GPUs still use; it is released with the last pod, as on scale-down."""
     obj = vllm(replicas=1)
     wls = [workload(obj, 0, conditions=ADMITTED, flavors={"leader": "h100"})]
@@ -733,7 +733,7 @@ def test_a_deleted_lws_keeps_its_workload_and_record_until_its_pods_are_gone() -
 
 
 def test_pods_and_records_are_deleted_by_uid_not_by_name_alone() -> None:
-    """Issue 9: a pod deleted by name could be a new pod of the same name (StatefulSet pods
+    """A pod deleted by name could be a new pod of the same name (StatefulSet pods
     reuse names); every delete of the plan names the UID it was decided on."""
     obj = vllm(replicas=1)
     running = [lws_pod("vllm", 0, w, pool=LQ, gated=False, node_name="n1", phase="Running") for w in range(2)]

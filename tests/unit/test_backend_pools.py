@@ -980,7 +980,7 @@ def test_a_record_that_said_template_changed_says_admitted_again_once_nothing_wa
     ],
 )
 def test_a_deleted_lws_keeps_its_reservation_until_its_pods_are_gone(pods: list[dict[str, Any]]) -> None:
-    """Issue 9: an LWS gone from the gatekeeper's view (its label removed) while its records
+    """An LWS gone from the gatekeeper's view (its label removed) while its records
     remain had them released at once while its pods still ran: the pool then admitted another
     group onto GPUs still in use. (A deleted LWS's records, deleted by Kubernetes' garbage
     collector and held by their finalizer: ``test_hold.py``.)"""

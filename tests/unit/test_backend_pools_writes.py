@@ -204,7 +204,7 @@ def test_one_event_per_lws_and_reason_and_none_once_posted() -> None:
 
 
 def test_a_waiting_record_is_written_under_the_version_it_was_read_at() -> None:
-    """Issue 9: an unguarded waiting write over a record whose watch lags could overwrite
+    """An unguarded waiting write over a record whose watch lags could overwrite
     ``Admitted=True`` (running pods would then hold no quota, and the next group overrun it)."""
     first, _ = _pass_plan([])
     made = [w for w in first[1] if any(t.tag == "wait" for t in w.then)]

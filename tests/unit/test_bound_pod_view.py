@@ -1,7 +1,7 @@
 """Bound pods are cached as ``bound_pod_view``: what the decisions read, nothing else.
 
 Every pod bound to a node, anyone's, is cached for node room; at 20,000 pods the whole
-objects were most of the gatekeeper's memory (issue 9). The view must read exactly as the
+objects were most of the gatekeeper's memory. The view must read exactly as the
 pod does: same node usage, same ties to a group or Workload, same errors when malformed.
 """
 

@@ -17,6 +17,7 @@ from test_chart import NAMESPACE, kinds, one, refusal, rules, template, without_
 
 from gatekeeper.render.admission import HUB_POLICY_FILES, load_policies
 from gatekeeper_lab.sandbox import build
+from gatekeeper_lab.sandbox.manifests import hub_member_rbac
 
 HUB = ("--set", "role=hub")
 
@@ -117,3 +118,16 @@ def test_the_hub_policies_are_the_files_of_policies(hub: list[dict[str, Any]]) -
 )
 def test_a_hub_release_refuses_a_members_values(helm_bin: Path, args: tuple[str, ...], said: str) -> None:
     assert said in refusal(helm_bin, *HUB, *args)
+
+
+def test_the_sandbox_hubs_member_rbac_is_the_charts(hub: list[dict[str, Any]]) -> None:
+    """The sandbox's hub grants its members what the chart grants them, rule for rule, so the
+    e2e tests that act as a member test the chart's RBAC (the sandbox writes its own copy: it
+    installs no release on its hub)."""
+    chart = [o for o in hub if o["metadata"]["name"] == "lws-gatekeeper-member"]
+    lab = hub_member_rbac()
+    for kind in ("ClusterRole", "Role"):
+        assert rules(lab, kind) == rules(chart, kind), kind
+    for kind in ("ClusterRoleBinding", "RoleBinding"):
+        assert one(lab, kind)["subjects"] == one(chart, kind)["subjects"], kind
+        assert one(lab, kind)["roleRef"]["name"] == one(chart, kind)["roleRef"]["name"], kind

@@ -175,7 +175,7 @@ def test_node_usage_reads_a_pod_version_once_and_a_new_version_afresh() -> None:
 
 def test_the_requests_memo_forgets_versions_no_pass_reads_any_more() -> None:
     """Every status update of a bound pod is a new version: 100 pods over 50 passes are 5,000
-    versions, but only the 100 of the last pass are worth keeping (issue 9: the memo held up
+    versions, but only the 100 of the last pass are worth keeping (the memo once held up
     to 200,000 entries whatever the cluster's size)."""
     memo = RequestsMemo()
     pods = [bound_pod(f"p{i}", "n1", gpu=1) for i in range(100)]

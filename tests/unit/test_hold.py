@@ -1,4 +1,4 @@
-"""Issue 9 item 8: a record (or Workload) goes only with its group's pods, however it is deleted.
+"""A record (or Workload) goes only with its group's pods, however it is deleted.
 
 The ``pools`` decision on records that are being deleted (by the garbage collector after
 their LWS, with their namespace, by hand), the writes that release them (the finalizer

@@ -1,4 +1,4 @@
-"""Issue 9 item 8 with the ``kueue`` backend: record and Workload go only with the group's pods.
+"""With the ``kueue`` backend: record and Workload go only with the group's pods.
 
 Kueue releases a Workload's quota when the object is gone (its Delete event), not while it
 is being deleted: a Workload held by a finalizer keeps its quota in Kueue's cache. So the

@@ -326,7 +326,7 @@ class SilentApi:
 async def test_each_term_starts_from_new_lists_never_from_the_last_terms_caches(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Issue 9: a replica that lost the Lease and won it back days later passed on days-old
+    """A replica that lost the Lease and won it back days later passed on days-old
     caches (records of LWSs made meanwhile deleted as unwanted). Each term makes its own."""
     made: list[Caches] = []
 
@@ -348,7 +348,7 @@ async def test_each_term_starts_from_new_lists_never_from_the_last_terms_caches(
 
 @pytest.mark.anyio
 async def test_a_stream_of_changes_runs_a_heavy_pass_at_most_once_a_second() -> None:
-    """Issue 9: every change of a bound pod pokes the loop; while 20,000 pods were created
+    """Every change of a bound pod pokes the loop; while 20,000 pods were created
     the passes ran back to back (2,178 in 8 minutes) and the webhook in the same process
     answered in 0.5 s at p99. Pokes every 10 ms for 1.5 s, each pass costing 0.2 CPU
     seconds (as a pass over 20,000 pods does), now give at most two passes."""

@@ -1,7 +1,7 @@
 """``PassLoop``'s wait between passes: a second for most changes; for an urgent one (the
 controller says which), a gap that follows what the last pass cost the process in CPU.
 
-Why this exists: with a fixed second for every change (issue 9's churn of 20,000 pods
+Why this exists: with a fixed second for every change (a churn of 20,000 pods
 needed the pause), a group whose room was freed in a quiet pool waited up to a second for
 a pass that costs milliseconds; with the short gap for every change, a scale-up's pod
 updates ran 45 passes instead of 11.
