@@ -21,11 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from gatekeeper.core.kube.keys import GATEKEEPER_API_VERSION
-from gatekeeper.core.reservation import CLUSTER_LABEL
+from gatekeeper.core.reservation import CLUSTER_LABEL, member_namespace
 from gatekeeper_lab.sandbox.cluster import default_dir
 from gatekeeper_lab.sandbox.hub import GATEKEEPER, Hub
 
 RESERVATION = "takeover"
+HOME = member_namespace("cluster-a")
 RUNS = 3
 
 
@@ -34,7 +35,7 @@ def claim(i: int) -> dict[str, Any]:
     return {
         "apiVersion": GATEKEEPER_API_VERSION,
         "kind": "ReservationClaim",
-        "metadata": {"name": name, "labels": {CLUSTER_LABEL: "cluster-a"}},
+        "metadata": {"name": name, "namespace": HOME, "labels": {CLUSTER_LABEL: "cluster-a"}},
         "spec": {
             "reservation": RESERVATION,
             "cluster": "cluster-a",
@@ -49,13 +50,13 @@ def claim(i: int) -> dict[str, Any]:
 
 
 def _granted(hub: Hub) -> bool:
-    out = hub.kubectl("get", "reservationclaim", "first", "-o", "json", check=False)
+    out = hub.kubectl("get", "reservationclaim", "first", "-n", HOME, "-o", "json", check=False)
     return out.returncode == 0 and json.loads(out.stdout).get("status", {}).get("state") == "Granted"
 
 
 def one_run(hub: Hub, pending: int) -> float:
-    hub.kubectl("delete", "reservationclaims", "--all", "--wait=false")
-    while hub.kubectl("get", "reservationclaims", "-o", "name").stdout.strip():
+    hub.kubectl("delete", "reservationclaims", "--all", "-n", HOME, "--wait=false")
+    while hub.kubectl("get", "reservationclaims", "-n", HOME, "-o", "name").stdout.strip():
         time.sleep(0.5)  # (kubectl's --wait waits for one object after the other)
     objs = [claim(i) for i in range(pending + 1)]
     for start in range(0, len(objs), 500):
@@ -85,7 +86,13 @@ def main() -> None:
             "metadata": {"name": RESERVATION},
             "spec": {"capacity": {"nvidia.com/gpu": "8"}},
         }
-        hub.kubectl("apply", "-f", "-", input=json.dumps(reservation))
+        home = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": HOME}}
+        hub.kubectl(
+            "apply",
+            "-f",
+            "-",
+            input=json.dumps({"apiVersion": "v1", "kind": "List", "items": [home, reservation]}),
+        )
         print(f"{'Pending claims':>15} | {'start to first grant (s)':>25} | {'x N=0':>6} | fences/s")
         base = None
         for n in sizes:

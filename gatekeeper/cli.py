@@ -240,13 +240,11 @@ def why_cmd(target: str, namespace: str | None, output: str, kubeconfig: str | N
     help="member: the hub's kubeconfig (this member's own identity there); Pools with "
     "spec.reservation are charged to that hub's Reservations.",
 )
-@click.option("--cluster-name", default="", help="member: this cluster's name on the hub (a DNS label).")
 @click.option(
-    "--hub-namespace",
-    default="lws-gatekeeper-system",
-    show_default=True,
-    help="member: the hub's namespace, where this member renews its heartbeat Lease "
-    "lws-gatekeeper-member-<cluster name>.",
+    "--cluster-name",
+    default="",
+    help="member: this cluster's name on the hub (a DNS label of at most 41 characters); its "
+    "claims and heartbeat are in the hub namespace lws-gatekeeper-member-<cluster name>.",
 )
 @click.option(
     "--hub-heartbeat-seconds",
@@ -305,7 +303,6 @@ def run_cmd(
     role: str,
     hub_kubeconfig: str | None,
     cluster_name: str,
-    hub_namespace: str,
     hub_heartbeat_seconds: int,
     shared_reservation_check: bool,
     drain_seconds: float,
@@ -318,7 +315,9 @@ def run_cmd(
     if self_signed_certs_secret and cert_dir is None:
         raise click.UsageError("--self-signed-certs-secret needs --cert-dir (where the files are written)")
     if hub_kubeconfig and not valid_cluster_name(cluster_name):
-        raise click.UsageError("--hub-kubeconfig needs --cluster-name, a DNS label such as cluster-a")
+        raise click.UsageError(
+            "--hub-kubeconfig needs --cluster-name, a DNS label of at most 41 characters such as cluster-a"
+        )
     if shared_reservation_check and not hub_kubeconfig:
         raise click.UsageError("--shared-reservation-check claims on a hub: it needs --hub-kubeconfig")
     if role == "hub" and (hub_kubeconfig or backend != BACKENDS.default.name):
@@ -364,7 +363,6 @@ def run_cmd(
         role=role,
         hub_kubeconfig=hub_kubeconfig,
         cluster_name=cluster_name,
-        hub_namespace=hub_namespace,
         hub_heartbeat_seconds=hub_heartbeat_seconds,
         shared_reservation_check=shared_reservation_check,
     )

@@ -21,7 +21,7 @@ import kr8s.asyncio
 from gatekeeper.controller import resources as r
 from gatekeeper.controller.errors import Conflict
 from gatekeeper.controller.kube import Kube
-from gatekeeper.core.reservation import CLUSTER_LABEL, ClaimReason, plan_release
+from gatekeeper.core.reservation import CLUSTER_LABEL, ClaimReason, member_namespace, plan_release
 
 __all__ = ["Released", "release_cluster"]
 
@@ -41,7 +41,8 @@ async def release_cluster(kubeconfig: str | None, cluster: str, *, force: bool =
     api = await kr8s.asyncio.api(kubeconfig=kubeconfig)
     kube = Kube(api, user_agent="lws-gatekeeper hub release")
     kind = f"{r.CLAIMS.plural}.lws-gatekeeper.io"
-    found = api.get(kind, label_selector={CLUSTER_LABEL: cluster}, raw=True)
+    where = member_namespace(cluster)
+    found = api.get(kind, namespace=where, label_selector={CLUSTER_LABEL: cluster}, raw=True)
     listed = [o async for o in found if isinstance(o, dict)]
     plan = plan_release(listed, cluster, force=force)
     if plan.refused:
@@ -58,7 +59,7 @@ async def release_cluster(kubeconfig: str | None, cluster: str, *, force: bool =
             "releasedAt": now,
         }
         try:
-            await kube.patch_status(r.CLAIMS, name, None, status, version)
+            await kube.patch_status(r.CLAIMS, name, where, status, version)
         except Conflict:
             changed.append(name)
             continue

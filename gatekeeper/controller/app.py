@@ -105,8 +105,6 @@ class Options:
     """member: the hub's kubeconfig; None: no hub (Pools with spec.reservation wait)."""
     cluster_name: str = ""
     """member: this cluster's name on the hub."""
-    hub_namespace: str = "lws-gatekeeper-system"
-    """member: the hub's namespace, where this member's heartbeat Lease is renewed."""
     hub_heartbeat_seconds: int = 40
     """member: the heartbeat Lease's duration; the hub marks this member's claims Orphaned
     when it has not changed for that long."""
@@ -143,7 +141,7 @@ def controllers(
     """The controllers of one term: the hub's ledger (``--role hub``), or the backend's and
     those of the checks (``controller.checks.CHECKS``) whose option is on."""
     if opts.role == "hub":
-        return [HubController(kube, caches, opts.lease_namespace)]
+        return [HubController(kube, caches)]
     term = Term(
         kube,
         caches,
@@ -188,7 +186,6 @@ def _admission_loop(
             HubLink(
                 hub,
                 opts.cluster_name,
-                namespace=opts.hub_namespace,
                 heartbeat_seconds=opts.hub_heartbeat_seconds,
                 holder=opts.identity,
                 credentials=credentials_of(opts.hub_kubeconfig) if opts.hub_kubeconfig else None,

@@ -69,7 +69,7 @@ class Caches:
     def __init__(self, api: kr8s.asyncio.Api | None, credentials: Credentials | None = None) -> None:
         self.api = api
         self.credentials = credentials or Credentials(api)
-        self._informers: dict[tuple[str, str, str, str], Informer] = {}
+        self._informers: dict[tuple[str, str, str, str, str], Informer] = {}
         self._nodes: tuple[int, list[Node]] = (-1, [])
         self._priorities: tuple[int, dict[str, int]] = (-1, {})
         self._dra: tuple[tuple[int, ...], ClaimBook, DeviceRoom] = ((), ClaimBook(), DeviceRoom())
@@ -80,6 +80,7 @@ class Caches:
         self,
         resource: Resource,
         *,
+        namespace: str | None = None,
         label_selector: str | None = None,
         field_selector: str | None = None,
         on_change: Callable[[str, dict[str, Any]], None] | None = None,
@@ -90,12 +91,13 @@ class Caches:
         cluster's objects) are cached as ``bound_pod_view``, and StatefulSets as
         ``statefulset_view``: only what the decisions read.
         """
-        key = (resource.plural, resource.version, label_selector or "", field_selector or "")
+        key = (resource.plural, resource.version, namespace or "", label_selector or "", field_selector or "")
         inf = self._informers.get(key)
         if inf is None:
             inf = Informer(
                 self.api,  # type: ignore[arg-type]  # None: unit tests, or a hub not yet connected (hub_link)
                 resource,
+                namespace=namespace,
                 label_selector=label_selector,
                 field_selector=field_selector,
                 credentials=self.credentials,

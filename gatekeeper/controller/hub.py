@@ -10,8 +10,13 @@ Granted`` guarded by the resourceVersion decided on, the reason of each claim le
 waiting, and each Reservation's status (capacity, claimed, free, per member cluster, and
 a ``Valid`` condition that names what is wrong with a Reservation it cannot read).
 
-Members' heartbeats: each member renews a Lease ``lws-gatekeeper-member-<cluster>`` in the
-hub's namespace; a member whose Lease has not changed, by this process's own clock, for
+Each member's claims and heartbeat are in its own namespace on the hub,
+``lws-gatekeeper-member-<cluster>`` (RBAC bound there lets it read and write its own only);
+the hub reads them in every namespace, and counts a claim or heartbeat only in its
+cluster's namespace (``core.reservation.member_namespace``).
+
+Members' heartbeats: each member renews a Lease ``lws-gatekeeper-member-<cluster>`` in its
+namespace; a member whose Lease has not changed, by this process's own clock, for
 longer than its duration is gone (``core.reservation.Heartbeats``): its Granted claims are
 marked Orphaned (still counted), Granted again when it beats again, and Released after the
 Reservation's ``spec.orphanTimeout`` or by ``lws-gatekeeper hub release``.
@@ -96,15 +101,15 @@ class HubController:
 
     log = log
 
-    def __init__(self, kube: k.Kube, caches: Caches, namespace: str = "lws-gatekeeper-system") -> None:
+    def __init__(self, kube: k.Kube, caches: Caches) -> None:
         self.kube = kube
-        self.namespace = namespace
-        """Where the members' heartbeat Leases are (the hub's own namespace)."""
         self.reservations = caches.informer(r.RESERVATIONS)
         self.claims = caches.informer(r.CLAIMS)
         self.leases = caches.informer(r.LEASES, label_selector=CLUSTER_LABEL)
         self.memo = ClaimMemo()
         """Claims already read this term, by (uid, resourceVersion)."""
+        self._where: dict[str, str] = {}
+        """uid -> namespace of the claims cached, and of those sent a grant this term."""
         self.heartbeats = Heartbeats(time.monotonic())
         """Made with the term: a hub that takes over gives every member a whole duration."""
         self._sent: dict[str, tuple[str, str]] = {}
@@ -126,10 +131,10 @@ class HubController:
         return [self.reservations, self.claims, self.leases]
 
     def gone(self, claims: Sequence[Mapping[str, Any]]) -> dict[str, str]:
-        """Clusters with claims whose heartbeat expired -> why (only Leases of the hub's namespace count)."""
+        """Clusters with claims whose heartbeat expired -> why (a Lease counts only in its
+        cluster's namespace: ``core.reservation.parse_heartbeat``)."""
         now = time.monotonic()
-        ours = [o for o in self.leases.values() if meta(o).get("namespace") == self.namespace]
-        self.heartbeats.observe(ours, now)
+        self.heartbeats.observe(self.leases.values(), now)
         clusters = {str(as_map(c.get("spec")).get("cluster") or "") for c in claims} - {""}
         gone = self.heartbeats.gone(clusters, now)
         MEMBERS_GONE.set(len(gone))
@@ -154,7 +159,7 @@ class HubController:
         name, rv = self._sent[uid]
         if uid not in self._listed:
             try:
-                now: dict[str, Any] | None = await self.kube.get(r.CLAIMS, name)
+                now: dict[str, Any] | None = await self.kube.get(r.CLAIMS, name, self._where.get(uid))
             except Conflict:  # gone
                 now = None
             except TemporaryError as exc:  # not read: held, read back next pass
@@ -164,7 +169,9 @@ class HubController:
                 self._unsure.discard(uid)  # the cache will show what it is
                 return
         try:
-            fenced = await self.kube.merge_patch(r.CLAIMS, name, None, fence_patch(rv, uuid.uuid4().hex[:8]))
+            fenced = await self.kube.merge_patch(
+                r.CLAIMS, name, self._where.get(uid), fence_patch(rv, uuid.uuid4().hex[:8])
+            )
         except Conflict:  # moved on meanwhile (the late grant, perhaps): the cache will say
             self._unsure.discard(uid)
             self._listed.discard(uid)
@@ -189,6 +196,11 @@ class HubController:
             if uid not in self._unsure and cached.get(uid, "") != rv:
                 self._sent.pop(uid, None)
 
+    def _note_where(self, claims: Sequence[Mapping[str, Any]]) -> None:
+        """Where each claim is, for the writes to it (a grant in flight's, even once it is gone)."""
+        sent = {uid: ns for uid, ns in self._where.items() if uid in self._sent}
+        self._where = sent | {str(meta(c).get("uid")): str(meta(c).get("namespace") or "") for c in claims}
+
     def _start_term(self) -> None:
         """The last term's grants may be in flight: every claim Pending now counts as maybe
         granted until fenced (``core.reservation.unsure.term_start``)."""
@@ -202,6 +214,7 @@ class HubController:
             log.info("a new term: fencing %d Pending claim(s) before the first grant", len(listed))
 
     async def reconcile_once(self, write: Write) -> HubPass:
+        self._note_where(self.claims.values())
         if not self._term_started:
             self._start_term()
         self._fenced.clear()
@@ -261,7 +274,7 @@ class HubController:
             "grantedAt": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         }
         try:
-            await self.kube.patch_status(r.CLAIMS, grant.name, None, status, version)
+            await self.kube.patch_status(r.CLAIMS, grant.name, self._where.get(grant.uid), status, version)
         except (Conflict, PermanentError):
             self._sent.pop(grant.uid, None)  # refused: certainly not granted
             raise
@@ -284,7 +297,8 @@ class HubController:
             status["releasedAt"] = stamp
         else:
             status["orphanedAt"] = None
-        await self.kube.patch_status(r.CLAIMS, change.name, None, status, change.resource_version)
+        where = self._where.get(change.uid)
+        await self.kube.patch_status(r.CLAIMS, change.name, where, status, change.resource_version)
         MOVES.labels(reservation, str(change.state)).inc()
         log.info(
             "claim %s of cluster %s in reservation %s: %s (%s)",
@@ -306,4 +320,4 @@ class HubController:
         self._said[one.uid] = (str(one.reason), now)
         body = {"state": "Pending", "reason": str(one.reason), "message": one.message}
         version = self._fenced.get(one.uid, one.resource_version)
-        await write(self.kube.patch_status, r.CLAIMS, one.name, None, body, version)
+        await write(self.kube.patch_status, r.CLAIMS, one.name, self._where.get(one.uid), body, version)

@@ -4,13 +4,14 @@ Why this exists: with ``--hub-kubeconfig`` the ``pools`` controller charges Pool
 ``spec.reservation`` to Reservations on the hub (``core.backends.pools.hub_member``). The hub is
 another API server, reached with this member's own identity there, so it has a client
 and informers of its own: the Reservations (their status says who holds what) and this
-cluster's claims (label ``lws-gatekeeper.io/cluster``). They are not among the informers
+cluster's claims, in its own namespace there (``lws-gatekeeper-member-<cluster>``: the only
+one its RBAC on the hub lets it read or write). They are not among the informers
 the member's loop waits for: an unreachable hub must not stop the member's admission
 loop (admitted groups and their later pods go on); it only makes groups of reservation
 pools wait with ``HubUnreachable``. Made afresh for each term, like the member's caches.
 
 While its term lasts the member renews its heartbeat on the hub, the Lease
-``lws-gatekeeper-member-<cluster>`` in the hub's namespace (``core.reservation.heartbeat``):
+``lws-gatekeeper-member-<cluster>`` in that namespace (``core.reservation.heartbeat``):
 the hub marks the claims of a member whose heartbeat expired Orphaned. Its writes are
 fenced like every other (a replica that may no longer lead does not beat).
 
@@ -42,7 +43,13 @@ from gatekeeper.controller.informer import Informer
 from gatekeeper.controller.loop import Write
 from gatekeeper.core.backends.pools.hub_member import ClaimWrites, HubView
 from gatekeeper.core.kube.objects import meta
-from gatekeeper.core.reservation import CLUSTER_LABEL, DEFAULT_LEASE_SECONDS, heartbeat_body, heartbeat_name
+from gatekeeper.core.reservation import (
+    CLUSTER_LABEL,
+    DEFAULT_LEASE_SECONDS,
+    heartbeat_body,
+    heartbeat_name,
+    member_namespace,
+)
 
 __all__ = ["CREDENTIALS_SECONDS", "HubLink", "credentials_of"]
 
@@ -100,7 +107,6 @@ class HubLink:
         connect: Callable[[], Awaitable[k.Kube]],
         cluster: str,
         *,
-        namespace: str = "lws-gatekeeper-system",
         heartbeat_seconds: int = DEFAULT_LEASE_SECONDS,
         holder: str = "",
         credentials: Callable[[], str] | None = None,
@@ -108,8 +114,8 @@ class HubLink:
         self._connect = connect
         self._credentials = credentials
         """A digest of this member's hub credentials (``credentials_of``): followed when set."""
-        self.namespace = namespace
-        """The hub's namespace, where this member's heartbeat Lease is."""
+        self.namespace = member_namespace(cluster)
+        """This member's namespace on the hub: its claims and its heartbeat Lease."""
         self.heartbeat_seconds = heartbeat_seconds
         self.holder = holder or cluster
         self.kube: k.Kube | None = None
@@ -118,7 +124,9 @@ class HubLink:
         self.cluster = cluster
         self.caches = Caches(None)
         self.reservations = self.caches.informer(r.RESERVATIONS)
-        self.claims = self.caches.informer(r.CLAIMS, label_selector=f"{CLUSTER_LABEL}={cluster}")
+        self.claims = self.caches.informer(
+            r.CLAIMS, namespace=self.namespace, label_selector=f"{CLUSTER_LABEL}={cluster}"
+        )
         for inf in self.informers:
             inf.max_backoff = RELIST_SECONDS
         self.started = time.time()
@@ -206,7 +214,6 @@ class HubLink:
         """One renewal (the Lease is made on the first)."""
         kube = self._client()
         body = heartbeat_body(self.cluster, self.holder, self.heartbeat_seconds, datetime.now(UTC))
-        body["metadata"]["namespace"] = self.namespace
         try:
             lease = await kube.get(r.LEASES, body["metadata"]["name"], self.namespace)
         except Conflict:  # not there yet
@@ -262,7 +269,7 @@ class HubLink:
             # on; and until an answer says it applied, it is sent again.
             self._given_back.add(uid)
             self._undeleted.add(uid)
-        await self._tracked(self._client().delete(r.CLAIMS, name, uid=uid or None))
+        await self._tracked(self._client().delete(r.CLAIMS, name, self.namespace, uid=uid or None))
         self._undeleted.discard(uid)
         log.info("gave claim %s back to the hub", name)
 

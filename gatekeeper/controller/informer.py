@@ -75,6 +75,7 @@ class Informer:
         api: kr8s.asyncio.Api,
         resource: Resource,
         *,
+        namespace: str | None = None,
         label_selector: str | None = None,
         field_selector: str | None = None,
         on_change: Callable[[str, dict[str, Any]], None] | None = None,
@@ -84,6 +85,8 @@ class Informer:
     ) -> None:
         self.api = api
         self.resource = resource
+        self.namespace = namespace
+        """Only this namespace's objects (None: every namespace)."""
         self.label_selector = label_selector
         self.field_selector = field_selector
         self.watch_seconds = watch_seconds
@@ -143,6 +146,7 @@ class Informer:
             version=self.resource.version,
             base=self.resource.base,
             url=self.resource.plural,
+            namespace=self.namespace,
             params=params,
             raise_for_status=False,
             **extra,

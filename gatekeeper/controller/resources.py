@@ -87,7 +87,7 @@ NODE_POOLS = Resource("nodepools", KARPENTER_API_VERSION, namespaced=False)
 NODE_CLAIMS = Resource("nodeclaims", KARPENTER_API_VERSION, namespaced=False)
 RESERVATIONS = Resource("reservations", GATEKEEPER_API_VERSION, namespaced=False)
 """On the hub: the Reservations members share."""
-CLAIMS = Resource("reservationclaims", GATEKEEPER_API_VERSION, namespaced=False)
+CLAIMS = Resource("reservationclaims", GATEKEEPER_API_VERSION)
 """On the hub: one claim per group of any member."""
 
 _ALL = (

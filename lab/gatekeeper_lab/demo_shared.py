@@ -275,8 +275,8 @@ def run(
     for sb in members.values():
         sb.apply([pool()])
     with_gk = _part(members, WITH, WITH, opted_in=True, say=say)
-    out = hub.kubectl("get", "reservations,reservationclaims").stdout
-    say("\n$ kubectl --kubeconfig hub get reservations,reservationclaims")
+    out = hub.kubectl("get", "reservations,reservationclaims", "-A").stdout
+    say("\n$ kubectl --kubeconfig hub get reservations,reservationclaims -A")
     say("\n".join("    " + line for line in out.rstrip().splitlines()))
     say("\n=== Side by side, after both scale-ups ===")
     for label, verdicts in (("without", without), ("with   ", with_gk)):

@@ -47,7 +47,7 @@ class Chaos:
 
 def hub_claims(hub: Hub, reservation: str) -> list[dict[str, Any]] | None:
     """Every claim naming ``reservation``, or None when the hub cannot be read."""
-    res = hub.kubectl("get", "reservationclaims", "-o", "json", check=False)
+    res = hub.kubectl("get", "reservationclaims", "-A", "-o", "json", check=False)
     if res.returncode != 0:
         return None
     items: list[dict[str, Any]] = json.loads(res.stdout)["items"]

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from gatekeeper.core.kube.quantity import parse_units
+from gatekeeper.core.reservation import member_namespace
 
 from .conftest import SharedHub
 
@@ -56,7 +57,7 @@ def granted_gpus(shared: SharedHub, reservation: str) -> tuple[int, list[dict[st
     """(GPUs held in the Reservation by Granted and Orphaned claims, every claim naming it)."""
     claims = [
         c
-        for c in _json(shared.hub.kubectl, "get", "reservationclaims")["items"]
+        for c in _json(shared.hub.kubectl, "get", "reservationclaims", "-A")["items"]
         if c["spec"]["reservation"] == reservation
     ]
     total = sum(
@@ -189,9 +190,16 @@ def scene(shared_hub: SharedHub) -> Any:
 
 
 def claim_body(
-    reservation: str, cluster: str, tag: str, *, gpus: str = "1", priority: int | None = None
+    reservation: str,
+    cluster: str,
+    tag: str,
+    *,
+    gpus: str = "1",
+    priority: int | None = None,
+    namespace: str | None = None,
 ) -> str:
-    """A ReservationClaim in ``cluster``'s name, as a member would write one (JSON)."""
+    """A ReservationClaim in ``cluster``'s name, as a member would write one (JSON), in that
+    member's namespace on the hub unless ``namespace``."""
     spec: dict[str, Any] = {
         "reservation": reservation,
         "cluster": cluster,
@@ -206,7 +214,11 @@ def claim_body(
         {
             "apiVersion": "lws-gatekeeper.io/v1alpha1",
             "kind": "ReservationClaim",
-            "metadata": {"name": f"{cluster}.{tag}", "labels": {"lws-gatekeeper.io/cluster": cluster}},
+            "metadata": {
+                "name": f"{cluster}.{tag}",
+                "namespace": namespace or member_namespace(cluster),
+                "labels": {"lws-gatekeeper.io/cluster": cluster},
+            },
             "spec": spec,
         }
     )

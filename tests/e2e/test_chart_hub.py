@@ -8,10 +8,11 @@ replace the sandbox's own of the same names), the hub's gatekeeper is started ag
 token of the chart's ServiceAccount, and member cluster-a's real gatekeeper scales its LWS to
 one group: its claim is granted by the hub running as the chart's identity, and the group
 runs whole. Nothing in the hub gatekeeper's log may say the API server refused it anything.
-As member cluster-b (a client certificate in the members' group), writing cluster-a's claim
-is refused by the chart's policy; impersonated as that member (its user and the members'
-group), releasing cluster-a's claim through the status, deleting it and growing the
-Reservation are each refused, and the claim stays granted.
+As member cluster-b (a client certificate in the members' group), writing a claim in
+cluster-a's name in its own namespace is refused by the chart's policy; impersonated as that
+member (its user and the members' group), reading cluster-a's claims, releasing one through
+the status, deleting it and growing the Reservation are each refused by the chart's RBAC,
+and the claim stays granted.
 """
 
 from __future__ import annotations
@@ -34,12 +35,15 @@ from .test_chart import CHART, RBAC_KINDS
 
 __all__ = ["scene"]  # the fixture, used by name
 
+A_HOME, B_HOME = "lws-gatekeeper-member-cluster-a", "lws-gatekeeper-member-cluster-b"
+
 
 def _hub_release() -> list[dict[str, Any]]:
     helm = build.build_all(["helm"])["helm"].bin / "helm"
     res = subprocess.run(
         [str(helm), "template", "lws-gatekeeper", str(CHART), "--namespace", GATEKEEPER_NAMESPACE,
-         "--set", "role=hub", "--set", "image.repository=lws-gatekeeper/lws-gatekeeper"],
+         "--set", "role=hub", "--set", "image.repository=lws-gatekeeper/lws-gatekeeper",
+         "--set", "hub.members={cluster-a,cluster-b,cluster-c}"],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert res.returncode == 0, res.stderr
@@ -67,7 +71,9 @@ def test_the_charts_hub_release_grants_claims_as_its_service_account_and_no_more
 ) -> None:
     reservation, _, ns = scene
     hub = shared_hub.hub
-    objects = [o for o in _hub_release() if o["kind"] in RBAC_KINDS or "AdmissionPolicy" in o["kind"]]
+    objects = [
+        o for o in _hub_release() if o["kind"] in (*RBAC_KINDS, "Namespace") or "AdmissionPolicy" in o["kind"]
+    ]
     hub.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=yaml.safe_dump_all(objects))
     who = hub.kubectl("auth", "whoami", "-o", "jsonpath={.status.userInfo.username}",
                       f"--kubeconfig={_token_kubeconfig(shared_hub, tmp_path)}").stdout  # fmt: skip
@@ -82,7 +88,7 @@ def test_the_charts_hub_release_grants_claims_as_its_service_account_and_no_more
         a.kubectl("scale", "lws", "vllm", "-n", ns, "--replicas=1")
 
         def granted() -> bool:
-            claims = _json(hub.kubectl, "get", "reservationclaims")["items"]
+            claims = _json(hub.kubectl, "get", "reservationclaims", "-A")["items"]
             mine = [c for c in claims if c["spec"]["reservation"] == reservation]
             return [(c.get("status") or {}).get("state") for c in mine] == ["Granted"]
 
@@ -95,7 +101,7 @@ def test_the_charts_hub_release_grants_claims_as_its_service_account_and_no_more
         b = str(hub.join("cluster-b", tmp_path / "cluster-b"))
         forged = a.kubectl(
             f"--kubeconfig={b}", "create", "-f", "-",
-            input=claim_body(reservation, "cluster-a", uuid.uuid4().hex[:5]), check=False,
+            input=claim_body(reservation, "cluster-a", uuid.uuid4().hex[:5], namespace=B_HOME), check=False,
         )  # fmt: skip
         assert forged.returncode != 0, "cluster-b wrote a claim in cluster-a's name"
         assert "lws-gatekeeper-hub-member-claims" in forged.stderr, forged.stderr
@@ -103,14 +109,16 @@ def test_the_charts_hub_release_grants_claims_as_its_service_account_and_no_more
         # neither grant a claim, nor take cluster-a's away, nor grow the Reservation.
         [theirs] = [
             c["metadata"]["name"]
-            for c in _json(hub.kubectl, "get", "reservationclaims")["items"]
+            for c in _json(hub.kubectl, "get", "reservationclaims", "-A")["items"]
             if c["spec"]["reservation"] == reservation
         ]
         as_b = ("--as=lws-gatekeeper:member:cluster-b", "--as-group=lws-gatekeeper:members")
         for attempt, said in (
-            (("patch", "reservationclaim", theirs, "--subresource=status", "--type=merge",
+            (("get", "reservationclaims", "-n", A_HOME), "forbidden"),
+            (("get", "reservationclaims", "-A"), "forbidden"),
+            (("patch", "reservationclaim", theirs, "-n", A_HOME, "--subresource=status", "--type=merge",
               "-p", '{"status":{"state":"Released"}}'), "forbidden"),
-            (("delete", "reservationclaim", theirs), "lws-gatekeeper-hub-member-claims"),
+            (("delete", "reservationclaim", theirs, "-n", A_HOME), "forbidden"),
             (("patch", "reservation", reservation, "--type=merge",
               "-p", '{"spec":{"capacity":{"nvidia.com/gpu":"400"}}}'), "forbidden"),
         ):  # fmt: skip

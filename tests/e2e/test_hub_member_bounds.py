@@ -8,7 +8,8 @@ listed. As cluster-a's real gatekeeper scales its LWS to two groups of 2 GPUs, o
 granted and runs whole; the other's claim waits (``MemberLimitReached``) though the
 Reservation has room, and its pods stay gated. As the member identities (a client
 certificate each, as a member cluster joins): cluster-c's claim above its priority bound and
-cluster-d's claim at all are refused at create, with why.
+cluster-d's claim at all are refused at create, with why; and cluster-c may read its own
+claims but not cluster-a's.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def test_each_member_is_held_to_its_bounds_on_the_reservation(
     def claims() -> dict[int, dict[str, Any]]:
         return {
             c["spec"]["groupIndex"]: c
-            for c in _json(shared_hub.hub.kubectl, "get", "reservationclaims")["items"]
+            for c in _json(shared_hub.hub.kubectl, "get", "reservationclaims", "-A")["items"]
             if c["spec"]["reservation"] == reservation and c["spec"]["cluster"] == "cluster-a"
         }
 
@@ -90,7 +91,24 @@ def test_each_member_is_held_to_its_bounds_on_the_reservation(
         check=False,
     )
     assert within.returncode == 0, f"a claim within its bounds is accepted: {within.stderr}"
-    shared_hub.hub.kubectl("delete", "reservationclaim", f"cluster-c.{tag}", "--wait=false", check=False)
+    c_home, a_home = "lws-gatekeeper-member-cluster-c", "lws-gatekeeper-member-cluster-a"
+    shared_hub.hub.kubectl(
+        "delete", "reservationclaim", f"cluster-c.{tag}", "-n", c_home, "--wait=false", check=False
+    )
+
+    # Reads: a member sees its own claims, not another's (they would tell it the other's
+    # namespaces, LWSs, demands and priorities).
+    reads = {
+        where: a.kubectl(
+            f"--kubeconfig={configs['cluster-c']}", "get", "reservationclaims", *where.split(), check=False
+        )
+        for where in ("-A", f"-n {a_home}", f"-n {c_home}")
+    }
+    assert reads["-A"].returncode != 0 and "forbidden" in reads["-A"].stderr, reads["-A"].stdout
+    theirs = reads[f"-n {a_home}"]
+    assert theirs.returncode != 0 and "forbidden" in theirs.stderr, theirs.stdout
+    assert reads[f"-n {c_home}"].returncode == 0, reads[f"-n {c_home}"]
+    print(f"cluster-c reading cluster-a's claims: {theirs.stderr.strip()}")
     print(f"cluster-a past its quota: {message}")
     for cluster, said in sorted(refusals.items()):
         print(f"{cluster} refused: {said}")

@@ -64,7 +64,7 @@ def kueue_member(kueue_sandbox: Sandbox, shared_hub: SharedHub) -> Iterator[Sand
 def claims_of(shared: SharedHub, reservation: str) -> list[dict[str, Any]]:
     return [
         c
-        for c in _json(shared.hub.kubectl, "get", "reservationclaims")["items"]
+        for c in _json(shared.hub.kubectl, "get", "reservationclaims", "-A")["items"]
         if c["spec"]["reservation"] == reservation
     ]
 

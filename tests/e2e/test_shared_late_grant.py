@@ -30,7 +30,7 @@ import pytest
 import yaml
 
 from gatekeeper.core.kube.keys import GATEKEEPER_API_VERSION
-from gatekeeper.core.reservation import CLUSTER_LABEL, heartbeat_body
+from gatekeeper.core.reservation import CLUSTER_LABEL, heartbeat_body, member_namespace
 from gatekeeper.core.reservation.unsure import FENCE_ANNOTATION
 from gatekeeper_lab.sandbox.hub import GATEKEEPER, Hub
 
@@ -46,7 +46,11 @@ def claim(name: str, *, priority: int = 0, created: str = "2026-01-01T00:00:00Z"
     return {
         "apiVersion": GATEKEEPER_API_VERSION,
         "kind": "ReservationClaim",
-        "metadata": {"name": name, "labels": {CLUSTER_LABEL: CLUSTER}},
+        "metadata": {
+            "name": name,
+            "namespace": member_namespace(CLUSTER),
+            "labels": {CLUSTER_LABEL: CLUSTER},
+        },
         "spec": {
             "reservation": RESERVATION,
             "cluster": CLUSTER,
@@ -87,7 +91,7 @@ def proxied_hub(request: pytest.FixtureRequest) -> Iterator[tuple[Hub, HoldProxy
 
 
 def _claims(hub: Hub) -> dict[str, dict[str, Any]]:
-    items = json.loads(hub.kubectl("get", "reservationclaims", "-o", "json").stdout)["items"]
+    items = json.loads(hub.kubectl("get", "reservationclaims", "-A", "-o", "json").stdout)["items"]
     return {c["metadata"]["name"]: c for c in items}
 
 
@@ -107,13 +111,14 @@ def _hold_a_grant(hub: Hub, proxy: HoldProxy, tag: str) -> None:
     """``holder<tag>`` granted, ``a<tag>`` waiting behind it; then, the window open,
     ``holder<tag>`` goes and the hub's grant of ``a<tag>`` is held by the proxy."""
     beat = heartbeat_body(CLUSTER, "test", 3600, datetime.now(UTC))
-    beat["metadata"]["namespace"] = "lws-gatekeeper-system"
+    home = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": member_namespace(CLUSTER)}}
     reservation = {
         "apiVersion": GATEKEEPER_API_VERSION,
         "kind": "Reservation",
         "metadata": {"name": RESERVATION},
         "spec": {"capacity": {"nvidia.com/gpu": "2"}},
     }
+    _apply(hub, home)
     _apply(hub, beat, reservation, claim(f"holder{tag}"))
     eventually(lambda: _state(hub, f"holder{tag}") == "Granted", 60, "holder granted")
     _apply(hub, claim(f"a{tag}", created="2026-01-02T00:00:00Z"))
@@ -124,7 +129,7 @@ def _hold_a_grant(hub: Hub, proxy: HoldProxy, tag: str) -> None:
     )
     time.sleep(2)  # the hub's writes of this pass are answered: nothing of it is held below
     proxy.open_window()
-    hub.kubectl("delete", "reservationclaim", f"holder{tag}", "--wait=true")
+    hub.kubectl("delete", "reservationclaim", f"holder{tag}", "-n", member_namespace(CLUSTER), "--wait=true")
     eventually(lambda: proxy.held_records > 0, 30, "the hub's grant of a held by the proxy")
     time.sleep(1.0)
     proxy.close_window()
@@ -141,7 +146,7 @@ def _land_and_check(hub: Hub, proxy: HoldProxy, tag: str) -> None:
     assert _state(hub, f"a{tag}") == "Pending"
     fence = _claims(hub)[f"a{tag}"]["metadata"].get("annotations", {}).get(FENCE_ANNOTATION)
     assert fence, "the hub fenced a before giving its room away"
-    hub.kubectl("delete", "reservationclaims", "--all", "--wait=true")
+    hub.kubectl("delete", "reservationclaims", "--all", "-A", "--wait=true")
 
 
 def test_a_grant_that_lands_after_its_client_gave_up_is_refused(proxied_hub: tuple[Hub, HoldProxy]) -> None:

@@ -174,19 +174,21 @@ def test_a_member_gone_for_good_is_released_and_the_other_members_groups_run_who
 
 
 def test_a_member_may_write_only_its_own_heartbeat(shared_hub: SharedHub, tmp_path: Any) -> None:
-    """With the identity of a member that runs no gatekeeper (cluster-c): its own Lease is
-    made and renewed; another member's, or one not labelled with its name, is refused."""
+    """With the identity of a member that runs no gatekeeper (cluster-c): its own Lease, in its
+    own namespace, is made and renewed; another member's and the hub's own are out of its
+    reach (RBAC), and in its namespace one not named and labelled as its own is refused."""
     as_c = str(shared_hub.hub.join("cluster-c", tmp_path))
     kubectl = shared_hub.members["cluster-a"].kubectl
+    home = "lws-gatekeeper-member-cluster-c"
 
-    def lease(name: str, cluster: str) -> str:
+    def lease(name: str, cluster: str, namespace: str = home) -> str:
         return json.dumps(
             {
                 "apiVersion": "coordination.k8s.io/v1",
                 "kind": "Lease",
                 "metadata": {
                     "name": name,
-                    "namespace": "lws-gatekeeper-system",
+                    "namespace": namespace,
                     "labels": {"lws-gatekeeper.io/cluster": cluster},
                 },
                 "spec": {"holderIdentity": "c", "leaseDurationSeconds": 10},
@@ -197,20 +199,23 @@ def test_a_member_may_write_only_its_own_heartbeat(shared_hub: SharedHub, tmp_pa
         return kubectl(f"--kubeconfig={as_c}", verb, "-f", "-", input=body, check=False)
 
     # cluster-b's heartbeat (renewed by its gatekeeper) and the hub's own leader Lease exist.
+    for name, namespace in (
+        ("lws-gatekeeper-member-cluster-b", "lws-gatekeeper-member-cluster-b"),
+        ("lws-gatekeeper", "lws-gatekeeper-system"),
+    ):
+        refused = write("replace", lease(name, "cluster-c", namespace))
+        assert refused.returncode != 0 and "forbidden" in refused.stderr, (name, refused.stderr)
     for name, cluster in (
         ("lws-gatekeeper-member-cluster-b", "cluster-b"),
         ("lws-gatekeeper-member-cluster-b", "cluster-c"),
+        ("lws-gatekeeper-member-cluster-d", "cluster-d"),
         ("lws-gatekeeper", "cluster-c"),
     ):
-        refused = write("replace", lease(name, cluster))
+        refused = write("create", lease(name, cluster))
         assert refused.returncode != 0, (name, cluster)
         assert "may write only its own heartbeat" in refused.stderr, refused.stderr
-    refused = write("create", lease("lws-gatekeeper-member-cluster-d", "cluster-d"))
-    assert "may write only its own heartbeat" in refused.stderr, refused.stderr
     made = write("create", lease("lws-gatekeeper-member-cluster-c", "cluster-c"))
     assert made.returncode == 0, made.stderr
     renewed = write("replace", lease("lws-gatekeeper-member-cluster-c", "cluster-c"))
     assert renewed.returncode == 0, renewed.stderr
-    shared_hub.hub.kubectl(
-        "delete", "lease", "lws-gatekeeper-member-cluster-c", "-n", "lws-gatekeeper-system"
-    )
+    shared_hub.hub.kubectl("delete", "lease", "lws-gatekeeper-member-cluster-c", "-n", home)

@@ -94,6 +94,9 @@ def _scale_and_judge(shared_hub: SharedHub, reservation: str, ns: str) -> None:
     )
 
 
+C_HOME = "lws-gatekeeper-member-cluster-c"
+
+
 def test_a_member_may_only_create_and_delete_claims_of_its_own_name(
     shared_hub: SharedHub, scene: Any, tmp_path: Path
 ) -> None:
@@ -104,13 +107,16 @@ def test_a_member_may_only_create_and_delete_claims_of_its_own_name(
     as_c_config = str(shared_hub.hub.join("cluster-c", tmp_path))
     tag = uuid.uuid4().hex[:5]
 
-    def claim(cluster: str) -> str:
-        return claim_body(reservation, cluster, tag, gpus="9")
+    def claim(cluster: str, namespace: str | None = None) -> str:
+        return claim_body(reservation, cluster, tag, gpus="9", namespace=namespace)
 
     def as_c(*args: str, input: str | None = None) -> Any:
         return kubectl(f"--kubeconfig={as_c_config}", *args, input=input, check=False)
 
+    # In cluster-b's namespace RBAC refuses it; in its own, the policy (cluster-b's name).
     refused = as_c("create", "-f", "-", input=claim("cluster-b"))
+    assert refused.returncode != 0 and "forbidden" in refused.stderr, refused.stderr
+    refused = as_c("create", "-f", "-", input=claim("cluster-b", namespace=C_HOME))
     assert refused.returncode != 0
     assert "may create and delete only ReservationClaims of its own cluster" in refused.stderr
     assert as_c("create", "-f", "-", input=claim("cluster-c")).returncode == 0
@@ -133,7 +139,7 @@ def test_a_member_may_only_create_and_delete_claims_of_its_own_name(
     try:
         for extra in (["--subresource=status"], []):
             patch = as_c(
-                "patch", "reservationclaim", f"cluster-c.{tag}", *extra, "--type=merge",
+                "patch", "reservationclaim", f"cluster-c.{tag}", "-n", C_HOME, *extra, "--type=merge",
                 "-p", '{"status":{"state":"Granted"}}',
             )  # fmt: skip
             assert patch.returncode != 0
@@ -143,12 +149,14 @@ def test_a_member_may_only_create_and_delete_claims_of_its_own_name(
 
     def told() -> bool:
         obj = json.loads(
-            shared_hub.hub.kubectl("get", "reservationclaim", f"cluster-c.{tag}", "-o", "json").stdout
+            shared_hub.hub.kubectl(
+                "get", "reservationclaim", f"cluster-c.{tag}", "-n", C_HOME, "-o", "json"
+            ).stdout
         )
         return bool(obj.get("status", {}).get("reason") == "ExceedsCapacity")
 
     eventually(told, 30, "the hub to say the claim can never be granted")
-    assert as_c("delete", "reservationclaim", f"cluster-c.{tag}").returncode == 0
+    assert as_c("delete", "reservationclaim", f"cluster-c.{tag}", "-n", C_HOME).returncode == 0
 
 
 def test_a_member_gives_back_a_claim_of_its_name_that_no_group_wants(
@@ -161,7 +169,11 @@ def test_a_member_gives_back_a_claim_of_its_name_that_no_group_wants(
     stray = {
         "apiVersion": "lws-gatekeeper.io/v1alpha1",
         "kind": "ReservationClaim",
-        "metadata": {"name": name, "labels": {"lws-gatekeeper.io/cluster": "cluster-a"}},
+        "metadata": {
+            "name": name,
+            "namespace": "lws-gatekeeper-member-cluster-a",
+            "labels": {"lws-gatekeeper.io/cluster": "cluster-a"},
+        },
         "spec": {
             "reservation": reservation,
             "cluster": "cluster-a",
@@ -174,7 +186,9 @@ def test_a_member_gives_back_a_claim_of_its_name_that_no_group_wants(
     member.kubectl(f"--kubeconfig={as_a}", "create", "-f", "-", input=json.dumps(stray))
 
     def gone() -> bool:
-        res = shared_hub.hub.kubectl("get", "reservationclaim", name, check=False)
+        res = shared_hub.hub.kubectl(
+            "get", "reservationclaim", name, "-n", "lws-gatekeeper-member-cluster-a", check=False
+        )
         return res.returncode != 0 and "NotFound" in res.stderr
 
     took = eventually(gone, 30, "cluster-a's gatekeeper to give the stray claim back")

@@ -59,7 +59,12 @@ def claim(
     obj: dict[str, Any] = {
         "apiVersion": GATEKEEPER_API_VERSION,
         "kind": "ReservationClaim",
-        "metadata": {"name": name, "uid": uid or f"uid-{name}", "resourceVersion": "7"},
+        "metadata": {
+            "name": name,
+            "namespace": f"lws-gatekeeper-member-{cluster}",
+            "uid": uid or f"uid-{name}",
+            "resourceVersion": "7",
+        },
         "spec": spec,
     }
     if state is not None:
@@ -69,14 +74,20 @@ def claim(
     return obj
 
 
-def lease(cluster: str, version: str = "1", duration: Any = 40, name: str | None = None) -> dict[str, Any]:
-    """A member's heartbeat Lease on the hub."""
+def lease(
+    cluster: str,
+    version: str = "1",
+    duration: Any = 40,
+    name: str | None = None,
+    namespace: str | None = None,
+) -> dict[str, Any]:
+    """A member's heartbeat Lease on the hub (in its own namespace unless ``namespace``)."""
     return {
         "apiVersion": "coordination.k8s.io/v1",
         "kind": "Lease",
         "metadata": {
             "name": name if name is not None else f"lws-gatekeeper-member-{cluster}",
-            "namespace": "lws-gatekeeper",
+            "namespace": namespace if namespace is not None else f"lws-gatekeeper-member-{cluster}",
             "labels": {"lws-gatekeeper.io/cluster": cluster},
             "resourceVersion": version,
         },

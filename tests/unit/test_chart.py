@@ -814,7 +814,6 @@ def test_a_hub_of_shared_reservations(render: Render, default: list[dict[str, An
     assert {
         "--hub-kubeconfig=/etc/lws-gatekeeper/hub/kubeconfig",
         "--cluster-name=cluster-a",
-        "--hub-namespace=lws-gatekeeper-system",
         "--hub-heartbeat-seconds=20",
     } <= set(c["args"])
     mounts = {m["name"]: m for m in c["volumeMounts"]}

@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_chart import NAMESPACE, kinds, one, refusal, rules, template, without_chart_metadata
+from test_chart import kinds, one, refusal, rules, template, without_chart_metadata
 
 from gatekeeper.render.admission import HUB_POLICY_FILES, load_policies
 from gatekeeper_lab.sandbox import build
-from gatekeeper_lab.sandbox.manifests import hub_member_rbac
+from gatekeeper_lab.sandbox.manifests import hub_member_namespace, hub_member_rbac
 
 HUB = ("--set", "role=hub")
 
@@ -35,12 +35,14 @@ def hub(helm_bin: Path) -> list[dict[str, Any]]:
 def test_a_hub_release_has_the_hubs_objects_and_no_members(hub: list[dict[str, Any]]) -> None:
     assert kinds(hub) == sorted(
         [
-            *["ClusterRole", "ClusterRoleBinding"] * 2,
+            *["ClusterRole"] * 3,
+            *["ClusterRoleBinding"] * 2,
             *["CustomResourceDefinition"] * 2,
             "Deployment",
             "NetworkPolicy",
             "PodDisruptionBudget",
-            *["Role", "RoleBinding"] * 2,
+            "Role",
+            "RoleBinding",
             "Service",
             "ServiceAccount",
             *["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"] * 3,
@@ -90,18 +92,55 @@ def test_the_hub_gatekeepers_rbac_is_what_the_hub_controller_uses(hub: list[dict
 def test_the_members_rbac_is_bound_to_their_group(helm_bin: Path) -> None:
     objs = template(helm_bin, *HUB, "--set", "hub.membersGroup=fleet:members")
     member = [o for o in objs if o["metadata"]["name"] == "lws-gatekeeper-member"]
-    assert rules(member, "ClusterRole") == sorted(
+    assert rules(member, "ClusterRole") == [
+        ("lws-gatekeeper.io", "reservations", ("get", "list", "watch"), ())
+    ]
+    assert one(member, "ClusterRoleBinding")["subjects"] == [
+        {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "fleet:members"}
+    ]
+    assert not [
+        o
+        for o in objs
+        if o["kind"] in ("Namespace", "RoleBinding") and o["metadata"]["name"] == "lws-gatekeeper-member"
+    ]
+
+
+def test_each_listed_member_gets_its_namespace_and_only_its_claims_there(helm_bin: Path) -> None:
+    """A member reads and writes claims and its heartbeat in its own namespace and nowhere
+    else (claims of every member in one place would tell each the others' LWSs and demands)."""
+    objs = template(helm_bin, *HUB, "--set", "hub.members={cluster-a,cluster-b}")
+    claims = [o for o in objs if o["metadata"]["name"] == "lws-gatekeeper-member-claims"]
+    assert rules(claims, "ClusterRole") == sorted(
         [
+            ("coordination.k8s.io", "leases", ("get", "create", "update"), ()),
             ("lws-gatekeeper.io", "reservationclaims", ("get", "list", "watch", "create", "delete"), ()),
-            ("lws-gatekeeper.io", "reservations", ("get", "list", "watch"), ()),
         ]
     )
-    assert rules(member, "Role") == [("coordination.k8s.io", "leases", ("get", "create", "update"), ())]
-    assert one(member, "Role")["metadata"]["namespace"] == NAMESPACE, "heartbeats in the hub's namespace"
-    for kind in ("ClusterRoleBinding", "RoleBinding"):
-        assert one(member, kind)["subjects"] == [
-            {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "fleet:members"}
-        ]
+    namespaces = [o for o in objs if o["kind"] == "Namespace"]
+    assert [n["metadata"]["name"] for n in namespaces] == [
+        "lws-gatekeeper-member-cluster-a",
+        "lws-gatekeeper-member-cluster-b",
+    ]
+    assert all(n["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"} for n in namespaces)
+    bindings = [
+        o for o in objs if o["kind"] == "RoleBinding" and o["metadata"]["name"] == "lws-gatekeeper-member"
+    ]
+    assert [(b["metadata"]["namespace"], b["subjects"], b["roleRef"]["name"]) for b in bindings] == [
+        (
+            f"lws-gatekeeper-member-{c}",
+            [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": f"lws-gatekeeper:member:{c}"}],
+            "lws-gatekeeper-member-claims",
+        )
+        for c in ("cluster-a", "cluster-b")
+    ]
+    assert not [
+        o for o in objs if o["kind"] in ("ClusterRoleBinding",) and o["roleRef"]["name"].endswith("-claims")
+    ]
+
+
+@pytest.mark.parametrize("name", ["Cluster-A", "a" * 42, "-a"])
+def test_a_member_name_that_cannot_name_its_namespace_is_refused(helm_bin: Path, name: str) -> None:
+    assert "/hub/members/0" in refusal(helm_bin, *HUB, "--set", f"hub.members={{{name}}}")
 
 
 def test_the_hub_policies_are_the_files_of_policies(hub: list[dict[str, Any]]) -> None:
@@ -120,14 +159,22 @@ def test_a_hub_release_refuses_a_members_values(helm_bin: Path, args: tuple[str,
     assert said in refusal(helm_bin, *HUB, *args)
 
 
-def test_the_sandbox_hubs_member_rbac_is_the_charts(hub: list[dict[str, Any]]) -> None:
+def test_the_sandbox_hubs_member_rbac_is_the_charts(helm_bin: Path) -> None:
     """The sandbox's hub grants its members what the chart grants them, rule for rule, so the
     e2e tests that act as a member test the chart's RBAC (the sandbox writes its own copy: it
     installs no release on its hub)."""
-    chart = [o for o in hub if o["metadata"]["name"] == "lws-gatekeeper-member"]
-    lab = hub_member_rbac()
-    for kind in ("ClusterRole", "Role"):
-        assert rules(lab, kind) == rules(chart, kind), kind
+    chart = template(helm_bin, *HUB, "--set", "hub.members={cluster-a}")
+    lab = [*hub_member_rbac(), *hub_member_namespace("cluster-a")]
+    for name in ("lws-gatekeeper-member", "lws-gatekeeper-member-claims"):
+        ours = [o for o in lab if o["metadata"]["name"] == name]
+        theirs = [o for o in chart if o["metadata"]["name"] == name]
+        assert rules(ours, "ClusterRole") == rules(theirs, "ClusterRole"), name
     for kind in ("ClusterRoleBinding", "RoleBinding"):
-        assert one(lab, kind)["subjects"] == one(chart, kind)["subjects"], kind
-        assert one(lab, kind)["roleRef"]["name"] == one(chart, kind)["roleRef"]["name"], kind
+        ours = [o for o in lab if o["kind"] == kind]
+        theirs = [o for o in chart if o["kind"] == kind and o["metadata"]["name"] == "lws-gatekeeper-member"]
+        assert [(o["subjects"], o["roleRef"]["name"], o["metadata"].get("namespace")) for o in ours] == [
+            (o["subjects"], o["roleRef"]["name"], o["metadata"].get("namespace")) for o in theirs
+        ], kind
+    assert [o["metadata"]["name"] for o in lab if o["kind"] == "Namespace"] == [
+        o["metadata"]["name"] for o in chart if o["kind"] == "Namespace"
+    ]

@@ -54,9 +54,31 @@ async def test_a_grant_the_cache_does_not_show_yet_still_holds() -> None:
     await loop.pass_once()
     assert grants(kube) == ["a"]
     # The member gives "a" back (the cache shows it gone): now "b" is granted.
-    del hub.claims.objects[("", "a")]
+    del hub.claims.objects[("lws-gatekeeper-member-cluster-a", "a")]
     await loop.pass_once()
     assert grants(kube) == ["a", "urgent"]
+
+
+@pytest.mark.anyio
+async def test_claims_are_written_in_their_members_namespace_and_counted_only_there() -> None:
+    """Each member's claims are in its own namespace on the hub (RBAC bound there): the hub
+    writes each claim where it is, and a claim of cluster-a made in cluster-b's namespace
+    (RBAC bound to the wrong member) is never granted: it is told why."""
+    kube = FakeKube()
+    hub = HubController(kube, Caches(None))  # type: ignore[arg-type]
+    fill(hub.reservations, reservation(capacity={"nvidia.com/gpu": 8}))
+    astray = claim("astray", gpus=2)
+    astray["metadata"]["namespace"] = "lws-gatekeeper-member-cluster-b"
+    fill(hub.claims, claim("a", gpus=2), claim("b", cluster="cluster-b", gpus=2), astray)
+    await loop_of(hub).pass_once()
+    assert sorted(grants(kube)) == ["a", "b"]
+    assert sorted(w for w in kube.where if w[0] == "patch_status" and w[1] is not None) == [
+        ("patch_status", "lws-gatekeeper-member-cluster-a", "a"),
+        ("patch_status", "lws-gatekeeper-member-cluster-b", "astray"),
+        ("patch_status", "lws-gatekeeper-member-cluster-b", "b"),
+    ]
+    [told] = [body for verb, _, name, body in kube.writes if verb == "patch_status" and name == "astray"]
+    assert "counts only in namespace lws-gatekeeper-member-cluster-a" in told["status"]["message"], told
 
 
 @pytest.mark.anyio

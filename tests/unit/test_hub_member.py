@@ -14,7 +14,7 @@ from reservation_builders import reservation
 from gatekeeper.core.admission.reasons import Reason
 from gatekeeper.core.backends.pools import Snapshot, decide
 from gatekeeper.core.backends.pools.hub_member import HubView, charge_reservations
-from gatekeeper.core.reservation import claim_name, status_body
+from gatekeeper.core.reservation import claim_name, member_namespace, status_body
 from gatekeeper.core.reservation import decide as ledger
 
 POOL = "on-demand"
@@ -44,6 +44,7 @@ def claim_of(group: int, state: str | None = None, cluster: str = "cluster-a") -
     obj: dict[str, Any] = {
         "metadata": {
             "name": claim_name(cluster, "default", "vllm", UID, group),
+            "namespace": member_namespace(cluster),
             "uid": f"c{group}",
             "resourceVersion": "1",
         },

@@ -45,6 +45,8 @@ class FakeKube:
 
     def __init__(self, fail: dict[str, Exception] | None = None) -> None:
         self.writes: list[tuple[str, str, str, Any]] = []
+        self.where: list[tuple[str, str | None, str]] = []
+        """(verb, namespace, name) of each delete and patch."""
         self.made: dict[tuple[str, str], dict[str, Any]] = {}
         self.fail = fail or {}
         self._rv = itertools.count(100)
@@ -65,6 +67,7 @@ class FakeKube:
     async def delete(
         self, res: r.Resource, name: str, namespace: str | None = None, *, uid: str | None = None
     ) -> None:
+        self.where.append(("delete", namespace, name))
         self._record("delete", res, name, {"uid": uid})
 
     async def patch_status(
@@ -75,6 +78,7 @@ class FakeKube:
         status: Any,
         resource_version: str | None = None,
     ) -> dict[str, Any]:
+        self.where.append(("patch_status", namespace, name))
         self._record("patch_status", res, name, {"status": status, "guard": resource_version})
         made = self.made.get((res.plural, name))
         if made is None:
@@ -88,6 +92,7 @@ class FakeKube:
     async def merge_patch(
         self, res: r.Resource, name: str, namespace: str | None, patch: Any
     ) -> dict[str, Any]:
+        self.where.append(("merge_patch", namespace, name))
         self._record("merge_patch", res, name, patch)
         return {}
 

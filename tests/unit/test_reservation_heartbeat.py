@@ -57,6 +57,12 @@ NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
             {"a"},
             id="a Lease that names another cluster is no heartbeat of either",
         ),
+        pytest.param(
+            [(0.0, lease("a", namespace="lws-gatekeeper-member-b")), (30.0, lease("a", "2", namespace="x"))],
+            41.0,
+            {"a"},
+            id="only a Lease in the cluster's own namespace is its heartbeat",
+        ),
     ],
 )
 def test_which_members_are_gone(steps: list[tuple[float, Any]], at: float, expected: set[str]) -> None:

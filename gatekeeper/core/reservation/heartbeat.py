@@ -22,7 +22,12 @@ from datetime import datetime
 from typing import Any
 
 from gatekeeper.core.kube.objects import meta
-from gatekeeper.core.reservation.objects import CLUSTER_LABEL, valid_cluster_name
+from gatekeeper.core.reservation.objects import (
+    CLUSTER_LABEL,
+    MEMBER_NAMESPACE_PREFIX,
+    member_namespace,
+    valid_cluster_name,
+)
 
 __all__ = [
     "DEFAULT_LEASE_SECONDS",
@@ -36,9 +41,10 @@ __all__ = [
     "parse_heartbeat",
 ]
 
-HEARTBEAT_PREFIX = "lws-gatekeeper-member-"
-"""A member's heartbeat is the Lease ``lws-gatekeeper-member-<cluster>`` in the hub's
-gatekeeper namespace (the policy ``hub-member-claims`` lets a member write only its own)."""
+HEARTBEAT_PREFIX = MEMBER_NAMESPACE_PREFIX
+"""A member's heartbeat is the Lease ``lws-gatekeeper-member-<cluster>`` in its own namespace
+on the hub, of the same name (RBAC lets a member write there only; the policy
+``hub-member-claims`` only its own Lease)."""
 DEFAULT_LEASE_SECONDS = 40
 MIN_LEASE_SECONDS = 5
 MAX_LEASE_SECONDS = 3600
@@ -57,7 +63,11 @@ def heartbeat_body(cluster: str, holder: str, duration: int, now: datetime) -> d
     return {
         "apiVersion": "coordination.k8s.io/v1",
         "kind": "Lease",
-        "metadata": {"name": heartbeat_name(cluster), "labels": {CLUSTER_LABEL: cluster}},
+        "metadata": {
+            "name": heartbeat_name(cluster),
+            "namespace": member_namespace(cluster),
+            "labels": {CLUSTER_LABEL: cluster},
+        },
         "spec": {
             "holderIdentity": holder[:128],
             "leaseDurationSeconds": max(MIN_LEASE_SECONDS, min(duration, MAX_LEASE_SECONDS)),
@@ -79,12 +89,15 @@ class Beat:
 
 
 def parse_heartbeat(obj: Mapping[str, Any]) -> Beat | None:
-    """A member's heartbeat, or None for a Lease that is not one (or names no valid cluster)."""
+    """A member's heartbeat, or None for a Lease that is not one (names no valid cluster, or
+    is not in that cluster's namespace: only the member itself writes there)."""
     m = meta(obj)
     name = str(m.get("name") or "")
     labels = m.get("labels")
     cluster = labels.get(CLUSTER_LABEL) if isinstance(labels, Mapping) else None
     if not isinstance(cluster, str) or not valid_cluster_name(cluster) or name != heartbeat_name(cluster):
+        return None
+    if m.get("namespace") != member_namespace(cluster):
         return None
     spec = obj.get("spec")
     spec = spec if isinstance(spec, Mapping) else {}

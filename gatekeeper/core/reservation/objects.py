@@ -34,6 +34,7 @@ __all__ = [
     "MAX_GROUP_INDEX",
     "MAX_ORPHAN_SECONDS",
     "MAX_RESOURCES",
+    "MEMBER_NAMESPACE_PREFIX",
     "RESERVATION_KIND",
     "RESERVATION_PLURAL",
     "BadClaim",
@@ -43,6 +44,7 @@ __all__ = [
     "Reservation",
     "claim_body",
     "claim_name",
+    "member_namespace",
     "parse_claim",
     "parse_reservation",
     "valid_cluster_name",
@@ -53,7 +55,10 @@ RESERVATION_PLURAL = "reservations"
 CLAIM_KIND = "ReservationClaim"
 CLAIM_PLURAL = "reservationclaims"
 CLUSTER_LABEL = "lws-gatekeeper.io/cluster"
-"""Label on a claim: the member cluster that made it (a member lists only its own)."""
+"""Label on a claim: the member cluster that made it."""
+MEMBER_NAMESPACE_PREFIX = "lws-gatekeeper-member-"
+"""A member's claims and heartbeat live in the hub namespace ``lws-gatekeeper-member-<cluster>``:
+RBAC bound there (and nowhere else) lets a member read and write its own and no other's."""
 
 MAX_RESOURCES = 32
 MAX_GROUP_INDEX = 10_000
@@ -61,9 +66,10 @@ MAX_GROUP_INDEX = 10_000
 MAX_PRIORITY = 2**31 - 1
 MAX_ORPHAN_SECONDS = 366 * 24 * 3600
 MAX_NAME = 253
-MAX_CLUSTER_NAME = 63
+MAX_CLUSTER_NAME = 41
+"""A cluster name is a DNS label short enough that its namespace on the hub is one too."""
 _DURATION = re.compile(r"(?:(\d{1,6})h)?(?:(\d{1,6})m)?(?:(\d{1,6})s)?", re.ASCII)
-_CLUSTER = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", re.ASCII)
+_CLUSTER = re.compile(r"[a-z0-9]([-a-z0-9]{0,39}[a-z0-9])?", re.ASCII)
 
 
 class ClaimState(StrEnum):
@@ -226,7 +232,16 @@ def parse_claim(obj: Mapping[str, Any]) -> Claim | BadClaim:
         if not reservation:
             raise ValueError("spec.reservation: missing")
         if not _CLUSTER.fullmatch(cluster):
-            raise ValueError("spec.cluster: not a cluster name (lower-case letters, digits and '-')")
+            raise ValueError(
+                f"spec.cluster: not a cluster name (lower-case letters, digits and '-', at most "
+                f"{MAX_CLUSTER_NAME})"
+            )
+        where = str(m.get("namespace") or "")[:64]
+        if where != member_namespace(cluster):
+            raise ValueError(
+                f"a claim of cluster {cluster} counts only in namespace {member_namespace(cluster)}, "
+                f"not {where or 'none'}"
+            )
         namespace = string(spec.get("namespace"), "spec.namespace")[:64]
         lws = string(spec.get("leaderWorkerSet"), "spec.leaderWorkerSet")[:MAX_NAME]
         if not namespace or not lws:
@@ -298,8 +313,14 @@ class ClaimMemo:
 
 
 def valid_cluster_name(name: str) -> bool:
-    """Is ``name`` a member cluster's name (a DNS label: what ``spec.cluster`` must be)?"""
+    """Is ``name`` a member cluster's name (a DNS label of at most 41 characters: what
+    ``spec.cluster`` must be)?"""
     return bool(_CLUSTER.fullmatch(name))
+
+
+def member_namespace(cluster: str) -> str:
+    """The hub namespace of ``cluster``'s claims and heartbeat."""
+    return MEMBER_NAMESPACE_PREFIX + cluster
 
 
 def claim_name(cluster: str, namespace: str, lws: str, lws_uid: str, group: int) -> str:
@@ -331,6 +352,7 @@ def claim_body(
         "kind": CLAIM_KIND,
         "metadata": {
             "name": claim_name(cluster, namespace, lws, lws_uid, group),
+            "namespace": member_namespace(cluster),
             "labels": {CLUSTER_LABEL: cluster},
         },
         "spec": {

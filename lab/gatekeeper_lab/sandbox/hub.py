@@ -36,6 +36,7 @@ from gatekeeper_lab.sandbox.manifests import (
     HUB_MEMBER_USER_PREFIX,
     HUB_MEMBERS_GROUP,
     crd_manifests,
+    hub_member_namespace,
     hub_member_rbac,
 )
 from gatekeeper_lab.sandbox.pki import make_pki
@@ -146,7 +147,7 @@ class Hub(Folder):
 
         def crds_served() -> bool:
             kubectl.apply(crd_manifests("crds/hub"))
-            res = kubectl.run("get", "reservations,reservationclaims", check=False)
+            res = kubectl.run("get", "reservations,reservationclaims", "-A", check=False)
             return res.returncode == 0
 
         self.runner.wait(control_plane.APISERVER, crds_served, timeout=60, what="the hub's CRDs to be served")
@@ -222,8 +223,11 @@ class Hub(Folder):
     ) -> Path:
         """A member's own kubeconfig for the hub, in ``folder``: a client certificate signed by
         the hub's CA for ``lws-gatekeeper:member:<cluster>`` (group ``lws-gatekeeper:members``),
-        or for ``user`` in ``group``. Joining again issues a new certificate and key in place
-        (a rotation, as a Secret updated by a certificate issuer would be)."""
+        or for ``user`` in ``group``; and the member's namespace on the hub with its RBAC there,
+        as the chart makes them for each of ``hub.members``. Joining again issues a new
+        certificate and key in place (a rotation, as a Secret updated by a certificate issuer
+        would be)."""
+        Kubectl(self.bin_dir, self.kubeconfig).apply(hub_member_namespace(cluster))
         folder.mkdir(parents=True, exist_ok=True)
         ca_cert = x509.load_pem_x509_certificate(self.pki.ca_crt.read_bytes())
         ca_key = serialization.load_pem_private_key(self.pki.ca_key.read_bytes(), password=None)

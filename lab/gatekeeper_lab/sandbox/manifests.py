@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from gatekeeper.core.kube.keys import KWOK_NODE, SANDBOX_POLICIES_LABEL, SANDBOX_POLICIES_OFF
+from gatekeeper.core.reservation import CLUSTER_LABEL, member_namespace
 from gatekeeper.render.admission import (
     CLOSED_POOLS,
     GATE_PROTECTION,
@@ -41,6 +42,7 @@ __all__ = [
     "as_json_list",
     "crd_manifests",
     "fake_node",
+    "hub_member_namespace",
     "hub_member_rbac",
     "lws_webhooks",
     "sandbox_policies",
@@ -156,56 +158,79 @@ HUB_MEMBERS_GROUP = "lws-gatekeeper:members"
 
 
 def hub_member_rbac() -> list[dict[str, Any]]:
-    """What every member may do on the hub (the policy ``hub-member-claims`` narrows it to its
-    own claims): read Reservations; create, delete and read ReservationClaims; its heartbeat
-    Leases in GATEKEEPER_NAMESPACE."""
-    rules = [
-        {
-            "apiGroups": ["lws-gatekeeper.io"],
-            "resources": ["reservations"],
-            "verbs": ["get", "list", "watch"],
-        },
-        {
-            "apiGroups": ["lws-gatekeeper.io"],
-            "resources": ["reservationclaims"],
-            "verbs": ["get", "list", "watch", "create", "delete"],
-        },
-    ]
+    """What every member may do on the hub, as the chart's ``role=hub`` grants it: read
+    Reservations (its group, cluster-wide); and the ClusterRole each member is bound to in its
+    own namespace (``hub_member_namespace``): create, delete and read ReservationClaims, renew
+    its heartbeat Lease (the policy ``hub-member-claims`` narrows it to its own)."""
     name = "lws-gatekeeper-member"
     members = [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": HUB_MEMBERS_GROUP}]
-    heartbeats = {"metadata": {"name": name, "namespace": GATEKEEPER_NAMESPACE}}
+    role = "rbac.authorization.k8s.io/v1"
     return [
         {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "apiVersion": role,
             "kind": "ClusterRole",
             "metadata": {"name": name},
-            "rules": rules,
+            "rules": [
+                {
+                    "apiGroups": ["lws-gatekeeper.io"],
+                    "resources": ["reservations"],
+                    "verbs": ["get", "list", "watch"],
+                }
+            ],
         },
         {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "apiVersion": role,
             "kind": "ClusterRoleBinding",
             "metadata": {"name": name},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
             "subjects": members,
         },
         {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            **heartbeats,
+            "apiVersion": role,
+            "kind": "ClusterRole",
+            "metadata": {"name": f"{name}-claims"},
             "rules": [
+                {
+                    "apiGroups": ["lws-gatekeeper.io"],
+                    "resources": ["reservationclaims"],
+                    "verbs": ["get", "list", "watch", "create", "delete"],
+                },
                 {
                     "apiGroups": ["coordination.k8s.io"],
                     "resources": ["leases"],
                     "verbs": ["get", "create", "update"],
-                }
+                },
             ],
+        },
+    ]
+
+
+def hub_member_namespace(cluster: str) -> list[dict[str, Any]]:
+    """A member's namespace on the hub and its RoleBinding there, as the chart makes them for
+    each of ``hub.members``: the member's claims and heartbeat, no other member's."""
+    namespace = member_namespace(cluster)
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": namespace, "labels": {CLUSTER_LABEL: cluster}},
         },
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "RoleBinding",
-            **heartbeats,
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-            "subjects": members,
+            "metadata": {"name": "lws-gatekeeper-member", "namespace": namespace},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "lws-gatekeeper-member-claims",
+            },
+            "subjects": [
+                {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "User",
+                    "name": HUB_MEMBER_USER_PREFIX + cluster,
+                }
+            ],
         },
     ]
 
