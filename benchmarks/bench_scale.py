@@ -1,32 +1,62 @@
 """Scale-up benchmark on the sandbox: many LWS groups at once, with and without the gatekeeper.
 
-Prints, for each run: seconds until every group that can run is Running, whole groups,
-the share of GPUs stranded in incomplete groups, and (with the gatekeeper) the API
-requests it made per admitted group and its peak memory (VmHWM).
+The headline is the time from the LWS's creation until every pod that will run is Running
+(polled every half second): all GROUPS*SIZE pods in ``fit``, the pods of the groups that can
+run in ``scarce``. Runs without and with the gatekeeper alternate, ``--repeat`` times (3 by
+default), in one sandbox; the ratio of each pair, and of the medians, is printed with its
+min / median / max. Each run also gives: seconds until settled (unchanged for 5 s, not
+counted), whole groups, GPUs stranded in incomplete groups, the CPU seconds of the gatekeeper
+and of every process of the sandbox (per 1,000 pods, and the extra against the run without),
+the p50 / p99 of the gatekeeper's pod webhook as the API server timed it, and the
+gatekeeper's API requests per admitted group and peak memory (VmHWM).
 
 Runs:
   fit      GROUPS groups of SIZE on GROUPS*SIZE one-GPU nodes: everything fits.
   scarce   the same groups on 3/4 of those nodes: only some groups can run.
 
+``--floor python,go`` adds runs with a webhook that answers at once and does nothing
+(``floor_webhook.py`` on aiohttp, ``floor_webhook.go`` on Go's server, built here) in the
+gatekeeper's place: what any webhook costs a pod create on this machine.
+
+``--out FILE.json`` writes every figure of every run, with the commit, the machine and its
+load before and after, for a dated file under ``benchmarks/results/``.
+
 Usage: python benchmarks/bench_scale.py [--groups 100] [--size 4] [--runs fit,scarce]
+       [--repeat 3] [--out results.json]
 It starts its own sandbox (folder sandboxes/bench in the cache) and stops it at the end.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
+import json
+import os
 import re
+import statistics
+import subprocess
+import sys
 import time
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import anyio
 import kr8s.asyncio
+from bench_timeline import cpu_seconds, machine_busy
+from load_support import WEBHOOK, quantile, webhook_buckets
 
 from gatekeeper.core.kube.keys import POOL_LABEL
 from gatekeeper_lab.sandbox.cluster import Sandbox, default_dir, fake_node
 from gatekeeper_lab.sandbox.observe import Verdict
-from gatekeeper_lab.sandbox.replay import LeaderWorkerSet, settle
+from gatekeeper_lab.sandbox.process import free_ports
+from gatekeeper_lab.sandbox.replay import LeaderWorkerSet, list_raw, settle
+
+HERE = Path(__file__).parent
+POLL_SECONDS = 0.5
+WRITES = "gatekeeper_writes_total"
+FLOOR = "floor.bench.lws-gatekeeper.io"
 
 
 def lws(name: str, namespace: str, groups: int, size: int, pool: str | None) -> dict[str, Any]:
@@ -47,8 +77,18 @@ def lws(name: str, namespace: str, groups: int, size: int, pool: str | None) -> 
     return body
 
 
-def api_requests(metrics: str) -> float:
-    return sum(float(v) for v in re.findall(r"^gatekeeper_api_requests_total\{.*\} (\S+)$", metrics, re.M))
+def requests_by_kind(metrics: str, counter: str = "gatekeeper_api_requests_total") -> dict[str, float]:
+    """The gatekeeper's API requests so far, by ``verb resource`` (its own counter); with
+    ``gatekeeper_writes_total``, its plans' writes by ``resource purpose``."""
+    out: dict[str, float] = {}
+    for labels, value in re.findall(rf"^{counter}\{{(.*)\}} (\S+)$", metrics, re.M):
+        key = " ".join(re.findall(r'\w+="([^"]*)"', labels))
+        out[key] = out.get(key, 0.0) + float(value)
+    return out
+
+
+def grown(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    return {k: v - before.get(k, 0.0) for k, v in after.items() if v - before.get(k, 0.0)}
 
 
 def peak_rss_mib(pid: int) -> float:
@@ -58,48 +98,231 @@ def peak_rss_mib(pid: int) -> float:
     return float("nan")
 
 
-async def one_run(sb: Sandbox, label: str, nodes: int, groups: int, size: int, gatekeeper: bool) -> None:
+@dataclass
+class Run:
+    """One run's figures."""
+
+    scenario: str
+    mode: str
+    """default (no gatekeeper), gatekeeper, or floor-python / floor-go (a webhook that answers
+    at once, no gatekeeper)."""
+    repeat: int
+    pods: int
+    running_s: float
+    """From the LWS's creation until the last pod that runs at the end was Running."""
+    settled_s: float
+    whole: int
+    gpus_held: int
+    stranded: int
+    cpu_gatekeeper_s: float
+    cpu_all_s: float
+    machine_busy: float
+    webhook_p50_ms: float
+    webhook_p99_ms: float
+    requests_per_group: float
+    peak_rss_mib: float
+    cpu_by_process: dict[str, float]
+    requests: dict[str, float]
+    """The gatekeeper's API requests in the run, by verb and resource."""
+    writes: dict[str, float]
+    """Its plans' writes in the run, by resource and purpose (``gatekeeper_writes_total``)."""
+
+
+def _sandbox_cpu(sb: Sandbox) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for name, proc in sb.state()["processes"].items():
+        try:
+            out[name] = cpu_seconds(int(proc["pid"]))
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+async def _count_running(api: kr8s.asyncio.Api, ns: str, seen: list[tuple[float, int]], start: float) -> None:
+    while True:
+        pods = await list_raw(
+            api, "pods", namespace=ns, label_selector="leaderworkerset.sigs.k8s.io/name=bench"
+        )
+        running = sum(1 for p in pods if p.get("status", {}).get("phase") == "Running")
+        seen.append((time.monotonic() - start, running))
+        await anyio.sleep(POLL_SECONDS)
+
+
+def floor_server(language: str) -> list[str]:
+    """The command of the floor webhook in ``language`` (python, or go: built here once)."""
+    if language == "python":
+        return [sys.executable, str(HERE / "floor_webhook.py")]
+    binary = Path(default_dir("bench-floor")) / "floor-webhook"
+    if not binary.exists():
+        binary.parent.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "GO111MODULE": "off", "CGO_ENABLED": "0"}
+        subprocess.run(
+            ["go", "build", "-o", str(binary), str(HERE / "floor_webhook.go")], env=env, check=True
+        )
+    return [str(binary)]
+
+
+def floor_webhook(sb: Sandbox, namespace: str, language: str) -> subprocess.Popen[bytes]:
+    """A floor webhook serving every pod create of ``namespace`` (until the namespace goes)."""
+    [port] = free_ports(1)
+    tls = sb.pki.webhook_dir
+    server = subprocess.Popen(
+        [*floor_server(language), str(port), str(tls / "tls.crt"), str(tls / "tls.key")]
+    )
+    hook = {
+        "name": "floor.bench.lws-gatekeeper.io",
+        "clientConfig": {
+            "url": f"https://127.0.0.1:{port}/mutate",
+            "caBundle": base64.b64encode(sb.pki.ca_crt.read_bytes()).decode(),
+        },
+        "rules": [
+            {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}
+        ],
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+        "admissionReviewVersions": ["v1"],
+        "sideEffects": "None",
+        "failurePolicy": "Fail",
+        "timeoutSeconds": 10,
+    }
+    config = {"metadata": {"name": FLOOR}, "webhooks": [hook]}
+    sb.apply(
+        [{"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration", **config}]
+    )
+    return server
+
+
+async def one_run(sb: Sandbox, label: str, nodes: int, groups: int, size: int, mode: str, repeat: int) -> Run:
     api = await kr8s.asyncio.api(kubeconfig=str(sb.kubeconfig))
-    ns = f"bench-{label}-{'gk' if gatekeeper else 'plain'}"
+    gatekeeper = mode == "gatekeeper"
+    ns = f"bench-{label}-{mode}-{repeat}"
     sb.kubectl("delete", "nodes", "-l", "bench=gpu", "--wait=true", check=False)
     sb.create_nodes([fake_node(f"b-{i}", gpus=1, labels={"bench": "gpu"}) for i in range(nodes)])
     sb.kubectl("create", "namespace", ns)
     pool = None
     if gatekeeper:
-        pool = f"bench-{label}"
+        pool = f"bench-{label}-{repeat}"
+        spec = {"nodeSelector": {"bench": "gpu"}, "namespaceSelector": {}}
         sb.apply(
             [
                 {
                     "apiVersion": "lws-gatekeeper.io/v1alpha1",
                     "kind": "Pool",
                     "metadata": {"name": pool},
-                    "spec": {"nodeSelector": {"bench": "gpu"}, "namespaceSelector": {}},
+                    "spec": spec,
                 }
             ]
         )
-    await anyio.sleep(3)  # nodes Ready
-    before = api_requests(sb.metrics()) if gatekeeper else 0.0
+    server = floor_webhook(sb, ns, mode.removeprefix("floor-")) if mode.startswith("floor-") else None
+    await anyio.sleep(3)  # nodes Ready (and the floor webhook serving)
+    pid = int(sb.state()["processes"]["gatekeeper"]["pid"])
+    text = sb.metrics()
+    asked, wrote = requests_by_kind(text), requests_by_kind(text, WRITES)
+    hooks_before = webhook_buckets(
+        sb.kubectl("get", "--raw", "/metrics").stdout, FLOOR if server else WEBHOOK
+    )
+    cpu_before, gk_before, busy_before = _sandbox_cpu(sb), cpu_seconds(pid), machine_busy()
+    seen: list[tuple[float, int]] = []
     start = time.monotonic()
     obj = await LeaderWorkerSet(lws("bench", ns, groups, size, pool), api=api)
     await obj.create()
-    v: Verdict = await settle(
-        api, ns, "bench", expected_pods=groups * size, size=size, timeout=900, stable_for=5
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_count_running, api, ns, seen, start)
+        v: Verdict = await settle(
+            api, ns, "bench", expected_pods=groups * size, size=size, timeout=900, stable_for=5
+        )
+        tg.cancel_scope.cancel()
+    settled = time.monotonic() - start - 5  # minus the stability window
+    cpu_after, gk_after, busy_after = _sandbox_cpu(sb), cpu_seconds(pid), machine_busy()
+    final = seen[-1][1] if seen else 0
+    running = next((t for t, n in seen if n >= final), settled)
+    hooks = webhook_buckets(sb.kubectl("get", "--raw", "/metrics").stdout, FLOOR if server else WEBHOOK)
+    delta = {b: hooks.get(b, 0.0) - hooks_before.get(b, 0.0) for b in hooks}
+    text = sb.metrics()
+    requests, writes = grown(asked, requests_by_kind(text)), grown(wrote, requests_by_kind(text, WRITES))
+    made = sum(requests.values())
+    run = Run(
+        scenario=label,
+        mode=mode,
+        repeat=repeat,
+        pods=groups * size,
+        running_s=round(running, 2),
+        settled_s=round(settled, 2),
+        whole=v.whole_groups,
+        gpus_held=v.gpus_held,
+        stranded=v.gpus_stranded,
+        cpu_gatekeeper_s=round(gk_after - gk_before, 2),
+        cpu_all_s=round(sum(cpu_after.get(k, 0.0) - s for k, s in cpu_before.items()), 2),
+        machine_busy=round((busy_after[0] - busy_before[0]) / max(busy_after[1] - busy_before[1], 1.0), 3),
+        webhook_p50_ms=round(1000 * quantile(delta, 0.5), 1),
+        webhook_p99_ms=round(1000 * quantile(delta, 0.99), 1),
+        requests_per_group=round(made / max(v.whole_groups, 1), 1) if gatekeeper else 0.0,
+        peak_rss_mib=round(peak_rss_mib(pid), 1),
+        cpu_by_process={k: round(cpu_after.get(k, 0.0) - v, 2) for k, v in cpu_before.items()},
+        requests=requests,
+        writes=writes,
     )
-    seconds = time.monotonic() - start - 5  # minus the stability window
-    line = (
-        f"{label:7} {'gatekeeper' if gatekeeper else 'default   '}  nodes={nodes:4} groups={groups}x{size}  "
-        f"settled={seconds:6.1f}s  whole={v.whole_groups:4}  GPUs held={v.gpus_held:4}  "
-        f"stranded={v.gpus_stranded:4} ({100 * v.gpus_stranded / nodes:5.1f}% of GPUs)"
+    print(
+        f"{label:7} {mode:10} #{repeat}  running={run.running_s:6.1f}s  "
+        f"settled={run.settled_s:6.1f}s  whole={run.whole:4}  stranded={run.stranded:4}  "
+        f"CPU gk={run.cpu_gatekeeper_s:5.1f}s all={run.cpu_all_s:5.1f}s  busy={run.machine_busy:4.0%}  "
+        f"webhook p50/p99={run.webhook_p50_ms:5.1f}/{run.webhook_p99_ms:5.1f} ms  "
+        f"requests/group={run.requests_per_group:4.1f}  RSS={run.peak_rss_mib:6.1f} MiB",
+        flush=True,
     )
-    if gatekeeper:
-        made = api_requests(sb.metrics()) - before
-        pid = int(sb.state()["processes"]["gatekeeper"]["pid"])
-        per_group = made / max(v.whole_groups, 1)
-        line += f"  API requests/admitted group={per_group:5.1f}  peak RSS={peak_rss_mib(pid):6.1f} MiB"
-    print(line, flush=True)
+    if server is not None:
+        sb.kubectl("delete", "mutatingwebhookconfiguration", FLOOR, check=False)
+        server.terminate()
+        server.wait()
     sb.kubectl("delete", "namespace", ns, "--wait=true", "--timeout=300s", check=False)
     if pool:
         sb.kubectl("delete", "pool", pool, check=False)
+    return run
+
+
+def median(runs: list[Run]) -> float:
+    return statistics.median(r.running_s for r in runs)
+
+
+def spread(values: list[float]) -> str:
+    return f"{min(values):.2f} / {statistics.median(values):.2f} / {max(values):.2f}"
+
+
+def summary(runs: list[Run]) -> list[str]:
+    """Per scenario and mode: the ratio to the default of each alternated pair and of the medians
+    (min / median / max), the CPU it cost, its webhook's latency at the API server."""
+    lines = []
+    for label in dict.fromkeys(r.scenario for r in runs):
+        plain = [r for r in runs if r.scenario == label and r.mode == "default"]
+        lines.append(f"{label}: default, running (s) min/median/max {spread([r.running_s for r in plain])}")
+        for mode in dict.fromkeys(r.mode for r in runs if r.mode != "default"):
+            mine = [r for r in runs if r.scenario == label and r.mode == mode]
+            pairs = [m.running_s / p.running_s for p, m in zip(plain, mine, strict=True) if p.running_s]
+            pods = mine[0].pods / 1000
+            extra = [m.cpu_all_s - p.cpu_all_s for p, m in zip(plain, mine, strict=True)]
+            cpu = spread([r.cpu_gatekeeper_s / pods for r in mine])
+            p50, p99 = spread([r.webhook_p50_ms for r in mine]), spread([r.webhook_p99_ms for r in mine])
+            whole, stranded = spread([float(r.whole) for r in mine]), max(r.stranded for r in mine)
+            lines += [
+                f"{label}: {mode}, running (s) {spread([r.running_s for r in mine])}; against the default, "
+                f"each pair {spread(pairs)}, of the medians {median(mine) / median(plain):.2f}x",
+                f"{label}: {mode}, gatekeeper CPU s per 1,000 pods {cpu}; "
+                f"extra CPU s of all processes against the run without {spread(extra)}",
+                f"{label}: {mode}, webhook p50 / p99 at the API server (ms) {p50} / {p99}; "
+                f"whole groups {whole}; stranded GPUs {stranded}",
+            ]
+    return lines
+
+
+def machine() -> dict[str, Any]:
+    mem = Path("/proc/meminfo").read_text().split("\n", 1)[0].split()[1]
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+    )
+    return {
+        "cores": os.cpu_count(),
+        "memory_gib": round(int(mem) / 2**20, 1),
+        "commit": commit.stdout.strip(),
+    }
 
 
 def main() -> None:
@@ -107,19 +330,47 @@ def main() -> None:
     ap.add_argument("--groups", type=int, default=100)
     ap.add_argument("--size", type=int, default=4)
     ap.add_argument("--runs", default="fit,scarce")
+    ap.add_argument("--repeat", type=int, default=3, help="alternated pairs of runs per scenario")
+    ap.add_argument(
+        "--floor",
+        default="",
+        help="also run with a webhook that does nothing, in these languages: python (floor_webhook.py), "
+        "go (floor_webhook.go), or python,go",
+    )
+    ap.add_argument("--out", type=Path, default=None, help="write every figure here (JSON)")
     ap.add_argument("--keep", action="store_true", help="leave the sandbox running")
     args = ap.parse_args()
+    modes = ["default", "gatekeeper", *(f"floor-{lang}" for lang in args.floor.split(",") if lang)]
     sb = Sandbox(default_dir("bench"), say=lambda m: print(m, flush=True))
     sb.up(nodes=0)
+    load_before = os.getloadavg()
+    runs: list[Run] = []
     try:
         total = args.groups * args.size
         sizes = {"fit": total, "scarce": total * 3 // 4}
         for label in args.runs.split(","):
-            for gatekeeper in (False, True):
-                anyio.run(one_run, sb, label, sizes[label], args.groups, args.size, gatekeeper)
+            for repeat in range(args.repeat):
+                for mode in modes:
+                    runs.append(
+                        anyio.run(one_run, sb, label, sizes[label], args.groups, args.size, mode, repeat)
+                    )
     finally:
         if not args.keep:
             sb.down()
+    lines = summary(runs)
+    print("\n".join(["", *lines]))
+    if args.out is not None:
+        record = {
+            "script": "bench_scale.py",
+            "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "machine": machine(),
+            "load_before": load_before,
+            "load_after": os.getloadavg(),
+            "args": {k: str(v) for k, v in vars(args).items()},
+            "summary": lines,
+            "runs": [asdict(r) for r in runs],
+        }
+        args.out.write_text(json.dumps(record, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -23,13 +23,21 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import anyio
+from prometheus_client import Counter
 
 from gatekeeper.controller.kube import Kube
 from gatekeeper.controller.loop import Write as Writer
 from gatekeeper.controller.resources import Resource, by_plural
 from gatekeeper.core.writes.plan import Event, Memory, Op, Plan, Write
 
-__all__ = ["execute"]
+__all__ = ["WRITES", "execute"]
+
+WRITES = Counter(
+    "gatekeeper_writes_total",
+    "Writes of the passes' plans that went through, by resource and what they were for (the "
+    "plan's tag, or the operation)",
+    ["resource", "purpose"],
+)
 
 
 async def execute(
@@ -52,6 +60,7 @@ async def execute(
         if not await write(_call, kube, one, parent, result, own, rank=-depth):
             return
         memory.apply(one.marks, time.monotonic())
+        WRITES.labels(one.resource, one.tag or one.op.value).inc()
         if answered is not None:
             answered(one, result)
         done(one)

@@ -15,7 +15,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from gatekeeper.controller.act import execute
+from gatekeeper.controller.act import WRITES, execute
 from gatekeeper.controller.loop import PassLoop, Slots
 from gatekeeper.core.writes.plan import Event, Memory, Op, Plan, Write
 
@@ -132,3 +132,18 @@ async def test_a_waiter_cancelled_takes_no_slot_and_keeps_none() -> None:
         hold.set()
     assert order == ["holder", "after"]
     assert slots.free == 1, "every slot is back"
+
+
+@pytest.mark.anyio
+async def test_each_write_that_went_through_is_counted_by_what_it_was_for() -> None:
+    def seen(resource: str, purpose: str) -> float:
+        return WRITES.labels(resource, purpose)._value.get()
+
+    before = {k: seen(*k) for k in (("pods", "ungate"), ("groupadmissions", "create"), ("events", "event"))}
+    write = PassLoop(Quiet(), concurrency=2).writer()  # type: ignore[arg-type]
+    await execute(OrderKube(), (tuple(group(n) for n in range(3)),), write, Memory())  # type: ignore[arg-type]
+    assert {k: seen(*k) - v for k, v in before.items()} == {
+        ("pods", "ungate"): 3,
+        ("groupadmissions", "create"): 3,
+        ("events", "event"): 3,
+    }
