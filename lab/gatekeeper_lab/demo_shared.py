@@ -6,18 +6,20 @@ reservation pool is shared by multiple clusters ... the same issue can happen wh
 pool is fully utilized." This replays it on one sandbox hub and two member sandboxes,
 ``cluster-a`` and ``cluster-b``. The reservation is 4 one-GPU machines that either cluster
 may launch: :class:`Machines` plays the cloud, launching a machine (a KWOK node) in a
-cluster for each of its pods that waits unbound and ungated, round-robin between the
-clusters once both have asked, until the 4 are out; nothing else gives the demo's pods a
-node. An LWS of
-groups of two one-GPU pods is scaled from 0 to 2 in both clusters at once.
+cluster for each of its pods that waits unbound and ungated (all a cluster asks for at
+once), one cluster after the other once both have asked, until the 4 are out; nothing
+else gives the demo's pods a node. An LWS of groups of two one-GPU pods
+(``startupPolicy: LeaderReady``, as multi-host vLLM is run: workers are made once their
+leader is ready) is scaled from 0 to 2 in both clusters at once.
 
-Without the gatekeeper the machines go to the pods that ask first, the leaders (LWS
-makes a group's workers after its leader), and the groups are half-placed in both
-clusters. With it, each cluster's Pool (``nodeFit: QuotaOnly``: its machines come when
-its pods ask) is charged to the hub's ``Reservation`` of 4 GPUs: exactly two whole groups
-run across the two clusters, every other pod stays gated, and no machine goes to part of
-a group. ``run`` prints each part and returns the verdicts (``tests/e2e/test_shared_demo.py``
-checks them). Called by ``cli.demo`` and that test.
+Without the gatekeeper the machines go to the pods that ask first: the leaders, since a
+group's workers do not exist yet. All four go to the four leaders and every group is
+half-placed, in both clusters. With it, each cluster's Pool (``nodeFit: QuotaOnly``: its
+machines come when its pods ask) is charged to the hub's ``Reservation`` of 4 GPUs:
+exactly two whole groups run across the two clusters (the gatekeeper counts a group's
+workers before they exist), the other groups' leaders stay gated, and no machine goes to
+part of a group. ``run`` prints each part and returns the verdicts
+(``tests/e2e/test_shared_demo.py`` checks them). Called by ``cli.demo`` and that test.
 """
 
 from __future__ import annotations
@@ -30,7 +32,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gatekeeper.core.kube.keys import GATEKEEPER_API_VERSION, POOL_KIND, POOL_LABEL, SCHEDULING_GATE
+from gatekeeper.core.kube.keys import (
+    GATEKEEPER_API_VERSION,
+    POOL_KIND,
+    POOL_LABEL,
+    SCHEDULING_GATE,
+    WORKER_INDEX_LABEL,
+)
 from gatekeeper_lab.sandbox.cluster import Sandbox
 from gatekeeper_lab.sandbox.hub import Hub
 from gatekeeper_lab.sandbox.manifests import fake_node
@@ -50,7 +58,7 @@ POOL = "demo-shared"
 WITHOUT = "shared-without"
 WITH = "shared-with"
 SETTLE_SECONDS = 8.0
-ASK_WINDOW = 30.0
+ASK_WINDOW = 60.0
 """The cloud waits this long at most for every cluster to ask before it serves the first."""
 
 
@@ -84,8 +92,9 @@ def _gated(pod: Mapping[str, Any]) -> bool:
 
 class Machines(threading.Thread):
     """The cloud of the reservation: launches a machine in a cluster for each of the demo's
-    pods there that waits unbound and ungated, one cluster after the other, until none is
-    left. Machines of a part are named ``<part>-m<i>`` and carry ``MACHINE_LABEL=<part>``."""
+    pods there that waits unbound and ungated, all it asks for at once, one cluster after the
+    other, until none is left. Machines of a part are named ``<part>-m<i>`` and carry
+    ``MACHINE_LABEL=<part>``."""
 
     def __init__(
         self, members: Mapping[str, Sandbox], namespace: str, part: str, *, all_ask: bool = False
@@ -111,9 +120,9 @@ class Machines(threading.Thread):
 
     def run(self) -> None:
         # Without the gatekeeper both clusters ask at once; the cloud serves once each has
-        # asked (or after ASK_WINDOW seconds), so that one cluster's API server being a
-        # little faster than the other's does not give it every machine (CI saw that on a
-        # quiet machine). With it, the clusters whose groups were granted ask alone.
+        # asked (or after ASK_WINDOW seconds), so that a cluster a little faster than the
+        # other does not take every machine, its workers' too. With it, the clusters whose
+        # groups were granted ask alone.
         start = time.monotonic()
         while self.all_ask and not self.stop.is_set() and time.monotonic() - start < ASK_WINDOW:
             if all(self._asking(sb) for sb in self.members.values()):
@@ -121,12 +130,14 @@ class Machines(threading.Thread):
             self.stop.wait(0.3)
         while not self.stop.is_set() and sum(self.launched.values()) < MACHINES:
             for cluster, sb in self.members.items():
-                if sum(self.launched.values()) >= MACHINES:
-                    break
-                if self._asking(sb):
-                    name = f"{self.part}-m{sum(self.launched.values())}"
-                    sb.create_nodes([fake_node(name, gpus=1, labels={MACHINE_LABEL: self.part})])
-                    self.launched[cluster] += 1
+                first = sum(self.launched.values())
+                count = min(self._asking(sb), MACHINES - first)
+                if count:  # all it asks for at once: the pods that ask now share them
+                    machines = [f"{self.part}-m{first + i}" for i in range(count)]
+                    sb.create_nodes(
+                        [fake_node(m, gpus=1, labels={MACHINE_LABEL: self.part}) for m in machines]
+                    )
+                    self.launched[cluster] += count
             self.stop.wait(0.3)
 
 
@@ -148,6 +159,7 @@ def lws(namespace: str, part: str, *, opted_in: bool) -> dict[str, Any]:
         "metadata": {"name": "vllm", "namespace": namespace, "labels": labels},
         "spec": {
             "replicas": 0,
+            "startupPolicy": "LeaderReady",
             "leaderWorkerTemplate": {
                 "size": SIZE,
                 "leaderTemplate": {"spec": pod},
@@ -187,15 +199,22 @@ def _verdict(cluster: str, sb: Sandbox, namespace: str, part: str) -> Verdict:
     return Verdict(cluster, seen.whole_groups, seen.partial_groups, seen.gated_pods, machines)
 
 
+def _all_made(pods: list[dict[str, Any]]) -> bool:
+    """Every pod LWS makes now is there: the leaders, and the workers of each ready leader."""
+    leaders = [p for p in pods if p["metadata"].get("labels", {}).get(WORKER_INDEX_LABEL) == "0"]
+    ready = summarize(leaders, 1).whole_groups  # each leader alone: a "whole group" when ready
+    return len(leaders) == REPLICAS and len(pods) == REPLICAS + ready * (SIZE - 1)
+
+
 def _settle(members: Mapping[str, Sandbox], namespace: str, part: str, timeout: float = 120) -> list[Verdict]:
-    """The verdicts once nothing has changed for SETTLE_SECONDS (4 pods per cluster there)."""
+    """The verdicts once nothing has changed for SETTLE_SECONDS, every pod LWS makes made."""
     deadline = time.monotonic() + timeout
     last: object = None
     since = time.monotonic()
     while True:
         seen = [_verdict(c, sb, namespace, part) for c, sb in members.items()]
-        counts = [len(_get(sb, "pods", "-n", namespace)) for sb in members.values()]
-        if seen != last or counts != [REPLICAS * SIZE] * len(members):
+        made = all(_all_made(_get(sb, "pods", "-n", namespace)) for sb in members.values())
+        if seen != last or not made:
             last, since = seen, time.monotonic()
         elif time.monotonic() - since >= SETTLE_SECONDS:
             return seen

@@ -193,12 +193,25 @@ async def test_gpus_asked_through_dra_claims_count_against_the_pool_quota(
         # than the record holds; once it is put back, a pod asks more than its role.
         said = ("2 nvidia.com/gpu, more than its role", "more than its record holds")
 
+        told: list[str] = []
+
         async def given_back() -> bool:
-            told = [condition((await records(api, namespace, "dra"))[0]).get("message", "")]
-            told += [e.get("message", "") for e in await events_for(api, namespace, "dra")]
+            told[:] = [f"record: {condition((await records(api, namespace, 'dra'))[0])}"]
+            told.extend(f"event: {e.get('message', '')}" for e in await events_for(api, namespace, "dra"))
             return any("given back" in m and any(s in m for s in said) for m in told)
 
-        await eventually(given_back, timeout=60, what="group 0 given back for its pods' claims of 2")
+        try:
+            await eventually(given_back, timeout=60, what="group 0 given back for its pods' claims of 2")
+        except AssertionError as exc:  # what was seen instead, and the pods and claims then
+            pods = await list_raw(api, "pods", namespace=namespace)
+            claims = await list_raw(api, "resourceclaims.resource.k8s.io", namespace=namespace)
+            seen = [
+                f"pod {p['metadata']['name']} gates={p['spec'].get('schedulingGates')} "
+                f"claims={p.get('status', {}).get('resourceClaimStatuses')}"
+                for p in pods
+            ]
+            seen += [f"claim {c['metadata']['name']} asks {c['spec']['devices']['requests']}" for c in claims]
+            raise AssertionError("\n".join([str(exc), *told, *seen])) from None
 
         async def settled() -> bool:
             claims = await list_raw(api, "resourceclaims.resource.k8s.io", namespace=namespace)

@@ -91,3 +91,29 @@ def test_an_ungated_pod_without_an_admitted_record_is_counted(records: list[dict
     m = monitor()
     m.observe([pod("a", 0)], records)
     assert m.tally.ungated_without_record == 1
+
+
+def given_back(index: int) -> dict[str, Any]:
+    r = record(index, admitted_at=None)
+    r["status"]["conditions"] = [
+        {
+            "type": "Admitted",
+            "status": "False",
+            "reason": "NotAsAdmitted",
+            "lastTransitionTime": "2026-12-01T00:00:05Z",
+        }
+    ]
+    return r
+
+
+def test_pods_let_through_on_an_admission_given_back_are_no_pods_without_one() -> None:
+    """A give-back writes the record first, then deletes the pods (their quota stays held
+    while they live): a look between the two sees them ungated under a record that no
+    longer says Admitted. They went through on an admission; a pod that never did counts."""
+    m = monitor()
+    m.observe([pod("a", 0), pod("b", 0)], [record(0)])
+    m.observe([pod("a", 0), pod("b", 0)], [given_back(0)])
+    assert m.tally.ungated_without_record == 0
+    m.observe([pod("a", 0), pod("c", 0)], [given_back(0)])
+    assert m.tally.ungated_without_record == 1
+    assert any("c" in n and "NotAsAdmitted" in n for n in m.tally.notes), m.tally.notes

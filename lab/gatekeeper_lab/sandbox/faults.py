@@ -90,6 +90,14 @@ def _admission(record: dict[str, Any]) -> str | None:
     return None
 
 
+def _said(record: dict[str, Any]) -> str:
+    """The record's Admitted condition in a few words (for a note)."""
+    for c in record.get("status", {}).get("conditions", []) or []:
+        if c.get("type") == ADMITTED:
+            return f"Admitted={c.get('status')} {c.get('reason', '')}: {str(c.get('message', ''))[:200]}"
+    return "no Admitted condition"
+
+
 @dataclass
 class Tally:
     """The figures of one scenario, one row of the fault table."""
@@ -156,13 +164,19 @@ class Monitor:
     def observe(self, pods: list[dict[str, Any]], records: list[dict[str, Any]]) -> int:
         """Judge one look at the namespace's pods and records into the tally; returns bound GPUs."""
         admitted: dict[tuple[str, int], str] = {}
+        said: dict[tuple[str, int], str] = {}  # each group's record's Admitted, in words
         for r in records:
             spec = r.get("spec", {})
             adm = _admission(r)
-            if adm is not None and isinstance(spec.get("groupIndex"), int):
-                admitted[(str(spec.get("leaderWorkerSet")), spec["groupIndex"])] = adm
+            if not isinstance(spec.get("groupIndex"), int):
+                continue
+            key = (str(spec.get("leaderWorkerSet")), spec["groupIndex"])
+            if adm is not None:
+                admitted[key] = adm
+            said.setdefault(key, _said(r))
         bound_gpus = 0
         ungated: dict[tuple[str, int], set[str]] = {}
+        names: dict[str, str] = {}
         for p in pods:
             labels = p["metadata"].get("labels", {})
             if labels.get(POOL_LABEL) != self.pool or p.get("status", {}).get("phase") in (
@@ -181,10 +195,20 @@ class Monitor:
             )
             if not gated:
                 ungated.setdefault(key, set()).add(p["metadata"]["uid"])
+                names[p["metadata"]["uid"]] = str(p["metadata"].get("name"))
         self.tally.peak_overrun = max(self.tally.peak_overrun, bound_gpus - self.quota_gpus)
         for key, uids in ungated.items():
-            if key not in admitted:
-                self.tally.ungated_without_record = max(self.tally.ungated_without_record, len(uids))
+            if key in admitted:
+                continue
+            # A give-back writes the record, then deletes the pods: those let through on the
+            # group's last admission may still be there (their quota is held while they live).
+            never = uids - (self.groups[key].pods if key in self.groups else frozenset())
+            if never:
+                self.tally.ungated_without_record = max(self.tally.ungated_without_record, len(never))
+                self.tally.notes.append(
+                    f"group {key}: pods {sorted(names[u] for u in never)} ungated, never under an "
+                    f"admission; its record: {said.get(key, 'none')}"
+                )
         for key, adm in admitted.items():
             seen = self.groups.setdefault(key, _Group())
             now = frozenset(ungated.get(key, ()))
