@@ -131,9 +131,12 @@ async def test_gpus_asked_through_dra_claims_count_against_the_pool_quota(
     try:
         await as_tenant("create", "-f", "-", obj=claim_template(namespace))
         await as_tenant("create", "-f", "-", obj=claim_template(namespace, "every-gpu", allocationMode="All"))
-        await as_tenant(
-            "create", "-f", "-", obj=with_claims(lws_body("dra", pool, nodes, replicas=2), namespace)
-        )
+        dra = with_claims(lws_body("dra", pool, nodes, replicas=2), namespace)
+        # A worker deleted is made again alone: LWS's default restart policy would delete the
+        # whole group and make it again, from the template as it is by then (put back: it asks
+        # 1 again), before the gatekeeper's grace for a pod not as admitted runs out.
+        dra["spec"]["leaderWorkerTemplate"]["restartPolicy"] = "None"
+        await as_tenant("create", "-f", "-", obj=dra)
         await as_tenant(
             "create", "-f", "-", obj=with_claims(lws_body("all", pool, nodes), namespace, "every-gpu")
         )
