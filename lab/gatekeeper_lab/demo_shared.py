@@ -10,7 +10,7 @@ cluster for each of its pods that waits unbound and ungated (all a cluster asks 
 once), one cluster after the other once both have asked, until the 4 are out; nothing
 else gives the demo's pods a node. An LWS of groups of two one-GPU pods
 (``startupPolicy: LeaderReady``, as multi-host vLLM is run: workers are made once their
-leader is ready) is scaled from 0 to 2 in both clusters at once.
+leader is ready; a leader loads for 12 s) is scaled from 0 to 2 in both clusters at once.
 
 Without the gatekeeper the machines go to the pods that ask first: the leaders, since a
 group's workers do not exist yet. All four go to the four leaders and every group is
@@ -41,6 +41,7 @@ from gatekeeper.core.kube.keys import (
 )
 from gatekeeper_lab.sandbox.cluster import Sandbox
 from gatekeeper_lab.sandbox.hub import Hub
+from gatekeeper_lab.sandbox.kwok import READY_DELAY_ANNOTATION
 from gatekeeper_lab.sandbox.manifests import fake_node
 from gatekeeper_lab.sandbox.observe import summarize
 
@@ -58,6 +59,10 @@ POOL = "demo-shared"
 WITHOUT = "shared-without"
 WITH = "shared-with"
 SETTLE_SECONDS = 8.0
+LOADING = "12s"
+"""How long a leader takes to turn Ready once bound (a model server loading its weights):
+longer than the scheduler's longest backoff (10 s), so that a leader that waits is placed
+before the first worker exists, whatever the scheduler's retry timing."""
 ASK_WINDOW = 60.0
 """The cloud waits this long at most for every cluster to ask before it serves the first."""
 
@@ -162,7 +167,10 @@ def lws(namespace: str, part: str, *, opted_in: bool) -> dict[str, Any]:
             "startupPolicy": "LeaderReady",
             "leaderWorkerTemplate": {
                 "size": SIZE,
-                "leaderTemplate": {"spec": pod},
+                "leaderTemplate": {
+                    "metadata": {"annotations": {READY_DELAY_ANNOTATION: LOADING}},
+                    "spec": pod,
+                },
                 "workerTemplate": {"spec": pod},
             },
         },
@@ -199,11 +207,14 @@ def _verdict(cluster: str, sb: Sandbox, namespace: str, part: str) -> Verdict:
     return Verdict(cluster, seen.whole_groups, seen.partial_groups, seen.gated_pods, machines)
 
 
-def _all_made(pods: list[dict[str, Any]]) -> bool:
-    """Every pod LWS makes now is there: the leaders, and the workers of each ready leader."""
+def _at_rest(pods: list[dict[str, Any]]) -> bool:
+    """Nothing more comes by itself: the leaders are made, every bound one has loaded, and
+    the workers of each ready leader are made."""
     leaders = [p for p in pods if p["metadata"].get("labels", {}).get(WORKER_INDEX_LABEL) == "0"]
-    ready = summarize(leaders, 1).whole_groups  # each leader alone: a "whole group" when ready
-    return len(leaders) == REPLICAS and len(pods) == REPLICAS + ready * (SIZE - 1)
+    seen = summarize(leaders, 1)  # each leader alone: a "whole group" when ready
+    loading = sum(1 for g in seen.groups.values() if g.bound and not g.ready)
+    ready = seen.whole_groups
+    return len(leaders) == REPLICAS and not loading and len(pods) == REPLICAS + ready * (SIZE - 1)
 
 
 def _settle(members: Mapping[str, Sandbox], namespace: str, part: str, timeout: float = 120) -> list[Verdict]:
@@ -213,7 +224,7 @@ def _settle(members: Mapping[str, Sandbox], namespace: str, part: str, timeout: 
     since = time.monotonic()
     while True:
         seen = [_verdict(c, sb, namespace, part) for c, sb in members.items()]
-        made = all(_all_made(_get(sb, "pods", "-n", namespace)) for sb in members.values())
+        made = all(_at_rest(_get(sb, "pods", "-n", namespace)) for sb in members.values())
         if seen != last or not made:
             last, since = seen, time.monotonic()
         elif time.monotonic() - since >= SETTLE_SECONDS:
