@@ -11,7 +11,7 @@ starts from new lists, never from the caches of its last term.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import anyio
@@ -71,6 +71,7 @@ class Caches:
         self.credentials = credentials or Credentials(api)
         self._informers: dict[tuple[str, str, str, str, str], Informer] = {}
         self._nodes: tuple[int, list[Node]] = (-1, [])
+        self._parsed_nodes: dict[str, tuple[Mapping[str, Any], Node | None]] = {}
         self._priorities: tuple[int, dict[str, int]] = (-1, {})
         self._dra: tuple[tuple[int, ...], ClaimBook, DeviceRoom] = ((), ClaimBook(), DeviceRoom())
         self.requests = RequestsMemo()
@@ -119,16 +120,25 @@ class Caches:
                 tg.start_soon(inf.run)
 
     def nodes(self) -> list[Node]:
-        """The Nodes, parsed once per change of the Node informer; unreadable ones are skipped."""
+        """The Nodes, the list made once per change of the Node informer, each Node parsed
+        once per change of its own object (a pass during a scale-up reads hundreds of nodes
+        of which a few changed); unreadable ones are skipped, said once per change."""
         inf = self.informer(r.NODES)
         if self._nodes[0] != inf.changes:
-            nodes = []
+            parsed: dict[str, tuple[Mapping[str, Any], Node | None]] = {}
             for obj in inf.values():
+                name = str(obj.get("metadata", {}).get("name"))
+                seen = self._parsed_nodes.get(name)
+                if seen is not None and seen[0] is obj:  # the informer keeps an object until it changes
+                    parsed[name] = seen
+                    continue
                 try:
-                    nodes.append(parse_node(obj))
+                    parsed[name] = (obj, parse_node(obj))
                 except (ValueError, ArithmeticError) as exc:
-                    log.warning("node %s ignored: %s", obj.get("metadata", {}).get("name"), exc)
-            self._nodes = (inf.changes, nodes)
+                    log.warning("node %s ignored: %s", name, exc)
+                    parsed[name] = (obj, None)
+            self._parsed_nodes = parsed
+            self._nodes = (inf.changes, [node for _, node in parsed.values() if node is not None])
         return self._nodes[1]
 
     def dra_informers(self) -> list[Informer]:

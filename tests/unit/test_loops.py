@@ -19,6 +19,7 @@ import pytest
 from core_builders import lws, lws_pod, lws_statefulsets, node, pool
 
 from gatekeeper.controller import app
+from gatekeeper.controller import caches as caches_module
 from gatekeeper.controller import resources as r
 from gatekeeper.controller.backends.kueue import KueueBackend
 from gatekeeper.controller.backends.pools import PoolsBackend
@@ -34,6 +35,7 @@ from gatekeeper.core.kube.keys import (
     POOL_LABEL,
     SCHEDULING_GATE,
 )
+from gatekeeper.core.model.nodes import parse_node
 from gatekeeper.core.model.record import new_record
 from gatekeeper.core.plugin.decided import Decided
 
@@ -313,6 +315,32 @@ def test_nodes_are_parsed_once_per_change_of_their_informer() -> None:
     assert caches.nodes() is first
     fill(nodes, gpu_node("n1", "a"))
     assert [n.name for n in caches.nodes()] == ["n0", "n1"]
+
+
+def test_a_node_is_parsed_again_only_when_its_own_object_changed(monkeypatch: pytest.MonkeyPatch) -> None:
+    parsed: list[str] = []
+
+    def counting(obj: dict[str, Any]) -> Any:
+        parsed.append(obj["metadata"]["name"])
+        return parse_node(obj)
+
+    monkeypatch.setattr(caches_module, "parse_node", counting)
+    caches = Caches(None)
+    nodes = caches.informer(r.NODES)
+    fill(nodes, *(gpu_node(f"n{i}", "a") for i in range(3)))
+    caches.nodes()
+    broken = gpu_node("n3", "a")
+    broken["status"]["allocatable"] = {"nvidia.com/gpu": "x"}
+    fill(nodes, gpu_node("n1", "a", gpus=2), broken)
+    assert {n.name: n.allocatable.get("nvidia.com/gpu") for n in caches.nodes()} == {
+        "n0": 1,
+        "n1": 2,
+        "n2": 1,
+    }
+    fill(nodes, gpu_node("n0", "a", gpus=4))
+    del nodes.objects[("", "n2")]
+    assert [n.name for n in caches.nodes()] == ["n0", "n1"]
+    assert parsed == ["n0", "n1", "n2", "n1", "n3", "n0"]  # n3 unreadable: not tried again unchanged
 
 
 logging.getLogger("gatekeeper").setLevel(logging.CRITICAL)
