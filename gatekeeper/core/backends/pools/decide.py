@@ -79,6 +79,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from gatekeeper.core.admission.intruders import intruders
@@ -101,7 +102,7 @@ from gatekeeper.core.model.demand import GroupDemand
 from gatekeeper.core.model.devices import DeviceRoom, with_devices
 from gatekeeper.core.model.gating import Ungate
 from gatekeeper.core.model.group import GroupKey
-from gatekeeper.core.model.groups import DemandMemo, GroupState, lws_groups
+from gatekeeper.core.model.groups import DemandMemo, GroupState, leader_template_revision, lws_groups
 from gatekeeper.core.model.lws import priority as lws_priority
 from gatekeeper.core.model.nodes import Node, RequestsMemo, node_usage_skipping
 from gatekeeper.core.model.pool import Pool
@@ -246,12 +247,12 @@ def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMem
         who.charges, by_name, launcher, snap.now, snap.retry_seconds, snap.default_priority, snap.claim_book
     )
     one = GroupPass(settings, who.strangers)
+    statefulsets, held = index_by_key(snap.statefulsets), partial(admitted_indices, records)
     for (ns, name), lws in sorted(lws_by_key.items()):
         created = parse_time(meta(lws).get("creationTimestamp"))
         order = lws_priority(lws, snap.priorities).order
-        for group in lws_groups(
-            ns, name, lws, who.pods_of, records, lambda n, lw, u: admitted_indices(records, n, lw, u), memo
-        ):
+        revision = leader_template_revision(lws, statefulsets)
+        for group in lws_groups(ns, name, lws, who.pods_of, records, held, memo, revision):
             one.group(lws, group, created, order)
     for rkey, running in still_charged(records, one.wanted_records, lws_by_key, who.pods_of, who.charges):
         one.wanted_records.add(rkey)
