@@ -7,8 +7,9 @@ default), in one sandbox; the ratio of each pair, and of the medians, is printed
 min / median / max. Each run also gives: seconds until settled (unchanged for 5 s, not
 counted), whole groups, GPUs stranded in incomplete groups, the CPU seconds of the gatekeeper
 and of every process of the sandbox (per 1,000 pods, and the extra against the run without),
-the p50 / p99 of the gatekeeper's pod webhook as the API server timed it, and the
-gatekeeper's API requests per admitted group and peak memory (VmHWM).
+the p50 / p99 of the gatekeeper's pod webhook as the API server timed it, the
+gatekeeper's API requests per admitted group and peak memory (VmHWM), its writes by purpose
+and the watch events its informers decoded, by resource (count and KiB).
 
 Runs:
   fit      GROUPS groups of SIZE on GROUPS*SIZE one-GPU nodes: everything fits.
@@ -56,6 +57,8 @@ from gatekeeper_lab.sandbox.replay import LeaderWorkerSet, list_raw, settle
 HERE = Path(__file__).parent
 POLL_SECONDS = 0.5
 WRITES = "gatekeeper_writes_total"
+WATCH_EVENTS = "gatekeeper_watch_events_total"
+WATCH_BYTES = "gatekeeper_watch_bytes_total"
 FLOOR = "floor.bench.lws-gatekeeper.io"
 
 
@@ -126,6 +129,10 @@ class Run:
     """The gatekeeper's API requests in the run, by verb and resource."""
     writes: dict[str, float]
     """Its plans' writes in the run, by resource and purpose (``gatekeeper_writes_total``)."""
+    watch_events: dict[str, float]
+    """The watch events its informers received in the run, by resource and type."""
+    watch_kib: dict[str, float]
+    """Their size, KiB by resource."""
 
 
 def _sandbox_cpu(sb: Sandbox) -> dict[str, float]:
@@ -217,6 +224,7 @@ async def one_run(sb: Sandbox, label: str, nodes: int, groups: int, size: int, m
     pid = int(sb.state()["processes"]["gatekeeper"]["pid"])
     text = sb.metrics()
     asked, wrote = requests_by_kind(text), requests_by_kind(text, WRITES)
+    watched, watched_size = requests_by_kind(text, WATCH_EVENTS), requests_by_kind(text, WATCH_BYTES)
     hooks_before = webhook_buckets(
         sb.kubectl("get", "--raw", "/metrics").stdout, FLOOR if server else WEBHOOK
     )
@@ -239,6 +247,8 @@ async def one_run(sb: Sandbox, label: str, nodes: int, groups: int, size: int, m
     delta = {b: hooks.get(b, 0.0) - hooks_before.get(b, 0.0) for b in hooks}
     text = sb.metrics()
     requests, writes = grown(asked, requests_by_kind(text)), grown(wrote, requests_by_kind(text, WRITES))
+    watch_events = grown(watched, requests_by_kind(text, WATCH_EVENTS))
+    watch_size = grown(watched_size, requests_by_kind(text, WATCH_BYTES))
     made = sum(requests.values())
     run = Run(
         scenario=label,
@@ -260,6 +270,8 @@ async def one_run(sb: Sandbox, label: str, nodes: int, groups: int, size: int, m
         cpu_by_process={k: round(cpu_after.get(k, 0.0) - v, 2) for k, v in cpu_before.items()},
         requests=requests,
         writes=writes,
+        watch_events=watch_events,
+        watch_kib={k: round(v / 1024, 1) for k, v in watch_size.items()},
     )
     print(
         f"{label:7} {mode:10} #{repeat}  running={run.running_s:6.1f}s  "
@@ -287,6 +299,10 @@ def spread(values: list[float]) -> str:
     return f"{min(values):.2f} / {statistics.median(values):.2f} / {max(values):.2f}"
 
 
+def _counts(by: dict[str, float]) -> str:
+    return ", ".join(f"{k} {v:g}" for k, v in sorted(by.items(), key=lambda kv: -kv[1])) or "none"
+
+
 def summary(runs: list[Run]) -> list[str]:
     """Per scenario and mode: the ratio to the default of each alternated pair and of the medians
     (min / median / max), the CPU it cost, its webhook's latency at the API server."""
@@ -310,6 +326,12 @@ def summary(runs: list[Run]) -> list[str]:
                 f"{label}: {mode}, webhook p50 / p99 at the API server (ms) {p50} / {p99}; "
                 f"whole groups {whole}; stranded GPUs {stranded}",
             ]
+            last = mine[-1]
+            if last.writes or last.watch_events:
+                lines.append(
+                    f"{label}: {mode}, last run: writes {_counts(last.writes)}; watch events "
+                    f"{_counts(last.watch_events)}; watched KiB {_counts(last.watch_kib)}"
+                )
     return lines
 
 

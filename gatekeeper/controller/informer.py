@@ -22,6 +22,7 @@ from typing import Any
 import anyio
 import httpx
 import kr8s.asyncio
+from prometheus_client import Counter
 
 from gatekeeper.controller.credentials import Credentials
 from gatekeeper.controller.errors import (
@@ -36,6 +37,18 @@ from gatekeeper.controller.resources import Resource
 __all__ = ["Informer", "Resource"]
 
 log = logging.getLogger("gatekeeper.informer")
+
+WATCH_EVENTS = Counter(
+    "gatekeeper_watch_events_total",
+    "Watch events the informers received, by resource and type",
+    ["resource", "type"],
+)
+WATCH_BYTES = Counter(
+    "gatekeeper_watch_bytes_total",
+    "Size of the watch events the informers decoded (characters of their JSON, about bytes), by resource",
+    ["resource"],
+)
+_EVENT_TYPES = frozenset({"ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"})
 
 Key = tuple[str, str]
 
@@ -196,6 +209,8 @@ class Informer:
                     continue
                 event = json.loads(line)
                 kind, obj = event.get("type"), event.get("object", {})
+                WATCH_EVENTS.labels(self.resource.plural, kind if kind in _EVENT_TYPES else "other").inc()
+                WATCH_BYTES.labels(self.resource.plural).inc(len(line))
                 if kind == "ERROR":
                     code = obj.get("code")
                     log.info("watch of %s ended: %s (%s)", self.resource.plural, obj.get("message"), code)

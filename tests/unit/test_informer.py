@@ -16,6 +16,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+from prometheus_client import REGISTRY
 
 from gatekeeper.controller.informer import Informer, Resource
 
@@ -95,3 +96,28 @@ async def test_error_status_on_list_is_retried() -> None:
             await informer.synced.wait()
             tg.cancel_scope.cancel()
     assert list(informer.objects) == [("ns", "a")]
+
+
+@pytest.mark.anyio
+async def test_watch_events_are_counted_by_resource_and_type_with_their_size() -> None:
+    events = [
+        {"type": "ADDED", "object": _pod("c", "13")},
+        {"type": "MODIFIED", "object": _pod("c", "14")},
+        {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "15"}}},
+        {"type": "SOMETHING", "object": _pod("d", "16")},
+    ]
+    api = FakeApi([_json(200, {"metadata": {"resourceVersion": "10"}, "items": []}), _watch(*events)])
+    informer = Informer(api, Resource("counted-pods"))  # type: ignore[arg-type]
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(informer.run)
+            while informer.get("ns", "d") is None:
+                await anyio.sleep(0.01)
+            tg.cancel_scope.cancel()
+    counted = {
+        t: REGISTRY.get_sample_value("gatekeeper_watch_events_total", {"resource": "counted-pods", "type": t})
+        for t in ("ADDED", "MODIFIED", "BOOKMARK", "other")
+    }
+    assert counted == {"ADDED": 1, "MODIFIED": 1, "BOOKMARK": 1, "other": 1}
+    size = REGISTRY.get_sample_value("gatekeeper_watch_bytes_total", {"resource": "counted-pods"})
+    assert size == sum(len(json.dumps(e)) for e in events)
