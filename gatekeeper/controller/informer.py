@@ -119,6 +119,10 @@ class Informer:
         self.last_error = ""
         self._attempt: anyio.CancelScope | None = None
         self._relist = False
+        # The counters' series, looked up once: every watch event counts on them.
+        plural = resource.plural
+        self._events = {t: WATCH_EVENTS.labels(plural, t) for t in (*_EVENT_TYPES, "other")}
+        self._bytes = WATCH_BYTES.labels(plural)
 
     def restart(self) -> None:
         """End the list or watch in flight and list again (with a new ``api``: the hub's
@@ -209,8 +213,8 @@ class Informer:
                     continue
                 event = json.loads(line)
                 kind, obj = event.get("type"), event.get("object", {})
-                WATCH_EVENTS.labels(self.resource.plural, kind if kind in _EVENT_TYPES else "other").inc()
-                WATCH_BYTES.labels(self.resource.plural).inc(len(line))
+                self._events.get(str(kind), self._events["other"]).inc()
+                self._bytes.inc(len(line))
                 if kind == "ERROR":
                     code = obj.get("code")
                     log.info("watch of %s ended: %s (%s)", self.resource.plural, obj.get("message"), code)

@@ -14,7 +14,8 @@ from core_builders import gpu_nodes, lws, lws_pod, lws_statefulsets, pool, read_
 
 from gatekeeper.core.backends.pools import Snapshot, decide
 from gatekeeper.core.kube.keys import REVISION_LABEL
-from gatekeeper.core.model.groups import DemandMemo, leader_template_revision
+from gatekeeper.core.model.groups import DemandMemo
+from gatekeeper.core.model.owned import leader_template_revision
 
 NS = "default"
 

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from gatekeeper.core.kube.keys import LWS_KIND, LWS_NAME_LABEL, REVISION_LABEL
-from gatekeeper.core.kube.objects import as_list, as_map, condition, is_terminating, meta
+from gatekeeper.core.kube.keys import LWS_NAME_LABEL
+from gatekeeper.core.kube.objects import as_list, as_map, is_terminating, meta
 from gatekeeper.core.model.claims import NO_CLAIMS, ClaimBook
 from gatekeeper.core.model.demand import GroupDemand, group_demand
 from gatekeeper.core.model.group import GroupKey, InvalidDemand
@@ -38,18 +38,7 @@ from gatekeeper.core.model.lws import GroupPod, group_index, pool_of, replicas, 
 from gatekeeper.core.model.overhead import runtime_overheads
 from gatekeeper.core.model.record import record_belongs, record_name
 
-__all__ = [
-    "DemandMemo",
-    "GroupState",
-    "LwsGroup",
-    "PodsByGroup",
-    "leader_template_revision",
-    "lws_groups",
-    "pods_by_group",
-]
-
-UPDATE_IN_PROGRESS = "UpdateInProgress"
-"""The LWS condition that says a rolling update is under way."""
+__all__ = ["DemandMemo", "GroupState", "LwsGroup", "PodsByGroup", "lws_groups", "pods_by_group"]
 
 PodsByGroup = Mapping[tuple[str, str], Mapping[int, Sequence[GroupPod]]]
 """Pods per (namespace, LWS name) and group index."""
@@ -189,29 +178,6 @@ def revision_of(pods: Sequence[GroupPod]) -> str:
     return ""
 
 
-def leader_template_revision(
-    lws: Mapping[str, Any], statefulsets: Mapping[tuple[str, str], Mapping[str, Any]]
-) -> str:
-    """The template revision the LWS's leader StatefulSet (``statefulsets`` by namespace and
-    name) makes pods with now, its revision label: what a group none of whose pods exists
-    yet will be made from, so that its admission can say it. "" while the LWS says a rolling
-    update is in progress (a pod below the partition is then made from the old revision),
-    or when that StatefulSet is not the LWS's own."""
-    if condition(lws, UPDATE_IN_PROGRESS).get("status") == "True":
-        return ""
-    m = meta(lws)
-    sts = statefulsets.get((str(m.get("namespace") or ""), str(m.get("name") or "")))
-    if sts is None or not m.get("uid"):
-        return ""
-    owned = any(
-        isinstance(ref, Mapping) and ref.get("controller") is True and ref.get("kind") == LWS_KIND
-        and ref.get("uid") == m.get("uid")
-        for ref in as_list(meta(sts).get("ownerReferences"))
-    )  # fmt: skip
-    revision = as_map(meta(sts).get("labels")).get(REVISION_LABEL) if owned else None
-    return revision if isinstance(revision, str) else ""
-
-
 def lws_groups(
     ns: str,
     name: str,
@@ -226,7 +192,7 @@ def lws_groups(
 
     When ``spec.replicas`` cannot be read, every group gets an ``InvalidSpec`` demand and
     ``held_when_unreadable(ns, name, uid)`` names the indices that hold something. A group
-    whose pods say no template revision has ``revision`` (``leader_template_revision``).
+    whose pods say no template revision has ``revision`` (``owned.leader_template_revision``).
     """
     uid = str(meta(lws).get("uid") or "")
     deleting = is_terminating(lws)

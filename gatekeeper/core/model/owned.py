@@ -14,6 +14,9 @@ change the LWS instead. This module decides, with no I/O:
   ``spec`` or its controller reference;
 - :func:`scale_refusal`: a change of its replicas through ``statefulsets/scale``, whose
   Scale object carries no owner (the webhook reads the StatefulSet for it).
+- :func:`leader_template_revision`: the template revision the LWS's own leader StatefulSet
+  makes pods with, for the record of a group admitted before its pods exist (the pools
+  backend's ``decide``).
 
 The LWS controller and the garbage collector (which drops the owner reference when an
 LWS is deleted with ``--cascade=orphan``) are left out by the webhook configuration's
@@ -26,10 +29,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gatekeeper.core.kube.keys import LWS_KIND, LWS_NAME_LABEL
-from gatekeeper.core.kube.objects import as_list, as_map, labels, meta, name_of
+from gatekeeper.core.kube.keys import LWS_KIND, LWS_NAME_LABEL, REVISION_LABEL
+from gatekeeper.core.kube.objects import as_list, as_map, condition, labels, meta, name_of
 
-__all__ = ["Controller", "controller_of", "scale_refusal", "statefulset_refusal", "statefulset_view"]
+__all__ = [
+    "Controller",
+    "controller_of",
+    "leader_template_revision",
+    "scale_refusal",
+    "statefulset_refusal",
+    "statefulset_view",
+]
+
+UPDATE_IN_PROGRESS = "UpdateInProgress"
+"""The LWS condition that says a rolling update is under way."""
 
 #: What the decisions read of a StatefulSet: who it is and who controls it.
 _STS_META = ("name", "namespace", "uid", "resourceVersion", "labels", "ownerReferences", "deletionTimestamp")
@@ -73,6 +86,27 @@ def _controller_ref(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
         if ref.get("controller") is True:
             return ref
     return None
+
+
+def leader_template_revision(
+    lws: Mapping[str, Any], statefulsets: Mapping[tuple[str, str], Mapping[str, Any]]
+) -> str:
+    """The template revision the LWS's leader StatefulSet (``statefulsets`` by namespace and
+    name) makes pods with now, its revision label: what a group none of whose pods exists
+    yet will be made from, so that its admission can say it. "" while the LWS says a rolling
+    update is in progress (a pod below the partition is then made from the old revision),
+    or when that StatefulSet is not the LWS's own."""
+    if condition(lws, UPDATE_IN_PROGRESS).get("status") == "True":
+        return ""
+    m = meta(lws)
+    sts = statefulsets.get((str(m.get("namespace") or ""), str(m.get("name") or "")))
+    if sts is None or not m.get("uid"):
+        return ""
+    ref = _controller_ref(sts)
+    if ref is None or ref.get("kind") != LWS_KIND or ref.get("uid") != m.get("uid"):
+        return ""
+    revision = labels(sts).get(REVISION_LABEL)
+    return revision if isinstance(revision, str) else ""
 
 
 def controller_of(sts: Mapping[str, Any]) -> Controller | None:

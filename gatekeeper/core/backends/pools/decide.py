@@ -102,9 +102,10 @@ from gatekeeper.core.model.demand import GroupDemand
 from gatekeeper.core.model.devices import DeviceRoom, with_devices
 from gatekeeper.core.model.gating import Ungate
 from gatekeeper.core.model.group import GroupKey
-from gatekeeper.core.model.groups import DemandMemo, GroupState, leader_template_revision, lws_groups
+from gatekeeper.core.model.groups import DemandMemo, GroupState, lws_groups
 from gatekeeper.core.model.lws import priority as lws_priority
 from gatekeeper.core.model.nodes import Node, RequestsMemo, node_usage_skipping
+from gatekeeper.core.model.owned import leader_template_revision
 from gatekeeper.core.model.pool import Pool
 from gatekeeper.core.model.record import admitted_indices, is_admitted
 from gatekeeper.core.plugin.decided import GroupActions
