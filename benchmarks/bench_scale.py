@@ -38,7 +38,7 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -46,7 +46,7 @@ from typing import Any
 import anyio
 import kr8s.asyncio
 from bench_timeline import cpu_seconds, machine_busy
-from load_support import WEBHOOK, quantile, webhook_buckets
+from load_support import WEBHOOK, pass_seconds, quantile, webhook_buckets
 
 from gatekeeper.core.kube.keys import POOL_LABEL
 from gatekeeper_lab.sandbox.cluster import Sandbox, default_dir, fake_node
@@ -59,6 +59,7 @@ POLL_SECONDS = 0.5
 WRITES = "gatekeeper_writes_total"
 WATCH_EVENTS = "gatekeeper_watch_events_total"
 WATCH_BYTES = "gatekeeper_watch_bytes_total"
+STAGES = "gatekeeper_reconcile_stage_seconds_total"
 FLOOR = "floor.bench.lws-gatekeeper.io"
 
 
@@ -133,6 +134,10 @@ class Run:
     """The watch events its informers received in the run, by resource and type."""
     watch_kib: dict[str, float]
     """Their size, KiB by resource."""
+    passes: int = 0
+    """The planning passes in the run."""
+    stage_s: dict[str, float] = field(default_factory=dict)
+    """Their wall seconds by stage (snapshot, decide, plan, execute)."""
 
 
 def _sandbox_cpu(sb: Sandbox) -> dict[str, float]:
@@ -225,6 +230,7 @@ async def one_run(sb: Sandbox, label: str, nodes: int, groups: int, size: int, m
     text = sb.metrics()
     asked, wrote = requests_by_kind(text), requests_by_kind(text, WRITES)
     watched, watched_size = requests_by_kind(text, WATCH_EVENTS), requests_by_kind(text, WATCH_BYTES)
+    staged, passed = requests_by_kind(text, STAGES), pass_seconds(text)[0]
     hooks_before = webhook_buckets(
         sb.kubectl("get", "--raw", "/metrics").stdout, FLOOR if server else WEBHOOK
     )
@@ -249,6 +255,7 @@ async def one_run(sb: Sandbox, label: str, nodes: int, groups: int, size: int, m
     requests, writes = grown(asked, requests_by_kind(text)), grown(wrote, requests_by_kind(text, WRITES))
     watch_events = grown(watched, requests_by_kind(text, WATCH_EVENTS))
     watch_size = grown(watched_size, requests_by_kind(text, WATCH_BYTES))
+    stages = grown(staged, requests_by_kind(text, STAGES))
     made = sum(requests.values())
     run = Run(
         scenario=label,
@@ -272,6 +279,8 @@ async def one_run(sb: Sandbox, label: str, nodes: int, groups: int, size: int, m
         writes=writes,
         watch_events=watch_events,
         watch_kib={k: round(v / 1024, 1) for k, v in watch_size.items()},
+        passes=int(pass_seconds(text)[0] - passed),
+        stage_s={k: round(v, 2) for k, v in stages.items()},
     )
     print(
         f"{label:7} {mode:10} #{repeat}  running={run.running_s:6.1f}s  "
@@ -330,7 +339,8 @@ def summary(runs: list[Run]) -> list[str]:
             if last.writes or last.watch_events:
                 lines.append(
                     f"{label}: {mode}, last run: writes {_counts(last.writes)}; watch events "
-                    f"{_counts(last.watch_events)}; watched KiB {_counts(last.watch_kib)}"
+                    f"{_counts(last.watch_events)}; watched KiB {_counts(last.watch_kib)}; "
+                    f"{last.passes} passes, seconds {_counts(last.stage_s)}"
                 )
     return lines
 

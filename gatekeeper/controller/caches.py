@@ -1,11 +1,11 @@
 """The informers of one leadership term, one per kind and selector, shared by every loop.
 
 Why this exists: the ``pools`` backend and the node-fit check both watch Nodes and bound
-Pods; the ``kueue`` backend and the node-fit check both watch Workloads and flavors. One
-informer per (kind, selectors) serves them all, and what is parsed from a kind (nodes,
-PriorityClass values) is parsed once per change of that kind, not once per loop and
-pass. A ``Caches`` is made afresh for each term: a replica that wins the Lease back
-starts from new lists, never from the caches of its last term.
+Pods (each pod in one watch: ``bound_pods``); the ``kueue`` backend and the node-fit check
+both watch Workloads and flavors. One informer per (kind, selectors) serves them all, and
+what is parsed from a kind (nodes, PriorityClass values) is parsed once per change of that
+kind, not once per loop and pass. A ``Caches`` is made afresh for each term: a replica that
+wins the Lease back starts from new lists, never from the caches of its last term.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from gatekeeper.controller import resources as r
 from gatekeeper.controller.credentials import Credentials
 from gatekeeper.controller.informer import Informer
 from gatekeeper.controller.resources import Resource
+from gatekeeper.core.kube.keys import POOL_LABEL
 from gatekeeper.core.model.claims import ClaimBook, read_claim_book
 from gatekeeper.core.model.devices import (
     DeviceRoom,
@@ -33,12 +34,17 @@ from gatekeeper.core.model.devices import (
 from gatekeeper.core.model.nodes import Node, RequestsMemo, bound_pod_view, parse_node
 from gatekeeper.core.model.owned import statefulset_view
 
-__all__ = ["BOUND_PODS", "Caches"]
+__all__ = ["BOUND_PODS", "OTHER_PODS", "Caches"]
 
 log = logging.getLogger("gatekeeper.caches")
 
 BOUND_PODS = "spec.nodeName!="
 """Field selector of every pod bound to a node, anyone's: node room is physical."""
+
+OTHER_PODS = f"!{POOL_LABEL}"
+"""Label selector of the pods not of an opted-in LWS. The bound ones are watched with it
+(``Caches.bound_pods``): the opted-in pods' own watch brings the others, so that no pod
+arrives twice (at a scale-up, the pods are most of what the gatekeeper reads)."""
 
 
 def _view_of(
@@ -73,6 +79,7 @@ class Caches:
         self._nodes: tuple[int, list[Node]] = (-1, [])
         self._parsed_nodes: dict[str, tuple[Mapping[str, Any], Node | None]] = {}
         self._priorities: tuple[int, dict[str, int]] = (-1, {})
+        self._bound: tuple[tuple[int, int], list[dict[str, Any]]] = ((-1, -1), [])
         self._dra: tuple[tuple[int, ...], ClaimBook, DeviceRoom] = ((), ClaimBook(), DeviceRoom())
         self.requests = RequestsMemo()
         """Requests of bound pods by (uid, resourceVersion), for every loop of the term."""
@@ -140,6 +147,28 @@ class Caches:
             self._parsed_nodes = parsed
             self._nodes = (inf.changes, [node for _, node in parsed.values() if node is not None])
         return self._nodes[1]
+
+    def bound_informers(self) -> tuple[Informer, Informer]:
+        """The two pod watches that together see every pod on a node, each pod once: the
+        opted-in pods (``POOL_LABEL``, whole: the groups read them) and the other bound pods
+        (``OTHER_PODS`` and ``BOUND_PODS``, kept as ``bound_pod_view``)."""
+        return (
+            self.informer(r.PODS, label_selector=POOL_LABEL),
+            self.informer(r.PODS, label_selector=OTHER_PODS, field_selector=BOUND_PODS),
+        )
+
+    def bound_pods(self) -> list[dict[str, Any]]:
+        """Every pod on a node, anyone's, one object per pod (by UID), made once per change of
+        the two watches. A pod whose pool label is taken off leaves one watch and comes into the
+        other; while both still hold it, it is counted once."""
+        opted, others = self.bound_informers()
+        changes = (opted.changes, others.changes)
+        if self._bound[0] != changes:
+            pods = [p for p in opted.values() if p.get("spec", {}).get("nodeName")]
+            seen = {p.get("metadata", {}).get("uid") for p in pods}
+            pods.extend(p for p in others.values() if p.get("metadata", {}).get("uid") not in seen)
+            self._bound = (changes, pods)
+        return self._bound[1]
 
     def dra_informers(self) -> list[Informer]:
         """The DRA kinds' informers: DeviceClasses, ResourceSlices, ResourceClaimTemplates and

@@ -11,7 +11,7 @@ webhook, the probes and the Lease renewals served by the event loop), then ``act
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import anyio.to_thread
 from prometheus_client import Counter
@@ -19,7 +19,7 @@ from prometheus_client import Counter
 from gatekeeper.controller import kube as k
 from gatekeeper.controller import resources as r
 from gatekeeper.controller.act import execute
-from gatekeeper.controller.caches import BOUND_PODS, Caches
+from gatekeeper.controller.caches import Caches
 from gatekeeper.controller.informer import Informer
 from gatekeeper.controller.loop import Write as Writer
 from gatekeeper.core.kube.keys import LWS_NAME_LABEL, POOL_LABEL
@@ -46,22 +46,26 @@ class GroupInformers:
     """The informers of the groups that every backend's pass reads."""
 
     def __init__(self, caches: Caches) -> None:
+        self.caches = caches
         self.lws = caches.informer(r.LWS, label_selector=POOL_LABEL)
-        self.pods = caches.informer(r.PODS, label_selector=POOL_LABEL)
-        """Pods of opted-in LWSs (they carry the pool label)."""
+        self.pods, self.bound = caches.bound_informers()
+        """Pods of opted-in LWSs (they carry the pool label), and every other pod on a node,
+        anyone's: the room they take, and the charge pods let through carry (``bound_pods``)."""
         self.records = caches.informer(r.RECORDS)
         self.priorities = caches.informer(r.PRIORITY_CLASSES)
         # The LWS controller labels its StatefulSets with the LWS's name: only those are read.
         self.statefulsets = caches.informer(r.STATEFULSETS, label_selector=LWS_NAME_LABEL)
         """Which pods an LWS made (``core.admission.members``)."""
-        self.bound = caches.informer(r.PODS, field_selector=BOUND_PODS)
-        """Every pod on a node, anyone's: the room they take, and the charge pods let through carry."""
         self.limit_ranges = caches.informer(r.LIMIT_RANGES)
         """The requests a container that names none gets: part of a group's demand."""
         self.runtime_classes = caches.informer(r.RUNTIME_CLASSES)
         """The overhead a pod that names a RuntimeClass gets: part of a group's demand."""
         self.dra = caches.dra_informers()
         """What DRA claims ask, and the devices of each node: side informers (``Caches.dra``)."""
+
+    def bound_pods(self) -> list[dict[str, Any]]:
+        """Every pod on a node, anyone's, once (``Caches.bound_pods``)."""
+        return self.caches.bound_pods()
 
     @property
     def informers(self) -> list[Informer]:

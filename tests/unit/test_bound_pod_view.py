@@ -18,8 +18,8 @@ import httpx
 import pytest
 
 from gatekeeper.controller import resources as r
-from gatekeeper.controller.caches import BOUND_PODS, Caches
-from gatekeeper.core.kube.keys import KUEUE_POD_GROUP_KEY, KUEUE_ROLE_ANNOTATION
+from gatekeeper.controller.caches import BOUND_PODS, OTHER_PODS, Caches
+from gatekeeper.core.kube.keys import KUEUE_POD_GROUP_KEY, KUEUE_ROLE_ANNOTATION, POOL_LABEL
 from gatekeeper.core.model.nodes import bound_pod_view, node_usage, node_usage_skipping
 
 
@@ -173,6 +173,55 @@ async def test_the_bound_pod_informer_caches_views_and_the_others_whole_objects(
             tg.cancel_scope.cancel()
     assert bound.values() == [bound_pod_view(full_pod())]
     assert ours.values()[0]["status"] == full_pod()["status"]
+
+
+class BySelector:
+    """An API server whose lists answer by label selector, and whose watches stay quiet."""
+
+    def __init__(self, items: dict[str, list[dict[str, Any]]]) -> None:
+        self.items = items
+        self.asked: list[tuple[str, str]] = []
+
+    @contextlib.asynccontextmanager
+    async def call_api(self, method: str, **kwargs: Any) -> AsyncIterator[httpx.Response]:
+        params = kwargs["params"]
+        if params.get("watch"):
+            await anyio.sleep_forever()
+        self.asked.append((params.get("labelSelector", ""), params.get("fieldSelector", "")))
+        items = self.items.get(params.get("labelSelector", ""), [])
+        yield httpx.Response(200, json={"metadata": {"resourceVersion": "9"}, "items": items})
+
+
+def pod(name: str, uid: str, node: str = "", opted_in: bool = True) -> dict[str, Any]:
+    labels = {POOL_LABEL: "p"} if opted_in else {}
+    spec: dict[str, Any] = {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]}
+    if node:
+        spec["nodeName"] = node
+    meta = {"name": name, "namespace": "t", "uid": uid, "resourceVersion": "1", "labels": labels}
+    return {"metadata": meta, "spec": spec, "status": {"phase": "Running" if node else "Pending"}}
+
+
+@pytest.mark.anyio
+async def test_every_bound_pod_is_read_once_from_two_watches_that_do_not_overlap() -> None:
+    opted_bound, opted_waiting = pod("a-0", "u-a", node="n0"), pod("a-1", "u-b")
+    other = pod("web-0", "u-c", node="n1", opted_in=False)
+    # a-0's label just taken off: the others' watch has it before the opted-in one lets it go
+    unlabelled = pod("a-0", "u-a", node="n0", opted_in=False)
+    api = BySelector({POOL_LABEL: [opted_bound, opted_waiting], OTHER_PODS: [other, unlabelled]})
+    caches = Caches(api)  # type: ignore[arg-type]
+    opted, others = caches.bound_informers()
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(caches.run)
+            await opted.synced.wait()
+            await others.synced.wait()
+            tg.cancel_scope.cancel()
+    assert sorted(api.asked) == [(OTHER_PODS, BOUND_PODS), (POOL_LABEL, "")]
+    bound = caches.bound_pods()
+    assert sorted(p["metadata"]["uid"] for p in bound) == ["u-a", "u-c"]
+    assert opted_bound in bound  # the opted-in pod whole, not its view
+    assert node_usage(bound) == {"n0": {"cpu": 1000, "pods": 1}, "n1": {"cpu": 1000, "pods": 1}}
+    assert caches.bound_pods() is bound  # made once per change of the two watches
 
 
 @pytest.mark.anyio

@@ -114,7 +114,7 @@ class KueueBackend:
             max_records_per_namespace=self.max_records_per_namespace,
             admission_timeout=self.admission_timeout,
             # Pods let through keep their group's Workload by the charge they carry (``core.model.charge``).
-            bound_pods=g.bound.values(),
+            bound_pods=g.bound_pods(),
             now=now,
             retry_seconds=self.retry_seconds,
         )

@@ -25,7 +25,7 @@ from prometheus_client import Counter, Gauge, Histogram
 from gatekeeper.controller import kube as k
 from gatekeeper.controller import resources as r
 from gatekeeper.controller.act import execute
-from gatekeeper.controller.caches import BOUND_PODS, Caches
+from gatekeeper.controller.caches import Caches
 from gatekeeper.controller.held import report_held
 from gatekeeper.controller.hub_link import HubLink
 from gatekeeper.controller.informer import Informer
@@ -131,8 +131,8 @@ class PoolsBackend:
         self.read_node_claims = ParseMemo(parse_node_claim)
 
         self.lws = caches.informer(r.LWS, label_selector=POOL_LABEL)
-        self.pods = caches.informer(r.PODS, label_selector=POOL_LABEL)
-        self.bound = caches.informer(r.PODS, field_selector=BOUND_PODS)
+        self.pods, self.bound = caches.bound_informers()
+        """Pods of opted-in LWSs, and every other pod on a node (``Caches.bound_pods``)."""
         self.nodes = caches.informer(r.NODES)
         self.pools = caches.informer(r.POOLS)
         self.records = caches.informer(r.RECORDS)
@@ -195,7 +195,7 @@ class PoolsBackend:
         return Snapshot(
             lwss=self.lws.values(),
             pods=self.pods.values(),
-            bound_pods=self.bound.values(),
+            bound_pods=self.caches.bound_pods(),
             nodes=self.caches.nodes(),
             pools=self.read_pools(self.pools.values()),
             records=self.records.values(),

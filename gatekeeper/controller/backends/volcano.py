@@ -96,7 +96,7 @@ class VolcanoBackend:
             pod_groups=self.pod_groups.values(),
             events=self.events.values(),
             nodes=self.caches.nodes(),
-            bound_pods=g.bound.values(),
+            bound_pods=g.bound_pods(),
             priorities=self.caches.priorities(),
             default_priority=self.caches.default_priority(),
             statefulsets=g.statefulsets.values(),

@@ -24,7 +24,7 @@ import anyio.to_thread
 
 from gatekeeper.controller import kube as k
 from gatekeeper.controller import resources as r
-from gatekeeper.controller.caches import BOUND_PODS, Caches
+from gatekeeper.controller.caches import Caches
 from gatekeeper.controller.checks.shell import CheckController, check_metrics
 from gatekeeper.controller.informer import Informer
 from gatekeeper.controller.loop import Write as Writer
@@ -52,13 +52,15 @@ class NodeFitCheck(CheckController):
 
         self.flavors = caches.informer(r.RESOURCE_FLAVORS)
         self.nodes = caches.informer(r.NODES)
-        self.bound = caches.informer(r.PODS, field_selector=BOUND_PODS)
+        self.pods, self.bound = caches.bound_informers()
+        """Every pod on a node, anyone's, once (``Caches.bound_pods``): the opted-in pods' watch
+        (shared with the kueue backend's loop) and the others'."""
         self.dra = caches.dra_informers()
         """The DRA devices of each node (``Caches.dra``): side informers."""
 
     @property
     def informers(self) -> list[Informer]:
-        return [self.workloads, self.checks, self.flavors, self.nodes, self.bound]
+        return [self.workloads, self.checks, self.flavors, self.nodes, self.pods, self.bound]
 
     @property
     def side_informers(self) -> list[Informer]:
@@ -76,7 +78,7 @@ class NodeFitCheck(CheckController):
             checks,
             self.flavors.values(),
             self.caches.nodes(),
-            self.bound.values(),
+            self.caches.bound_pods(),
             self.caches.requests,
             self.caches.dra()[1],
         )
