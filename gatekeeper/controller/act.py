@@ -13,7 +13,8 @@ pass, ``benchmarks/bench_timeline.py``): a ``then`` goes before any write that w
 slot at a lesser depth, so a group's record, admission and gates follow one another and
 the first groups are admitted while the last records are still being made, not after all
 of them (the webhook makes a group's later pods ungated from its admission on). Events
-gate nothing: the Events a stage's writes earn are posted after the last stage.
+gate nothing: the Events a stage's writes earn are posted after the last stage, those
+about one object for one reason as one (``core.writes.plan.merge_events``).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from prometheus_client import Counter
 from gatekeeper.controller.kube import Kube
 from gatekeeper.controller.loop import Write as Writer
 from gatekeeper.controller.resources import Resource, by_plural
-from gatekeeper.core.writes.plan import Event, Memory, Op, Plan, Write
+from gatekeeper.core.writes.plan import Event, Memory, Op, Plan, Write, merge_events
 
 __all__ = ["WRITES", "execute"]
 
@@ -76,7 +77,7 @@ async def execute(
             for one in stage:
                 tg.start_soon(run, one, None, 0)
     async with anyio.create_task_group() as tg:
-        for one in told:
+        for one in merge_events(told):
             tg.start_soon(run, one, None, 0)
 
 

@@ -8,6 +8,10 @@ a Workload is owned by the record made just before it. So a backend returns a ``
 stages run one after the other, the writes of a stage side by side, and each write's
 ``then`` only once it went through. The controller executes a plan and decides nothing.
 
+The Events a pass earned are posted after its last stage, those about one object for one
+reason as one Event (``merge_events``): 100 groups admitted in a pass, one Event on their
+LWS, not 100 writes to the API server.
+
 ``Memory`` is what a controller remembers between passes that is safe to lose (which
 Event it already posted for an LWS and reason, when it last rewrote a waiting message);
 a plan reads it, and a write that goes through records its ``marks`` in it.
@@ -15,8 +19,8 @@ a plan reads it, and a write that goes through records its ``marks`` in it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
@@ -34,6 +38,7 @@ __all__ = [
     "Plan",
     "Write",
     "involved",
+    "merge_events",
     "rfc3339",
     "walk",
 ]
@@ -244,3 +249,42 @@ class EventsOnce:
             event,
             marks=marks,
         )
+
+
+EVENT_MESSAGE_LIMIT = 1024
+"""The longest message an Event gets (the API server's limit for an Event's note)."""
+
+
+def merge_events(events: Iterable[Write]) -> list[Write]:
+    """``events`` (``Op.EVENT`` writes that went through their parents) with those about the
+    same object, reason and type told as one Event, in the order each first came; its message
+    the parts' messages one after the other as far as ``EVENT_MESSAGE_LIMIT`` allows, then how
+    many more there were (each group's record says the rest), and its marks all of theirs."""
+    slots: dict[tuple[str, str, str, str, bool], list[Write]] = {}
+    for one in events:
+        event: Event = one.body
+        about = event.involved
+        key = (
+            str(about.get("uid") or ""),
+            str(one.namespace or ""),
+            one.name,
+            event.reason,
+            event.warning,
+        )
+        slots.setdefault(key, []).append(one)
+    return [parts[0] if len(parts) == 1 else _merged(parts) for parts in slots.values()]
+
+
+def _merged(parts: list[Write]) -> Write:
+    first: Event = parts[0].body
+    messages = [str(p.body.message) for p in parts]
+    told = ""
+    for i, message in enumerate(messages):
+        left = len(messages) - i - 1
+        longer = f"{told}; {message}" if told else message
+        if told and len(longer) + (len(f"; and {left} more") if left else 0) > EVENT_MESSAGE_LIMIT:
+            told = f"{told}; and {left + 1} more"
+            break
+        told = longer
+    marks = tuple(mark for p in parts for mark in p.marks)
+    return replace(parts[0], body=Event(first.reason, told, first.warning, first.involved), marks=marks)
