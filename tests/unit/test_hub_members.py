@@ -103,6 +103,8 @@ def test_a_claims_age_is_never_earlier_than_the_claim() -> None:
     [
         ("cluster-a", "spec.members: expected a list"),
         ([{"cluster": "Cluster_A"}], r"spec.members\[0\].cluster: not a cluster name"),
+        # a member of 42 characters could never claim: its namespace on the hub is no DNS label
+        ([{"cluster": "c" * 42}], r"spec.members\[0\].cluster: not a cluster name"),
         ([{"cluster": "a"}, {"cluster": "a"}], "listed twice"),
         ([{"cluster": "a", "maxPriority": "high"}], r"maxPriority: 'high' is not an integer"),
         ([{"cluster": "a", "maxClaims": -1}], "maxClaims"),

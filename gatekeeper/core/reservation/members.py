@@ -21,12 +21,29 @@ from dataclasses import dataclass, field
 from gatekeeper.core.kube.fields import mapping, sequence
 from gatekeeper.core.kube.quantity import amounts, format_amount
 
-__all__ = ["MAX_MEMBERS", "MemberBounds", "Refusal", "clamped", "parse_members", "refusal"]
+__all__ = [
+    "MAX_CLUSTER_NAME",
+    "MAX_MEMBERS",
+    "MemberBounds",
+    "Refusal",
+    "clamped",
+    "parse_members",
+    "refusal",
+    "valid_cluster_name",
+]
 
 MAX_MEMBERS = 64
 """Members one Reservation may list (the CRD says so too)."""
 
-_CLUSTER = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", re.ASCII)
+MAX_CLUSTER_NAME = 41
+"""A cluster name is a DNS label short enough that its namespace on the hub is one too."""
+_CLUSTER = re.compile(rf"[a-z0-9]([-a-z0-9]{{0,{MAX_CLUSTER_NAME - 2}}}[a-z0-9])?", re.ASCII)
+
+
+def valid_cluster_name(name: str) -> bool:
+    """Is ``name`` a member cluster's name (a DNS label of at most 41 characters: what a
+    claim's ``spec.cluster`` and a Reservation's ``spec.members[].cluster`` must be)?"""
+    return bool(_CLUSTER.fullmatch(name))
 
 
 @dataclass(frozen=True)
@@ -69,7 +86,7 @@ def parse_members(raw: object) -> dict[str, MemberBounds] | None:
         where = f"spec.members[{i}]"
         entry = mapping(item, where)
         cluster = entry.get("cluster")
-        if not isinstance(cluster, str) or not _CLUSTER.fullmatch(cluster):
+        if not isinstance(cluster, str) or not valid_cluster_name(cluster):
             raise ValueError(f"{where}.cluster: not a cluster name (lower-case letters, digits and '-')")
         if cluster in out:
             raise ValueError(f"{where}.cluster: {cluster} is listed twice")

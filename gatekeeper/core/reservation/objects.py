@@ -25,7 +25,12 @@ from gatekeeper.core.kube.keys import GATEKEEPER_API_VERSION
 from gatekeeper.core.kube.objects import EPOCH, meta, parse_time
 from gatekeeper.core.kube.quantity import amounts, format_quantity, format_resources
 from gatekeeper.core.model.pool import QueueingStrategy
-from gatekeeper.core.reservation.members import MemberBounds, parse_members
+from gatekeeper.core.reservation.members import (
+    MAX_CLUSTER_NAME,
+    MemberBounds,
+    parse_members,
+    valid_cluster_name,
+)
 
 __all__ = [
     "CLAIM_KIND",
@@ -66,10 +71,7 @@ MAX_GROUP_INDEX = 10_000
 MAX_PRIORITY = 2**31 - 1
 MAX_ORPHAN_SECONDS = 366 * 24 * 3600
 MAX_NAME = 253
-MAX_CLUSTER_NAME = 41
-"""A cluster name is a DNS label short enough that its namespace on the hub is one too."""
 _DURATION = re.compile(r"(?:(\d{1,6})h)?(?:(\d{1,6})m)?(?:(\d{1,6})s)?", re.ASCII)
-_CLUSTER = re.compile(r"[a-z0-9]([-a-z0-9]{0,39}[a-z0-9])?", re.ASCII)
 
 
 class ClaimState(StrEnum):
@@ -231,7 +233,7 @@ def parse_claim(obj: Mapping[str, Any]) -> Claim | BadClaim:
             raise ValueError("spec: missing")
         if not reservation:
             raise ValueError("spec.reservation: missing")
-        if not _CLUSTER.fullmatch(cluster):
+        if not valid_cluster_name(cluster):
             raise ValueError(
                 f"spec.cluster: not a cluster name (lower-case letters, digits and '-', at most "
                 f"{MAX_CLUSTER_NAME})"
@@ -310,12 +312,6 @@ class ClaimMemo:
                 self._seen.clear()  # old versions pile up; starting afresh is cheap
             found = self._seen[key] = parse_claim(obj)
         return found
-
-
-def valid_cluster_name(name: str) -> bool:
-    """Is ``name`` a member cluster's name (a DNS label of at most 41 characters: what
-    ``spec.cluster`` must be)?"""
-    return bool(_CLUSTER.fullmatch(name))
 
 
 def member_namespace(cluster: str) -> str:
