@@ -1,22 +1,23 @@
 """Gates lifted between passes: a pod born gated whose group already holds its admission.
 
 Why this exists: the webhook makes a pod of an admitted group without the gate
-(``core.backends.pools.pass_through``), but a pod made a moment too early is born gated: after the
+(``core.admission.pass_through``), but a pod made a moment too early is born gated: after the
 pass's snapshot and before its admission was written, or before the webhook's table had
 the group. Such a pod waited for the next pass to lift its gate, seconds under load
 (``benchmarks/bench_timeline.py``: 6.3 s p99 from a group's last pod to its last gate
 lifted, 100 new groups). The ``Lifter`` watches the pods the pass watches and lifts such a
 gate as soon as it sees the pod, or as soon as its group is admitted, with the write the
-pass would make (``core.backends.pools.pass_through.lift_for`` decides, from the same table the webhook
+pass would make (``core.admission.pass_through.lift_for`` decides, from the same table the webhook
 reads and only while that table may be used).
 
 It only ever hastens a pass's write: a pod it is not sure of, a pod the running pass is
 lifting itself (``hold``), and a write that fails are all left to the pass, which lifts
 every gated pod of an admitted group it sees. It never competes with a pass: while one
 writes, the lifter's writes wait for that pass's slots after the pass's own (``share``).
-Made and fed by ``backends/pools.py`` (its pods informer, ``admitted`` when a pass wrote
-an admission or published its table, ``hold`` and ``share`` around a pass's writes,
-``sent`` for each gate the pass lifted); run by ``app.py`` beside the term's pass loops.
+Made and fed by ``backends/pools.py`` and ``backends/kueue.py`` (their pods informer,
+``admitted`` when a pass wrote an admission or published its table, ``hold`` and
+``share`` around a pass's writes, ``sent`` for each gate the pass lifted); run by
+``app.py`` beside the term's pass loops.
 """
 
 from __future__ import annotations

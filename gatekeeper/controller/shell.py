@@ -90,10 +90,20 @@ async def decide_and_act(
     done: Callable[[Write], None],
     *,
     kinds: Iterable[r.Resource] = (),
+    before: Callable[[A, Plan, Writer], None] | None = None,
+    after: Callable[[], None] | None = None,
 ) -> A:
     """One pass after its snapshot: ``decide`` and ``plan`` (pure) in a worker thread, then
-    the plan executed through ``write``; returns what was decided."""
+    the plan executed through ``write`` (``before`` told the decision and the plan first,
+    ``after`` told once the writes are done, whatever became of them); returns what was
+    decided."""
     actions = await anyio.to_thread.run_sync(decide)
     writes = await anyio.to_thread.run_sync(plan, actions)
-    await execute(kube, writes, write, memory, done, kinds=kinds)
+    if before is not None:
+        before(actions, writes, write)
+    try:
+        await execute(kube, writes, write, memory, done, kinds=kinds)
+    finally:
+        if after is not None:
+            after()
     return actions

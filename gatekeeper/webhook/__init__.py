@@ -14,7 +14,7 @@ only objects labelled ``lws-gatekeeper.io/pool``:
 Unrelated pods never reach the gatekeeper, so its outage cannot block them; opted-in
 objects are refused while it is down (failurePolicy Fail), so none escapes the gate.
 The decisions are pure (``gatekeeper.core.model.gating``,
-``core.backends.pools.pass_through``); ``server`` serves them over HTTPS,
+``core.admission.pass_through``); ``server`` serves them over HTTPS,
 ``thread`` runs that server on an event loop of its own, and ``config`` builds the
 MutatingWebhookConfiguration.
 """

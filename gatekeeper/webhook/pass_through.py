@@ -1,6 +1,6 @@
 """The table of admitted groups the webhook reads, published by the leader after each pass.
 
-Why this exists: ``core.backends.pools.pass_through`` decides whether a pod being created belongs to a
+Why this exists: ``core.admission.pass_through`` decides whether a pod being created belongs to a
 group that holds its admission, so that it is made without the gate; this is where the
 table lives between the controller's thread (which publishes it after a pass) and the
 webhook's (which reads it at each pod CREATE). One reference is swapped whole, so a
@@ -8,7 +8,8 @@ reader sees one pass's table or the next, never half of one. The table is used o
 while ``may_use`` says the process leads (the elector's renew deadline, the same fence
 its writes have): a replica that lost its Lease, or cannot renew it, gates every pod as
 before, so a stale table never outlives the term that made it. Made by
-``controller/app.py``; published and cleared by ``controller/backends/pools.py``; read by
+``controller/app.py``; published and cleared by the backends' controllers (``controller/backends/pools.py``,
+``controller/backends/kueue.py``); read by
 the webhook (``patch``) and by ``controller/lift.py`` (``lift``: a pod born gated just
 before its group's admission has its gate lifted at once, not at the next pass).
 """
@@ -20,8 +21,8 @@ from typing import Any
 
 from prometheus_client import Counter
 
-from gatekeeper.core.backends.pools.pass_through import (
-    AdmittedGroup,
+from gatekeeper.core.admission.pass_through import (
+    Passable,
     StatefulSets,
     Table,
     lift_for,
@@ -49,7 +50,7 @@ class PassThrough:
 
     def publish(
         self,
-        table: dict[tuple[str, str, int], AdmittedGroup],
+        table: dict[tuple[str, str, int], Passable],
         statefulsets: StatefulSets,
         pods: StatefulSets = _none,
     ) -> None:
@@ -57,7 +58,7 @@ class PassThrough:
         the informers' lookups of StatefulSets and pods."""
         self._state = (table, statefulsets, pods)
 
-    def add(self, key: tuple[str, str, int], group: AdmittedGroup) -> None:
+    def add(self, key: tuple[str, str, int], group: Passable) -> None:
         """A group admitted since the last table: into the current table at once. Only ever
         added to while published (one dict item set: a reader's lookup sees it or not);
         entries go only with a new table."""
@@ -78,6 +79,10 @@ class PassThrough:
 
     def __len__(self) -> int:
         return len(self._state[0])
+
+    def keys(self) -> list[tuple[str, str, int]]:
+        """The groups of the current table."""
+        return list(self._state[0])
 
     def lift(self, pod: Mapping[str, Any]) -> list[dict[str, Any]] | None:
         """The patch that lifts the gate of ``pod`` (gated, existing) now, or None: the pass decides."""

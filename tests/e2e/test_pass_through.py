@@ -1,6 +1,7 @@
 """Pods of an admitted group are made without the gate, on the sandbox.
 
-The decision is ``core/backends/pools/pass_through.py``.
+The decision is ``core/admission/pass_through.py`` (which pods) and
+``core/backends/pools/pass_through.py`` (which groups).
 
 A pod made again for a group that holds its admission (a failed worker, a LeaderReady
 group's workers) is made by the webhook ungated and steered to the pool's nodes: the

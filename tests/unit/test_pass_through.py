@@ -1,4 +1,5 @@
-"""``core.backends.pools.pass_through``: which new pods the webhook may make without the gate.
+"""``core.admission.pass_through`` and ``core.backends.pools.pass_through``: which new pods
+the webhook may make without the gate, for the groups the ``pools`` backend admitted.
 
 Table tests on plain dicts; the webhook with the real API server is in
 ``tests/e2e/test_pass_through.py``.
@@ -12,15 +13,8 @@ from typing import Any
 import pytest
 from core_builders import lws, lws_pod, lws_statefulsets, pool, read_pools, record
 
-from gatekeeper.core.backends.pools.pass_through import (
-    Table,
-    Written,
-    as_known,
-    build,
-    lift_for,
-    patch_for,
-    written_after,
-)
+from gatekeeper.core.admission.pass_through import Table, lift_for, patch_for
+from gatekeeper.core.backends.pools.pass_through import Written, as_known, build, written_after
 from gatekeeper.core.model.charge import charge_toleration
 from gatekeeper.core.model.groups import DemandMemo
 from gatekeeper.webhook.pass_through import PassThrough

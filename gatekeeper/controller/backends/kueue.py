@@ -6,15 +6,18 @@ group's pods behind its own gate until Kueue admits that Workload. Every decisio
 made by ``core.backends.kueue`` from the shared caches (``decide_kueue``, then
 ``plan_writes``: groups released, records and Workloads made, gates lifted onto the
 flavor's nodes, pods of evicted groups stopped and their quota given back, the records'
-words); this module only has ``act.execute`` send the plan. Like the ``pools`` backend,
-it keeps nothing only in memory: a restarted gatekeeper picks up from the records and
-Workloads in the cluster.
+words); this module only has ``act.execute`` send the plan, and publishes the webhook's
+table before it (the groups whose new pods are made as the pass lets their gated pods
+through, ``core.backends.kueue.pass_through``), with the ``Lifter`` for pods born gated a
+moment too early. Like the ``pools`` backend, it keeps nothing only in memory: a restarted
+gatekeeper picks up from the records and Workloads in the cluster.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
 from prometheus_client import Counter, Gauge, Histogram
@@ -24,6 +27,7 @@ from gatekeeper.controller import resources as r
 from gatekeeper.controller.caches import Caches
 from gatekeeper.controller.held import report_held
 from gatekeeper.controller.informer import Informer
+from gatekeeper.controller.lift import Lifter
 from gatekeeper.controller.loop import Write as Writer
 from gatekeeper.controller.plugin import ControllerPlugin, Term
 from gatekeeper.controller.shell import GroupInformers, decide_and_act, memory_of_writes
@@ -39,7 +43,8 @@ from gatekeeper.core.backends.kueue.urgency import KueueUrgency
 from gatekeeper.core.kube.keys import KUEUE_API_VERSION, POOL_LABEL
 from gatekeeper.core.model.groups import DemandMemo
 from gatekeeper.core.model.pool import DEFAULT_ADMISSION_TIMEOUT
-from gatekeeper.core.writes.plan import DEFAULT_EVENTS_PER_NAMESPACE_PER_MINUTE, Write
+from gatekeeper.core.writes.plan import DEFAULT_EVENTS_PER_NAMESPACE_PER_MINUTE, Plan, Write, walk
+from gatekeeper.webhook.pass_through import PassThrough
 
 __all__ = ["PLUGIN", "KueueBackend"]
 
@@ -68,6 +73,7 @@ class KueueBackend:
         kube: k.Kube,
         caches: Caches,
         *,
+        pass_through: PassThrough | None = None,
         retry_seconds: int = NEVER_FIT_RETRY_SECONDS,
         max_records_per_namespace: int = DEFAULT_MAX_RECORDS_PER_NAMESPACE,
         admission_timeout: int = DEFAULT_ADMISSION_TIMEOUT,
@@ -86,10 +92,18 @@ class KueueBackend:
         self.groups = GroupInformers(caches)
         self.workloads = caches.informer(r.WORKLOADS, label_selector=POOL_LABEL)
         self.flavors = caches.informer(r.RESOURCE_FLAVORS)
+        self.pass_through = pass_through
+        self.lifter = Lifter(kube, self.groups.pods, pass_through) if pass_through is not None else None
+        """Lifts between passes the gates of pods born gated just before their group's table entry."""
 
     @property
     def informers(self) -> list[Informer]:
         return [*self.groups.informers, self.workloads, self.flavors]
+
+    @property
+    def side_tasks(self) -> list[Callable[[], Awaitable[None]]]:
+        """What runs beside the pass loop for the term: the ``Lifter``."""
+        return [self.lifter.run] if self.lifter is not None else []
 
     @property
     def side_informers(self) -> list[Informer]:
@@ -130,13 +144,38 @@ class KueueBackend:
             lambda: decide_kueue(snap, self.demands),
             lambda acts: plan_writes(acts, snap, self.memory, now),
             self._done,
+            before=self._publish,
+            after=self._published,
         )
         KUEUE_WAITING.set(sum(1 for st in actions.statuses if not st.admitted))
         report_held(st.reason for st in actions.statuses if st.admitted)
         KUEUE_PASS_SECONDS.observe(time.monotonic() - start)
         return actions
 
+    def _publish(self, actions: KueueActions, writes: Plan, write: Writer) -> None:
+        """Before the pass's writes: the webhook's table is this pass's (a group no longer
+        passable is out of it before its pods are stopped), and the lifter waits for the
+        pass's own gates and shares its slots."""
+        if self.pass_through is None:
+            return
+        g = self.groups
+        before = set(self.pass_through.keys())
+        self.pass_through.publish(dict(actions.passable), g.statefulsets.get, g.pods.get)
+        if self.lifter is not None:
+            self.lifter.hold((w.namespace or "", w.name) for w in walk(writes) if w.tag == "ungate")
+            self.lifter.share(write)
+            for key, _ in actions.passable:
+                if key not in before:
+                    self.lifter.admitted(key)
+
+    def _published(self) -> None:
+        if self.lifter is not None:
+            self.lifter.hold(())
+            self.lifter.share(None)
+
     def _done(self, one: Write) -> None:
+        if one.tag == "ungate" and self.lifter is not None:
+            self.lifter.sent((one.namespace or "", one.name))
         if one.tag == "admitted":
             KUEUE_ADMISSIONS.inc()
         elif one.tag == "stop":
@@ -157,6 +196,7 @@ def _make(term: Term) -> KueueBackend:
     return KueueBackend(
         term.kube,
         term.caches,
+        pass_through=term.pass_through,
         retry_seconds=term.retry_seconds,
         max_records_per_namespace=term.max_records_per_namespace,
         events_per_minute=term.events_per_minute,

@@ -75,8 +75,10 @@ from datetime import datetime
 from typing import Any
 
 from gatekeeper.core.admission.membership import membership
+from gatekeeper.core.admission.pass_through import Passable, owners
 from gatekeeper.core.admission.record_cap import DEFAULT_MAX_RECORDS_PER_NAMESPACE, RecordRoom
 from gatekeeper.core.backends.kueue.order import Offers, queue_state
+from gatekeeper.core.backends.kueue.pass_through import passable
 from gatekeeper.core.backends.kueue.stages import GroupPass, Settings
 from gatekeeper.core.backends.kueue.status import RecordStatus, said_strangers
 from gatekeeper.core.backends.kueue.workload import (
@@ -165,6 +167,9 @@ class KueueActions(GroupActions):
     clear_admission: tuple[tuple[str, str], ...] = ()
     """(namespace, workload): evicted Workloads whose pods are all stopped."""
     statuses: tuple[RecordStatus, ...] = ()
+    passable: tuple[tuple[tuple[str, str, int], Passable], ...] = ()
+    """The webhook's table (``core.admission.pass_through``): the groups whose new pods are
+    made as this pass lets their gated pods through, onto their flavors' nodes."""
 
 
 def decide_kueue(snap: KueueSnapshot, memo: DemandMemo | None = None) -> KueueActions:
@@ -210,6 +215,12 @@ def decide_kueue(snap: KueueSnapshot, memo: DemandMemo | None = None) -> KueueAc
         for group in groups:
             one.group(lws, group, waiting, offers)
     statuses = [said_strangers(st, one.strangers) for st in one.statuses]
+    owned = owners(snap.pods, snap.statefulsets)
+    table = [
+        entry
+        for key, lws, demand, wl in one.passable
+        if (entry := passable(key, lws, demand, wl, flavors, owned)) is not None
+    ]
     wanted = one.wanted
     wanted |= _still_running(records, set(lws_by_key), who.pods_of, who.charges)
     release = tuple(sorted(k for k in records if k not in wanted))
@@ -226,6 +237,7 @@ def decide_kueue(snap: KueueSnapshot, memo: DemandMemo | None = None) -> KueueAc
         stop=tuple(one.stop),
         clear_admission=tuple(one.clear),
         statuses=tuple(statuses),
+        passable=tuple(table),
         problems=tuple(sorted(problems)),
         look_again=one.look_again,
     )

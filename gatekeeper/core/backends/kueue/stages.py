@@ -74,6 +74,7 @@ from gatekeeper.core.model.retry import recorded_retries, retry_delay
 __all__ = ["GroupPass", "Settings"]
 
 Key = tuple[str, str]
+Passing = tuple[GroupKey, Mapping[str, Any], GroupDemand, Mapping[str, Any]]  # with its LWS, demand, Workload
 
 
 @dataclass(frozen=True)
@@ -158,6 +159,8 @@ class GroupPass:
     """Groups past their namespace's record cap: no record, no Workload."""
     look_again: datetime | None = None
     """The earliest moment a decision of this pass falls due with nothing changed."""
+    passable: list[Passing] = field(default_factory=list)
+    """Groups whose new pods the webhook makes as this pass lets their gated pods through."""
 
     def group(self, lws: Mapping[str, Any], group: LwsGroup, waiting: Waiting | None, offers: Offers) -> None:
         """Decide one group of ``lws``; ``waiting`` and ``offers`` are its LWS's queue."""
@@ -385,6 +388,8 @@ class GroupPass:
                     if self._give_back(c, off):
                         return True
                 held = set(c.st.gated) - set(kept.gated)  # not as admitted, or its claims not made yet
+                if not off and not c.waits_new:
+                    self.passable.append((c.st.key, c.lws, c.demand, c.wl))
             for p in c.group.present:
                 if not p.gated or p.name in c.waits_new or p.name in held:
                     continue

@@ -1,0 +1,65 @@
+"""Pods of a group Kueue admitted are made without the gate, on the flavor's nodes.
+
+The decision is ``core/admission/pass_through.py`` (which pods) and
+``core/backends/kueue/pass_through.py`` (which groups). With the ``kueue`` backend every
+pod was born gated, even one made after Kueue admitted its group's Workload, and waited for
+a pass to lift its gate. A LeaderReady group's workers are made only once its leader runs,
+long after the admission: the webhook now makes them ungated, with the flavor's node labels
+and tolerations and the mark that charges them to their group. A group Kueue has not
+admitted still has every pod gated.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+from gatekeeper.core.kube.keys import CHARGE_KEY, POOL_LABEL, SCHEDULING_GATE
+from gatekeeper_lab.sandbox.cluster import Sandbox
+from tests.e2e.kueue_support import group_states, lws, make_queue, pods, wait
+
+WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
+TAINT = {"key": "example.com/gpu-pool", "value": "kq", "effect": "NoSchedule"}
+
+
+def passed_through(sb: Sandbox) -> float:
+    found = re.findall(r"^gatekeeper_webhook_pass_through_total (\S+)$", sb.metrics(), re.M)
+    return float(found[0]) if found else 0.0
+
+
+def test_a_leader_ready_groups_workers_are_made_ungated_onto_the_flavor(kueue_sandbox: Sandbox) -> None:
+    """Room for one group of 3 (LeaderReady): its 2 workers, made after its leader runs, are
+    born ungated with the flavor's labels and toleration and the group's charge; the other
+    group's leader stays gated and its workers are never made."""
+    sb = kueue_sandbox
+    q = make_queue(sb, gpus=3, nodes=3, gpus_per_node=1, managed=False, taint=TAINT)
+    before = passed_through(sb)
+    labels = {POOL_LABEL: q.local_queue}
+    sb.apply(
+        [lws("lr", q.namespace, labels, replicas=2, size=3, gpus_per_pod=1, startup_policy="LeaderReady")]
+    )
+
+    def settled() -> bool:
+        groups = group_states(sb, q.namespace)
+        whole = [g for g, c in groups.items() if c == Counter(running=3)]
+        held = [g for g, c in groups.items() if c == Counter(gated=1)]
+        return len(whole) == 1 and len(held) == 1 and len(groups) == 2
+
+    wait("1 whole group of 3 Running, the other's leader gated", settled, timeout=120)
+    found = pods(sb, q.namespace)
+    workers = [
+        p for p in found if p["metadata"]["labels"].get("leaderworkerset.sigs.k8s.io/worker-index") != "0"
+    ]
+    assert len(workers) == 2, [p["metadata"]["name"] for p in found]
+    assert passed_through(sb) - before >= 2, "the workers were made without the gate"
+    for pod in workers:
+        spec = pod["spec"]
+        assert not [g for g in spec.get("schedulingGates", []) if g["name"] == SCHEDULING_GATE]
+        assert spec["nodeSelector"].items() >= q.labels.items(), spec["nodeSelector"]
+        keys = {t.get("key") for t in spec.get("tolerations", [])}
+        assert {TAINT["key"], CHARGE_KEY} <= keys, spec.get("tolerations")
+        assert pod["status"].get("phase") == "Running"
+    gated = [p for p in found if p["spec"].get("schedulingGates")]
+    assert (
+        len(gated) == 1 and gated[0]["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/worker-index"] == "0"
+    )
