@@ -34,7 +34,7 @@ from gatekeeper.core.model.charge import charge_toleration
 from gatekeeper.core.model.claims import read_claim_book
 from gatekeeper.core.model.gating import Ungate, ungate_patch
 from gatekeeper.core.model.record import record_name
-from gatekeeper.core.writes.plan import Memory, walk
+from gatekeeper.core.writes.plan import MESSAGE_REFRESH_SECONDS, Memory, walk
 
 UID = "1f0c2a77-0000-4000-8000-000000000001"
 LQ = "lq-gpu"
@@ -788,3 +788,37 @@ def test_groups_past_the_namespaces_record_cap_get_no_record_and_no_workload() -
     assert [g.key.index for g in acts.create_records] == [1]
     assert [g.key.index for g in acts.over_cap] == [2, 3]
     assert not any(g.key.index > 1 for g, _ in acts.create_workloads)
+
+
+def test_a_waiting_records_numbers_are_rewritten_at_most_once_a_refresh() -> None:
+    """Kueue's words on a waiting Workload carry numbers that move with every admission
+    around it ("3 more needed", then "2 more needed"); a pass that wrote them into the record
+    each time made 6 status writes per group in a scale-up of 100 groups. As with ``pools``, a
+    waiting record's message is rewritten at once on a new reason, and on new numbers only
+    once ``MESSAGE_REFRESH_SECONDS`` have passed since its last write."""
+    obj = vllm(replicas=1)
+    pods = [lws_pod("vllm", 0, w, pool=LQ) for w in range(2)]
+    said = "couldn't assign flavors to pod set leader: insufficient unused quota for nvidia.com/gpu, 2 more"
+    wl = workload(obj, 0, conditions=[cond("QuotaReserved", False, "Pending", said)])
+    old = rec(obj, 0, admitted=False)
+    old["status"]["conditions"][0].update(reason="Pending", message=said.replace("2 more", "3 more"))
+    old["status"]["workload"] = wl["metadata"]["name"]
+    snap = KueueSnapshot([obj], pods, [old], [wl], [FLAVOR], statefulsets=lws_statefulsets([obj], pods))
+    memory, now = Memory(), datetime(2026, 12, 1, tzinfo=UTC)
+    key = f"default/{old['metadata']['name']}"
+
+    def statuses(clock: float) -> list[Any]:
+        plan = plan_writes(decide_kueue(snap), snap, memory, now, clock=clock)
+        return [w for w in walk(plan) if w.resource == "groupadmissions" and w.op.value == "merge-status"]
+
+    [first] = statuses(1000.0)  # never written by this leader: written
+    assert first.body["conditions"][0]["message"].endswith(said)
+    memory.apply(first.marks, 1000.0)
+    assert memory.messages[key] == 1000.0
+    assert statuses(1030.0) == [], "only the numbers changed, 30 s after the last write"
+    [again] = statuses(1000.0 + MESSAGE_REFRESH_SECONDS)
+    assert again.body["conditions"][0]["message"].endswith(said)
+    # A new reason is written at once, however recent the last write.
+    snap = KueueSnapshot([obj], pods, [old], [{**wl, "status": {}}], [FLAVOR], statefulsets=snap.statefulsets)
+    [told] = statuses(1001.0)
+    assert told.body["conditions"][0]["reason"] != "Pending"

@@ -142,7 +142,7 @@ class KueueBackend:
             write,
             self.memory,
             lambda: decide_kueue(snap, self.demands),
-            lambda acts: plan_writes(acts, snap, self.memory, now),
+            lambda acts: plan_writes(acts, snap, self.memory, now, clock=start),
             self._done,
             before=self._publish,
             after=self._published,

@@ -119,7 +119,7 @@ class VolcanoBackend:
             write,
             self.memory,
             lambda: decide_volcano(snap, self.demands),
-            lambda acts: plan_writes(acts, snap, self.memory, now),
+            lambda acts: plan_writes(acts, snap, self.memory, now, clock=start),
             self._done,
             kinds=(POD_GROUPS,),
         )

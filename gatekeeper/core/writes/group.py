@@ -11,6 +11,7 @@ guarded by its resourceVersion, an Event only when the state or the reason chang
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol, TypeVar
 
@@ -19,7 +20,7 @@ from gatekeeper.core.kube.keys import ADMITTED, RECORD_PLURAL
 from gatekeeper.core.kube.objects import condition, resource_version
 from gatekeeper.core.model.gating import Ungate, ungate_patch
 from gatekeeper.core.model.groups import GroupState
-from gatekeeper.core.writes.plan import EventsOnce, Op, Write
+from gatekeeper.core.writes.plan import EventsOnce, Mark, Op, Write
 
 __all__ = ["GroupStatus", "record_writes", "told_over_cap", "ungate_writes"]
 
@@ -59,19 +60,30 @@ def record_writes(
     statuses: Iterable[S],
     records: Mapping[Key, Mapping[str, Any]],
     events: EventsOnce,
-    patch: Callable[[S, Mapping[str, Any], str], tuple[dict[str, Any] | None, bool]],
+    patch: Callable[[S, Mapping[str, Any], str, float], tuple[dict[str, Any] | None, bool]],
     stamp: str,
+    *,
+    messages: Mapping[str, float] | None = None,
+    clock: float | None = None,
 ) -> list[Write]:
     """Each record's status patch (``patch`` says what, and whether the state or the reason
-    changed), tagged ``admitted`` when it admits the group, with its Event when that changed;
-    an admission is always told, a waiting reason once per LWS and reason."""
+    changed, given the seconds since this leader last wrote the record's words), tagged
+    ``admitted`` when it admits the group, with its Event when that changed; an admission is
+    always told, a waiting reason once per LWS and reason. With ``clock`` (the pass's
+    monotonic clock) and ``messages`` (``Memory.messages``) each write is remembered, so that
+    the words' numbers alone are rewritten at most once per ``MESSAGE_REFRESH_SECONDS``;
+    without, the seconds are infinite (every change is written)."""
     out: list[Write] = []
     for st in statuses:
         group = st.group
         record = records.get((group.key.namespace, group.record))
         if record is None:
             continue
-        status, changed = patch(st, record, stamp)
+        key = f"{group.key.namespace}/{group.record}"
+        since = math.inf
+        if clock is not None and messages is not None:
+            since = clock - messages.get(key, -math.inf)
+        status, changed = patch(st, record, stamp, since)
         if status is None:
             continue
         told = (
@@ -89,6 +101,7 @@ def record_writes(
                 status,
                 guard=resource_version(record),
                 then=(told,) if told is not None else (),
+                marks=(Mark("message", key),) if clock is not None else (),
                 tag="admitted" if st.admitted and not was_admitted else "status",
             )
         )

@@ -30,6 +30,7 @@ from gatekeeper.core.kube.objects import as_map, meta
 from gatekeeper.core.model.group import GroupKey
 
 __all__ = [
+    "MESSAGE_REFRESH_SECONDS",
     "Event",
     "EventsOnce",
     "Mark",
@@ -127,6 +128,12 @@ DEFAULT_EVENTS_PER_NAMESPACE_PER_MINUTE = 120
 """Events the gatekeeper posts in one namespace within a minute, at most: a tenant that
 changes its LWSs without end (each change may be told again) or scales them up and down
 makes the gatekeeper write no faster than that into its namespace."""
+
+
+MESSAGE_REFRESH_SECONDS = 60.0
+"""A waiting group's message is rewritten at most this often when only its numbers change
+(a new reason is written at once): 1,000 waiting groups in a churning pool are then at most
+17 writes a second, not one per group per pass. Every backend's records follow it."""
 
 
 class Memory:

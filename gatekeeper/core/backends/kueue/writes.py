@@ -9,6 +9,7 @@ pure, as a plan (``plan_writes``); the controller only executes it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -24,16 +25,18 @@ from gatekeeper.core.model.groups import GroupState
 from gatekeeper.core.model.record import admitted_condition, demand_status, new_record
 from gatekeeper.core.writes.finalizers import FINALIZER_WRITES_PER_PASS, hold_patch, release_writes
 from gatekeeper.core.writes.group import record_writes, told_over_cap, ungate_writes
-from gatekeeper.core.writes.plan import EventsOnce, Memory, Op, Plan, Write, rfc3339
+from gatekeeper.core.writes.plan import MESSAGE_REFRESH_SECONDS, EventsOnce, Memory, Op, Plan, Write, rfc3339
 
 __all__ = ["plan_writes", "record_status_patch"]
 
 
 def record_status_patch(
-    st: RecordStatus, record: Mapping[str, Any], now: str
+    st: RecordStatus, record: Mapping[str, Any], now: str, since_last_write: float = math.inf
 ) -> tuple[dict[str, Any] | None, bool]:
     """(status patch, whether the state or reason changed) for the record of ``st.group``;
-    no patch when the record already says all of it."""
+    no patch when the record already says all of it, nor when a waiting group's words alone
+    changed (Kueue's numbers move with every admission around it) less than
+    ``MESSAGE_REFRESH_SECONDS`` after this leader last wrote them."""
     before = as_map(record.get("status"))
     current = condition(record, ADMITTED)
     want = "True" if st.admitted else "False"
@@ -43,8 +46,11 @@ def record_status_patch(
     if st.admitted and before.get("retries") is not None:
         retry = {"retryAt": None, "retries": None}  # admitted at last: the count starts afresh
     newly_placed = st.admitted and st.placed and not placed(record)
-    if same and current.get("message") == st.message and noted and not retry and not newly_placed:
-        return None, False
+    if same and noted and not retry and not newly_placed:
+        if current.get("message") == st.message:
+            return None, False
+        if not st.admitted and since_last_write < MESSAGE_REFRESH_SECONDS:
+            return None, False  # only its words: a later pass writes them
     status: dict[str, Any] = {
         **demand_status(st.group.pool, st.group.demand, before),
         "workload": st.workload,
@@ -60,11 +66,15 @@ def record_status_patch(
     return status, not same
 
 
-def plan_writes(actions: KueueActions, snap: KueueSnapshot, memory: Memory, now: datetime) -> Plan:
+def plan_writes(
+    actions: KueueActions, snap: KueueSnapshot, memory: Memory, now: datetime, *, clock: float | None = None
+) -> Plan:
     """Every write of one ``kueue`` pass, in order: groups released (Workload, then record),
     stale Workloads deleted, records made (each with its Workload, owned by the record just
     made), Workloads made; then gates lifted onto their flavors, pods of groups that lost
-    their admission stopped, evicted Workloads' quota given back, and the records' words."""
+    their admission stopped, evicted Workloads' quota given back, and the records' words
+    (with ``clock``, the pass's monotonic clock: a waiting record's numbers at most once per
+    ``MESSAGE_REFRESH_SECONDS``)."""
     stamp = rfc3339(now)
     lwss = index_by_key(snap.lwss)
     records = index_by_key(snap.records)
@@ -123,7 +133,17 @@ def plan_writes(actions: KueueActions, snap: KueueSnapshot, memory: Memory, now:
                     tag="give-back",
                 )
             )
-    second.extend(record_writes(actions.statuses, records, events, record_status_patch, stamp))
+    second.extend(
+        record_writes(
+            actions.statuses,
+            records,
+            events,
+            record_status_patch,
+            stamp,
+            messages=memory.messages,
+            clock=clock,
+        )
+    )
     second.extend(told_over_cap(actions.over_cap, events, snap.max_records_per_namespace))
     return (tuple(first), tuple(second), tuple(_hold_older(actions, records, workloads)))
 

@@ -29,6 +29,7 @@ from gatekeeper.core.kube.objects import (
 )
 from gatekeeper.core.kube.quantity import format_amount, format_resources
 from gatekeeper.core.model.record import admitted_condition, demand_status
+from gatekeeper.core.writes.plan import MESSAGE_REFRESH_SECONDS
 
 __all__ = [
     "MESSAGE_REFRESH_SECONDS",
@@ -41,11 +42,6 @@ __all__ = [
 
 MAX_INTRUDERS_SHOWN = 20
 """Pods on a closed pool's nodes without an admission named in its status (all are counted)."""
-
-MESSAGE_REFRESH_SECONDS = 60.0
-"""A waiting group's message is rewritten at most this often when only its numbers change
-(a new reason is written at once): 1,000 waiting groups in a churning pool are then at most
-17 writes a second, not one per group per pass."""
 
 
 def admitted_message(admit: Admit) -> str:

@@ -8,6 +8,7 @@ decisions; they are made here, pure, as a plan (``plan_writes``) that
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -21,15 +22,17 @@ from gatekeeper.core.kube.objects import as_map, condition, index_by_key, uid_of
 from gatekeeper.core.model.record import admitted_condition, demand_status, new_record
 from gatekeeper.core.writes.finalizers import FINALIZER_WRITES_PER_PASS, release_writes
 from gatekeeper.core.writes.group import record_writes, told_over_cap, ungate_writes
-from gatekeeper.core.writes.plan import EventsOnce, Memory, Op, Plan, Write, rfc3339
+from gatekeeper.core.writes.plan import MESSAGE_REFRESH_SECONDS, EventsOnce, Memory, Op, Plan, Write, rfc3339
 
 __all__ = ["plan_writes", "record_status_patch"]
 
 
 def record_status_patch(
-    st: VolcanoStatus, record: Mapping[str, Any], now: str
+    st: VolcanoStatus, record: Mapping[str, Any], now: str, since_last_write: float = math.inf
 ) -> tuple[dict[str, Any] | None, bool]:
-    """(status patch, whether the state or reason changed); no patch when the record says it all."""
+    """(status patch, whether the state or reason changed); no patch when the record says it
+    all, nor when a waiting group's words alone changed less than ``MESSAGE_REFRESH_SECONDS``
+    after this leader last wrote them."""
     current = condition(record, ADMITTED)
     before = as_map(record.get("status"))
     want = "True" if st.admitted else "False"
@@ -38,8 +41,11 @@ def record_status_patch(
     if st.admitted and before.get("retries") is not None:
         retry = {"retryAt": None, "retries": None}  # admitted again: the count starts afresh
     newly_placed = st.admitted and st.placed and not placed(record)
-    if same and current.get("message") == st.message and not retry and not newly_placed:
-        return None, False
+    if same and not retry and not newly_placed:
+        if current.get("message") == st.message:
+            return None, False
+        if not st.admitted and since_last_write < MESSAGE_REFRESH_SECONDS:
+            return None, False  # only its words: a later pass writes them
     status: dict[str, Any] = {
         **demand_status(st.group.pool, st.group.demand, before),
         "conditions": [admitted_condition(st.admitted, st.reason, st.message, current, now)],
@@ -52,9 +58,18 @@ def record_status_patch(
     return status, not same
 
 
-def plan_writes(actions: VolcanoActions, snap: VolcanoSnapshot, memory: Memory, now: datetime) -> Plan:
+def plan_writes(
+    actions: VolcanoActions,
+    snap: VolcanoSnapshot,
+    memory: Memory,
+    now: datetime,
+    *,
+    clock: float | None = None,
+) -> Plan:
     """Every write of one pass, in order: records released and made, PodGroups made and
-    withdrawn; then gates lifted, and the records' words; last, pods of groups given back."""
+    withdrawn; then gates lifted, and the records' words (with ``clock``, the pass's monotonic
+    clock: a waiting record's numbers at most once per ``MESSAGE_REFRESH_SECONDS``); last,
+    pods of groups given back."""
     stamp = rfc3339(now)
     lwss = index_by_key(snap.lwss)
     records = index_by_key(snap.records)
@@ -101,7 +116,15 @@ def plan_writes(actions: VolcanoActions, snap: VolcanoSnapshot, memory: Memory, 
 
     second = [
         *ungate_writes(actions.ungate, pods),
-        *record_writes(actions.statuses, records, events, record_status_patch, stamp),
+        *record_writes(
+            actions.statuses,
+            records,
+            events,
+            record_status_patch,
+            stamp,
+            messages=memory.messages,
+            clock=clock,
+        ),
         *told_over_cap(actions.over_cap, events, snap.max_records_per_namespace),
     ]
     # Pods of groups given back stop after their record says so, each by its UID.
