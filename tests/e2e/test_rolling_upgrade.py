@@ -19,6 +19,7 @@ end); the Lease is held by a new replica afterwards; and the groups that waited 
 
 from __future__ import annotations
 
+import re
 import time
 from collections import Counter
 from typing import Any
@@ -71,13 +72,20 @@ async def _running(api: kr8s.asyncio.Api, namespace: str, lws: str, index: int) 
     return record["metadata"]["uid"], condition(record)["lastTransitionTime"], tuple(pods)
 
 
+def groups_told(message: str) -> list[int]:
+    """The groups an ``Admitted`` Event names: one pass's admissions of an LWS are one Event,
+    its parts joined by "; " (``core.writes.plan.merge_events``), each "group N admitted ...";
+    the other parts (what a group's message adds, "and N more") name none."""
+    return [int(part.split()[1]) for part in message.split("; ") if re.match(r"group \d+ admitted", part)]
+
+
 async def admissions(api: kr8s.asyncio.Api, namespace: str, lws: str) -> Counter[int]:
     """How many times each group of ``lws`` was announced admitted (its ``Admitted`` Events)."""
     seen: Counter[int] = Counter()
     for e in await events_for(api, namespace, lws):
-        message = str(e.get("message") or "")
-        if e.get("reason") == "Admitted" and message.startswith("group "):
-            seen[int(message.split()[1])] += int(e.get("count") or 1)
+        if e.get("reason") == "Admitted":
+            for index in groups_told(str(e.get("message") or "")):
+                seen[index] += int(e.get("count") or 1)
     return seen
 
 
@@ -180,13 +188,9 @@ def _kueue_running(sb: Sandbox, ns: str, lws: str, index: int) -> tuple[Any, ...
 def _kueue_announced(sb: Sandbox, ns: str, lws: str) -> Counter[int]:
     seen: Counter[int] = Counter()
     for e in ks.items(sb, "events", "-n", ns):
-        message = str(e.get("message") or "")
-        if (
-            e.get("involvedObject", {}).get("name") == lws
-            and e.get("reason") == "Admitted"
-            and message.startswith("group ")
-        ):
-            seen[int(message.split()[1])] += int(e.get("count") or 1)
+        if e.get("involvedObject", {}).get("name") == lws and e.get("reason") == "Admitted":
+            for index in groups_told(str(e.get("message") or "")):
+                seen[index] += int(e.get("count") or 1)
     return seen
 
 
