@@ -11,12 +11,13 @@ admitted still has every pod gated.
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 
 from gatekeeper.core.kube.keys import CHARGE_KEY, POOL_LABEL, SCHEDULING_GATE
 from gatekeeper_lab.sandbox.cluster import Sandbox
-from tests.e2e.kueue_support import group_states, lws, make_queue, pods, wait
+from tests.e2e.kueue_support import container, group_states, lws, make_queue, pods, wait
 
 WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
 TAINT = {"key": "example.com/gpu-pool", "value": "kq", "effect": "NoSchedule"}
@@ -63,3 +64,59 @@ def test_a_leader_ready_groups_workers_are_made_ungated_onto_the_flavor(kueue_sa
     assert (
         len(gated) == 1 and gated[0]["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/worker-index"] == "0"
     )
+
+
+def test_a_tenants_pod_forged_onto_an_admitted_group_is_not_let_through(kueue_sandbox: Sandbox) -> None:
+    """The webhook makes a pod ungated for a group Kueue admitted only when its owner chain
+    leads to the LWS. A tenant (``edit`` in its namespace, impersonated) who writes a pod that
+    names the group's worker StatefulSet as its controller, with the group's labels and the
+    worker's requests, gets no pass-through: the pod is refused (the member-owners policy),
+    or made gated."""
+    sb = kueue_sandbox
+    q = make_queue(sb, gpus=4, nodes=2, gpus_per_node=2, managed=False)
+    body = lws("vllm", q.namespace, {POOL_LABEL: q.local_queue}, replicas=1, size=2, gpus_per_pod=1)
+    sb.apply([body])
+    wait("group 0 whole and Running", lambda: group_states(sb, q.namespace) == {"0": Counter(running=2)})
+    worker = next(p for p in pods(sb, q.namespace) if p["metadata"]["labels"].get(WORKER_INDEX) == "1")
+    sts = json.loads(sb.kubectl("get", "statefulset", "vllm-0", "-n", q.namespace, "-o", "json").stdout)
+    sb.apply(
+        [
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "RoleBinding",
+                "metadata": {"name": "tenant-edit", "namespace": q.namespace},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "tenant"}],
+            }
+        ]
+    )
+    owner = {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "vllm-0", "uid": sts["metadata"]["uid"]}
+    forged = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "vllm-0-1",
+            "namespace": q.namespace,
+            "labels": dict(worker["metadata"]["labels"]),
+            "annotations": dict(worker["metadata"].get("annotations") or {}),  # LWS's own webhook reads them
+            "ownerReferences": [{**owner, "controller": True}],
+        },
+        "spec": {"containers": [container("main", 1)]},
+    }
+    # The tenant deletes the group's real worker and makes its own under its name before the
+    # StatefulSet controller does (LWS's own webhook takes only an ordinal name).
+    for _ in range(10):
+        sb.kubectl("--as=tenant", "delete", "pod", "vllm-0-1", "-n", q.namespace, "--wait=false", check=False)
+        made = sb.kubectl("--as=tenant", "create", "-f", "-", input=json.dumps(forged), check=False)
+        print(made.returncode, made.stdout, made.stderr)
+        if "AlreadyExists" not in made.stderr:
+            break
+    # The webhook's counter counts answers, not pods: a later admission step may still refuse
+    # the pod. What must hold is that no such pod exists ungated.
+    if made.returncode == 0:
+        pod = json.loads(sb.kubectl("get", "pod", "vllm-0-1", "-n", q.namespace, "-o", "json").stdout)
+        gates = [g["name"] for g in pod["spec"].get("schedulingGates", [])]
+        assert SCHEDULING_GATE in gates, pod["spec"]
+    else:
+        assert "AlreadyExists" not in made.stderr, "the StatefulSet controller won every race"
+        assert "forbidden" in made.stderr.lower() or "denied" in made.stderr.lower(), made.stderr
