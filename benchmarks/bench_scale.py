@@ -1,19 +1,23 @@
 """Scale-up benchmark on the sandbox: many LWS groups at once, with and without the gatekeeper.
 
 The headline is the time from the LWS's creation until every pod that will run is Running
-(polled every half second): all GROUPS*SIZE pods in ``fit``, the pods of the groups that can
-run in ``scarce``. Runs without and with the gatekeeper alternate, ``--repeat`` times (3 by
-default), in one sandbox; the ratio of each pair, and of the medians, is printed with its
-min / median / max. Each run also gives: seconds until settled (unchanged for 5 s, not
-counted), whole groups, GPUs stranded in incomplete groups, the CPU seconds of the gatekeeper
-and of every process of the sandbox (per 1,000 pods, and the extra against the run without),
-the p50 / p99 of the gatekeeper's pod webhook as the API server timed it, the
-gatekeeper's API requests per admitted group and peak memory (VmHWM), its writes by purpose
-and the watch events its informers decoded, by resource (count and KiB).
+(as a watch of the namespace's pods brings their changes): all GROUPS*SIZE pods in ``fit``,
+the pods of the groups that can run in ``scarce``. Runs without and with the gatekeeper
+alternate, ``--repeat`` times (3 by default), in one sandbox; the ratio of each pair, and of
+the medians, is printed with its min / median / max. Each run also gives: seconds until
+settled (unchanged for 5 s, not counted), whole groups, GPUs stranded in incomplete groups,
+the CPU seconds of the gatekeeper and of every process of the sandbox (per 1,000 pods, and
+the extra against the run without), the p50 / p99 of the gatekeeper's pod webhook as the API
+server timed it, the gatekeeper's API requests per admitted group, its peak memory (VmHWM),
+its passes' wall time p50 / p99, its writes by purpose and the watch events its informers
+decoded, by resource (count and KiB).
 
-Runs:
-  fit      GROUPS groups of SIZE on GROUPS*SIZE one-GPU nodes: everything fits.
-  scarce   the same groups on 3/4 of those nodes: only some groups can run.
+Runs (each pod asks for one GPU; ``--gpus-per-node`` GPUs a node, 1 by default):
+  fit      GROUPS groups of SIZE on as many nodes as GROUPS*SIZE GPUs take: everything fits.
+  scarce   the same groups on 3/4 of those GPUs: only some groups can run.
+
+The curve of the scale without a knee: ``--size 8 --gpus-per-node 4`` and ``--groups`` 250,
+500, 1000 (500, 1,000, 2,000 nodes), one file each; ``plot_scale.py`` draws them.
 
 ``--floor python,go`` adds runs with a webhook that answers at once and does nothing
 (``floor_webhook.py`` on aiohttp, ``floor_webhook.go`` on Go's server, built here) in the
@@ -22,8 +26,8 @@ gatekeeper's place: what any webhook costs a pod create on this machine.
 ``--out FILE.json`` writes every figure of every run, with the commit, the machine and its
 load before and after, for a dated file under ``benchmarks/results/``.
 
-Usage: python benchmarks/bench_scale.py [--groups 100] [--size 4] [--runs fit,scarce]
-       [--repeat 3] [--out results.json]
+Usage: python benchmarks/bench_scale.py [--groups 100] [--size 4] [--gpus-per-node 1]
+       [--runs fit,scarce] [--repeat 3] [--out results.json]
 It starts its own sandbox (folder sandboxes/bench in the cache) and stops it at the end.
 """
 
@@ -46,21 +50,22 @@ from typing import Any
 import anyio
 import kr8s.asyncio
 from bench_timeline import cpu_seconds, machine_busy
-from load_support import WEBHOOK, pass_seconds, quantile, webhook_buckets
+from load_support import WEBHOOK, histogram, pass_seconds, quantile, webhook_buckets
 
 from gatekeeper.core.kube.keys import POOL_LABEL
 from gatekeeper_lab.sandbox.cluster import Sandbox, default_dir, fake_node
 from gatekeeper_lab.sandbox.observe import Verdict
 from gatekeeper_lab.sandbox.process import free_ports
-from gatekeeper_lab.sandbox.replay import LeaderWorkerSet, list_raw, settle
+from gatekeeper_lab.sandbox.replay import LeaderWorkerSet, settle
 
 HERE = Path(__file__).parent
-POLL_SECONDS = 0.5
 WRITES = "gatekeeper_writes_total"
 WATCH_EVENTS = "gatekeeper_watch_events_total"
 WATCH_BYTES = "gatekeeper_watch_bytes_total"
 STAGES = "gatekeeper_reconcile_stage_seconds_total"
+PASS_SECONDS = "gatekeeper_reconcile_seconds"
 FLOOR = "floor.bench.lws-gatekeeper.io"
+LWS_SELECTOR = "leaderworkerset.sigs.k8s.io/name=bench"
 
 
 def lws(name: str, namespace: str, groups: int, size: int, pool: str | None) -> dict[str, Any]:
@@ -136,6 +141,11 @@ class Run:
     """Their size, KiB by resource."""
     passes: int = 0
     """The planning passes in the run."""
+    pass_p50_s: float = float("nan")
+    pass_p99_s: float = float("nan")
+    """The passes' wall time, p50 / p99 (from the gatekeeper's histogram, its buckets' bounds)."""
+    nodes: int = 0
+    gpus_per_node: int = 1
     stage_s: dict[str, float] = field(default_factory=dict)
     """Their wall seconds by stage (snapshot, decide, plan, execute)."""
 
@@ -150,14 +160,42 @@ def _sandbox_cpu(sb: Sandbox) -> dict[str, float]:
     return out
 
 
-async def _count_running(api: kr8s.asyncio.Api, ns: str, seen: list[tuple[float, int]], start: float) -> None:
-    while True:
-        pods = await list_raw(
-            api, "pods", namespace=ns, label_selector="leaderworkerset.sigs.k8s.io/name=bench"
-        )
-        running = sum(1 for p in pods if p.get("status", {}).get("phase") == "Running")
-        seen.append((time.monotonic() - start, running))
-        await anyio.sleep(POLL_SECONDS)
+class PodWatch:
+    """The bench LWS's pods as one watch of its namespace brings them, and each moment the
+    count of Running ones changed (seconds from ``start``, count). A watch, not a list every
+    half second: at thousands of pods the lists would be a load of their own on the machine
+    (and on the run being timed)."""
+
+    def __init__(self, api: kr8s.asyncio.Api, namespace: str, start: float) -> None:
+        self.api, self.namespace, self.start = api, namespace, start
+        self.pods: dict[str, dict[str, Any]] = {}
+        self.running: set[str] = set()
+        self.seen: list[tuple[float, int]] = []
+
+    async def follow(self, started: anyio.Event) -> None:
+        since: str | None = None
+        while True:  # the API server ends a watch after a while: go on from the last version
+            stream = self.api.watch(
+                "pods", namespace=self.namespace, label_selector=LWS_SELECTOR, since=since
+            )
+            started.set()
+            async for kind, obj in stream:
+                pod, name = obj.raw, obj.name
+                since = pod["metadata"].get("resourceVersion", since)
+                if kind == "DELETED":
+                    self.pods.pop(name, None)
+                else:
+                    self.pods[name] = pod
+                was = len(self.running)
+                if kind != "DELETED" and pod.get("status", {}).get("phase") == "Running":
+                    self.running.add(name)
+                else:
+                    self.running.discard(name)
+                if len(self.running) != was:
+                    self.seen.append((time.monotonic() - self.start, len(self.running)))
+
+    async def current(self) -> list[dict[str, Any]]:
+        return list(self.pods.values())
 
 
 def floor_server(language: str) -> list[str]:
@@ -203,12 +241,14 @@ def floor_webhook(sb: Sandbox, namespace: str, language: str) -> subprocess.Pope
     return server
 
 
-async def one_run(sb: Sandbox, label: str, nodes: int, groups: int, size: int, mode: str, repeat: int) -> Run:
+async def one_run(
+    sb: Sandbox, label: str, nodes: int, gpus: int, groups: int, size: int, mode: str, repeat: int
+) -> Run:
     api = await kr8s.asyncio.api(kubeconfig=str(sb.kubeconfig))
     gatekeeper = mode == "gatekeeper"
     ns = f"bench-{label}-{mode}-{repeat}"
     sb.kubectl("delete", "nodes", "-l", "bench=gpu", "--wait=true", check=False)
-    sb.create_nodes([fake_node(f"b-{i}", gpus=1, labels={"bench": "gpu"}) for i in range(nodes)])
+    sb.create_nodes([fake_node(f"b-{i}", gpus=gpus, labels={"bench": "gpu"}) for i in range(nodes)])
     sb.kubectl("create", "namespace", ns)
     pool = None
     if gatekeeper:
@@ -231,24 +271,34 @@ async def one_run(sb: Sandbox, label: str, nodes: int, groups: int, size: int, m
     asked, wrote = requests_by_kind(text), requests_by_kind(text, WRITES)
     watched, watched_size = requests_by_kind(text, WATCH_EVENTS), requests_by_kind(text, WATCH_BYTES)
     staged, passed = requests_by_kind(text, STAGES), pass_seconds(text)[0]
+    passes_before = histogram(text, PASS_SECONDS)
     hooks_before = webhook_buckets(
         sb.kubectl("get", "--raw", "/metrics").stdout, FLOOR if server else WEBHOOK
     )
     cpu_before, gk_before, busy_before = _sandbox_cpu(sb), cpu_seconds(pid), machine_busy()
-    seen: list[tuple[float, int]] = []
-    start = time.monotonic()
-    obj = await LeaderWorkerSet(lws("bench", ns, groups, size, pool), api=api)
-    await obj.create()
+    pods = PodWatch(api, ns, time.monotonic())
     async with anyio.create_task_group() as tg:
-        tg.start_soon(_count_running, api, ns, seen, start)
+        started = anyio.Event()
+        tg.start_soon(pods.follow, started)
+        await started.wait()
+        start = pods.start = time.monotonic()
+        obj = await LeaderWorkerSet(lws("bench", ns, groups, size, pool), api=api)
+        await obj.create()
         v: Verdict = await settle(
-            api, ns, "bench", expected_pods=groups * size, size=size, timeout=900, stable_for=5
+            api,
+            ns,
+            "bench",
+            expected_pods=groups * size,
+            size=size,
+            timeout=1800,
+            stable_for=5,
+            source=pods.current,
         )
         tg.cancel_scope.cancel()
     settled = time.monotonic() - start - 5  # minus the stability window
     cpu_after, gk_after, busy_after = _sandbox_cpu(sb), cpu_seconds(pid), machine_busy()
-    final = seen[-1][1] if seen else 0
-    running = next((t for t, n in seen if n >= final), settled)
+    final = pods.seen[-1][1] if pods.seen else 0
+    running = next((t for t, n in pods.seen if n >= final), settled)
     hooks = webhook_buckets(sb.kubectl("get", "--raw", "/metrics").stdout, FLOOR if server else WEBHOOK)
     delta = {b: hooks.get(b, 0.0) - hooks_before.get(b, 0.0) for b in hooks}
     text = sb.metrics()
@@ -256,6 +306,7 @@ async def one_run(sb: Sandbox, label: str, nodes: int, groups: int, size: int, m
     watch_events = grown(watched, requests_by_kind(text, WATCH_EVENTS))
     watch_size = grown(watched_size, requests_by_kind(text, WATCH_BYTES))
     stages = grown(staged, requests_by_kind(text, STAGES))
+    took = {b: n - passes_before.get(b, 0.0) for b, n in histogram(text, PASS_SECONDS).items()}
     made = sum(requests.values())
     run = Run(
         scenario=label,
@@ -280,6 +331,10 @@ async def one_run(sb: Sandbox, label: str, nodes: int, groups: int, size: int, m
         watch_events=watch_events,
         watch_kib={k: round(v / 1024, 1) for k, v in watch_size.items()},
         passes=int(pass_seconds(text)[0] - passed),
+        pass_p50_s=round(quantile(took, 0.5), 3),
+        pass_p99_s=round(quantile(took, 0.99), 3),
+        nodes=nodes,
+        gpus_per_node=gpus,
         stage_s={k: round(v, 2) for k, v in stages.items()},
     )
     print(
@@ -287,7 +342,8 @@ async def one_run(sb: Sandbox, label: str, nodes: int, groups: int, size: int, m
         f"settled={run.settled_s:6.1f}s  whole={run.whole:4}  stranded={run.stranded:4}  "
         f"CPU gk={run.cpu_gatekeeper_s:5.1f}s all={run.cpu_all_s:5.1f}s  busy={run.machine_busy:4.0%}  "
         f"webhook p50/p99={run.webhook_p50_ms:5.1f}/{run.webhook_p99_ms:5.1f} ms  "
-        f"requests/group={run.requests_per_group:4.1f}  RSS={run.peak_rss_mib:6.1f} MiB",
+        f"requests/group={run.requests_per_group:4.1f}  RSS={run.peak_rss_mib:6.1f} MiB  "
+        f"pass p50/p99={run.pass_p50_s:.2f}/{run.pass_p99_s:.2f} s",
         flush=True,
     )
     if server is not None:
@@ -334,6 +390,9 @@ def summary(runs: list[Run]) -> list[str]:
                 f"extra CPU s of all processes against the run without {spread(extra)}",
                 f"{label}: {mode}, webhook p50 / p99 at the API server (ms) {p50} / {p99}; "
                 f"whole groups {whole}; stranded GPUs {stranded}",
+                f"{label}: {mode}, peak RSS (MiB) {spread([r.peak_rss_mib for r in mine])}; pass p50 (s) "
+                f"{spread([r.pass_p50_s for r in mine])}; "
+                f"pass p99 (s) {spread([r.pass_p99_s for r in mine])}",
             ]
             last = mine[-1]
             if last.writes or last.watch_events:
@@ -361,6 +420,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--groups", type=int, default=100)
     ap.add_argument("--size", type=int, default=4)
+    ap.add_argument("--gpus-per-node", type=int, default=1, help="GPUs of each node (each pod asks for one)")
     ap.add_argument("--runs", default="fit,scarce")
     ap.add_argument("--repeat", type=int, default=3, help="alternated pairs of runs per scenario")
     ap.add_argument(
@@ -379,13 +439,13 @@ def main() -> None:
     runs: list[Run] = []
     try:
         total = args.groups * args.size
-        sizes = {"fit": total, "scarce": total * 3 // 4}
+        gpus = args.gpus_per_node
+        sizes = {"fit": -(-total // gpus), "scarce": total * 3 // 4 // gpus}
         for label in args.runs.split(","):
             for repeat in range(args.repeat):
                 for mode in modes:
-                    runs.append(
-                        anyio.run(one_run, sb, label, sizes[label], args.groups, args.size, mode, repeat)
-                    )
+                    shape = (sizes[label], gpus, args.groups, args.size)
+                    runs.append(anyio.run(one_run, sb, label, *shape, mode, repeat))
     finally:
         if not args.keep:
             sb.down()

@@ -111,6 +111,14 @@ def webhook_buckets(metrics: str, name: str = WEBHOOK) -> dict[float, float]:
     return dict(out)
 
 
+def histogram(metrics: str, name: str) -> dict[float, float]:
+    """Cumulative counts by upper bound of histogram ``name``, its series summed."""
+    out: dict[float, float] = defaultdict(float)
+    for labels, value in re.findall(rf"^{name}_bucket\{{(.*)\}} (\S+)$", metrics, re.M):
+        out[float(dict(re.findall(r'(\w+)="([^"]*)"', labels))["le"])] += float(value)
+    return dict(out)
+
+
 def both_webhooks(metrics: str) -> tuple[dict[float, float], dict[float, float]]:
     return webhook_buckets(metrics), webhook_buckets(metrics, CONTROL)
 

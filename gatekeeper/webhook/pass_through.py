@@ -33,7 +33,7 @@ __all__ = ["PassThrough"]
 
 PASSED = Counter(
     "gatekeeper_webhook_pass_through_total",
-    "Pods created without the gate because their group already held its admission",
+    "Pod creates answered without the gate, their group holding its admission (answers, not pods)",
 )
 
 

@@ -154,8 +154,12 @@ async def settle(
     timeout: float = 180,
     stable_for: float = 3.0,
     leader_ready: bool = False,
+    source: Callable[[], Awaitable[list[dict[str, Any]]]] | None = None,
 ) -> Verdict:
     """Wait until the LWS has ``expected_pods`` pods, each settled, unchanged for ``stable_for`` s.
+
+    The pods are listed every half second, or read from ``source`` (a watch the caller keeps:
+    at thousands of pods, listing them twice a second is a load of its own on the machine).
 
     With ``leader_ready`` (the LWS's ``startupPolicy: LeaderReady``) a group whose leader
     is not Ready has no workers yet: the LWS is settled when each of its
@@ -166,7 +170,7 @@ async def settle(
     since = time.monotonic()
     pods: list[dict[str, Any]] = []
     while time.monotonic() < deadline:
-        pods = await _pods(api, namespace, lws_name)
+        pods = await (source() if source is not None else _pods(api, namespace, lws_name))
         live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
         if leader_ready:
             complete = len(pods) == len(live) and _leader_ready_complete(live, expected_pods // size, size)
