@@ -350,7 +350,10 @@ async def one_run(
         sb.kubectl("delete", "mutatingwebhookconfiguration", FLOOR, check=False)
         server.terminate()
         server.wait()
-    sb.kubectl("delete", "namespace", ns, "--wait=true", "--timeout=300s", check=False)
+    # Force the pods out (no grace, no KWOK round): thousands of pods leave in seconds, not minutes.
+    sb.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+    sb.kubectl("delete", "pods", "--all", "-n", ns, "--grace-period=0", "--force", "--wait=false", check=False)
+    sb.kubectl("wait", "--for=delete", f"namespace/{ns}", "--timeout=900s", check=False)
     if pool:
         sb.kubectl("delete", "pool", pool, check=False)
     return run

@@ -327,8 +327,10 @@ def waiting(
     age: int = 0,
     namespace: str = "default",
     classes: tuple[str, ...] = (),
+    exclusive: str = "",
 ) -> WaitingGroup:
-    """A waiting group; ``age`` is seconds after T0 at which its LWS was created."""
+    """A waiting group; ``age`` is seconds after T0 at which its LWS was created; ``exclusive``
+    its LWS's exclusive topology key."""
     return WaitingGroup(
         key=GroupKey(namespace, name, index),
         pool=pool,
@@ -336,6 +338,7 @@ def waiting(
         created=T0 + timedelta(seconds=age),
         priority=priority,
         classes=classes,
+        exclusive=exclusive,
     )
 
 

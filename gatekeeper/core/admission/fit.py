@@ -132,11 +132,20 @@ class NodeTable:
 
     # ----- placement -------------------------------------------------------------------
 
-    def place(self, view: str, pods: Sequence[PodDemand], *, keep: bool = True) -> Placement | Misfit:
+    def place(
+        self,
+        view: str,
+        pods: Sequence[PodDemand],
+        *,
+        keep: bool = True,
+        allowed: bytearray | None = None,
+    ) -> Placement | Misfit:
         """Place all ``pods`` on the view's nodes, or explain the first pod that does not fit.
 
         On success the placement is kept (free capacity reduced, ``version`` bumped)
-        unless ``keep`` is False; on failure nothing changes.
+        unless ``keep`` is False; on failure nothing changes. With ``allowed`` (``mask``)
+        only those nodes are used (one topology domain, or all but the domains closed to
+        the group).
         """
         shapes = [self._pod_shape(view, pod) for pod in pods]
         order = sorted(range(len(pods)), key=lambda i: (-shapes[i][0], i))
@@ -144,7 +153,7 @@ class NodeTable:
         chosen = [0] * len(pods)
         for i in order:
             _, primary, req = shapes[i]
-            node = self._best_fit(view, pods[i].constraints, primary, req)
+            node = self._best_fit(view, pods[i].constraints, primary, req, allowed)
             if node is None:
                 misfit = self._explain(view, i, pods[i], req, len(taken))
                 for n, r in reversed(taken):
@@ -159,6 +168,28 @@ class NodeTable:
             for n, r in reversed(taken):
                 self._change(n, r, +1)
         return tuple(self._nodes[n].name for n in chosen)
+
+    def view_nodes(self, view: str) -> list[Node]:
+        """The view's usable nodes, by name."""
+        return [self._nodes[i] for i in self._views[view]]
+
+    def mask(self, names: Iterable[str]) -> bytearray:
+        """The ``allowed`` of ``place`` for these nodes (names it does not hold are left out)."""
+        flags = bytearray(len(self._nodes))
+        for name in names:
+            i = self._position.get(name)
+            if i is not None:
+                flags[i] = 1
+        return flags
+
+    def free_sum(self, names: Iterable[str], resource: str) -> int:
+        """Free ``resource`` summed over these nodes (negative free counts as none)."""
+        total = 0
+        for name in names:
+            i = self._position.get(name)
+            if i is not None:
+                total += max(self._free[i].get(resource, 0), 0)
+        return total
 
     def place_partial(self, view: str, pods: Sequence[PodDemand], *, keep: bool) -> tuple[str | None, ...]:
         """Place what of ``pods`` fits (largest first, as ``place``); None for each pod that
@@ -249,7 +280,12 @@ class NodeTable:
         return index
 
     def _best_fit(
-        self, view: str, constraints: NodeConstraints, primary: str, req: Mapping[str, int]
+        self,
+        view: str,
+        constraints: NodeConstraints,
+        primary: str,
+        req: Mapping[str, int],
+        allowed: bytearray | None = None,
     ) -> int | None:
         index = self._index(view, primary)
         eligible = self._eligibility(view, constraints)
@@ -257,7 +293,7 @@ class NodeTable:
         items = list(req.items())
         for j in range(bisect_left(index, (req[primary], -1)), len(index)):
             node = index[j][1]
-            if eligible[node]:
+            if eligible[node] and (allowed is None or allowed[node]):
                 have = free[node]
                 for resource, amount in items:
                     if have.get(resource, 0) < amount:

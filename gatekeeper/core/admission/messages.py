@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
+from gatekeeper.core.admission.exclusive import NoDomain
 from gatekeeper.core.admission.fit import Misfit
 from gatekeeper.core.admission.quota import by_importance
 from gatekeeper.core.kube.quantity import format_amount, format_resources
@@ -149,6 +150,34 @@ def cannot_place(pool: str, misfit: Misfit) -> str:
     return (
         f"can never be placed: pod {misfit.role} needs {need}, and with the group's other "
         f"{plural(misfit.placed, 'pod')} on pool {pool}'s empty nodes, no node has more than {largest} left"
+    )
+
+
+def waits_for_domain(pool: str, nd: NoDomain) -> str:
+    """A group of an LWS with exclusive placement for which no domain has room now."""
+    head = f"fits pool {pool}'s quota but no {nd.key} domain has room for it alone (exclusive-topology):"
+    if nd.held == nd.domains:
+        return f"{head} each of the {plural(nd.domains, 'domain')} holds another group of this namespace"
+    largest = format_amount(nd.resource, nd.largest)
+    return (
+        f"{head} the group needs {amount(nd.resource, nd.needed)} in one domain; of "
+        f"{plural(nd.domains, 'domain')}, {nd.held} hold another group of this namespace "
+        f"and the others have at most {largest} free"
+    )
+
+
+def no_domain_ever(pool: str, nd: NoDomain) -> str:
+    """A group of an LWS with exclusive placement that no domain of the pool could ever hold."""
+    if nd.domains == 0:
+        return (
+            f"can never be placed: its LWS's exclusive-topology names node label {nd.key}, "
+            f"and no node of pool {pool} has it"
+        )
+    largest = format_amount(nd.resource, nd.largest)
+    return (
+        f"can never be placed: its LWS's exclusive-topology puts a group in one {nd.key} domain; "
+        f"it needs {amount(nd.resource, nd.needed)}, and the largest of pool {pool}'s "
+        f"{plural(nd.domains, 'domain')} has {largest}"
     )
 
 

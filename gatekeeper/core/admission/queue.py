@@ -32,6 +32,8 @@ class WaitingGroup:
     classes: tuple[str, ...] = ()
     """The PriorityClass names its pods get (``core.model.lws.priority_classes``; "" for none),
     for a Pool's ``spec.allowedPriorityClasses``."""
+    exclusive: str = ""
+    """Its LWS's exclusive topology key (one group to a domain, ``core.admission.exclusive``), or ""."""
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,8 @@ class AdmittedGroup:
     demand: GroupDemand
     nodes: Mapping[int, str] = field(default_factory=dict)
     bound: frozenset[int] = frozenset()
+    exclusive: str = ""
+    """As ``WaitingGroup.exclusive``: the room it holds for its unbound pods counts in its domain."""
 
 
 def _utc(moment: datetime) -> datetime:

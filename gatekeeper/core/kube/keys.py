@@ -101,6 +101,15 @@ group index). The webhook may see a leader before LWS's pod webhook gives it the
 index label."""
 REVISION_LABEL: Final = "leaderworkerset.sigs.k8s.io/template-revision-hash"
 """The LWS template revision a pod was made from (the leader's, copied to its workers)."""
+GROUP_KEY_LABEL: Final = "leaderworkerset.sigs.k8s.io/group-key"
+"""On every pod of an LWS: a hash unique to its group (LWS's pod webhook writes it). The
+exclusive placement's pod affinity and anti-affinity select on it."""
+EXCLUSIVE_TOPOLOGY_ANNOTATION: Final = "leaderworkerset.sigs.k8s.io/exclusive-topology"
+"""On an LWS (and copied to its pods): a node label key; each group runs alone in one domain
+of it (nodes sharing that label's value), kept there by the required pod affinity and
+anti-affinity LWS's pod webhook writes (``core.admission.exclusive``)."""
+SUBGROUP_EXCLUSIVE_TOPOLOGY_ANNOTATION: Final = "leaderworkerset.sigs.k8s.io/subgroup-exclusive-topology"
+"""The same for each subgroup of ``subGroupPolicy.subGroupSize`` pods: not modelled yet."""
 
 # ----- Kueue (sigs.k8s.io/kueue) ---------------------------------------------------------
 

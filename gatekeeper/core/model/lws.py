@@ -9,18 +9,20 @@ name decides; a bare ``priority`` counts only without one), for both backends al
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from gatekeeper.core.kube.keys import (
+    EXCLUSIVE_TOPOLOGY_ANNOTATION,
     GROUP_INDEX_LABEL,
     POOL_LABEL,
     REVISION_LABEL,
     SCHEDULING_GATE,
     WORKER_INDEX_LABEL,
 )
-from gatekeeper.core.kube.objects import as_list, as_map, is_live, is_terminating, labels
+from gatekeeper.core.kube.objects import as_list, as_map, is_live, is_terminating, labels, meta
 from gatekeeper.core.model.claims import made_claims
 
 __all__ = [
@@ -28,6 +30,7 @@ __all__ = [
     "MAX_REPLICAS",
     "GroupPod",
     "Priority",
+    "exclusive_topology",
     "group_index",
     "is_gated",
     "pool_of",
@@ -44,6 +47,31 @@ __all__ = [
 def pool_of(lws: Mapping[str, Any]) -> str:
     """The value of the opt-in label: the pool (or LocalQueue) the LWS asks for."""
     return str(labels(lws).get(POOL_LABEL, ""))
+
+
+_LABEL_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def exclusive_topology(lws: Mapping[str, Any]) -> str:
+    """The node label key of the LWS's exclusive placement (annotation
+    ``leaderworkerset.sigs.k8s.io/exclusive-topology``: each group alone in one domain of it),
+    or "" when it has none. Raises ValueError when the value is no label key: LWS would
+    write it into each pod's affinity, and the API server refuses such pods."""
+    annotations = as_map(meta(lws).get("annotations"))
+    if EXCLUSIVE_TOPOLOGY_ANNOTATION not in annotations:
+        return ""
+    key = annotations[EXCLUSIVE_TOPOLOGY_ANNOTATION]
+    prefix, _, name = key.rpartition("/") if isinstance(key, str) else ("", "", "")
+    valid = (
+        isinstance(key, str)
+        and bool(_LABEL_NAME.fullmatch(name))
+        and (not prefix or (len(prefix) <= 253 and bool(_DNS_SUBDOMAIN.fullmatch(prefix))))
+    )
+    if not valid:
+        shown = key[:80] if isinstance(key, str) else type(key).__name__
+        raise ValueError(f"annotation {EXCLUSIVE_TOPOLOGY_ANNOTATION} is not a node label key: {shown!r}")
+    return str(key)
 
 
 def templates(lws: Mapping[str, Any]) -> tuple[Mapping[str, Any], Mapping[str, Any]]:

@@ -13,7 +13,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gatekeeper.core.kube.fields import mapping, sequence, string
-from gatekeeper.core.kube.keys import CHARGE_KEY, KUEUE_POD_GROUP_KEY, KUEUE_ROLE_ANNOTATION
+from gatekeeper.core.kube.keys import (
+    CHARGE_KEY,
+    EXCLUSIVE_TOPOLOGY_ANNOTATION,
+    KUEUE_POD_GROUP_KEY,
+    KUEUE_ROLE_ANNOTATION,
+)
 from gatekeeper.core.kube.objects import as_list, as_map, is_live
 from gatekeeper.core.kube.quantity import parse_units
 from gatekeeper.core.kube.selectors import Taint, parse_label_map, parse_taints
@@ -89,7 +94,7 @@ _BOUND_META = (
     "ownerReferences",
     "deletionTimestamp",
 )
-_BOUND_ANNOTATIONS = (KUEUE_POD_GROUP_KEY, KUEUE_ROLE_ANNOTATION)
+_BOUND_ANNOTATIONS = (KUEUE_POD_GROUP_KEY, KUEUE_ROLE_ANNOTATION, EXCLUSIVE_TOPOLOGY_ANNOTATION)
 _BOUND_SPEC = ("nodeName", "overhead", "resources")
 _CONTAINER = ("name", "resources", "restartPolicy")
 

@@ -64,7 +64,9 @@ def changed_template(
     live = [p for p in pods if p.live]
     new = [p for p in live if not p.terminating and not is_old(p)]
     if new and not any(is_old(p) for p in live):
-        return WaitingGroup(gs.key, gs.pool, demand, created, priority=priority, classes=classes)
+        return WaitingGroup(
+            gs.key, gs.pool, demand, created, priority=priority, classes=classes, exclusive=gs.exclusive
+        )
     held = recorded_demand(record)
     pool = str(status.get("pool") or gs.pool)
     group = AdmittedGroup(key=gs.key, pool=pool, demand=held, bound=frozenset(range(held.pod_count)))

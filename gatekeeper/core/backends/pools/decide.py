@@ -82,6 +82,7 @@ from datetime import datetime
 from functools import partial
 from typing import Any
 
+from gatekeeper.core.admission.exclusive import occupants
 from gatekeeper.core.admission.intruders import intruders
 from gatekeeper.core.admission.members import strangers_said
 from gatekeeper.core.admission.membership import membership
@@ -279,6 +280,7 @@ def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMem
         snap.namespaces,
         launcher,
         intruders(pools, snap.nodes, snap.bound_pods, snap.exempt_namespaces),
+        occupants(snap.bound_pods),
     )
     admit, ungate, steer = _steering(result, one)
     waiting = _waiting_words(result, one, invalid_pools)

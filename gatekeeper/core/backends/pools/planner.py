@@ -44,7 +44,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from gatekeeper.core.admission import exclusive
 from gatekeeper.core.admission import messages as text
+from gatekeeper.core.admission.exclusive import Domains, NoDomain, Occupant
 from gatekeeper.core.admission.fit import Misfit, NodeTable, Placement
 from gatekeeper.core.admission.intruders import Intruders
 from gatekeeper.core.admission.queue import AdmittedGroup, WaitingGroup, queue_order
@@ -185,15 +187,17 @@ class _Pass:
         usage: Mapping[str, Mapping[str, int]],
         namespaces: Mapping[str, Mapping[str, str]] | None = None,
         launcher: Launcher | None = None,
+        occupants: Mapping[str, Iterable[Occupant]] | None = None,
     ):
         node_list = list(nodes)
+        self.domains = Domains(node_list, occupants)
         self.launcher = launcher or Launcher((), (), ())
         self.namespaces: Mapping[str, Mapping[str, str]] = namespaces or {}
         self._steered: dict[tuple[str, GroupDemand], GroupDemand] = {}
         self.now = NodeTable(node_list, usage)
         self.empty = NodeTable(node_list, hypothetical=True)
         self.states: dict[str, _PoolState] = {}
-        self._never_cache: dict[tuple[str, GroupDemand], tuple[Reason, str] | None] = {}
+        self._never_cache: dict[tuple[str, GroupDemand, str], tuple[Reason, str] | None] = {}
         self._misfit_cache: dict[tuple[str, GroupDemand], tuple[int, Misfit]] = {}
         for pool in pools:
             if pool.name in self.states:
@@ -219,8 +223,13 @@ class _Pass:
             return
         state.hold(group.demand)
         pool = state.pool
+        mark = [(group.key.namespace, group.exclusive)]
         for i, pod in enumerate(self._steer(pool, group.demand).pods):
-            if i in group.bound or self.now.reserve(group.pool, pod, group.nodes.get(i) or None) is not None:
+            if i in group.bound:
+                continue
+            node = self.now.reserve(group.pool, pod, group.nodes.get(i) or None)
+            if node is not None:
+                self.domains.take(node, mark)
                 continue
             if pool.node_pools and not isinstance(
                 self.launcher.launch(pool.node_pools, [pod], pool.selects), PodDemand
@@ -248,7 +257,7 @@ class _Pass:
         if isinstance(group.demand, InvalidDemand):
             return self._wait(state, group, Reason.INVALID_SPEC, text.invalid_spec(group.demand.message))
         demand = self._steer(state.pool, group.demand)
-        never = self._never(state, demand)
+        never = self._never(state, demand, group.exclusive)
         if never is not None:
             return self._wait(state, group, *never)
         if state.blocker is not None:
@@ -261,7 +270,11 @@ class _Pass:
                 group.pool, demand, check.short, state.quota, state.used, state.holders, len(state.intruders)
             )
             return self._wait(state, group, Reason.WAITING_FOR_QUOTA, detail)
-        outcome = self._place(state, demand)
+        outcome = self._place(state, demand, group)
+        if isinstance(outcome, NoDomain):
+            return self._wait(
+                state, group, Reason.WAITING_FOR_NODES, text.waits_for_domain(group.pool, outcome)
+            )
         if isinstance(outcome, Misfit):
             if state.pool.node_fit is NodeFit.QUOTA_ONLY:
                 state.hold(demand)
@@ -317,27 +330,57 @@ class _Pass:
             state.blocker = group.key
         return Waiting(group.key, group.pool, reason, _say(group, detail), state.waiting)
 
-    def _never(self, state: _PoolState, demand: GroupDemand) -> tuple[Reason, str] | None:
+    def _never(self, state: _PoolState, demand: GroupDemand, key: str) -> tuple[Reason, str] | None:
         """Why ``demand`` can never be admitted into the pool as it is, or None (cached per pass)."""
-        key = (state.pool.name, demand)
-        if key not in self._never_cache:
-            self._never_cache[key] = _never(state, self.empty, demand, self.launcher)
-        return self._never_cache[key]
+        cache = (state.pool.name, demand, key)
+        if cache not in self._never_cache:
+            never = _never(state, self.empty, demand, self.launcher)
+            if never is None and key and _domains_apply(state.pool):
+                view = state.pool.name
+                alone = exclusive.place(self.empty, view, demand.pods, "", key, Domains(()), keep=False)
+                if isinstance(alone, NoDomain):
+                    never = Reason.NODES_TOO_SMALL, text.no_domain_ever(state.pool.name, alone)
+            self._never_cache[cache] = never
+        return self._never_cache[cache]
 
-    def _place(self, state: _PoolState, demand: GroupDemand) -> Placement | Misfit:
-        """Node fit, remembering a misfit until node room changes (equal demands fail alike)."""
-        key = (state.pool.name, demand)
+    def _place(
+        self, state: _PoolState, demand: GroupDemand, group: WaitingGroup
+    ) -> Placement | Misfit | NoDomain:
+        """Node fit, remembering a misfit until node room changes (equal demands fail alike);
+        in one domain for a group of an LWS with exclusive placement, and out of the domains the
+        exclusive groups of its namespace hold (``core.admission.exclusive``)."""
+        view, ns = state.pool.name, group.key.namespace
+        if _domains_apply(state.pool):
+            if group.exclusive:
+                return exclusive.place(self.now, view, demand.pods, ns, group.exclusive, self.domains)
+            allowed = exclusive.open_nodes(self.now, view, ns, self.domains)
+            if allowed is not None:
+                return self._taken(ns, self.now.place(view, demand.pods, allowed=allowed))
+        key = (view, demand)
         cached = self._misfit_cache.get(key)
         if cached is not None and cached[0] == self.now.version:
             return cached[1]
-        outcome = self.now.place(state.pool.name, demand.pods)
+        outcome = self.now.place(view, demand.pods)
         if isinstance(outcome, Misfit):
             self._misfit_cache[key] = (self.now.version, outcome)
+        return self._taken(ns, outcome)
+
+    def _taken(self, namespace: str, outcome: Placement | Misfit) -> Placement | Misfit:
+        """A group placed: its pods count on their nodes (for the exclusive groups after it)."""
+        if not isinstance(outcome, Misfit):
+            for node in set(outcome):
+                self.domains.take(node, [(namespace, "")])
         return outcome
 
 
 def _say(group: WaitingGroup, detail: str) -> str:
     return f"group {group.key.index} {detail}"
+
+
+def _domains_apply(pool: Pool) -> bool:
+    """Exclusive placement is modelled where the pool's nodes are the nodes there will be (not
+    in a QuotaOnly pool, nor one that buys nodes from Karpenter NodePools)."""
+    return pool.node_fit is NodeFit.REQUIRED and not pool.node_pools
 
 
 def _quota_applies(pool: Pool) -> bool:
@@ -384,6 +427,7 @@ def plan(
     namespaces: Mapping[str, Mapping[str, str]] | None = None,
     launcher: Launcher | None = None,
     intruders: Mapping[str, Intruders] | None = None,
+    occupants: Mapping[str, Iterable[Occupant]] | None = None,
 ) -> Plan:
     """Decide which waiting groups to admit now and why each other one waits.
 
@@ -392,10 +436,12 @@ def plan(
     ``launcher`` is what the pools' Karpenter NodePools can still launch (``nodes`` then
     include the nodes coming up, ``provisioning.coming_up``). ``intruders`` are the pods on
     each pool's closed nodes without an admission (``core.admission.intruders``): held against its quota.
+    ``occupants`` are the LWS groups' bound pods per node (``core.admission.exclusive.occupants``),
+    for the groups of LWSs with exclusive placement.
     Waiting groups already in ``admitted`` (same key) are ignored. Raises ValueError if
     two pools share a name.
     """
-    planning = _Pass(pools, nodes, usage, namespaces, launcher)
+    planning = _Pass(pools, nodes, usage, namespaces, launcher, occupants)
     for name, found in (intruders or {}).items():
         if name in planning.states:
             planning.states[name].intrude(found)

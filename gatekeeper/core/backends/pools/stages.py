@@ -232,7 +232,9 @@ class GroupPass:
         bound = frozenset(p.worker for p in pods if p.bound and p.live)
         nodes = placement(status.get("placement"))
         self.admitted_groups.append(
-            AdmittedGroup(key=key, pool=held_pool, demand=demand, nodes=nodes, bound=bound)
+            AdmittedGroup(
+                key=key, pool=held_pool, demand=demand, nodes=nodes, bound=bound, exclusive=gs.exclusive
+            )
         )
         if staying:
             self.ungate_keys.append(key)
@@ -277,7 +279,9 @@ class GroupPass:
         if waits_for_retry(record, self.settings.now):
             return  # given back: planned again at its status.retryAt
         self.waiting_groups.append(
-            WaitingGroup(gs.key, gs.pool, gs.demand, created, priority=order, classes=classes)
+            WaitingGroup(
+                gs.key, gs.pool, gs.demand, created, priority=order, classes=classes, exclusive=gs.exclusive
+            )
         )
 
     def _held_by_pods(self, gs: GroupState, record: Mapping[str, Any], pods: Sequence[GroupPod]) -> bool:

@@ -1,0 +1,174 @@
+"""Exclusive placement: LWS's ``exclusive-topology``, each group alone in one topology domain.
+
+Why this exists: an LWS annotated ``leaderworkerset.sigs.k8s.io/exclusive-topology: <key>``
+gets from LWS's pod webhook, on every pod, a required pod affinity (the group's pods in one
+domain of ``<key>``: the nodes sharing that label's value) and a required pod anti-affinity
+against the pods of every other LWS group of its namespace in that domain. The scheduler
+holds both, and an existing pod's anti-affinity both ways round: no other LWS group of the
+namespace comes into the domain of an exclusive group either. Quota and node room alone
+would admit a group whose room is spread over domains, or lies in a domain another group of
+the namespace holds: admitted, ungated, never bound, its quota held from every other group.
+
+So a group of such an LWS is placed in one domain of its key where no pod of another LWS
+group of its namespace is (bound, or placed earlier in the pass), the domain with the least
+free room of the group's main resource that holds it (best fit: the large domains stay whole
+for large groups), and a group of another LWS of the namespace is kept out of the domains
+its exclusive groups hold. Nodes without the key's label are no domain (the affinity cannot
+be met there). What the pod's own anti-affinity says is read from the LWS, as LWS writes it:
+the pods' spec is not parsed (a pod made without LWS's webhook is not an LWS group's).
+
+Not modelled (the group is placed as if it had none): ``subgroup-exclusive-topology`` (one
+domain to each subgroup); the scheduler's own choice of domain: it is not pinned, so with
+domains of different sizes it may put a small group in the large domain a later, larger
+group was counted into (that group then waits unbound until the admission timeout gives it
+back).
+
+Called by the pools planner (``core.backends.pools.planner``) with the occupants of the
+bound pods (``occupants``, from the pass's bound-pod cache).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gatekeeper.core.admission.fit import Misfit, NodeTable, Placement
+from gatekeeper.core.admission.quota import by_importance
+from gatekeeper.core.kube.keys import EXCLUSIVE_TOPOLOGY_ANNOTATION, GROUP_KEY_LABEL
+from gatekeeper.core.kube.objects import as_map, is_live
+from gatekeeper.core.model.demand import PodDemand
+
+__all__ = ["Domains", "NoDomain", "Occupant", "occupants", "open_nodes", "place"]
+
+Occupant = tuple[str, str]
+"""An LWS group's pod on a node: (its namespace, its LWS's exclusive topology key or "")."""
+
+
+@dataclass(frozen=True)
+class NoDomain:
+    """No domain of ``key`` holds the whole group: ``domains`` of the pool's nodes carry the
+    key, ``held`` of them hold another group of the namespace; ``largest`` is the most free
+    ``resource`` of an open one (0 when none is open)."""
+
+    key: str
+    domains: int
+    held: int
+    resource: str
+    needed: int
+    largest: int
+
+
+def occupants(pods: Iterable[Mapping[str, Any]]) -> dict[str, set[Occupant]]:
+    """Per node: the LWS groups' live pods bound there, as (namespace, exclusive key or "").
+
+    An LWS group's pod carries LWS's group key label; its exclusive key is the annotation
+    LWS copies from the LWS to its pods."""
+    found: dict[str, set[Occupant]] = {}
+    for pod in pods:
+        node = as_map(pod.get("spec")).get("nodeName")
+        meta = as_map(pod.get("metadata"))
+        if not isinstance(node, str) or not node or GROUP_KEY_LABEL not in as_map(meta.get("labels")):
+            continue
+        if not is_live(pod):
+            continue
+        key = as_map(meta.get("annotations")).get(EXCLUSIVE_TOPOLOGY_ANNOTATION)
+        namespace = str(meta.get("namespace") or "")
+        found.setdefault(node, set()).add((namespace, key if isinstance(key, str) else ""))
+    return found
+
+
+class Domains:
+    """The LWS groups' pods on each node during one pass: bound ones, and those placed since."""
+
+    def __init__(self, nodes: Iterable[Any], found: Mapping[str, Iterable[Occupant]] | None = None) -> None:
+        self._labels: dict[str, Mapping[str, str]] = {n.name: n.labels for n in nodes}
+        self._on: dict[str, set[Occupant]] = {}
+        self._exclusive: dict[str, set[str]] = {}
+        """Per namespace: the exclusive keys of its groups somewhere (the other groups'
+        nodes are free of it otherwise, and cost nothing to check)."""
+        for node, there in (found or {}).items():
+            self.take(node, there)
+
+    def take(self, node: str, there: Iterable[Occupant]) -> None:
+        """Pods of these groups are (or are counted) on ``node``."""
+        on = self._on.setdefault(node, set())
+        for namespace, key in there:
+            on.add((namespace, key))
+            if key:
+                self._exclusive.setdefault(namespace, set()).add(key)
+
+    def held(self, namespace: str, key: str) -> set[str]:
+        """The domains of ``key`` with a pod of an LWS group of ``namespace`` on them."""
+        out = set()
+        for node, there in self._on.items():
+            value = self._labels.get(node, {}).get(key)
+            if value is not None and any(ns == namespace for ns, _ in there):
+                out.add(value)
+        return out
+
+    def closed(self, namespace: str) -> set[str]:
+        """The nodes a group of ``namespace`` without exclusive placement may not use: those in
+        a domain an exclusive group of the namespace holds (its anti-affinity keeps others out)."""
+        keys = self._exclusive.get(namespace)
+        if not keys:
+            return set()
+        held: dict[str, set[str]] = {}
+        for node, there in self._on.items():
+            for ns, key in there:
+                value = self._labels.get(node, {}).get(key) if ns == namespace and key else None
+                if value is not None:
+                    held.setdefault(key, set()).add(value)
+        return {
+            node
+            for node, labels in self._labels.items()
+            if any(labels.get(key) in values for key, values in held.items())
+        }
+
+
+def open_nodes(table: NodeTable, view: str, namespace: str, domains: Domains) -> bytearray | None:
+    """The ``allowed`` of ``NodeTable.place`` for a group of ``namespace`` without exclusive
+    placement: None (every node) unless an exclusive group of the namespace holds a domain."""
+    closed = domains.closed(namespace)
+    if not closed:
+        return None
+    return table.mask(n.name for n in table.view_nodes(view) if n.name not in closed)
+
+
+def place(
+    table: NodeTable,
+    view: str,
+    pods: Sequence[PodDemand],
+    namespace: str,
+    key: str,
+    domains: Domains,
+    *,
+    keep: bool = True,
+) -> Placement | NoDomain:
+    """All ``pods`` in one open domain of ``key`` (best fit), kept in ``table`` and counted in
+    ``domains`` with ``keep``; or why no domain holds them."""
+    by_domain: dict[str, list[str]] = {}
+    for node in table.view_nodes(view):
+        value = node.labels.get(key)
+        if value is not None:
+            by_domain.setdefault(value, []).append(node.name)
+    held = domains.held(namespace, key) & set(by_domain)
+    closed = domains.closed(namespace)  # the domains of the namespace's other exclusive keys
+    total: dict[str, int] = {}
+    for pod in pods:
+        for resource, amount in pod.requests.items():
+            total[resource] = total.get(resource, 0) + amount
+    resource = by_importance(total)[0] if total else "pods"
+    needed = total.get(resource, len(pods))
+    free = {d: table.free_sum(names, resource) for d, names in by_domain.items() if d not in held}
+    for domain in sorted(free, key=lambda d: (free[d], d)):
+        if free[domain] < needed:
+            continue
+        names = [n for n in by_domain[domain] if n not in closed]
+        outcome = table.place(view, pods, keep=keep, allowed=table.mask(names))
+        if not isinstance(outcome, Misfit):
+            if keep:
+                for name in set(outcome):
+                    domains.take(name, [(namespace, key)])
+            return outcome
+    return NoDomain(key, len(by_domain), len(held), resource, needed, max(free.values(), default=0))
