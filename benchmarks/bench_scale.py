@@ -56,7 +56,7 @@ from gatekeeper.core.kube.keys import POOL_LABEL
 from gatekeeper_lab.sandbox.cluster import Sandbox, default_dir, fake_node
 from gatekeeper_lab.sandbox.observe import Verdict
 from gatekeeper_lab.sandbox.process import free_ports
-from gatekeeper_lab.sandbox.replay import LeaderWorkerSet, settle
+from gatekeeper_lab.sandbox.replay import LeaderWorkerSet, list_raw, settle
 
 HERE = Path(__file__).parent
 WRITES = "gatekeeper_writes_total"
@@ -66,6 +66,7 @@ STAGES = "gatekeeper_reconcile_stage_seconds_total"
 PASS_SECONDS = "gatekeeper_reconcile_seconds"
 FLOOR = "floor.bench.lws-gatekeeper.io"
 LWS_SELECTOR = "leaderworkerset.sigs.k8s.io/name=bench"
+GPU = "nvidia.com/gpu"
 
 
 def lws(name: str, namespace: str, groups: int, size: int, pool: str | None) -> dict[str, Any]:
@@ -247,8 +248,15 @@ async def one_run(
     api = await kr8s.asyncio.api(kubeconfig=str(sb.kubeconfig))
     gatekeeper = mode == "gatekeeper"
     ns = f"bench-{label}-{mode}-{repeat}"
-    sb.kubectl("delete", "nodes", "-l", "bench=gpu", "--wait=true", check=False)
-    sb.create_nodes([fake_node(f"b-{i}", gpus=gpus, labels={"bench": "gpu"}) for i in range(nodes)])
+    want = [fake_node(f"b-{i}", gpus=gpus, labels={"bench": "gpu"}) for i in range(nodes)]
+    have = await list_raw(api, "nodes", label_selector="bench=gpu")
+
+    def shape(objs: list[dict[str, Any]]) -> set[tuple[str, str]]:
+        return {(n["metadata"]["name"], str(n["status"]["allocatable"].get(GPU))) for n in objs}
+
+    if shape(have) != shape(want):  # else the same empty nodes serve: deleting thousands takes minutes
+        sb.kubectl("delete", "nodes", "-l", "bench=gpu", "--wait=true", check=False)
+        sb.create_nodes(want)
     sb.kubectl("create", "namespace", ns)
     pool = None
     if gatekeeper:
@@ -352,7 +360,8 @@ async def one_run(
         server.wait()
     # Force the pods out (no grace, no KWOK round): thousands of pods leave in seconds, not minutes.
     sb.kubectl("delete", "namespace", ns, "--wait=false", check=False)
-    sb.kubectl("delete", "pods", "--all", "-n", ns, "--grace-period=0", "--force", "--wait=false", check=False)
+    force = ("--grace-period=0", "--force", "--wait=false")
+    sb.kubectl("delete", "pods", "--all", "-n", ns, *force, check=False)
     sb.kubectl("wait", "--for=delete", f"namespace/{ns}", "--timeout=900s", check=False)
     if pool:
         sb.kubectl("delete", "pool", pool, check=False)
