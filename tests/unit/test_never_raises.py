@@ -34,6 +34,7 @@ from gatekeeper.core.backends.volcano import VolcanoSnapshot, decide_volcano
 from gatekeeper.core.backends.volcano import plan_writes as volcano_writes
 from gatekeeper.core.checks.node_fit import decide_node_fit
 from gatekeeper.core.checks.node_fit import plan_writes as node_fit_writes
+from gatekeeper.core.kube.keys import EXCLUSIVE_TOPOLOGY_ANNOTATION, GROUP_KEY_LABEL
 from gatekeeper.core.kube.parsed import parse_each
 from gatekeeper.core.model.nodes import parse_node
 from gatekeeper.core.writes.plan import Memory
@@ -64,6 +65,10 @@ def cluster() -> dict[str, Any]:
     pods = [lws_pod("vllm", g, w, namespace="team", pool="a") for g in range(2) for w in range(2)]
     pods[0]["spec"]["nodeName"] = "n0"
     pods[0]["status"]["phase"] = "Running"
+    # LWS's exclusive placement (core.admission.exclusive): on the LWS, and as LWS copies it to pods
+    vllm["metadata"]["annotations"] = {EXCLUSIVE_TOPOLOGY_ANNOTATION: "rack"}
+    pods[0]["metadata"].setdefault("annotations", {})[EXCLUSIVE_TOPOLOGY_ANNOTATION] = "rack"
+    pods[0]["metadata"]["labels"][GROUP_KEY_LABEL] = "hash-0"
     records = [record(vllm, 0, admitted=True, demand={GPU: "2"}, pods=2), record(vllm, 1, admitted=False)]
     workload = {
         "metadata": {
@@ -147,7 +152,7 @@ def cluster() -> dict[str, Any]:
         "pods": pods,
         "records": records,
         "pools": [pool("a").quota(gpu=4).obj(), karpenter_pool],
-        "nodes": [node(f"n{i}").labels(pool="a").alloc(gpu=2).obj() for i in range(3)],
+        "nodes": [node(f"n{i}").labels(pool="a", rack=f"r{i % 2}").alloc(gpu=2).obj() for i in range(3)],
         "workloads": [workload],
         "flavors": [{"metadata": {"name": "h100"}, "spec": {"nodeLabels": {"pool": "a"}}}],
         "checks": [

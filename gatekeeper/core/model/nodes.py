@@ -115,7 +115,8 @@ def _containers(value: Any) -> Any:
 
 def bound_pod_view(pod: Mapping[str, Any]) -> dict[str, Any]:
     """What the decisions read of a bound pod, anyone's: its requests, node, phase, the
-    metadata that ties it to a group or Workload, the toleration that charges it to one
+    metadata that ties it to a group or Workload (and its LWS's exclusive placement,
+    ``core.admission.exclusive``), the toleration that charges it to one
     (``core.model.charge``) and those that open closed pools (``core.admission.intruders``); nothing else.
 
     Every pod bound in the cluster is cached for node room, and a whole pod (status,
