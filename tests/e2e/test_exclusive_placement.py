@@ -73,3 +73,19 @@ async def test_three_exclusive_groups_on_two_racks_run_two_and_hold_the_third(
     assert said.get("reason") == "WaitingForNodes", states(recs)
     assert f"no {RACK} domain has room for it alone" in said.get("message", ""), said
     assert sum(1 for r in recs.values() if admitted(r)) == 2, states(recs)
+
+    # A plain LWS of the namespace (no annotation), one pod of one GPU: each rack has 8 GPUs
+    # free, but the exclusive groups' anti-affinity keeps it out of both. Told from their
+    # bound pods (the annotation LWS copies to them), it waits gated, not let through.
+    await create(api, namespace, plain_lws("plain", pool, size=1, replicas=1))
+
+    async def plain_told() -> bool:
+        recs = await records(api, namespace, "plain")
+        return 0 in recs and condition(recs[0]).get("reason") == "WaitingForNodes"
+
+    await eventually(plain_told, timeout=60, what="the plain LWS's group told WaitingForNodes")
+    await anyio.sleep(HELD_SECONDS / 2)
+    plain = await records(api, namespace, "plain")
+    assert not admitted(plain[0]), states(plain)
+    assert "only in topology.example.com/rack domains" in condition(plain[0]).get("message", ""), plain[0]
+    assert all(gated(p) for p in await pods_of(api, namespace, "plain"))

@@ -17,7 +17,7 @@ from gatekeeper.core.kube.keys import EXCLUSIVE_TOPOLOGY_ANNOTATION, GROUP_KEY_L
 from gatekeeper.core.model.demand import GroupDemand
 from gatekeeper.core.model.group import GroupKey
 from gatekeeper.core.model.lws import exclusive_topology
-from gatekeeper.core.model.nodes import Node, node_usage
+from gatekeeper.core.model.nodes import Node, bound_pod_view, node_usage
 
 RACK = "topology.example.com/rack"
 
@@ -127,6 +127,9 @@ def test_an_exclusive_group_keeps_the_namespaces_other_groups_out_of_its_rack() 
     result = run(nodes, [waiting("p", 0, plain), waiting("p", 1, plain)], bound=bound)
     assert domains_of(result) == [{"r2"}]
     assert waits(result)[1].reason is Reason.WAITING_FOR_NODES
+    assert (
+        "its nodes have the room, but only in topology.example.com/rack domains" in waits(result)[1].message
+    )
     elsewhere = run(nodes, [waiting("p", 0, plain, namespace="other")], bound=bound)
     assert len(elsewhere.admit) == 1
 
@@ -210,3 +213,10 @@ def test_gpus_add_up_message_names_the_largest_open_domain() -> None:
     assert "needs 6 nvidia.com/gpu in one domain; of 3 domains, 1 hold" in only.message
     assert "at most 4 free" in only.message
     assert GPU in only.message
+
+
+def test_the_bound_pod_view_keeps_what_occupants_read() -> None:
+    """Bound pods not of an opted-in LWS are cached as ``bound_pod_view``: an exclusive LWS the
+    gatekeeper does not gate still holds its domains."""
+    pod = lws_pod("a", "n1", "ns", 1, RACK)
+    assert occupants([bound_pod_view(pod)]) == occupants([pod]) == {"n1": {("ns", RACK)}}

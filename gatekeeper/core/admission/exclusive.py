@@ -29,7 +29,7 @@ bound pods (``occupants``, from the pass's bound-pod cache).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,9 +37,10 @@ from gatekeeper.core.admission.fit import Misfit, NodeTable, Placement
 from gatekeeper.core.admission.quota import by_importance
 from gatekeeper.core.kube.keys import EXCLUSIVE_TOPOLOGY_ANNOTATION, GROUP_KEY_LABEL
 from gatekeeper.core.kube.objects import as_map, is_live
-from gatekeeper.core.model.demand import PodDemand
+from gatekeeper.core.model.demand import GroupDemand
+from gatekeeper.core.model.nodes import Node
 
-__all__ = ["Domains", "NoDomain", "Occupant", "occupants", "open_nodes", "place"]
+__all__ = ["Domains", "KeptOut", "NoDomain", "Occupant", "occupants", "open_nodes", "place"]
 
 Occupant = tuple[str, str]
 """An LWS group's pod on a node: (its namespace, its LWS's exclusive topology key or "")."""
@@ -57,6 +58,14 @@ class NoDomain:
     resource: str
     needed: int
     largest: int
+
+
+@dataclass(frozen=True)
+class KeptOut:
+    """A group without exclusive placement that would fit the pool's free room, but only in
+    domains (of ``keys``) its namespace's exclusive groups hold."""
+
+    keys: tuple[str, ...]
 
 
 def occupants(pods: Iterable[Mapping[str, Any]]) -> dict[str, set[Occupant]]:
@@ -81,7 +90,7 @@ def occupants(pods: Iterable[Mapping[str, Any]]) -> dict[str, set[Occupant]]:
 class Domains:
     """The LWS groups' pods on each node during one pass: bound ones, and those placed since."""
 
-    def __init__(self, nodes: Iterable[Any], found: Mapping[str, Iterable[Occupant]] | None = None) -> None:
+    def __init__(self, nodes: Iterable[Node], found: Mapping[str, Iterable[Occupant]] | None = None) -> None:
         self._labels: dict[str, Mapping[str, str]] = {n.name: n.labels for n in nodes}
         self._on: dict[str, set[Occupant]] = {}
         self._exclusive: dict[str, set[str]] = {}
@@ -106,6 +115,10 @@ class Domains:
             if value is not None and any(ns == namespace for ns, _ in there):
                 out.add(value)
         return out
+
+    def keys(self, namespace: str) -> tuple[str, ...]:
+        """The exclusive keys of the namespace's groups."""
+        return tuple(sorted(self._exclusive.get(namespace, ())))
 
     def closed(self, namespace: str) -> set[str]:
         """The nodes a group of ``namespace`` without exclusive placement may not use: those in
@@ -138,14 +151,14 @@ def open_nodes(table: NodeTable, view: str, namespace: str, domains: Domains) ->
 def place(
     table: NodeTable,
     view: str,
-    pods: Sequence[PodDemand],
+    demand: GroupDemand,
     namespace: str,
     key: str,
     domains: Domains,
     *,
     keep: bool = True,
 ) -> Placement | NoDomain:
-    """All ``pods`` in one open domain of ``key`` (best fit), kept in ``table`` and counted in
+    """All the group's pods in one open domain of ``key`` (best fit), kept in ``table`` and counted in
     ``domains`` with ``keep``; or why no domain holds them."""
     by_domain: dict[str, list[str]] = {}
     for node in table.view_nodes(view):
@@ -154,10 +167,7 @@ def place(
             by_domain.setdefault(value, []).append(node.name)
     held = domains.held(namespace, key) & set(by_domain)
     closed = domains.closed(namespace)  # the domains of the namespace's other exclusive keys
-    total: dict[str, int] = {}
-    for pod in pods:
-        for resource, amount in pod.requests.items():
-            total[resource] = total.get(resource, 0) + amount
+    pods, total = demand.pods, demand.total
     resource = by_importance(total)[0] if total else "pods"
     needed = total.get(resource, len(pods))
     free = {d: table.free_sum(names, resource) for d, names in by_domain.items() if d not in held}

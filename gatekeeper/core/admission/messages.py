@@ -166,6 +166,14 @@ def waits_for_domain(pool: str, nd: NoDomain) -> str:
     )
 
 
+def kept_out(pool: str, keys: Sequence[str]) -> str:
+    """A group whose room is only in the domains its namespace's exclusive groups hold."""
+    return (
+        f"fits pool {pool}'s quota, and its nodes have the room, but only in {' / '.join(keys)} domains "
+        "that exclusive groups of this namespace hold (their anti-affinity keeps other groups out)"
+    )
+
+
 def no_domain_ever(pool: str, nd: NoDomain) -> str:
     """A group of an LWS with exclusive placement that no domain of the pool could ever hold."""
     if nd.domains == 0:

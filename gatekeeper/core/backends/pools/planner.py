@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 
 from gatekeeper.core.admission import exclusive
 from gatekeeper.core.admission import messages as text
-from gatekeeper.core.admission.exclusive import Domains, NoDomain, Occupant
+from gatekeeper.core.admission.exclusive import Domains, KeptOut, NoDomain, Occupant
 from gatekeeper.core.admission.fit import Misfit, NodeTable, Placement
 from gatekeeper.core.admission.intruders import Intruders
 from gatekeeper.core.admission.queue import AdmittedGroup, WaitingGroup, queue_order
@@ -271,10 +271,13 @@ class _Pass:
             )
             return self._wait(state, group, Reason.WAITING_FOR_QUOTA, detail)
         outcome = self._place(state, demand, group)
-        if isinstance(outcome, NoDomain):
-            return self._wait(
-                state, group, Reason.WAITING_FOR_NODES, text.waits_for_domain(group.pool, outcome)
+        if isinstance(outcome, NoDomain | KeptOut):
+            detail = (
+                text.waits_for_domain(group.pool, outcome)
+                if isinstance(outcome, NoDomain)
+                else text.kept_out(group.pool, outcome.keys)
             )
+            return self._wait(state, group, Reason.WAITING_FOR_NODES, detail)
         if isinstance(outcome, Misfit):
             if state.pool.node_fit is NodeFit.QUOTA_ONLY:
                 state.hold(demand)
@@ -337,7 +340,7 @@ class _Pass:
             never = _never(state, self.empty, demand, self.launcher)
             if never is None and key and _domains_apply(state.pool):
                 view = state.pool.name
-                alone = exclusive.place(self.empty, view, demand.pods, "", key, Domains(()), keep=False)
+                alone = exclusive.place(self.empty, view, demand, "", key, Domains(()), keep=False)
                 if isinstance(alone, NoDomain):
                     never = Reason.NODES_TOO_SMALL, text.no_domain_ever(state.pool.name, alone)
             self._never_cache[cache] = never
@@ -345,17 +348,22 @@ class _Pass:
 
     def _place(
         self, state: _PoolState, demand: GroupDemand, group: WaitingGroup
-    ) -> Placement | Misfit | NoDomain:
+    ) -> Placement | Misfit | NoDomain | KeptOut:
         """Node fit, remembering a misfit until node room changes (equal demands fail alike);
         in one domain for a group of an LWS with exclusive placement, and out of the domains the
         exclusive groups of its namespace hold (``core.admission.exclusive``)."""
         view, ns = state.pool.name, group.key.namespace
         if _domains_apply(state.pool):
             if group.exclusive:
-                return exclusive.place(self.now, view, demand.pods, ns, group.exclusive, self.domains)
+                return exclusive.place(self.now, view, demand, ns, group.exclusive, self.domains)
             allowed = exclusive.open_nodes(self.now, view, ns, self.domains)
             if allowed is not None:
-                return self._taken(ns, self.now.place(view, demand.pods, allowed=allowed))
+                outcome = self.now.place(view, demand.pods, allowed=allowed)
+                if isinstance(outcome, Misfit) and not isinstance(
+                    self.now.place(view, demand.pods, keep=False), Misfit
+                ):
+                    return KeptOut(self.domains.keys(ns))  # room there is, in the domains held
+                return self._taken(ns, outcome)
         key = (view, demand)
         cached = self._misfit_cache.get(key)
         if cached is not None and cached[0] == self.now.version:
