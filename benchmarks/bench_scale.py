@@ -38,6 +38,7 @@ import base64
 import json
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -52,6 +53,8 @@ import kr8s.asyncio
 from bench_timeline import cpu_seconds, machine_busy
 from load_support import WEBHOOK, histogram, pass_seconds, quantile, webhook_buckets
 
+from gatekeeper.controller.informer import Informer
+from gatekeeper.controller.resources import PODS
 from gatekeeper.core.kube.keys import POOL_LABEL
 from gatekeeper_lab.sandbox.cluster import Sandbox, default_dir, fake_node
 from gatekeeper_lab.sandbox.observe import Verdict
@@ -165,38 +168,54 @@ class PodWatch:
     """The bench LWS's pods as one watch of its namespace brings them, and each moment the
     count of Running ones changed (seconds from ``start``, count). A watch, not a list every
     half second: at thousands of pods the lists would be a load of their own on the machine
-    (and on the run being timed)."""
+    (and on the run being timed). It is the gatekeeper's own informer (plain JSON, one dict
+    per event): kr8s' watch builds an object per event and fell minutes behind at 8,000 pods."""
 
     def __init__(self, api: kr8s.asyncio.Api, namespace: str, start: float) -> None:
-        self.api, self.namespace, self.start = api, namespace, start
-        self.pods: dict[str, dict[str, Any]] = {}
+        self.start = start
         self.running: set[str] = set()
         self.seen: list[tuple[float, int]] = []
+        self.informer = Informer(
+            api, PODS, namespace=namespace, label_selector=LWS_SELECTOR, on_change=self._changed
+        )
+
+    def _changed(self, kind: str, pod: dict[str, Any]) -> None:
+        name, was = pod["metadata"]["name"], len(self.running)
+        if kind != "DELETED" and pod.get("status", {}).get("phase") == "Running":
+            self.running.add(name)
+        else:
+            self.running.discard(name)
+        if len(self.running) != was:
+            self.seen.append((time.monotonic() - self.start, len(self.running)))
 
     async def follow(self, started: anyio.Event) -> None:
-        since: str | None = None
-        while True:  # the API server ends a watch after a while: go on from the last version
-            stream = self.api.watch(
-                "pods", namespace=self.namespace, label_selector=LWS_SELECTOR, since=since
-            )
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self.informer.run)
+            await self.informer.synced.wait()
             started.set()
-            async for kind, obj in stream:
-                pod, name = obj.raw, obj.name
-                since = pod["metadata"].get("resourceVersion", since)
-                if kind == "DELETED":
-                    self.pods.pop(name, None)
-                else:
-                    self.pods[name] = pod
-                was = len(self.running)
-                if kind != "DELETED" and pod.get("status", {}).get("phase") == "Running":
-                    self.running.add(name)
-                else:
-                    self.running.discard(name)
-                if len(self.running) != was:
-                    self.seen.append((time.monotonic() - self.start, len(self.running)))
 
     async def current(self) -> list[dict[str, Any]]:
-        return list(self.pods.values())
+        return self.informer.values()
+
+
+PROFILE: Path | None = None
+"""Where ``--profile`` writes py-spy's samples of the gatekeeper, one file per run (None: off)."""
+
+
+def profile(pid: int, name: str) -> subprocess.Popen[bytes] | None:
+    """py-spy sampling the stack of the gatekeeper's thread that holds the interpreter (its
+    CPU in Python: TLS and other work done with the interpreter released is not seen), 100
+    times a second without pausing it, until interrupted; collapsed stacks, which
+    ``profile_scale.py`` sums by component."""
+    if PROFILE is None:
+        return None
+    PROFILE.mkdir(parents=True, exist_ok=True)
+    out = PROFILE / f"{name}.txt"
+    spy = ["py-spy", "record", "-p", str(pid), "--nonblocking", "--threads", "--gil", "-r", "100"]
+    return subprocess.Popen(
+        [*spy, "--format", "raw", "-o", str(out)],
+        stdout=subprocess.DEVNULL,
+    )
 
 
 def floor_server(language: str) -> list[str]:
@@ -285,6 +304,7 @@ async def one_run(
     )
     cpu_before, gk_before, busy_before = _sandbox_cpu(sb), cpu_seconds(pid), machine_busy()
     pods = PodWatch(api, ns, time.monotonic())
+    spy = profile(pid, f"{label}-{mode}-{repeat}") if gatekeeper else None
     async with anyio.create_task_group() as tg:
         started = anyio.Event()
         tg.start_soon(pods.follow, started)
@@ -304,6 +324,9 @@ async def one_run(
         )
         tg.cancel_scope.cancel()
     settled = time.monotonic() - start - 5  # minus the stability window
+    if spy is not None:
+        spy.send_signal(signal.SIGINT)  # py-spy writes its samples when interrupted
+        spy.wait()
     cpu_after, gk_after, busy_after = _sandbox_cpu(sb), cpu_seconds(pid), machine_busy()
     final = pods.seen[-1][1] if pods.seen else 0
     running = next((t for t, n in pods.seen if n >= final), settled)
@@ -443,7 +466,15 @@ def main() -> None:
     )
     ap.add_argument("--out", type=Path, default=None, help="write every figure here (JSON)")
     ap.add_argument("--keep", action="store_true", help="leave the sandbox running")
+    ap.add_argument(
+        "--profile",
+        type=Path,
+        default=None,
+        help="sample the gatekeeper's stacks in each of its runs with py-spy (on PATH) into this folder",
+    )
     args = ap.parse_args()
+    global PROFILE
+    PROFILE = args.profile
     modes = ["default", "gatekeeper", *(f"floor-{lang}" for lang in args.floor.split(",") if lang)]
     sb = Sandbox(default_dir("bench"), say=lambda m: print(m, flush=True))
     sb.up(nodes=0)
