@@ -17,7 +17,7 @@ is built from the same parts kr8s uses (its ``auth``: server, token, TLS context
 Behind the one client are two pools (:class:`Pools`): the watches' and everyone else's.
 httpcore walks every connection of a pool, and for each idle one every connection again,
 each time a request starts or ends; with the informers' watches in the same pool as the
-pass's writes, that walk was 11% of the gatekeeper's CPU in a scale-up of 250 groups of 8
+pass's writes, that walk took 11% of a profile's samples in a scale-up of 250 groups of 8
 (py-spy, ``benchmarks/profile_scale.py``). Apart, a write's walk covers only the writes'
 connections, and the watches' pool sees a request only when a watch starts again.
 
