@@ -38,6 +38,7 @@ import base64
 import json
 import os
 import re
+import shutil
 import signal
 import statistics
 import subprocess
@@ -198,19 +199,15 @@ class PodWatch:
         return self.informer.values()
 
 
-PROFILE: Path | None = None
-"""Where ``--profile`` writes py-spy's samples of the gatekeeper, one file per run (None: off)."""
-
-
-def profile(pid: int, name: str) -> subprocess.Popen[bytes] | None:
+def profile(folder: Path | None, pid: int, name: str) -> subprocess.Popen[bytes] | None:
     """py-spy sampling the stack of the gatekeeper's thread that holds the interpreter (its
     CPU in Python: TLS and other work done with the interpreter released is not seen), 100
     times a second without pausing it, until interrupted; collapsed stacks, which
-    ``profile_scale.py`` sums by component."""
-    if PROFILE is None:
+    ``profile_scale.py`` sums by component. None when ``folder`` is None (no profile)."""
+    if folder is None:
         return None
-    PROFILE.mkdir(parents=True, exist_ok=True)
-    out = PROFILE / f"{name}.txt"
+    folder.mkdir(parents=True, exist_ok=True)
+    out = folder / f"{name}.txt"
     spy = ["py-spy", "record", "-p", str(pid), "--nonblocking", "--threads", "--gil", "-r", "100"]
     return subprocess.Popen(
         [*spy, "--format", "raw", "-o", str(out)],
@@ -262,7 +259,15 @@ def floor_webhook(sb: Sandbox, namespace: str, language: str) -> subprocess.Pope
 
 
 async def one_run(
-    sb: Sandbox, label: str, nodes: int, gpus: int, groups: int, size: int, mode: str, repeat: int
+    sb: Sandbox,
+    label: str,
+    nodes: int,
+    gpus: int,
+    groups: int,
+    size: int,
+    mode: str,
+    repeat: int,
+    profile_dir: Path | None = None,
 ) -> Run:
     api = await kr8s.asyncio.api(kubeconfig=str(sb.kubeconfig))
     gatekeeper = mode == "gatekeeper"
@@ -304,7 +309,7 @@ async def one_run(
     )
     cpu_before, gk_before, busy_before = _sandbox_cpu(sb), cpu_seconds(pid), machine_busy()
     pods = PodWatch(api, ns, time.monotonic())
-    spy = profile(pid, f"{label}-{mode}-{repeat}") if gatekeeper else None
+    spy = profile(profile_dir, pid, f"{label}-{mode}-{repeat}") if gatekeeper else None
     async with anyio.create_task_group() as tg:
         started = anyio.Event()
         tg.start_soon(pods.follow, started)
@@ -473,8 +478,8 @@ def main() -> None:
         help="sample the gatekeeper's stacks in each of its runs with py-spy (on PATH) into this folder",
     )
     args = ap.parse_args()
-    global PROFILE
-    PROFILE = args.profile
+    if args.profile is not None and shutil.which("py-spy") is None:
+        ap.error("--profile needs py-spy on PATH (pip install py-spy)")
     modes = ["default", "gatekeeper", *(f"floor-{lang}" for lang in args.floor.split(",") if lang)]
     sb = Sandbox(default_dir("bench"), say=lambda m: print(m, flush=True))
     sb.up(nodes=0)
@@ -488,7 +493,7 @@ def main() -> None:
             for repeat in range(args.repeat):
                 for mode in modes:
                     shape = (sizes[label], gpus, args.groups, args.size)
-                    runs.append(anyio.run(one_run, sb, label, *shape, mode, repeat))
+                    runs.append(anyio.run(one_run, sb, label, *shape, mode, repeat, args.profile))
     finally:
         if not args.keep:
             sb.down()

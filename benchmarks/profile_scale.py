@@ -6,7 +6,7 @@ This sums each file's samples into the components a pod's cost is made of, the f
 that matches a stack winning:
 
   webhook        the pod webhook's own thread (reviews, TLS, its event loop)
-  decide         ``core.backends.pools.decide`` (the decision, pure)
+  decide         a backend's ``decide`` (``core.backends.*.decide``: the decision, pure)
   plan           ``plan_writes`` (the decision turned into writes, pure)
   publish        the webhook's table of admitted groups built and swapped
   watch decode   the informers' watch streams read and decoded (``Informer._watch``)
@@ -32,7 +32,7 @@ from pathlib import Path
 
 RULES: list[tuple[str, re.Pattern[str]]] = [
     ("webhook", re.compile(r"gatekeeper/webhook/thread\.py")),
-    ("decide", re.compile(r"core/backends/pools/decide\.py")),
+    ("decide", re.compile(r"core/backends/\w+/decide\.py")),
     ("plan", re.compile(r"plan_writes|core/writes/")),
     ("publish", re.compile(r"pools/pass_through\.py|publish \(")),
     ("watch decode", re.compile(r"_watch \([^)]*informer\.py")),
