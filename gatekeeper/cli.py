@@ -25,8 +25,9 @@ from gatekeeper.core.backends import BACKENDS
 from gatekeeper.core.model.pool import DEFAULT_ADMISSION_TIMEOUT
 from gatekeeper.core.writes.plan import DEFAULT_EVENTS_PER_NAMESPACE_PER_MINUTE
 from gatekeeper.render.cli import render_cmd
+from gatekeeper.why_cli import why_cmd
 
-__all__ = ["main"]
+__all__ = ["main", "plugin"]
 
 # kr8s warns about Kubernetes versions newer than those it lists; the APIs we use are stable.
 warnings.filterwarnings("ignore", message="Kubernetes version .* is not supported", category=UserWarning)
@@ -69,50 +70,16 @@ def main() -> None:
     """All-or-nothing admission of LeaderWorkerSet groups into shared GPU pools."""
 
 
-@main.command("why")
-@click.argument("target")
-@click.option("-n", "--namespace", default=None, help="The LWS's namespace (default: the context's).")
-@click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
-@click.option("--kubeconfig", default=None, help="Kubeconfig file (default: $KUBECONFIG or ~/.kube/config).")
-def why_cmd(target: str, namespace: str | None, output: str, kubeconfig: str | None) -> None:
-    """Why an LWS or a pool waits: TARGET is lws/NAME (or just NAME) or pool/NAME.
+main.add_command(why_cmd)
 
-    For an LWS: each group's state and the gatekeeper's reason, the pool's usage and who
-    holds it, and what must free up for its next group. For a pool: its usage, the groups
-    that hold it and those that wait, in the order they are served. Reads only.
-    Also installed as the kubectl plugin ``kubectl lws-gatekeeper why``.
-    """
-    import asyncio
-    import json
 
-    from gatekeeper import why
-    from gatekeeper.core.plugin.explain import lines_for_lws, lines_for_pool
+@click.group()
+@click.version_option(package_name="lws-gatekeeper")
+def plugin() -> None:
+    """kubectl lws-gatekeeper: why an LWS or a pool waits for the gatekeeper."""
 
-    kind, _, name = target.rpartition("/")
-    kind = kind.lower() or "lws"
-    if kind not in ("lws", "leaderworkerset", "leaderworkersets", "pool", "pools") or not name:
-        raise click.UsageError(f"TARGET is lws/NAME, NAME or pool/NAME, not {target!r}")
 
-    async def answer() -> why.LwsAnswer | why.PoolView:
-        if kind.startswith("pool"):
-            return await why.why_pool(kubeconfig, name)
-        ns = namespace or await why.default_namespace(kubeconfig)
-        return await why.why_lws(kubeconfig, ns, name)
-
-    try:
-        result = asyncio.run(answer())
-    except why.NotFound as exc:
-        say(f"error: {exc}")
-        sys.exit(1)
-    if output == "json":
-        click.echo(json.dumps(why.as_json(result), indent=2))
-        return
-    kinds = why.pool_kinds()
-    if isinstance(result, why.LwsAnswer):
-        lines = lines_for_lws(result, kinds=kinds)
-    else:
-        lines = lines_for_pool(result, kinds=kinds)
-    click.echo("\n".join(lines))
+plugin.add_command(why_cmd)
 
 
 @main.command("run")

@@ -567,7 +567,7 @@ def test_why_names_the_cluster_queue_its_holders_and_kueues_words(kueue_sandbox:
 
     def answer() -> dict[str, Any] | None:
         out = run_why(sb.kubeconfig, sb.bin_dir, "lws/vllm", "-n", q.namespace, "-o", "json")
-        assert out.returncode == 0, out.stderr
+        assert out.returncode != 2, out.stderr  # read (0: every group admitted, 1: one waits)
         got: dict[str, Any] = json.loads(out.stdout)
         view = got["pool_view"] or {}
         # Kueue writes the ClusterQueue's usage after it admits, so the usage may lag the Workloads.

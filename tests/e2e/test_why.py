@@ -60,7 +60,7 @@ async def test_why_says_which_groups_wait_who_holds_the_pool_and_what_must_free_
     async def settled() -> bool:
         pool_out = why(cluster, "pool/" + pool, "-o", "json")
         lws_out = why(cluster, "vllm", "-n", namespace, "-o", "json")
-        if pool_out.returncode or lws_out.returncode:
+        if (pool_out.returncode, lws_out.returncode) != (1, 1):  # a group waits: exit 1
             return False
         pods = [g["pods"] for g in json.loads(lws_out.stdout)["groups"]]
         every_pod = all(sum(p.values()) == 2 for p in pods)
@@ -69,7 +69,7 @@ async def test_why_says_which_groups_wait_who_holds_the_pool_and_what_must_free_
     await eventually(settled, what="the pool lists 2 waiting groups, and every pod of vllm is there")
 
     text = why(cluster, "lws/vllm", "-n", namespace)
-    assert text.returncode == 0, text.stderr
+    assert text.returncode == 1, text.stderr  # group 2 waits
     print(text.stdout)
     lines = text.stdout.splitlines()
     assert lines[0] == f"LeaderWorkerSet {namespace}/vllm: 3 groups of 2 pods, lws-gatekeeper.io/pool={pool}"
@@ -95,4 +95,4 @@ async def test_why_says_which_groups_wait_who_holds_the_pool_and_what_must_free_
     assert (pool_view["kind"], pool_view["free"]["nvidia.com/gpu"]) == ("Pool", "0")
 
     missing = why(cluster, "lws/nothing", "-n", namespace)
-    assert missing.returncode == 1 and f"LeaderWorkerSet {namespace}/nothing not found" in missing.stderr
+    assert missing.returncode == 2 and f"LeaderWorkerSet {namespace}/nothing not found" in missing.stderr

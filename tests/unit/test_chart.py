@@ -82,8 +82,17 @@ def by_kind(objects: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
     return [o for o in objects if o["kind"] == kind]
 
 
+USER_ROLES = ("-groupadmission-viewer", "-pool-reader")
+"""Name ends of the ClusterRoles for the cluster's users (``templates/rbac/users.yaml``)."""
+
+
+def for_users(obj: dict[str, Any]) -> bool:
+    return obj["kind"] == "ClusterRole" and obj["metadata"]["name"].endswith(USER_ROLES)
+
+
 def one(objects: list[dict[str, Any]], kind: str) -> dict[str, Any]:
-    [obj] = by_kind(objects, kind)
+    """The one object of ``kind`` (of ClusterRoles, the gatekeeper's own)."""
+    [obj] = [o for o in by_kind(objects, kind) if not for_users(o)]
     return obj
 
 
@@ -105,8 +114,13 @@ def without_chart_metadata(obj: dict[str, Any]) -> dict[str, Any]:
 
 def rules(objects: list[dict[str, Any]], kind: str) -> list[Rule]:
     """Every (apiGroup, resource, verbs, resourceNames) the Role or ClusterRole grants."""
+    return rules_of(one(objects, kind))
+
+
+def rules_of(role: dict[str, Any]) -> list[Rule]:
+    """Every (apiGroup, resource, verbs, resourceNames) ``role`` grants."""
     out = []
-    for rule in one(objects, kind)["rules"] or []:
+    for rule in role["rules"] or []:
         for group in rule["apiGroups"]:
             for resource in rule["resources"]:
                 out.append((group, resource, tuple(rule["verbs"]), tuple(rule.get("resourceNames", ()))))
@@ -313,10 +327,33 @@ def default(render: Render) -> list[dict[str, Any]]:
     return render()
 
 
+def test_a_tenant_reads_its_groups_and_an_admin_may_let_it_read_the_pools(
+    render: Render, default: list[dict[str, Any]]
+) -> None:
+    """Reading GroupAdmissions goes into the built-in view, edit and admin roles (reading
+    only: their status stays the gatekeeper's to write); the pool reader is shipped unbound."""
+    users = {o["metadata"]["name"].removeprefix(f"{RELEASE}-"): o for o in default if for_users(o)}
+    assert set(users) == {"groupadmission-viewer", "pool-reader"}
+    viewer, pools = users["groupadmission-viewer"], users["pool-reader"]
+    assert rules_of(viewer) == [("lws-gatekeeper.io", "groupadmissions", ("get", "list", "watch"), ())]
+    aggregated = {k for k, v in viewer["metadata"]["labels"].items() if v == "true"}
+    assert aggregated == {f"rbac.authorization.k8s.io/aggregate-to-{r}" for r in ("view", "edit", "admin")}
+    assert rules_of(pools) == [
+        ("lws-gatekeeper.io", r, ("get", "list", "watch"), ()) for r in ("pools", "pools/status")
+    ]
+    assert not any("aggregate-to" in k for k in pools["metadata"]["labels"]), "an admin binds it"
+    bound = {b["roleRef"]["name"] for b in default if b["kind"] in ("RoleBinding", "ClusterRoleBinding")}
+    assert not bound & {o["metadata"]["name"] for o in users.values()}
+    off = render(
+        "--set", "users.aggregateToDefaultRoles=false", "--set", "users.poolReaderRole=false"
+    )  # fmt: skip
+    assert not [o for o in off if for_users(o)]
+
+
 def test_default_objects(default: list[dict[str, Any]]) -> None:
     assert kinds(default) == sorted(
         [
-            "ClusterRole",
+            *["ClusterRole"] * 3,
             "ClusterRoleBinding",
             "CustomResourceDefinition",
             "CustomResourceDefinition",

@@ -76,6 +76,8 @@ class PoolView:
     ordered: bool = True
     """``waiting`` is in the order the groups are served (else by name: the backend's own
     queue decides, and its order is not read)."""
+    not_shown: tuple[str, ...] = ()
+    """What the reader's rights did not let ``why`` read (as ``LwsAnswer.not_shown``)."""
 
 
 @dataclass(frozen=True)
@@ -106,6 +108,14 @@ class LwsAnswer:
     pool_view: PoolView | None
     next_group: str
     """What would have to free up for this LWS's next waiting group (empty: none waits)."""
+    not_shown: tuple[str, ...] = ()
+    """What the reader's rights did not let ``why`` read (a tenant's: the Pool, other
+    namespaces' groups), each with the API server's words naming the permission."""
+
+    @property
+    def waiting(self) -> bool:
+        """Some group of the LWS is not admitted (yet)."""
+        return any(g.state != "admitted" for g in self.groups)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
