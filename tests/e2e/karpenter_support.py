@@ -151,7 +151,7 @@ async def as_the_chart(sb: Sandbox, tmp_path: Path) -> AsyncIterator[None]:
     --set-json karpenter.instanceTypes=...`` makes (and the chart's flag checked); afterwards
     the admin's gatekeeper again, and nothing in the log may say it was refused anything."""
     from tests.e2e.conftest import Cluster, gatekeeper_running_as
-    from tests.e2e.test_chart import RBAC_KINDS, installed, template
+    from tests.e2e.test_chart import gatekeepers, installed, template
     from tests.e2e.test_policies import user_kubeconfig
 
     helm = build.build_all(["helm"])["helm"].bin / "helm"
@@ -159,7 +159,7 @@ async def as_the_chart(sb: Sandbox, tmp_path: Path) -> AsyncIterator[None]:
     rendered = template(helm, "lws-gatekeeper", GATEKEEPER_NAMESPACE, *values)
     args = next(o for o in rendered if o["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0]
     assert any(a.startswith("--karpenter-instance-types=") for a in args["args"])
-    objects = [o for o in rendered if o["kind"] in RBAC_KINDS]
+    objects = gatekeepers(rendered)
     cluster = Cluster(kubeconfig=sb.kubeconfig, kind="sandbox", sandbox=sb)
     with installed(cluster, objects):
         kubeconfig = await user_kubeconfig(cluster, GATEKEEPER_NAMESPACE, "lws-gatekeeper", tmp_path)

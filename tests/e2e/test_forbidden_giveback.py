@@ -39,7 +39,7 @@ from .conftest import (
     records,
 )
 from .test_admission import create_lws, events_for, lws_body, lws_pods
-from .test_chart import RBAC_KINDS, installed, sandbox, template
+from .test_chart import gatekeepers, installed, sandbox, template
 from .test_chart import helm as helm  # the module fixture
 from .test_policies import kubectl, ok, user_kubeconfig
 
@@ -93,9 +93,7 @@ async def test_a_give_back_refused_by_rbac_is_said_counted_and_frees_no_quota(
     tmp_path: Path,
 ) -> None:
     sb = sandbox(cluster)
-    rbac = _without_pod_deletes(
-        [o for o in template(helm, "lws-gatekeeper", GATEKEEPER_NAMESPACE) if o["kind"] in RBAC_KINDS]
-    )
+    rbac = _without_pod_deletes(gatekeepers(template(helm, "lws-gatekeeper", GATEKEEPER_NAMESPACE)))
     nodes = await fake_nodes(2, gpus=1)
     pool = await make_pool(nodes, quota={"nvidia.com/gpu": 2})
     await ok(

@@ -36,7 +36,7 @@ from gatekeeper_lab.sandbox.replay import list_raw, settle
 
 from .conftest import Cluster, MakeNodes, MakePool, admitted, condition, gatekeeper_running_as, records
 from .test_admission import create_lws, lws_body
-from .test_chart import IMAGE_REPOSITORY, RBAC_KINDS, installed, template
+from .test_chart import IMAGE_REPOSITORY, gatekeepers, installed, template
 from .test_chart import helm as helm  # the module fixture
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -80,7 +80,7 @@ def from_image(cluster: Cluster, helm: Path, image: build.Built, rootfs: Path) -
     ), "the chart's image tag is its appVersion, the image's own tag"
     config = oci.read_config(image.layout, image.tag)["config"]
     with (
-        installed(cluster, [o for o in objects if o["kind"] in RBAC_KINDS]),
+        installed(cluster, gatekeepers(objects)),
         gatekeeper_running_as(sb, image=gk.FromImage(rootfs=rootfs, config=config, deployment=deployment)),
     ):
         yield sb

@@ -37,7 +37,7 @@ from gatekeeper_lab.sandbox.replay import list_raw, settle
 
 from .conftest import Cluster, MakeNodes, MakePool, admitted, gatekeeper_running_as, records
 from .test_admission import create_lws, lws_body
-from .test_chart import RBAC_KINDS, installed
+from .test_chart import gatekeepers, installed
 from .test_chart import helm as helm  # the module fixture
 from .test_image import image as image  # the module fixture
 from .test_image import runs_as_the_chart_runs_it
@@ -193,7 +193,7 @@ async def test_the_chart_and_the_image_install_from_an_oci_registry(
     )["config"]
 
     with (
-        installed(cluster, [o for o in rendered if o["kind"] in RBAC_KINDS]),
+        installed(cluster, gatekeepers(rendered)),
         gatekeeper_running_as(sb, image=gk.FromImage(rootfs=rootfs, config=config, deployment=deployment)),
     ):
         runs_as_the_chart_runs_it(sb, tmp_path)

@@ -33,6 +33,9 @@ class WaitStatus:
     reason: Reason
     message: str
     position: int
+    stalls: bool = False
+    """A surge group whose LWS's rolling update waits for it with no old group to go first
+    (``core.model.rollout.surge_words``): its LWS is warned (``ROLLOUT_STALLED``)."""
 
 
 def changed_template(

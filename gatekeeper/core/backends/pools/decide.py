@@ -109,6 +109,7 @@ from gatekeeper.core.model.nodes import Node, RequestsMemo, node_usage_skipping
 from gatekeeper.core.model.owned import leader_template_revision
 from gatekeeper.core.model.pool import Pool
 from gatekeeper.core.model.record import admitted_indices, is_admitted
+from gatekeeper.core.model.rollout import surge_words
 from gatekeeper.core.plugin.decided import GroupActions
 
 __all__ = ["Actions", "Admit", "Snapshot", "WaitStatus", "decide"]
@@ -283,7 +284,7 @@ def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMem
         occupants(snap.bound_pods),
     )
     admit, ungate, steer = _steering(result, one)
-    waiting = _waiting_words(result, one, invalid_pools)
+    waiting = _waiting_words(result, one, invalid_pools, lws_by_key)
     create = tuple(
         g for g in one.groups if (g.key.namespace, g.record) not in one.wanted_records and g not in over
     )
@@ -356,9 +357,11 @@ def _steering(result: Plan, one: GroupPass) -> tuple[tuple[Admit, ...], tuple[Ke
     return tuple(admit), ungate, steer
 
 
-def _waiting_words(result: Plan, one: GroupPass, invalid_pools: Mapping[str, str]) -> tuple[WaitStatus, ...]:
-    """Why each waiting group waits, in the planner's words, with what a pool or a template
-    change adds."""
+def _waiting_words(
+    result: Plan, one: GroupPass, invalid_pools: Mapping[str, str], lwss: Mapping[Key, Mapping[str, Any]]
+) -> tuple[WaitStatus, ...]:
+    """Why each waiting group waits, in the planner's words, with what a pool, a template
+    change or a rolling update's surge adds."""
     waiting: list[WaitStatus] = []
     for w in result.waiting:
         message = w.message
@@ -370,7 +373,18 @@ def _waiting_words(result: Plan, one: GroupPass, invalid_pools: Mapping[str, str
                 f"{message}; it was admitted with {before} before its LeaderWorkerSet's templates "
                 "changed, and gave that back when its last old pod went"
             )
-        waiting.append(WaitStatus(one.state_of[w.key], w.reason, message, w.position))
+        surge = (
+            None
+            if w.reason.permanent
+            else surge_words(lwss.get((w.key.namespace, w.key.name), {}), w.key.name, w.key.index)
+        )
+        if surge is not None:
+            message = f"{message}; {surge[0]}"
+        waiting.append(
+            WaitStatus(
+                one.state_of[w.key], w.reason, message, w.position, stalls=surge is not None and surge[1]
+            )
+        )
     return tuple(waiting)
 
 

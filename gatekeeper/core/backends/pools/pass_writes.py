@@ -33,6 +33,7 @@ from gatekeeper.core.kube.objects import index_by_key, meta, parse_time, resourc
 from gatekeeper.core.model.gating import ungate_patch
 from gatekeeper.core.model.groups import GroupState
 from gatekeeper.core.model.record import new_record
+from gatekeeper.core.model.rollout import ROLLOUT_STALLED
 from gatekeeper.core.writes.finalizers import FINALIZER_WRITES_PER_PASS, hold_patch, release_writes
 from gatekeeper.core.writes.group import told_over_cap
 from gatekeeper.core.writes.plan import EventsOnce, Mark, Memory, Op, Plan, Write, rfc3339
@@ -208,6 +209,9 @@ class _Writer:
             if changed
             else None
         )
+        if wait.stalls:  # the LWS's rolling update waits for this group: a Warning of its own
+            stalled = self.events.once(group.key, ROLLOUT_STALLED, wait.message, warning=True)
+            self.main.extend([stalled] if stalled is not None else [])
         write = Write(
             Op.MERGE_STATUS,
             RECORD_PLURAL,
