@@ -8,6 +8,7 @@ and warns its LWS once (``RolloutStalled``) when the update cannot go on without
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -15,10 +16,18 @@ import pytest
 from core_builders import lws, lws_pod, node, pool, read_pools, record
 from test_backend_pools import lws_statefulsets
 
+from gatekeeper.core.backends.kueue.status import RecordStatus
+from gatekeeper.core.backends.kueue.status import said_surge as kueue_said
 from gatekeeper.core.backends.pools import PassInputs, Snapshot, decide, plan_writes
+from gatekeeper.core.backends.volcano.status import VolcanoStatus
+from gatekeeper.core.backends.volcano.status import said_surge as volcano_said
+from gatekeeper.core.model.demand import GroupDemand, PodDemand
+from gatekeeper.core.model.group import GroupKey
+from gatekeeper.core.model.groups import GroupState
 from gatekeeper.core.model.record import record_name
 from gatekeeper.core.model.rollout import ROLLOUT_STALLED, Rollout, rollout, surge_words
-from gatekeeper.core.writes.plan import Memory, Op, walk
+from gatekeeper.core.writes.group import record_writes
+from gatekeeper.core.writes.plan import EventsOnce, Memory, Op, walk
 
 
 def _lws(replicas: Any = 4, **config: Any) -> dict[str, Any]:
@@ -101,3 +110,39 @@ def test_a_full_pool_says_the_update_is_stalled_by_its_surge_group_and_warns_the
     warned = [w for w in walk(plan) if w.op is Op.EVENT and w.body.reason == ROLLOUT_STALLED]
     assert len(warned) == 1 and warned[0].body.warning and warned[0].body.involved["name"] == "vllm"
     assert record_name("vllm", "u-1", 1) in {w.name for w in walk(plan) if w.tag in ("create", "wait")}
+
+
+def _state(index: int) -> GroupState:
+    demand = GroupDemand(
+        (PodDemand("leader", {"nvidia.com/gpu": 1}), PodDemand("worker", {"nvidia.com/gpu": 1}))
+    )
+    return GroupState(
+        GroupKey("team", "vllm", index), "u-1", "a", record_name("vllm", "u-1", index), demand, (), ()
+    )
+
+
+@pytest.mark.parametrize("backend", ["kueue", "volcano"])
+def test_the_other_backends_say_a_surge_group_and_warn_its_lws_once(backend: str) -> None:
+    """kueue's and volcano's records: a waiting surge group's words, a Warning ``RolloutStalled``
+    with the record's write (``core.writes.group.record_writes``); an admitted one, a group
+    below ``replicas`` and a Warning's reason are left as they are."""
+    vllm = _lws(replicas=1, maxSurge=1, maxUnavailable=0)
+    lwss = {("team", "vllm"): vllm}
+    waiting: Any
+    if backend == "kueue":
+        waiting, said = RecordStatus(_state(1), "wl", False, "Pending", "waits"), kueue_said
+    else:
+        waiting, said = VolcanoStatus(_state(1), False, "WaitingForVolcano", "waits"), volcano_said
+    surge = said(waiting, lwss)
+    assert surge.stalls and surge.message.startswith(
+        "waits; group 1 is a surge group of LeaderWorkerSet vllm's"
+    )
+    assert said(replace(waiting, admitted=True), lwss) == replace(waiting, admitted=True)
+    assert said(replace(waiting, group=_state(0)), lwss).message == "waits"
+    rec = record(vllm, 1, admitted=False)
+    events = EventsOnce(Memory(), lwss)
+    writes = record_writes(
+        [surge, surge], {("team", rec["metadata"]["name"]): rec}, events, lambda *_: ({"x": 1}, False), "t"
+    )
+    stalled = [w for w in writes if w.op is Op.EVENT and w.body.reason == ROLLOUT_STALLED]
+    assert len(stalled) == 1 and stalled[0].body.warning

@@ -22,9 +22,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from gatekeeper.core.kube.objects import as_map
+from gatekeeper.core.model.group import GroupKey
 from gatekeeper.core.model.lws import MAX_REPLICAS, replicas
 
-__all__ = ["ROLLOUT_STALLED", "Rollout", "rollout", "surge_words"]
+__all__ = ["ROLLOUT_STALLED", "Rollout", "rollout", "surge_said", "surge_words"]
 
 ROLLOUT_STALLED = "RolloutStalled"
 """The reason of the Warning Event on an LWS whose rolling update waits for a surge group
@@ -89,3 +90,12 @@ def surge_words(lws: Mapping[str, Any], name: str, index: int) -> tuple[str, boo
         "(an old group then goes before its new one comes), lets it go on",
         True,
     )
+
+
+def surge_said(
+    message: str, lwss: Mapping[tuple[str, str], Mapping[str, Any]], key: GroupKey
+) -> tuple[str, bool]:
+    """A waiting group's ``message`` with its surge words added, if it is a surge group of
+    its LWS (in ``lwss``, by namespace and name), and whether its LWS's update is stalled."""
+    said = surge_words(lwss.get((key.namespace, key.name), {}), key.name, key.index)
+    return (message, False) if said is None else (f"{message}; {said[0]}", said[1])

@@ -20,6 +20,7 @@ from gatekeeper.core.kube.keys import ADMITTED, RECORD_PLURAL
 from gatekeeper.core.kube.objects import condition, resource_version
 from gatekeeper.core.model.gating import Ungate, ungate_patch
 from gatekeeper.core.model.groups import GroupState
+from gatekeeper.core.model.rollout import ROLLOUT_STALLED
 from gatekeeper.core.writes.plan import EventsOnce, Mark, Op, Write
 
 __all__ = ["GroupStatus", "record_writes", "told_over_cap", "ungate_writes"]
@@ -40,6 +41,10 @@ class GroupStatus(Protocol):
     def message(self) -> str: ...
     @property
     def warning(self) -> bool: ...
+    @property
+    def stalls(self) -> bool:
+        """A surge group its LWS's rolling update waits for: the LWS is warned (``ROLLOUT_STALLED``)."""
+        ...
 
 
 S = TypeVar("S", bound=GroupStatus)
@@ -69,7 +74,8 @@ def record_writes(
     """Each record's status patch (``patch`` says what, and whether the state or the reason
     changed, given the seconds since this leader last wrote the record's words), tagged
     ``admitted`` when it admits the group, with its Event when that changed; an admission is
-    always told, a waiting reason once per LWS and reason. With ``clock`` (the pass's
+    always told, a waiting reason once per LWS and reason, and a rolling update stalled by
+    a surge group once per LWS (``ROLLOUT_STALLED``). With ``clock`` (the pass's
     monotonic clock) and ``messages`` (``Memory.messages``) each write is remembered, so that
     the words' numbers alone are rewritten at most once per ``MESSAGE_REFRESH_SECONDS``;
     without, the seconds are infinite (every change is written)."""
@@ -105,6 +111,8 @@ def record_writes(
                 tag="admitted" if st.admitted and not was_admitted else "status",
             )
         )
+        stalled = events.once(group.key, ROLLOUT_STALLED, st.message, warning=True) if st.stalls else None
+        out.extend([stalled] if stalled is not None else [])
     return out
 
 

@@ -80,7 +80,7 @@ from gatekeeper.core.admission.record_cap import DEFAULT_MAX_RECORDS_PER_NAMESPA
 from gatekeeper.core.backends.kueue.order import Offers, queue_state
 from gatekeeper.core.backends.kueue.pass_through import passable
 from gatekeeper.core.backends.kueue.stages import GroupPass, Settings
-from gatekeeper.core.backends.kueue.status import RecordStatus, said_strangers
+from gatekeeper.core.backends.kueue.status import RecordStatus, said_strangers, said_surge
 from gatekeeper.core.backends.kueue.workload import (
     workload_indices,
 )
@@ -214,7 +214,8 @@ def decide_kueue(snap: KueueSnapshot, memo: DemandMemo | None = None) -> KueueAc
         offers = Offers(waiting, holding)
         for group in groups:
             one.group(lws, group, waiting, offers)
-    statuses = [said_strangers(st, one.strangers) for st in one.statuses]
+    lwss = index_by_key(snap.lwss)
+    statuses = [said_surge(said_strangers(st, one.strangers), lwss) for st in one.statuses]
     owned = owners(snap.pods, snap.statefulsets)
     table = [
         entry

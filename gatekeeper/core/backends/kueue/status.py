@@ -3,21 +3,24 @@
 Why this exists: ``decide`` works out, per group, what the group's record should say
 (``RecordStatus``); ``writes`` turns that into the record's status patch and Event. The
 words for a group that pods its LWS did not make claim by their labels
-(``said_strangers``) are added here, after the group's own state is known.
+(``said_strangers``), and for a surge group of a rolling update (``said_surge``), are added
+here, after the group's own state is known.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 from gatekeeper.core.admission.members import Stranger, strangers_said
 from gatekeeper.core.admission.reasons import STRANGER_REASONS
 from gatekeeper.core.backends.kueue.workload import PERMANENT_REASONS
 from gatekeeper.core.model.group import GroupKey
 from gatekeeper.core.model.groups import GroupState
+from gatekeeper.core.model.rollout import surge_said
 
-__all__ = ["RecordStatus", "said_strangers"]
+__all__ = ["RecordStatus", "said_strangers", "said_surge"]
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,8 @@ class RecordStatus:
     placed: bool = False
     """Admitted and all its pods bound: its record's ``status.placedAt`` is written once, and
     the admission timeout no longer applies (``core.admission.deadline``)."""
+    stalls: bool = False
+    """A surge group its LWS's rolling update waits for (``core.model.rollout``)."""
 
     @property
     def warning(self) -> bool:
@@ -55,3 +60,11 @@ def said_strangers(st: RecordStatus, stranger_pods: Mapping[GroupKey, list[Stran
         return st
     reason, words = strangers_said(ones)
     return replace(st, reason=reason, message=f"{st.message}; {words}")
+
+
+def said_surge(st: RecordStatus, lwss: Mapping[tuple[str, str], Mapping[str, Any]]) -> RecordStatus:
+    """A waiting surge group's words say so, and whether its LWS's rolling update waits for it."""
+    if st.admitted or st.warning:
+        return st
+    message, stalls = surge_said(st.message, lwss, st.group.key)
+    return replace(st, message=message, stalls=stalls)

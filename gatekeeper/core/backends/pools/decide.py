@@ -109,7 +109,7 @@ from gatekeeper.core.model.nodes import Node, RequestsMemo, node_usage_skipping
 from gatekeeper.core.model.owned import leader_template_revision
 from gatekeeper.core.model.pool import Pool
 from gatekeeper.core.model.record import admitted_indices, is_admitted
-from gatekeeper.core.model.rollout import surge_words
+from gatekeeper.core.model.rollout import surge_said
 from gatekeeper.core.plugin.decided import GroupActions
 
 __all__ = ["Actions", "Admit", "Snapshot", "WaitStatus", "decide"]
@@ -373,18 +373,10 @@ def _waiting_words(
                 f"{message}; it was admitted with {before} before its LeaderWorkerSet's templates "
                 "changed, and gave that back when its last old pod went"
             )
-        surge = (
-            None
-            if w.reason.permanent
-            else surge_words(lwss.get((w.key.namespace, w.key.name), {}), w.key.name, w.key.index)
-        )
-        if surge is not None:
-            message = f"{message}; {surge[0]}"
-        waiting.append(
-            WaitStatus(
-                one.state_of[w.key], w.reason, message, w.position, stalls=surge is not None and surge[1]
-            )
-        )
+        stalls = False
+        if not w.reason.permanent:
+            message, stalls = surge_said(message, lwss, w.key)
+        waiting.append(WaitStatus(one.state_of[w.key], w.reason, message, w.position, stalls=stalls))
     return tuple(waiting)
 
 

@@ -4,18 +4,14 @@
 and what Volcano's answer on it says; ``writes`` is the plan of writes for a pass.
 """
 
-from gatekeeper.core.backends.volcano.decide import (
-    VolcanoActions,
-    VolcanoSnapshot,
-    VolcanoStatus,
-    decide_volcano,
-)
+from gatekeeper.core.backends.volcano.decide import VolcanoActions, VolcanoSnapshot, decide_volcano
 from gatekeeper.core.backends.volcano.podgroup import (
     new_pod_group,
     pod_group_name,
     volcano_pod_patch,
     volcano_state,
 )
+from gatekeeper.core.backends.volcano.status import VolcanoStatus
 from gatekeeper.core.backends.volcano.writes import plan_writes
 
 __all__ = [

@@ -71,6 +71,7 @@ from gatekeeper.core.backends.volcano.podgroup import (
     pod_group_name,
     volcano_state,
 )
+from gatekeeper.core.backends.volcano.status import VolcanoStatus, said_surge
 from gatekeeper.core.kube.keys import INVALID_SPEC_REASON
 from gatekeeper.core.kube.objects import as_map, index_by_key, meta, object_key
 from gatekeeper.core.model.charge import Charge, charge_toleration, charged
@@ -92,7 +93,6 @@ __all__ = [
     "WAITING_FOR_VOLCANO",
     "VolcanoActions",
     "VolcanoSnapshot",
-    "VolcanoStatus",
     "decide_volcano",
 ]
 
@@ -142,25 +142,6 @@ class VolcanoSnapshot:
     admission_timeout: int = DEFAULT_ADMISSION_TIMEOUT
     """Seconds an admitted group may lack bound pods before it is given back
     (``core.admission.timeout``)."""
-
-
-@dataclass(frozen=True)
-class VolcanoStatus:
-    """What a group's record says this pass."""
-
-    group: GroupState
-    admitted: bool
-    reason: str
-    message: str
-    pod_group: str = ""
-    warning: bool = False
-    retry_at: str | None = None
-    """When a group given back is offered again (RFC 3339)."""
-    retries: int | None = None
-    """How many times the group was given back since it last ran."""
-    placed: bool = False
-    """Admitted and all its pods bound: its record's ``status.placedAt`` is written once
-    (``core.admission.deadline``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -260,7 +241,9 @@ def decide_volcano(snap: VolcanoSnapshot, demands: DemandMemo | None = None) -> 
         retire_pod_groups=tuple(where.retire),
         release=tuple(_unclaimed(records, groups, who.pods_of, who.charges)),
         ungate=tuple(u for h in held for u in h.ungate),
-        statuses=(*where.statuses, *(h.status for h in held), *offered),
+        statuses=tuple(
+            said_surge(st, lws_by_key) for st in (*where.statuses, *(h.status for h in held), *offered)
+        ),
         problems=tuple(problems),
         stop=tuple(sorted({*where.stop, *(p for h in held for p in h.stop)})),
         look_again=min(dues) if dues else None,

@@ -14,9 +14,10 @@ from datetime import datetime
 from typing import Any
 
 from gatekeeper.core.admission.deadline import placed
-from gatekeeper.core.backends.volcano.decide import VolcanoActions, VolcanoSnapshot, VolcanoStatus
+from gatekeeper.core.backends.volcano.decide import VolcanoActions, VolcanoSnapshot
 from gatekeeper.core.backends.volcano.keys import POD_GROUP_PLURAL
 from gatekeeper.core.backends.volcano.podgroup import new_pod_group
+from gatekeeper.core.backends.volcano.status import VolcanoStatus
 from gatekeeper.core.kube.keys import ADMITTED, RECORD_PLURAL
 from gatekeeper.core.kube.objects import as_map, condition, index_by_key, uid_of
 from gatekeeper.core.model.record import admitted_condition, demand_status, new_record
