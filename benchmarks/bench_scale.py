@@ -8,7 +8,8 @@ the medians, is printed with its min / median / max. Each run also gives: second
 settled (unchanged for 5 s, not counted), whole groups, GPUs stranded in incomplete groups,
 the CPU seconds of the gatekeeper and of every process of the sandbox (per 1,000 pods, and
 the extra against the run without), the p50 / p99 of the gatekeeper's pod webhook as the API
-server timed it, the gatekeeper's API requests per admitted group, its peak memory (VmHWM),
+server timed it (interpolated in its buckets) and the share of calls it timed within 5 and
+25 ms (exact: bounds of those buckets), the gatekeeper's API requests per admitted group, its peak memory (VmHWM),
 its passes' wall time p50 / p99, its writes by purpose and the watch events its informers
 decoded, by resource (count and KiB).
 
@@ -52,7 +53,7 @@ from typing import Any
 import anyio
 import kr8s.asyncio
 from bench_timeline import cpu_seconds, machine_busy
-from load_support import WEBHOOK, histogram, pass_seconds, quantile, webhook_buckets
+from load_support import WEBHOOK, histogram, pass_seconds, quantile, share_within, webhook_buckets
 
 from gatekeeper.controller.informer import Informer
 from gatekeeper.controller.resources import PODS
@@ -133,6 +134,7 @@ class Run:
     machine_busy: float
     webhook_p50_ms: float
     webhook_p99_ms: float
+    """Interpolated inside the API server's buckets (5, 25, 100, 500 ms): read with the shares."""
     requests_per_group: float
     peak_rss_mib: float
     cpu_by_process: dict[str, float]
@@ -153,6 +155,9 @@ class Run:
     gpus_per_node: int = 1
     stage_s: dict[str, float] = field(default_factory=dict)
     """Their wall seconds by stage (snapshot, decide, plan, execute)."""
+    webhook_within_ms: dict[str, float] = field(default_factory=dict)
+    """The share of the pod webhook's calls the API server timed at most 5 and 25 ms (exact:
+    those are bounds of its buckets)."""
 
 
 def _sandbox_cpu(sb: Sandbox) -> dict[str, float]:
@@ -372,12 +377,14 @@ async def one_run(
         nodes=nodes,
         gpus_per_node=gpus,
         stage_s={k: round(v, 2) for k, v in stages.items()},
+        webhook_within_ms={str(ms): round(share_within(delta, ms / 1000), 3) for ms in (5, 25)},
     )
     print(
         f"{label:7} {mode:10} #{repeat}  running={run.running_s:6.1f}s  "
         f"settled={run.settled_s:6.1f}s  whole={run.whole:4}  stranded={run.stranded:4}  "
         f"CPU gk={run.cpu_gatekeeper_s:5.1f}s all={run.cpu_all_s:5.1f}s  busy={run.machine_busy:4.0%}  "
-        f"webhook p50/p99={run.webhook_p50_ms:5.1f}/{run.webhook_p99_ms:5.1f} ms  "
+        f"webhook p50/p99={run.webhook_p50_ms:5.1f}/{run.webhook_p99_ms:5.1f} ms "
+        f"(<=5 ms {run.webhook_within_ms['5']:.0%}, <=25 ms {run.webhook_within_ms['25']:.0%})  "
         f"requests/group={run.requests_per_group:4.1f}  RSS={run.peak_rss_mib:6.1f} MiB  "
         f"pass p50/p99={run.pass_p50_s:.2f}/{run.pass_p99_s:.2f} s",
         flush=True,
@@ -422,6 +429,9 @@ def summary(runs: list[Run]) -> list[str]:
             extra = [m.cpu_all_s - p.cpu_all_s for p, m in zip(plain, mine, strict=True)]
             cpu = spread([r.cpu_gatekeeper_s / pods for r in mine])
             p50, p99 = spread([r.webhook_p50_ms for r in mine]), spread([r.webhook_p99_ms for r in mine])
+            within = {
+                ms: spread([r.webhook_within_ms.get(ms, float("nan")) for r in mine]) for ms in ("5", "25")
+            }
             whole, stranded = spread([float(r.whole) for r in mine]), max(r.stranded for r in mine)
             lines += [
                 f"{label}: {mode}, running (s) {spread([r.running_s for r in mine])}; against the default, "
@@ -429,6 +439,7 @@ def summary(runs: list[Run]) -> list[str]:
                 f"{label}: {mode}, gatekeeper CPU s per 1,000 pods {cpu}; "
                 f"extra CPU s of all processes against the run without {spread(extra)}",
                 f"{label}: {mode}, webhook p50 / p99 at the API server (ms) {p50} / {p99}; "
+                f"share of calls within 5 ms {within['5']}, within 25 ms {within['25']}; "
                 f"whole groups {whole}; stranded GPUs {stranded}",
                 f"{label}: {mode}, peak RSS (MiB) {spread([r.peak_rss_mib for r in mine])}; pass p50 (s) "
                 f"{spread([r.pass_p50_s for r in mine])}; "

@@ -138,6 +138,16 @@ def quantile(buckets: dict[float, float], q: float) -> float:
     return float("nan")
 
 
+def share_within(buckets: dict[float, float], bound: float) -> float:
+    """The share of observations at most ``bound`` seconds, exact when ``bound`` is one of the
+    histogram's bucket bounds (the API server's webhook histogram: 5, 25, 100, 500 ms, ...),
+    where a quantile is an interpolation inside a bucket 5 to 400 ms wide."""
+    total = buckets.get(float("inf"), max(buckets.values(), default=0.0))
+    if not total or bound not in buckets:
+        return float("nan")
+    return buckets[bound] / total
+
+
 def max_in_window(times: list[float], window: float) -> int:
     best, start = 0, 0
     for end, t in enumerate(times):
