@@ -9,9 +9,9 @@ settled (unchanged for 5 s, not counted), whole groups, GPUs stranded in incompl
 the CPU seconds of the gatekeeper and of every process of the sandbox (per 1,000 pods, and
 the extra against the run without), the p50 / p99 of the gatekeeper's pod webhook as the API
 server timed it (interpolated in its buckets) and the share of calls it timed within 5 and
-25 ms (exact: bounds of those buckets), the gatekeeper's API requests per admitted group, its peak memory (VmHWM),
-its passes' wall time p50 / p99, its writes by purpose and the watch events its informers
-decoded, by resource (count and KiB).
+25 ms (exact: bounds of those buckets), the gatekeeper's API requests per admitted group,
+its peak memory (VmHWM), its passes' wall time p50 / p99, its writes by purpose and the
+watch events its informers decoded, by resource (count and KiB).
 
 Runs (each pod asks for one GPU; ``--gpus-per-node`` GPUs a node, 1 by default):
   fit      GROUPS groups of SIZE on as many nodes as GROUPS*SIZE GPUs take: everything fits.
