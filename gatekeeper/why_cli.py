@@ -93,6 +93,8 @@ def _why_error(exc: Exception) -> str:
         return f"the API server answered {exc}"
     if isinstance(exc, httpx.TransportError | OSError | kr8s.APITimeoutError):
         return f"cannot reach the API server: {exc or type(exc).__name__}"
+    if isinstance(exc, ValueError) and "credentials" in str(exc):  # kr8s found no kubeconfig to use
+        return f"no kubeconfig to use (--kubeconfig, $KUBECONFIG or ~/.kube/config): {exc}"
     return f"{type(exc).__name__}: {exc}"
 
 

@@ -30,7 +30,7 @@ def test_a_wheel_is_for_the_machine_its_platform_tag_names(wheel: str, arch: str
 
 @pytest.mark.parametrize("arch", debian.ARCHES)
 def test_each_architecture_gets_one_wheel_per_requirement_its_own_or_one_for_any(arch: str) -> None:
-    wheels = build._locked_wheels(arch)
+    wheels = build.locked_wheels(arch)
     names = [w.split("-")[0].lower() for w, _ in wheels]
     assert len(names) == len(set(names)) == len(build._pinned())
     assert all(build.wheel_arch(w) in (arch, None) for w, _ in wheels)
@@ -39,8 +39,8 @@ def test_each_architecture_gets_one_wheel_per_requirement_its_own_or_one_for_any
 
 def test_a_requirement_without_a_wheel_of_an_architecture_takes_the_one_for_any() -> None:
     """python-box publishes a compiled wheel for x86_64 only."""
-    amd64 = dict(build._locked_wheels("amd64"))
-    arm64 = dict(build._locked_wheels("arm64"))
+    amd64 = dict(build.locked_wheels("amd64"))
+    arm64 = dict(build.locked_wheels("arm64"))
     assert any(n.startswith("python_box-") and n.endswith("_x86_64.whl") for n in amd64)
     assert any(n.startswith("python_box-") and n.endswith("-py3-none-any.whl") for n in arm64)
 

@@ -68,6 +68,7 @@ def test_a_pool_with_a_group_waiting_exits_1(monkeypatch: pytest.MonkeyPatch) ->
         (why.NotFound("LeaderWorkerSet team-a/vllm not found"), "LeaderWorkerSet team-a/vllm not found"),
         (httpx.ConnectError("[Errno 111] Connection refused"), "cannot reach the API server: "),
         (FileNotFoundError(2, "No such file or directory"), "cannot reach the API server: "),
+        (ValueError("Unable to find valid credentials"), "no kubeconfig to use (--kubeconfig, $KUBECONFIG"),
         (RuntimeError("something else"), "RuntimeError: something else"),
     ],
 )

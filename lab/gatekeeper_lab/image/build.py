@@ -43,7 +43,17 @@ from typing import Any
 from gatekeeper_lab.image import debian, oci
 from gatekeeper_lab.image.debian import ARCHES, USER_ID, Deb, run, sha256_ok
 
-__all__ = ["Built", "build", "cache_dir", "lock", "source_epoch"]
+__all__ = [
+    "Built",
+    "build",
+    "cache_dir",
+    "fetch_wheels",
+    "lock",
+    "locked_wheels",
+    "project_wheel",
+    "source_epoch",
+    "source_files",
+]
 
 PYTHON = "/usr/bin/python3.11"
 SITE = "usr/local/lib/python3.11/dist-packages"
@@ -94,7 +104,7 @@ def _pip(*args: str, **kw: Any) -> subprocess.CompletedProcess[str]:
     return run([sys.executable, "-m", "pip", "--disable-pip-version-check", *args], **kw)
 
 
-def _locked_wheels(arch: str) -> list[tuple[str, str]]:
+def locked_wheels(arch: str) -> list[tuple[str, str]]:
     """(file, SHA-256) of each wheel requirements.lock pins for ``arch``.
 
     Each ``# file: NAME sha256:HASH`` comment names a wheel of the requirement that follows
@@ -114,9 +124,9 @@ def _locked_wheels(arch: str) -> list[tuple[str, str]]:
     return out
 
 
-def _fetch_wheels(into: Path, arch: str, say: Callable[[str], None]) -> None:
+def fetch_wheels(into: Path, arch: str, say: Callable[[str], None]) -> None:
     """The wheels of requirements.lock for ``arch`` into ``into`` (kept there); pip checks each hash."""
-    if all(sha256_ok(into / f, h) for f, h in _locked_wheels(arch)):
+    if all(sha256_ok(into / f, h) for f, h in locked_wheels(arch)):
         return
     say(f"fetching the pinned wheels (requirements.lock, {arch})")
     into.mkdir(parents=True, exist_ok=True)
@@ -124,12 +134,12 @@ def _fetch_wheels(into: Path, arch: str, say: Callable[[str], None]) -> None:
     _pip("download", "--no-deps", "--require-hashes", *platform_args(arch), "-d", str(into), "-r", lockfile)
 
 
-def _source_files(source: Path) -> list[str]:
+def source_files(source: Path) -> list[str]:
     out = run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=source).stdout
     return sorted(p for p in out.split("\0") if p and os.path.lexists(source / p))
 
 
-def _project_wheel(source: Path, files: Sequence[str], into: Path, epoch: int) -> Path:
+def project_wheel(source: Path, files: Sequence[str], into: Path, epoch: int) -> Path:
     """The project's wheel, built from a copy of its tracked (and new, unignored) files."""
     with tempfile.TemporaryDirectory(prefix="lws-gatekeeper-wheel-") as tmp:
         src = Path(tmp) / "src"
@@ -312,11 +322,11 @@ def _platform_trees(
         debs = debian.read_lock(arch)
         debian.fetch(debs, cache_dir() / "debs", say, arch)
         wheel_cache = cache_dir() / "wheels"
-        _fetch_wheels(wheel_cache, arch, say)
+        fetch_wheels(wheel_cache, arch, say)
         say(f"{arch}: unpacking {len(debs)} Debian packages")
         bases[arch] = t / f"debian-{arch}"
         debian.unpack_into(debs, cache_dir() / "debs", bases[arch])
-        wheels = [wheel_cache / name for name, _ in _locked_wheels(arch)]
+        wheels = [wheel_cache / name for name, _ in locked_wheels(arch)]
         missing = [w.name for w in wheels if not w.is_file()]
         if missing:
             raise RuntimeError(f"wheels of requirements.lock not downloaded: {missing}")
@@ -348,7 +358,7 @@ def build(
     ``out`` names the layout folder; by default it lives in the cache, keyed by the inputs.
     """
     started = time.monotonic()
-    files = _source_files(source)
+    files = source_files(source)
     epoch = source_epoch(source)
     version = _version(source)
     key = _key(source, files, epoch)
@@ -367,7 +377,7 @@ def build(
         bases, deps, debs, wheels = _platform_trees(t, say)
         say("installing the project's wheel")
         app = t / "app"
-        own = _project_wheel(source, files, t / "wheel", epoch)
+        own = project_wheel(source, files, t / "wheel", epoch)
         _install([own], app, host)
         _entry_point(app)
         for arch in ARCHES:

@@ -1,4 +1,5 @@
-"""``lws-gatekeeper image build|lock``: the image's commands, in a development install.
+"""``lws-gatekeeper image build|lock`` and ``plugin build``: the image's and the kubectl
+plugin's builds, in a development install.
 
 Why this exists: building the image is a development tool, not part of the product; the
 main command finds this group through the entry point ``lws_gatekeeper.commands``
@@ -13,7 +14,7 @@ import click
 
 from gatekeeper_lab.image import build as image_builder
 
-__all__ = ["image"]
+__all__ = ["image", "plugin"]
 
 
 def say(msg: str) -> None:
@@ -55,3 +56,26 @@ def image_build(out: Path | None, fresh: bool) -> None:
 def image_lock(keep_versions: bool) -> None:
     """Pin the Debian packages and wheels the registries serve now (debian.lock, requirements.lock)."""
     image_builder.lock(Path(__file__).resolve().parents[3], say=say, keep_versions=keep_versions)
+
+
+@click.group()
+def plugin() -> None:
+    """The kubectl plugin as one file per architecture (a PEX), and its krew manifest."""
+
+
+@plugin.command("build")
+@click.option("--out", type=click.Path(path_type=Path), default=Path("build/plugin"), show_default=True)
+@click.option("--base-url", required=True, help="Where the archives will be served (the manifest's uris).")
+@click.option("--homepage", required=True, help="The project's page, for the manifest.")
+@click.option("--arch", "arches", multiple=True, type=click.Choice(["amd64", "arm64"]), help="Default: both.")
+def plugin_build(out: Path, base_url: str, homepage: str, arches: tuple[str, ...]) -> None:
+    """Build the plugin of this source tree from the image's pinned wheels; print the files."""
+    from gatekeeper_lab.image.plugin import build_plugin
+
+    source = Path(__file__).resolve().parents[3]
+    archives, manifest = build_plugin(
+        source, out, base_url=base_url, homepage=homepage, arches=arches or ("amd64", "arm64"), say=say
+    )
+    for a in archives:
+        click.echo(f"{a.arch:<6} {a.path} sha256:{a.sha256}")
+    click.echo(f"krew   {manifest}")
