@@ -9,7 +9,7 @@ says whether the name the LWS's label gives is one of its pools (a ``Pool``, a L
 and its ClusterQueue, ...) and how it looks; the first that knows it
 answers. A tenant's rights do not reach the Pool or other namespaces: what may not be read
 is left out and said (``LwsAnswer.not_shown``), and only a refused read of the LWS or its
-pods ends the answer (``Forbidden``). Called by ``cli.why_cmd`` only.
+pods ends the answer (``Forbidden``). Called by ``why_cli.why_cmd`` only.
 """
 
 from __future__ import annotations
