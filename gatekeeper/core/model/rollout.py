@@ -6,8 +6,8 @@ and deletes an old group only once a new one is ready; with ``maxUnavailable: 0`
 deletes none before. On a full pool a surge group waits for quota and the update waits for
 it: it stalls for ever, and the record alone says only "needs 2 nvidia.com/gpu; pool has 0
 free". ``surge_words`` names it as what it is and what would let it go on; each backend's
-decision adds them to a waiting surge group's words (``surge_said``: the pools decision, and
-the kueue and volcano records' ``said_surge``), and the LWS is warned once
+decision adds them to a waiting surge group's words (``surge_said``, called by every
+backend's decision or record statuses), and the LWS is warned once
 (``ROLLOUT_STALLED``). Pure. A group beyond ``replicas`` while ``replicas`` shrinks looks
 the same for a moment (the snapshot cannot tell a scale-down from a surge): with ``maxSurge``
 set it is named a surge group until the LWS controller deletes it.
