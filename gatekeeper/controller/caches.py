@@ -23,6 +23,7 @@ from gatekeeper.controller.informer import Informer
 from gatekeeper.controller.resources import Resource
 from gatekeeper.core.kube.keys import POOL_LABEL
 from gatekeeper.core.model.claims import ClaimBook, read_claim_book
+from gatekeeper.core.model.daemons import daemon_set_view
 from gatekeeper.core.model.devices import (
     DeviceRoom,
     claim_view,
@@ -56,6 +57,8 @@ def _view_of(
         return bound_pod_view
     if resource == r.STATEFULSETS:
         return statefulset_view
+    if resource == r.DAEMON_SETS:
+        return daemon_set_view
     return _DRA_VIEWS.get(resource)
 
 

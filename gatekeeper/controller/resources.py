@@ -23,6 +23,7 @@ from gatekeeper.core.kube.keys import (
 __all__ = [
     "ADMISSION_CHECKS",
     "CLAIMS",
+    "DAEMON_SETS",
     "EVENTS",
     "LEASES",
     "LWS",
@@ -85,6 +86,8 @@ RESOURCE_FLAVORS = Resource("resourceflavors", KUEUE_API_VERSION, namespaced=Fal
 ADMISSION_CHECKS = Resource("admissionchecks", KUEUE_API_VERSION, namespaced=False)
 NODE_POOLS = Resource("nodepools", KARPENTER_API_VERSION, namespaced=False)
 NODE_CLAIMS = Resource("nodeclaims", KARPENTER_API_VERSION, namespaced=False)
+DAEMON_SETS = Resource("daemonsets", "apps/v1")
+"""With Karpenter's pools: the pods every node it launches will run (``core.model.daemons``)."""
 RESERVATIONS = Resource("reservations", GATEKEEPER_API_VERSION, namespaced=False)
 """On the hub: the Reservations members share."""
 CLAIMS = Resource("reservationclaims", GATEKEEPER_API_VERSION)
@@ -93,7 +96,7 @@ CLAIMS = Resource("reservationclaims", GATEKEEPER_API_VERSION)
 _ALL = (
     LWS, PODS, NAMESPACES, STATEFULSETS, NODES, EVENTS, SECRETS, POOLS, RECORDS, PRIORITY_CLASSES, LEASES,
     WEBHOOK_CONFIGURATIONS, VALIDATING_WEBHOOK_CONFIGURATIONS, WORKLOADS, RESOURCE_FLAVORS, ADMISSION_CHECKS,
-    NODE_POOLS, NODE_CLAIMS, RESERVATIONS, CLAIMS,
+    NODE_POOLS, NODE_CLAIMS, DAEMON_SETS, RESERVATIONS, CLAIMS,
 )  # fmt: skip
 
 

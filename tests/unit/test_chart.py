@@ -205,8 +205,9 @@ NODE_FIT_CLUSTER_RULES: list[Rule] = [
 
 
 # Pools with spec.nodePools (gatekeeper/controller/backends/pools.py, with instance types):
-# informers on Karpenter's NodePools and NodeClaims.
+# informers on Karpenter's NodePools and NodeClaims, and on the DaemonSets.
 KARPENTER_CLUSTER_RULES: list[Rule] = [
+    ("apps", "daemonsets", ("list", "watch"), ()),
     ("karpenter.sh", "nodeclaims", ("list", "watch"), ()),
     ("karpenter.sh", "nodepools", ("list", "watch"), ()),
 ]

@@ -42,6 +42,7 @@ from gatekeeper.core.backends.pools.urgency import Urgency
 from gatekeeper.core.kube.keys import LWS_NAME_LABEL, POOL_LABEL, RECORD_PLURAL
 from gatekeeper.core.kube.objects import labels, meta, name_of
 from gatekeeper.core.kube.parsed import ParseMemo
+from gatekeeper.core.model.daemons import parse_daemon_set
 from gatekeeper.core.model.groups import DemandMemo
 from gatekeeper.core.model.pool import parse_pool
 from gatekeeper.core.writes.plan import DEFAULT_EVENTS_PER_NAMESPACE_PER_MINUTE, Write, walk
@@ -113,6 +114,8 @@ class PoolsBackend:
         self.instance_types = tuple(instance_types or ())
         self.node_pools = caches.informer(r.NODE_POOLS) if instance_types is not None else None
         self.node_claims = caches.informer(r.NODE_CLAIMS) if instance_types is not None else None
+        self.daemon_sets = caches.informer(r.DAEMON_SETS) if instance_types is not None else None
+        """The DaemonSets, whose pods take room on every node Karpenter launches."""
         self.caches = caches
         self.hub = hub
         """With ``--hub-kubeconfig``: Pools with spec.reservation are charged to the hub too."""
@@ -129,6 +132,7 @@ class PoolsBackend:
         self.read_pools = ParseMemo(parse_pool)
         self.read_node_pools = ParseMemo(parse_node_pool)
         self.read_node_claims = ParseMemo(parse_node_claim)
+        self.read_daemon_sets = ParseMemo(parse_daemon_set)
 
         self.lws = caches.informer(r.LWS, label_selector=POOL_LABEL)
         self.pods, self.bound = caches.bound_informers()
@@ -172,7 +176,7 @@ class PoolsBackend:
         """The hub's caches, Karpenter's and the DRA kinds': a change there asks for a pass, but
         the loop never waits for them (a hub down, or Karpenter's or DRA's API missing, must not
         stop every pool)."""
-        karpenter = [i for i in (self.node_pools, self.node_claims) if i is not None]
+        karpenter = [i for i in (self.node_pools, self.node_claims, self.daemon_sets) if i is not None]
         hub = self.hub.informers if self.hub is not None else []
         return [*hub, *karpenter, *self.dra]
 
@@ -182,8 +186,9 @@ class PoolsBackend:
         return [self.lifter.run] if self.lifter is not None else []
 
     def karpenter_unreadable(self) -> str:
-        """Why Karpenter's NodePools and NodeClaims cannot be planned on now ("" when they can)."""
-        for inf in (i for i in (self.node_pools, self.node_claims) if i is not None):
+        """Why Karpenter's NodePools and NodeClaims cannot be planned on now ("" when they can):
+        they, or the DaemonSets whose pods a new node runs, cannot be read."""
+        for inf in (i for i in (self.node_pools, self.node_claims, self.daemon_sets) if i is not None):
             if inf.failing_since:
                 since = datetime.fromtimestamp(inf.failing_since, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
                 return f"{inf.resource.plural}: {inf.last_error[:200]} (since {since})"
@@ -212,6 +217,9 @@ class PoolsBackend:
                 self.node_claims.values() if self.node_claims is not None else ()
             ),
             instance_types=self.instance_types,
+            daemon_sets=self.read_daemon_sets(
+                self.daemon_sets.values() if self.daemon_sets is not None else ()
+            ),
             now=datetime.now(UTC),
             retry_seconds=self.retry_seconds,
             exempt_namespaces=self.exempt_namespaces,

@@ -99,7 +99,7 @@ from gatekeeper.core.kube.parsed import Parsed
 from gatekeeper.core.kube.quantity import format_resources
 from gatekeeper.core.model.charge import charge_toleration
 from gatekeeper.core.model.claims import NO_CLAIMS, ClaimBook
-from gatekeeper.core.model.demand import GroupDemand
+from gatekeeper.core.model.demand import GroupDemand, PodDemand
 from gatekeeper.core.model.devices import DeviceRoom, with_devices
 from gatekeeper.core.model.gating import Ungate
 from gatekeeper.core.model.group import GroupKey
@@ -155,6 +155,9 @@ class Snapshot:
     """Karpenter NodeClaims: what the NodePools hold, and the nodes coming up."""
     instance_types: Sequence[InstanceType] = ()
     """What Karpenter can launch (``--karpenter-instance-types``)."""
+    daemon_sets: Parsed[PodDemand] = field(default_factory=Parsed)
+    """The DaemonSets' pods, whose room a node Karpenter launches loses to them
+    (``core.model.daemons``; read with the NodePools)."""
     now: datetime | None = None
     """The time of the pass (admission timeouts, retry times); None: no admission times out."""
     retry_seconds: int = 60
@@ -243,7 +246,7 @@ def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMem
     who = membership(lws_by_key, snap.pods, snap.statefulsets, snap.bound_pods)
 
     launcher, launching = read_launcher(
-        snap.node_pools, snap.node_claims, snap.instance_types, snap.nodes, problems
+        snap.node_pools, snap.node_claims, snap.instance_types, snap.nodes, problems, snap.daemon_sets
     )
     by_name = {p.name: p for p in pools}
     settings = Settings(

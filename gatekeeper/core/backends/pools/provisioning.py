@@ -55,6 +55,7 @@ from gatekeeper.core.backends.pools.nodepools import (
 )
 from gatekeeper.core.kube.parsed import Parsed
 from gatekeeper.core.kube.quantity import format_amount
+from gatekeeper.core.model.daemons import less_daemons
 from gatekeeper.core.model.demand import PodDemand
 from gatekeeper.core.model.nodes import Node
 
@@ -88,7 +89,9 @@ def held(claims: Iterable[NodeClaim]) -> dict[str, dict[str, int]]:
     return out
 
 
-def coming_up(claims: Iterable[NodeClaim], nodes: Iterable[Node]) -> tuple[Node, ...]:
+def coming_up(
+    claims: Iterable[NodeClaim], nodes: Iterable[Node], daemons: Sequence[PodDemand] = ()
+) -> tuple[Node, ...]:
     """The NodeClaims whose node cannot take pods yet, as nodes of the pass (their room to come).
 
     A claim stands for its node until that node is there, Ready and registered (no
@@ -98,7 +101,8 @@ def coming_up(claims: Iterable[NodeClaim], nodes: Iterable[Node]) -> tuple[Node,
     ``nodeName``, and in between the node takes pods (counting both would count its room
     twice). A claim not launched yet has the room it asked for
     (``spec.resources.requests``). The node's name is the claim's with `` (launching)``
-    added, so it never meets a real one.
+    added, so it never meets a real one. The pods of ``daemons`` that will go there take
+    their room off it (``core.model.daemons.less_daemons``): they are not bound to it yet.
     """
     ready = [
         n
@@ -113,15 +117,14 @@ def coming_up(claims: Iterable[NodeClaim], nodes: Iterable[Node]) -> tuple[Node,
             continue
         if not claim.node_name and claim.provider_id and claim.provider_id in by_provider:
             continue
-        out.append(
-            Node(
-                name=f"{claim.name} (launching)",
-                labels=dict(claim.labels),
-                # Before launch a claim knows only what it asked for: room for those pods.
-                allocatable=dict(claim.allocatable or claim.capacity),
-                taints=tuple(t for t in claim.taints if t.key != UNREGISTERED_TAINT),
-            )
+        node = Node(
+            name=f"{claim.name} (launching)",
+            labels=dict(claim.labels),
+            # Before launch a claim knows only what it asked for: room for those pods.
+            allocatable=dict(claim.allocatable or claim.capacity),
+            taints=tuple(t for t in claim.taints if t.key != UNREGISTERED_TAINT),
         )
+        out.append(less_daemons(node, daemons))
     return tuple(out)
 
 
@@ -164,6 +167,7 @@ class Launcher:
         node_pools: Iterable[NodePool],
         claims: Iterable[NodeClaim],
         instance_types: Iterable[InstanceType],
+        daemons: Sequence[PodDemand] = (),
     ) -> None:
         self.pools = {p.name: p for p in node_pools}
         holding = held(claims)
@@ -174,11 +178,15 @@ class Launcher:
             else:
                 have = holding.get(pool.name, {})
                 self.remaining[pool.name] = {r: lim - have.get(r, 0) for r, lim in pool.limits.items()}
-        self._shapes = {p.name: self._candidates(p, instance_types) for p in self.pools.values()}
+        types = tuple(instance_types)
+        self._shapes = {p.name: self._candidates(p, types, daemons) for p in self.pools.values()}
 
     @staticmethod
-    def _candidates(pool: NodePool, types: Iterable[InstanceType]) -> list[tuple[InstanceType, Launch]]:
-        """Each (type, cheapest allowed available offering) the NodePool may launch, cheapest first."""
+    def _candidates(
+        pool: NodePool, types: Iterable[InstanceType], daemons: Sequence[PodDemand]
+    ) -> list[tuple[InstanceType, Launch]]:
+        """Each (type, cheapest allowed available offering) the NodePool may launch, cheapest
+        first; its node's room is its allocatable less the DaemonSets' pods that go there."""
         out = []
         for it in types:
             if not all(pool.allows(key, value) for key, value in it.labels.items()):
@@ -198,8 +206,14 @@ class Launcher:
                 labels.update(it.labels)
                 labels.update({CAPACITY_TYPE_LABEL: offer.capacity_type, ZONE_LABEL: offer.zone})
                 labels[NODE_POOL_LABEL] = pool.name
-                node = Node(
-                    f"{pool.name}/{it.name}/{offer.capacity_type}", labels, dict(it.allocatable), pool.taints
+                node = less_daemons(
+                    Node(
+                        f"{pool.name}/{it.name}/{offer.capacity_type}",
+                        labels,
+                        dict(it.allocatable),
+                        pool.taints,
+                    ),
+                    daemons,
                 )
                 out.append((it, Launch(pool.name, it.name, offer, node)))
         return sorted(out, key=lambda c: (c[1].offering.price, c[0].name, c[1].offering.capacity_type))
@@ -318,11 +332,16 @@ def read_launcher(
     instance_types: Sequence[InstanceType],
     nodes: Iterable[Node],
     problems: list[str],
+    daemon_sets: Parsed[PodDemand] | None = None,
 ) -> tuple[Launcher, tuple[Node, ...]]:
     """What the Karpenter NodePools can still launch, and their NodeClaims coming up as nodes
-    (for ``backends.pools.decide``); a NodePool or NodeClaim that could not be read is left
-    out and named in ``problems``."""
+    (for ``backends.pools.decide``), less the DaemonSets' pods on them; a NodePool, NodeClaim
+    or DaemonSet that could not be read is left out and named in ``problems``."""
+    daemons = daemon_sets or Parsed()
     problems.extend(node_pools.bad.values())
     problems.extend(node_claims.bad.values())
+    problems.extend(daemons.bad.values())
     claims = list(node_claims.ok)
-    return Launcher(list(node_pools.ok), claims, instance_types), coming_up(claims, nodes)
+    return Launcher(list(node_pools.ok), claims, instance_types, daemons.ok), coming_up(
+        claims, nodes, daemons.ok
+    )
