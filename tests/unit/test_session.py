@@ -19,7 +19,7 @@ import kr8s.asyncio
 import pytest
 from aiohttp import web
 
-from gatekeeper.controller.session import LIMITS, keep_connections
+from gatekeeper.controller.session import LIMITS, Pools, env_proxy, keep_connections
 
 WATCHES = 24
 """More than httpx's 20 kept connections, as the controller's informers and writes are."""
@@ -58,7 +58,8 @@ class CountingServer:
         return web.json_response({"kind": "ConfigMap", "metadata": {"name": "one"}})
 
 
-async def _connections_for_writes(tmp_path: Path, keep: bool) -> int:
+async def _connections_for_writes(tmp_path: Path, keep: bool) -> tuple[int, int]:
+    """New connections the writes made, and the most open at once in the pool they used."""
     server = CountingServer()
     runner = web.AppRunner(server.app)
     await runner.setup()
@@ -111,19 +112,44 @@ async def _connections_for_writes(tmp_path: Path, keep: bool) -> int:
                 for _ in range(WRITES):
                     writes.start_soon(write)
             made = len(server.peers) - before
+            transport = api._session._transport
+            pool = transport.requests if isinstance(transport, Pools) else transport
+            shared = len(pool._pool.connections)
             server.release.set()
     finally:
         await api._session.aclose()
         await runner.cleanup()
-    return made
+    return made, shared
 
 
 @pytest.mark.anyio
 async def test_writes_reuse_connections_while_watches_hold_many(tmp_path: Path) -> None:
-    assert await _connections_for_writes(tmp_path, keep=True) <= AT_ONCE
+    made, _ = await _connections_for_writes(tmp_path, keep=True)
+    assert made <= AT_ONCE
     # Without it, httpcore closes nearly every connection a write finishes with.
-    assert await _connections_for_writes(tmp_path, keep=False) > WRITES // 2
+    made, _ = await _connections_for_writes(tmp_path, keep=False)
+    assert made > WRITES // 2
+
+
+@pytest.mark.anyio
+async def test_writes_never_share_a_pool_with_watches(tmp_path: Path) -> None:
+    """httpcore walks its pool's connections on every request: the writes' walk must not
+    cover the watches' (the watches' stay open in a pool of their own)."""
+    _, shared = await _connections_for_writes(tmp_path, keep=True)
+    assert shared <= AT_ONCE
+    _, shared = await _connections_for_writes(tmp_path, keep=False)
+    assert shared >= WATCHES  # kr8s' own client: every watch in the writes' pool
 
 
 def test_every_connection_may_be_kept() -> None:
     assert LIMITS.max_keepalive_connections == LIMITS.max_connections
+
+
+def test_a_proxy_from_the_environment_is_still_taken(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pools are built by hand, where httpx would have read ``HTTPS_PROXY`` itself."""
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.internal:3128")
+    monkeypatch.setenv("NO_PROXY", "10.96.0.1")
+    assert env_proxy("https://api.example:6443") == "http://proxy.internal:3128"
+    assert env_proxy("https://10.96.0.1:443") is None
+    monkeypatch.delenv("HTTPS_PROXY")
+    assert env_proxy("https://api.example:6443") is None

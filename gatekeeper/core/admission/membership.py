@@ -18,7 +18,7 @@ from gatekeeper.core.admission.members import Stranger, split_members
 from gatekeeper.core.kube.objects import meta
 from gatekeeper.core.model.charge import Charge, live_charges
 from gatekeeper.core.model.group import GroupKey
-from gatekeeper.core.model.groups import pods_by_group
+from gatekeeper.core.model.groups import PodReads, pods_by_group
 from gatekeeper.core.model.lws import GroupPod
 from gatekeeper.core.model.lws import size as lws_size
 
@@ -43,10 +43,12 @@ def membership(
     pods: Iterable[Mapping[str, Any]],
     statefulsets: Iterable[Mapping[str, Any]],
     bound_pods: Iterable[Mapping[str, Any]],
+    reads: PodReads | None = None,
 ) -> Membership:
     """The membership of the opted-in ``pods`` in the groups of ``lwss`` (by namespace and
     name), judged by the LWSs' ``statefulsets``; ``bound_pods`` (anyone's, on nodes) carry
-    charges too (a pod let through may have lost its labels since)."""
+    charges too (a pod let through may have lost its labels since). ``reads`` remembers what was
+    read of each pod version (the loop's, through its ``DemandMemo``)."""
     pod_list = list(pods)
     uids = {key: str(meta(obj).get("uid") or "") for key, obj in lwss.items()}
     sizes = {key: lws_size(obj) for key, obj in lwss.items()}
@@ -54,4 +56,4 @@ def membership(
     by_group: dict[GroupKey, list[Stranger]] = {}
     for one in strangers:
         by_group.setdefault(GroupKey(one.namespace, one.lws, one.index), []).append(one)
-    return Membership(pods_by_group(members), by_group, live_charges(pod_list, bound_pods))
+    return Membership(pods_by_group(members, reads), by_group, live_charges(pod_list, bound_pods))

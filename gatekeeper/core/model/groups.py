@@ -18,7 +18,8 @@ one backend; both backends (and any to come) enumerate groups with ``lws_groups`
 A group's demand is computed once per LWS generation, LimitRange defaults of its namespace,
 overhead of the RuntimeClasses it names and version of the ResourceClaimTemplates it names:
 ``DemandMemo`` remembers it, owned by the loop that runs the passes (the spec cannot change
-without a new generation).
+without a new generation). What a pass reads of each pod (``GroupPod``: its group, gate,
+node, revision) is read once per pod version: ``PodReads``, which the ``DemandMemo`` holds.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from gatekeeper.core.model.lws import GroupPod, exclusive_topology, group_index,
 from gatekeeper.core.model.overhead import runtime_overheads
 from gatekeeper.core.model.record import record_belongs, record_name
 
-__all__ = ["DemandMemo", "GroupState", "LwsGroup", "PodsByGroup", "lws_groups", "pods_by_group"]
+__all__ = ["DemandMemo", "GroupState", "LwsGroup", "PodReads", "PodsByGroup", "lws_groups", "pods_by_group"]
 
 PodsByGroup = Mapping[tuple[str, str], Mapping[int, Sequence[GroupPod]]]
 """Pods per (namespace, LWS name) and group index."""
@@ -93,6 +94,8 @@ class DemandMemo:
         self._defaults: dict[str, dict[str, Fraction]] = {}
         self._overheads: dict[str, dict[str, str]] = {}
         self._claims = NO_CLAIMS
+        self.pods = PodReads()
+        """What the passes read of each pod version (``pods_by_group``)."""
 
     def __len__(self) -> int:
         return len(self._seen)
@@ -156,19 +159,61 @@ class DemandMemo:
         return self._claims.template_key(str(meta(lws).get("namespace") or ""), named)
 
 
-def pods_by_group(pods: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], dict[int, list[GroupPod]]]:
+_Read = tuple[tuple[str, str], int, GroupPod] | None
+"""A pod as ``pods_by_group`` reads it: its (namespace, LWS), group index and ``GroupPod``;
+None when it is not ours to count."""
+
+
+def _read_pod(pod: Mapping[str, Any]) -> _Read:
+    m = meta(pod)
+    pod_labels = as_map(m.get("labels"))
+    index = group_index(pod)
+    pod_name = m.get("name")
+    if LWS_NAME_LABEL not in pod_labels or index is None or not isinstance(pod_name, str) or not pod_name:
+        return None
+    owner = (str(m.get("namespace") or ""), str(pod_labels[LWS_NAME_LABEL]))
+    return owner, index, GroupPod.read(pod, pod_name)
+
+
+class PodReads:
+    """Pods as ``pods_by_group`` read them, by (uid, resourceVersion), from one pass to the
+    next: a pod is read again only when the API server gave it a new version. Holds the pods
+    of the last pass only (one entry a pod). Pods without a uid or a version are read every
+    time. A pass reads every opted-in pod, and most have not changed since the last one."""
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[str, str], _Read] = {}
+
+    def __len__(self) -> int:
+        return len(self._seen)
+
+    def read(self, pods: Iterable[Mapping[str, Any]]) -> list[_Read]:
+        seen: dict[tuple[str, str], _Read] = {}
+        out: list[_Read] = []
+        for pod in pods:
+            m = meta(pod)
+            uid, version = m.get("uid"), m.get("resourceVersion")
+            if not (isinstance(uid, str) and uid and isinstance(version, str) and version):
+                out.append(_read_pod(pod))
+                continue
+            key = (uid, version)
+            one = self._seen[key] if key in self._seen else _read_pod(pod)
+            seen[key] = one
+            out.append(one)
+        self._seen = seen
+        return out
+
+
+def pods_by_group(
+    pods: Iterable[Mapping[str, Any]], reads: PodReads | None = None
+) -> dict[tuple[str, str], dict[int, list[GroupPod]]]:
     """Pods per (namespace, LWS) and group index. Pods without the LWS labels (or a sane
-    index) are not ours to count."""
+    index) are not ours to count. ``reads`` remembers what was read of each pod version."""
     found: dict[tuple[str, str], dict[int, list[GroupPod]]] = {}
-    for pod in pods:
-        m = meta(pod)
-        pod_labels = as_map(m.get("labels"))
-        index = group_index(pod)
-        pod_name = m.get("name")
-        if LWS_NAME_LABEL not in pod_labels or index is None or not isinstance(pod_name, str) or not pod_name:
-            continue
-        owner = (str(m.get("namespace") or ""), str(pod_labels[LWS_NAME_LABEL]))
-        found.setdefault(owner, {}).setdefault(index, []).append(GroupPod.read(pod, pod_name))
+    for one in reads.read(pods) if reads is not None else map(_read_pod, pods):
+        if one is not None:
+            owner, index, pod = one
+            found.setdefault(owner, {}).setdefault(index, []).append(pod)
     return found
 
 

@@ -185,7 +185,7 @@ def decide_kueue(snap: KueueSnapshot, memo: DemandMemo | None = None) -> KueueAc
     flavors = {str(meta(f).get("name")): f for f in snap.flavors}
 
     lws_by_key = {key: obj for obj in snap.lwss if (key := object_key(obj))}
-    who = membership(lws_by_key, snap.pods, snap.statefulsets, snap.bound_pods)
+    who = membership(lws_by_key, snap.pods, snap.statefulsets, snap.bound_pods, memo.pods)
 
     settings = Settings(
         workloads,

@@ -243,7 +243,7 @@ def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMem
     lws_by_key = _lws_by_key(snap.lwss, problems)
     records = index_by_key(snap.records)
 
-    who = membership(lws_by_key, snap.pods, snap.statefulsets, snap.bound_pods)
+    who = membership(lws_by_key, snap.pods, snap.statefulsets, snap.bound_pods, memo.pods)
 
     launcher, launching = read_launcher(
         snap.node_pools, snap.node_claims, snap.instance_types, snap.nodes, problems, snap.daemon_sets

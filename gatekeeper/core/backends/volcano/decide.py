@@ -204,13 +204,13 @@ def decide_volcano(snap: VolcanoSnapshot, demands: DemandMemo | None = None) -> 
     problems: list[str] = []
     records = index_by_key(snap.records)
     lws_by_key = {key: obj for obj in snap.lwss if (key := object_key(obj)) is not None}
-    who = membership(lws_by_key, snap.pods, snap.statefulsets, snap.bound_pods)
+    memo = demands if demands is not None else DemandMemo()
+    memo.use_cluster(snap.limit_ranges, snap.runtime_classes, snap.claim_book)
+    who = membership(lws_by_key, snap.pods, snap.statefulsets, snap.bound_pods, memo.pods)
     table = NodeTable(
         *with_devices(snap.nodes, node_usage_skipping(snap.bound_pods, problems), snap.device_room)
     )
     table.add_view(_ALL, lambda _node: True)
-    memo = demands if demands is not None else DemandMemo()
-    memo.use_cluster(snap.limit_ranges, snap.runtime_classes, snap.claim_book)
     groups, rank = _groups(snap, memo, who.pods_of, records, problems)
     said = _events_by_object(snap.events)
     room = RecordRoom((ns for ns, _ in records), snap.max_records_per_namespace)
