@@ -102,9 +102,13 @@ def sample(
     claims' devices (``devices``, by pod UID) included; ``partial``:
     the groups with such a pod whose bound pods are fewer than their size. A group whose only
     pod is its leader, not Ready yet, is not partial: under ``LeaderReady`` its LWS makes the
-    workers once the leader is Ready (under ``LeaderCreated`` they exist from the start)."""
+    workers once the leader is Ready (under ``LeaderCreated`` they exist from the start). Nor is
+    a group whose held pods are all being deleted: it is on its way out (given back, or scaled
+    away), its GPUs counted in ``bound`` and held against its quota until its pods are gone,
+    however long a tenant's finalizer or grace period keeps them."""
     bound = 0
     held: dict[GroupId, list[int]] = {}
+    staying: set[GroupId] = set()
     size: dict[GroupId, int] = {}
     watched: set[GroupId] = set()
     loading: dict[GroupId, bool] = {}
@@ -128,10 +132,17 @@ def sample(
                 watched.add(group)
         if group is not None:
             held.setdefault(group, []).append(gpus)
+            if not meta.get("deletionTimestamp"):
+                staying.add(group)
     partial = {
         g: sum(gpus)
         for g, gpus in held.items()
-        if g in watched and g in size and len(gpus) < size[g] and sum(gpus) and not loading.get(g)
+        if g in watched
+        and g in size
+        and len(gpus) < size[g]
+        and sum(gpus)
+        and not loading.get(g)
+        and g in staying
     }
     return Sample(at=at, bound=bound, partial=partial)
 

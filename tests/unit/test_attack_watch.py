@@ -230,3 +230,14 @@ def test_a_group_left_partly_bound_fails_the_attack_and_the_table_shows_it(
     with pytest.raises(AssertionError, match="1 GPUs held by groups left partly bound"):
         _watch_a_leader_alone(tmp_path)
     assert attack_table.ROWS[0][4] == "1"
+
+
+def test_a_group_whose_held_pods_are_all_leaving_is_not_partial() -> None:
+    """A given-back group's leader held terminating by a tenant's finalizer still holds its GPU
+    (counted) but is no half-placed admission; beside a worker that stays, it is partial."""
+    leaving = pod("l", node="n1")
+    leaving["metadata"]["deletionTimestamp"] = "2026-12-07T10:00:00Z"
+    got = sample([leaving], at=0.0)
+    assert (got.bound, dict(got.partial)) == (1, {})
+    got = sample([leaving, pod("w", node="n2", ready=False, size=3)], at=0.0)
+    assert dict(got.partial) == {("team", "vllm", "0"): 2}
