@@ -22,7 +22,7 @@ import yaml
 from .attack_support import dev as tenant_dev
 from .conftest import Cluster, MakeNodes, MakePool, admitted, eventually, records
 from .test_chart import helm, template  # noqa: F401  (helm: the fixture)
-from .test_policies import ok, suffix
+from .test_policies import ok, refused, suffix
 from .test_tenant_pools import create, plain_lws, tolerate
 from .test_why import run_why
 
@@ -88,6 +88,22 @@ async def test_a_tenant_reads_why_its_lws_waits_and_the_pool_once_allowed(
         line.startswith(f"not shown: groupadmissions.lws-gatekeeper.io outside namespace {namespace}: ")
         for line in not_shown
     ), not_shown
+
+    # What the aggregated role grants is reading: as the tenant, a record's status and the
+    # record itself stay the gatekeeper's to write.
+    as_dev = f"--as=system:serviceaccount:{namespace}:dev"
+    name = (await records(api, namespace))[1]["metadata"]["name"]
+    admit = json.dumps(
+        {"status": {"conditions": [{"type": "Admitted", "status": "True", "reason": "Admitted"}]}}
+    )
+    said = await refused(
+        cluster, as_dev, "patch", "groupadmissions", name, "-n", namespace,
+        "--subresource=status", "--type=merge", "-p", admit,
+    )  # fmt: skip
+    assert "forbidden" in said.lower(), said
+    said = await refused(cluster, as_dev, "delete", "groupadmissions", name, "-n", namespace)
+    assert "forbidden" in said.lower(), said
+    assert not admitted((await records(api, namespace))[1]), "group 1 still waits"
 
     code, out, err = tenant(f"pool/{pool}")
     assert code == 2 and err.startswith("error: not allowed: ") and '"pools"' in err, (code, err)
