@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from gatekeeper.core.kube.keys import GATEKEEPER_API_VERSION, POOL_KIND
 from gatekeeper_lab.sandbox import build
 from gatekeeper_lab.sandbox.cluster import GATEKEEPER_NAMESPACE, Sandbox
 from gatekeeper_lab.sandbox.karpenter import GPU_TYPES, NODE_CLASS, NODE_CLASS_GROUP, NODE_CLASS_KIND
@@ -61,6 +62,22 @@ def node_pool(
             },
             "limits": {"nvidia.com/gpu": str(gpu_limit)},
             "disruption": {"consolidationPolicy": "WhenEmpty", "consolidateAfter": consolidate_after},
+        },
+    }
+
+
+def pool_over(name: str, tag: str, node_pools: Sequence[str], **spec: Any) -> dict[str, Any]:
+    """A Pool of the nodes tagged ``tag`` that ``node_pools`` buy (more ``spec`` fields as given)."""
+    return {
+        "apiVersion": GATEKEEPER_API_VERSION,
+        "kind": POOL_KIND,
+        "metadata": {"name": name},
+        "spec": {
+            "nodeSelector": {TEST_LABEL: tag},
+            "tolerations": [toleration(tag)],
+            "namespaceSelector": {},
+            "nodePools": list(node_pools),
+            **spec,
         },
     }
 

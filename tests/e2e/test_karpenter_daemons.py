@@ -16,9 +16,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from gatekeeper.core.kube.keys import GATEKEEPER_API_VERSION, POOL_KIND, POOL_LABEL, SCHEDULING_GATE
+from gatekeeper.core.kube.keys import POOL_LABEL, SCHEDULING_GATE
 from gatekeeper_lab.sandbox.cluster import Sandbox
-from tests.e2e.karpenter_support import TEST_LABEL, node_claims, node_pool, scene, toleration
+from tests.e2e.karpenter_support import TEST_LABEL, node_claims, node_pool, pool_over, scene, toleration
 from tests.e2e.kueue_support import items, lws, records, wait
 
 QUIET_SECONDS = 15
@@ -59,21 +59,7 @@ def test_a_group_that_fits_a_node_only_without_its_daemon_sets_waits_and_nothing
 ) -> None:
     sb, ns, np_name, pool = karpenter_sandbox, f"kdaemon-{tag}", f"np-{tag}", f"pool-{tag}"
     sb.apply([node_pool(np_name, tag, gpu_limit=4), _daemon_set("agent", ns, tag, cpu="3")])
-    sb.apply(
-        [
-            {
-                "apiVersion": GATEKEEPER_API_VERSION,
-                "kind": POOL_KIND,
-                "metadata": {"name": pool},
-                "spec": {
-                    "nodeSelector": {TEST_LABEL: tag},
-                    "tolerations": [toleration(tag)],
-                    "namespaceSelector": {},
-                    "nodePools": [np_name],
-                },
-            }
-        ]
-    )
+    sb.apply([pool_over(pool, tag, [np_name])])
     sb.apply([lws("vllm", ns, {POOL_LABEL: pool}, replicas=1, size=2, gpus_per_pod=1)])
 
     def held() -> dict[str, object] | None:

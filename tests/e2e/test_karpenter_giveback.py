@@ -23,16 +23,15 @@ from typing import Any
 
 import pytest
 
-from gatekeeper.core.kube.keys import GATEKEEPER_API_VERSION, POOL_KIND, POOL_LABEL, SCHEDULING_GATE
+from gatekeeper.core.kube.keys import POOL_LABEL, SCHEDULING_GATE
 from gatekeeper_lab.sandbox.cluster import Sandbox
 from gatekeeper_lab.sandbox.karpenter import COMPONENT as KARPENTER
 from tests.e2e.karpenter_support import (
-    TEST_LABEL,
     as_the_chart,
     node_claims,
     node_pool,
+    pool_over,
     scene,
-    toleration,
 )
 from tests.e2e.kueue_support import get, group_of, items, lws, records, wait
 
@@ -76,22 +75,7 @@ def test_a_group_that_gets_1_of_its_2_nodes_is_given_back_whole(
 ) -> None:
     sb, ns, np_name, pool = karpenter_sandbox, f"kgive-{tag}", f"np-{tag}", f"pool-{tag}"
     sb.apply([node_pool(np_name, tag, gpu_limit=4)])
-    sb.apply(
-        [
-            {
-                "apiVersion": GATEKEEPER_API_VERSION,
-                "kind": POOL_KIND,
-                "metadata": {"name": pool},
-                "spec": {
-                    "nodeSelector": {TEST_LABEL: tag},
-                    "tolerations": [toleration(tag)],
-                    "namespaceSelector": {},
-                    "nodePools": [np_name],
-                    "admissionTimeout": f"{TIMEOUT_SECONDS}s",
-                },
-            }
-        ]
-    )
+    sb.apply([pool_over(pool, tag, [np_name], admissionTimeout=f"{TIMEOUT_SECONDS}s")])
     sb.apply([lws("vllm", ns, {POOL_LABEL: pool}, replicas=1, size=2, gpus_per_pod=1)])
     wait("group 0 Running on nodes Karpenter bought", lambda: _running(_group(sb, ns, "0")), 120)
     assert len(node_claims(sb, np_name)) == 2
