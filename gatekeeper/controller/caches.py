@@ -205,6 +205,22 @@ class Caches:
         found = [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
         return max(found) if found else 0
 
+    def never_preempt(self) -> frozenset[str]:
+        """The PriorityClasses whose ``preemptionPolicy`` is ``Never``, and "" when the cluster's
+        default class's is (a pod that names no class gets it)."""
+        never: set[str] = set()
+        defaults: list[tuple[int, bool]] = []
+        for obj in self.informer(r.PRIORITY_CLASSES).values():
+            off = obj.get("preemptionPolicy") == "Never"
+            if off:
+                never.add(str(obj["metadata"]["name"]))
+            value = obj.get("value", 0)
+            if obj.get("globalDefault") is True and isinstance(value, int) and not isinstance(value, bool):
+                defaults.append((value, off))
+        if defaults and max(defaults)[1]:
+            never.add("")
+        return frozenset(never)
+
     def priorities(self) -> dict[str, int]:
         """PriorityClass name -> value, read once per change of their informer."""
         inf = self.informer(r.PRIORITY_CLASSES)

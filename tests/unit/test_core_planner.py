@@ -465,6 +465,7 @@ def test_never_reasons_are_permanent_and_waits_are_not() -> None:
         Reason.HUB_UNREACHABLE,
         Reason.KARPENTER_UNAVAILABLE,
         Reason.ADMISSION_TIMEOUT,
+        Reason.PREEMPTED,
     }
     assert {r for r in Reason if not r.permanent} == transient
 

@@ -206,6 +206,7 @@ class PoolsBackend:
             records=self.records.values(),
             priorities=self.caches.priorities(),
             default_priority=self.caches.default_priority(),
+            never_preempt=self.caches.never_preempt(),
             namespaces=namespace_labels(self.namespaces.values()),
             statefulsets=self.statefulsets.values(),
             limit_ranges=self.limit_ranges.values(),

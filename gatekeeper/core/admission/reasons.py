@@ -62,6 +62,9 @@ class Reason(StrEnum):
     ADMISSION_TIMEOUT = "AdmissionTimeout"
     """An admitted group's pods were not all bound within its pool's ``spec.admissionTimeout``:
     it was given back (its pods deleted) and is tried again after a delay."""
+    PREEMPTED = "Preempted"
+    """An admitted group was preempted for a waiting group of higher priority (its Pool's
+    ``spec.preemption.withinPool``): given back, its pods deleted; it waits in the queue again."""
 
     @property
     def permanent(self) -> bool:
@@ -85,6 +88,7 @@ _TRANSIENT = frozenset(
         Reason.HUB_UNREACHABLE,
         Reason.KARPENTER_UNAVAILABLE,
         Reason.ADMISSION_TIMEOUT,
+        Reason.PREEMPTED,
     }
 )
 

@@ -77,6 +77,20 @@ class NodeFit(StrEnum):
     """The quota alone decides; the pods go Pending until nodes come (an autoscaled pool)."""
 
 
+class WithinPool(StrEnum):
+    """Whether a waiting group may take room from the pool's admitted groups (Kueue's
+    ``withinClusterQueue``, its two values that need no cohort)."""
+
+    NEVER = "Never"
+    """Nothing admitted is ever taken back for a waiting group (the default)."""
+    LOWER_PRIORITY = "LowerPriority"
+    """A waiting group that fits only if admitted groups of lower priority go preempts them,
+    whole groups only (``backends.pools.preemption``)."""
+
+
+#: ``spec.minRunSeconds`` is at most this (the CRD says so too): a day.
+MAX_MIN_RUN_SECONDS = 86400
+
 #: ``spec.admissionTimeout`` is between these, in seconds (the CRD says so too): a group needs
 #: some seconds to be bound, and a day is longer than any cloud takes to launch a node.
 MIN_ADMISSION_TIMEOUT = 1
@@ -110,6 +124,11 @@ class Pool:
     Pool does not say."""
     allowed_priority_classes: frozenset[str] | None = None
     """``spec.allowedPriorityClasses``: the PriorityClasses the pool's groups may name; None: any."""
+    within_pool: WithinPool = WithinPool.NEVER
+    """``spec.preemption.withinPool``: may a waiting group preempt admitted groups of lower priority?"""
+    min_run_seconds: int = 0
+    """``spec.minRunSeconds``: an admitted group is not preempted before it has held its admission
+    this long (so a pool under churn does not thrash)."""
 
     def disallowed(self, classes: Iterable[str]) -> tuple[str, ...]:
         """The classes of ``classes`` (those a group's templates name, "" for none) the pool
@@ -207,6 +226,7 @@ def parse_pool(obj: Mapping[str, Any]) -> Pool:
         reservation = string(spec.get("reservation"), "spec.reservation", "")
         if len(reservation) > MAX_NAME:
             raise ValueError(f"spec.reservation: longer than {MAX_NAME} characters")
+        within_pool, min_run = _preemption(spec)
         if node_fit is NodeFit.QUOTA_ONLY and quota is None:
             raise ValueError(
                 "spec.quota: required when spec.nodeFit is QuotaOnly (the pool's nodes come and go, "
@@ -226,7 +246,24 @@ def parse_pool(obj: Mapping[str, Any]) -> Pool:
         reservation=reservation,
         admission_timeout=timeout,
         allowed_priority_classes=classes,
+        within_pool=within_pool,
+        min_run_seconds=min_run,
     )
+
+
+def _preemption(spec: Mapping[str, Any]) -> tuple[WithinPool, int]:
+    """``spec.preemption.withinPool`` (``Never`` when absent) and ``spec.minRunSeconds`` (0)."""
+    preemption = mapping(spec.get("preemption"), "spec.preemption")
+    name = string(preemption.get("withinPool"), "spec.preemption.withinPool", WithinPool.NEVER.value)
+    try:
+        within = WithinPool(name)
+    except ValueError:
+        allowed = ", ".join(w.value for w in WithinPool)
+        raise ValueError(f"spec.preemption.withinPool: {name!r} is not one of {allowed}") from None
+    raw = spec.get("minRunSeconds", 0)
+    if type(raw) is not int or not 0 <= raw <= MAX_MIN_RUN_SECONDS:
+        raise ValueError(f"spec.minRunSeconds: expected 0 to {MAX_MIN_RUN_SECONDS} seconds, got {raw!r}")
+    return within, raw
 
 
 #: At most this many PriorityClasses in ``spec.allowedPriorityClasses`` (the CRD says so too).

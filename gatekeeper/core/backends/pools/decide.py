@@ -77,7 +77,7 @@ Decisions:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import partial
 from typing import Any
@@ -92,6 +92,7 @@ from gatekeeper.core.backends.pools.changed import WaitStatus
 from gatekeeper.core.backends.pools.giveback import GiveBack
 from gatekeeper.core.backends.pools.kept import still_charged
 from gatekeeper.core.backends.pools.planner import Plan, PoolStatus, plan
+from gatekeeper.core.backends.pools.preempting import Cluster, Preempted, Preempting, preempt
 from gatekeeper.core.backends.pools.provisioning import InstanceType, NodeClaim, NodePool, read_launcher
 from gatekeeper.core.backends.pools.stages import GroupPass, Settings, restored
 from gatekeeper.core.kube.objects import index_by_key, meta, object_key, parse_time
@@ -162,6 +163,9 @@ class Snapshot:
     """The time of the pass (admission timeouts, retry times); None: no admission times out."""
     retry_seconds: int = 60
     """First delay before a given-back group is tried again (doubled per give-back)."""
+    never_preempt: frozenset[str] = frozenset()
+    """PriorityClasses whose ``preemptionPolicy`` is ``Never`` ("" when the cluster's default class's
+    is): a group of such a class never preempts (``backends.pools.preemption``)."""
     exempt_namespaces: frozenset[str] = frozenset({"kube-system"})
     """Namespaces whose pods on a closed pool's nodes are not intruders (``core.admission.intruders``)."""
 
@@ -227,6 +231,9 @@ class Actions(GroupActions):
     over_cap: tuple[GroupState, ...] = ()
     """Groups past their namespace's record cap (``core.admission.record_cap``): no record,
     not queued; their LWS is told by a Warning Event."""
+    preempting: tuple[Preempting, ...] = ()
+    """Groups that preempted others this pass (whose give-backs are in ``give_back``): an Event
+    on their LWS says so."""
 
 
 def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMemo | None = None) -> Actions:
@@ -254,9 +261,10 @@ def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMem
     )
     one = GroupPass(settings, who.strangers)
     statefulsets, held = index_by_key(snap.statefulsets), partial(admitted_indices, records)
+    priority_of: dict[Key, int] = {}
     for (ns, name), lws in sorted(lws_by_key.items()):
         created = parse_time(meta(lws).get("creationTimestamp"))
-        order = lws_priority(lws, snap.priorities).order
+        order = priority_of[(ns, name)] = lws_priority(lws, snap.priorities).order
         revision = leader_template_revision(lws, statefulsets)
         for group in lws_groups(ns, name, lws, who.pods_of, records, held, memo, revision):
             one.group(lws, group, created, order)
@@ -275,19 +283,16 @@ def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMem
     nodes, usage = with_devices(
         [*snap.nodes, *launching], node_usage_skipping(snap.bound_pods, problems, requests), snap.device_room
     )
-    result = plan(
-        pools,
-        nodes,
-        usage,
-        one.admitted_groups,
-        one.waiting_groups,
-        snap.namespaces,
-        launcher,
-        intruders(pools, snap.nodes, snap.bound_pods, snap.exempt_namespaces),
-        occupants(snap.bound_pods),
-    )
+    found = intruders(pools, snap.nodes, snap.bound_pods, snap.exempt_namespaces)
+    held_nodes = occupants(snap.bound_pods)
+    where = (snap.namespaces, launcher, found, held_nodes)
+    result = plan(pools, nodes, usage, one.admitted_groups, one.waiting_groups, *where)
+    room = Cluster(by_name, nodes, usage, snap.namespaces, found, held_nodes, records, snap.pods)
+    room = replace(room, pods_of=who.pods_of, priority_of=priority_of, never=snap.never_preempt, now=snap.now)
+    chosen = preempt(result, one, room)
+    _evict(one, chosen)
     admit, ungate, steer = _steering(result, one)
-    waiting = _waiting_words(result, one, invalid_pools, lws_by_key)
+    waiting = _waiting_words(result, one, invalid_pools, lws_by_key, chosen.said or {})
     create = tuple(
         g for g in one.groups if (g.key.namespace, g.record) not in one.wanted_records and g not in over
     )
@@ -315,7 +320,19 @@ def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMem
         held_by_pods=tuple(one.held_by_pods),
         not_stopped=tuple(one.not_stopped),
         over_cap=over,
+        preempting=chosen.preempting,
     )
+
+
+def _evict(one: GroupPass, chosen: Preempted) -> None:
+    """The victims of preemption are given back as any group: until their pods are gone they hold
+    what they were admitted with, and no gated pod of theirs is let through any more."""
+    victims = {g.group.key for g in chosen.give_back}
+    one.gives.extend(chosen.give_back)
+    one.held_by_pods.extend(g.group for g in chosen.give_back)
+    one.ungate_keys = [k for k in one.ungate_keys if k not in victims]
+    if chosen.look_again is not None:
+        one.look_again = min(one.look_again or chosen.look_again, chosen.look_again)
 
 
 def _lws_by_key(lwss: Sequence[Mapping[str, Any]], problems: list[str]) -> dict[Key, Mapping[str, Any]]:
@@ -361,7 +378,11 @@ def _steering(result: Plan, one: GroupPass) -> tuple[tuple[Admit, ...], tuple[Ke
 
 
 def _waiting_words(
-    result: Plan, one: GroupPass, invalid_pools: Mapping[str, str], lwss: Mapping[Key, Mapping[str, Any]]
+    result: Plan,
+    one: GroupPass,
+    invalid_pools: Mapping[str, str],
+    lwss: Mapping[Key, Mapping[str, Any]],
+    preempting: Mapping[GroupKey, str],
 ) -> tuple[WaitStatus, ...]:
     """Why each waiting group waits, in the planner's words, with what a pool, a template
     change or a rolling update's surge adds."""
@@ -376,6 +397,8 @@ def _waiting_words(
                 f"{message}; it was admitted with {before} before its LeaderWorkerSet's templates "
                 "changed, and gave that back when its last old pod went"
             )
+        if w.key in preempting:
+            message = f"{message}; it {preempting[w.key]}"
         stalls = False
         if not w.reason.permanent:
             message, stalls = surge_said(message, lwss, w.key)

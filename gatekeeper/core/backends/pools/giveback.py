@@ -70,7 +70,9 @@ __all__ = [
 GIVE_BACK_RETRY_MAX_SECONDS = 1800
 """The delay before a given-back group is tried again doubles up to this (30 minutes)."""
 
-GIVE_BACK_REASONS = frozenset({str(Reason.ADMISSION_TIMEOUT), str(Reason.NOT_AS_ADMITTED)})
+GIVE_BACK_REASONS = frozenset(
+    {str(Reason.ADMISSION_TIMEOUT), str(Reason.NOT_AS_ADMITTED), str(Reason.PREEMPTED)}
+)
 """The reasons of a record whose group was given back (``Admitted=False``)."""
 
 _MAX_RETRIES = 1000

@@ -20,6 +20,7 @@ from typing import Any
 from gatekeeper.core.admission.stopping import PODS_NOT_STOPPED
 from gatekeeper.core.backends.pools.decide import Actions, Admit, Snapshot, WaitStatus
 from gatekeeper.core.backends.pools.giveback import GiveBack, give_back_status
+from gatekeeper.core.backends.pools.preempting import PREEMPTING
 from gatekeeper.core.backends.pools.writes import (
     admit_status,
     admitted_message,
@@ -76,6 +77,7 @@ def plan_writes(actions: Actions, inputs: PassInputs) -> Plan:
     writer.main.extend(w for w in (writer.ungate(ns, pod) for ns, pod in actions.ungate) if w is not None)
     for give in actions.give_back:
         writer.give_back(give)
+    writer.say_preempting()
     writer.stop_and_settle()
     for wait in actions.waiting:
         writer.wait(wait)
@@ -175,6 +177,15 @@ class _Writer:
                 labels=(group.pool,),
             )
         )
+
+    def say_preempting(self) -> None:
+        """An Event on the LWS of each group that preempted others this pass (once: its victims
+        are not candidates again)."""
+        for one in self.actions.preempting:
+            lws = self.lwss.get((one.group.key.namespace, one.group.key.name))
+            told = self.events.always(lws, PREEMPTING, one.message) if lws is not None else None
+            if told is not None:
+                self.main.append(told)
 
     def _delete_pod(self, ns: str, pod: str) -> Write:
         return Write(Op.DELETE, "pods", ns, pod, uid=uid_of(self.pods.get((ns, pod))), tag="give-back-pod")

@@ -1,0 +1,160 @@
+"""Whole-group preemption in a Pool (``spec.preemption.withinPool: LowerPriority``), in the sandbox.
+
+Why this exists: the seed's HPA case on a shared pool. A team's experiment (low priority, its own
+namespace) holds most of the pool; the serving team's production LWS (high priority) is scaled
+up as its HPA would. Production's new groups must run whole, the experiment's groups must be
+evicted whole (records first: their pods come back gated and wait), the GPUs bound on the pool
+never above its quota and none stranded in a half-placed group at any sample
+(``attack_watch``). Each team acts as its own tenant (``--as`` its ServiceAccount, ``edit``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import kr8s.asyncio
+from kr8s.asyncio.objects import Namespace
+
+from gatekeeper.core.kube.keys import LWS_NAME_LABEL, SCHEDULING_GATE
+from gatekeeper_lab.sandbox.replay import list_raw
+
+from .attack_support import dev
+from .conftest import Cluster, MakeNodes, MakePool, admitted, condition, eventually, records
+from .record_watch import conditions_seen
+from .test_admission import events_for, lws_body
+from .test_policies import kubectl, ok
+from .watch import Watch
+
+
+def _classes(suffix: str) -> dict[str, Any]:
+    def one(name: str, value: int) -> dict[str, Any]:
+        return {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": f"{name}-{suffix}"},
+            "value": value,
+        }
+
+    return {"apiVersion": "v1", "kind": "List", "items": [one("experiment", 10), one("production", 100000)]}
+
+
+async def _pods(api: kr8s.asyncio.Api, namespace: str, name: str) -> list[dict[str, Any]]:
+    return await list_raw(api, "pods", namespace=namespace, label_selector={LWS_NAME_LABEL: name})
+
+
+def _running(pods: list[dict[str, Any]]) -> int:
+    return sum(
+        1
+        for p in pods
+        if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
+    )
+
+
+async def test_production_scaled_up_preempts_the_experiment_whole(
+    api: kr8s.asyncio.Api,
+    cluster: Cluster,
+    namespace: str,
+    fake_nodes: MakeNodes,
+    make_pool: MakePool,
+    attack_watch: Watch,
+    tmp_path: Path,
+) -> None:
+    """Six 1-GPU nodes, quota 6. ``experiment`` (class experiment, namespace lab) runs two groups
+    of 2; ``production`` (class production, the test's namespace) one. Production is scaled
+    1 -> 3: both experiment groups are preempted whole, production's three groups run, the
+    experiment's pods wait gated, and each LWS is told by an Event."""
+    nodes = await fake_nodes(6, gpus=1)
+    pool = await make_pool(nodes, quota={"nvidia.com/gpu": 6})
+    await ok(
+        cluster, "patch", "pool", pool, "--type=merge",
+        "-p", json.dumps({"spec": {"preemption": {"withinPool": "LowerPriority"}}}),
+    )  # fmt: skip
+    attack_watch.pool(nodes.selector, 6)
+    suffix = nodes.id
+    await ok(cluster, "apply", "-f", "-", input=json.dumps(_classes(suffix)))
+    lab = f"lab-{uuid.uuid4().hex[:6]}"
+    await (await Namespace({"metadata": {"name": lab}}, api=api)).create()
+    try:
+        (tmp_path / "serving").mkdir()
+        (tmp_path / "lab").mkdir()
+        serving, research = (
+            await dev(cluster, namespace, tmp_path / "serving"),
+            await dev(cluster, lab, tmp_path / "lab"),
+        )
+
+        async def make(name: str, ns: str, klass: str, replicas: int, who: Path) -> None:
+            body = lws_body(name, pool, nodes, replicas=replicas, priority_class=f"{klass}-{suffix}")
+            body["metadata"]["namespace"] = ns
+            await ok(cluster, "create", "-f", "-", kubeconfig=who, input=json.dumps(body))
+
+        await make("experiment", lab, "experiment", 2, research)
+        await make("production", namespace, "production", 1, serving)
+
+        async def settled() -> bool:
+            exp, prod = await _pods(api, lab, "experiment"), await _pods(api, namespace, "production")
+            return _running(exp) == 4 and _running(prod) == 2
+
+        await eventually(settled, timeout=90, what="the experiment's 2 groups and production's 1 running")
+
+        assert cluster.sandbox is not None
+        with conditions_seen(cluster.sandbox, lab) as seen:
+            started = time.monotonic()
+            await ok(
+                cluster, "scale", "lws", "production", "--replicas=3", "-n", namespace, kubeconfig=serving
+            )
+
+            async def production_whole() -> bool:
+                return _running(await _pods(api, namespace, "production")) == 6
+
+            await eventually(production_whole, timeout=120, what="production's 3 groups running")
+            took = time.monotonic() - started
+            print(f"\nproduction 1 -> 3: all 6 pods Running {took:.1f} s after the scale")
+
+        preempted = {c["groupIndex"]: c for c in seen if c.get("reason") == "Preempted"}
+        assert sorted(preempted) == [0, 1], seen
+        for c in preempted.values():
+            assert c["status"] == "False"
+            assert "by a group of another namespace of priority 100000" in c["message"], c["message"]
+            assert "production" not in c["message"], "another namespace's LWS is not named"
+
+        async def experiment_gated() -> bool:
+            pods = await _pods(api, lab, "experiment")
+            live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+            gated = [
+                p
+                for p in live
+                if SCHEDULING_GATE in {g["name"] for g in p["spec"].get("schedulingGates", [])}
+            ]
+            return (
+                len(live) >= 2
+                and len(gated) == len(live)
+                and not any(p["spec"].get("nodeName") for p in live)
+            )
+
+        await eventually(experiment_gated, timeout=60, what="the experiment's pods back, gated, unbound")
+        for r in (await records(api, lab, "experiment")).values():
+            assert not admitted(r) and condition(r)["reason"] in ("Preempted", "WaitingForQuota"), r["status"]
+
+        told_lab = {e.get("reason") for e in await events_for(api, lab, "experiment")}
+        told_prod = [
+            e for e in await events_for(api, namespace, "production") if e.get("reason") == "Preempting"
+        ]
+        assert "Preempted" in told_lab, told_lab
+        assert told_prod, "production's LWS is told it preempted"
+        assert (
+            "of other namespaces" in told_prod[0]["message"] and "experiment" not in told_prod[0]["message"]
+        )
+
+        code, _, _ = await kubectl(
+            cluster, "patch", "pool", pool, "--type=merge", "-p", '{"spec": {}}', kubeconfig=research
+        )
+        assert code != 0, "a tenant may not change the Pool's preemption"
+    finally:
+        await ok(cluster, "delete", "lws", "--all", "-n", lab, "--wait=false")
+        await (await Namespace.get(lab, api=api)).delete()
+        names = [f"experiment-{suffix}", f"production-{suffix}"]
+        await kubectl(cluster, "delete", "priorityclass", *names, "--ignore-not-found")

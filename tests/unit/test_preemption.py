@@ -1,0 +1,326 @@
+"""Whole-group preemption within a Pool (``spec.preemption.withinPool: LowerPriority``): which
+groups are chosen, that they are given back whole and held until their pods are gone, and when
+nothing is preempted (the pool's default, equal priority, ``preemptionPolicy: Never``,
+``spec.minRunSeconds``, a group that would still not fit)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from core_builders import lws, lws_pod, lws_statefulsets, node, pool, read_pools, record
+
+from gatekeeper.core.admission.reasons import Reason
+from gatekeeper.core.backends.pools import Actions, PassInputs, Snapshot, decide, plan_writes
+from gatekeeper.core.backends.pools.giveback import give_back_status
+from gatekeeper.core.backends.pools.preempting import PREEMPTING
+from gatekeeper.core.backends.pools.preemption import MAX_SIMULATIONS
+from gatekeeper.core.model.pool import MAX_MIN_RUN_SECONDS, WithinPool, parse_pool
+from gatekeeper.core.writes.plan import Memory, Op, walk
+
+NOW = datetime(2026, 12, 1, 12, tzinfo=UTC)
+CLASSES = {"low": 10, "mid": 100, "high": 1000, "vip": 5000}
+
+
+def _at(seconds_ago: float) -> str:
+    return (NOW - timedelta(seconds=seconds_ago)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class Lws:
+    """One LWS of the scene: its groups ``admitted`` (group index -> its nodes, and how long
+    ago it was admitted); every other group below ``replicas`` waits, gated."""
+
+    name: str
+    klass: str
+    size: int = 2
+    replicas: int = 1
+    admitted: dict[int, tuple[tuple[str, ...], float]] = field(default_factory=dict)
+    namespace: str = "team"
+    gpus: int = 1
+    """Each pod's GPUs."""
+
+
+def _scene(
+    *lwss: Lws,
+    nodes: int = 6,
+    gpus: int = 1,
+    quota: int = 6,
+    within: str | None = "LowerPriority",
+    min_run: int | None = None,
+) -> Snapshot:
+    p = pool("a").quota(gpu=quota).obj()
+    if within is not None:
+        p["spec"]["preemption"] = {"withinPool": within}
+    if min_run is not None:
+        p["spec"]["minRunSeconds"] = min_run
+    objs, pods, records = [], [], []
+    for one in lwss:
+        obj = (
+            lws(one.name, one.namespace)
+            .pool("a")
+            .uid(f"u-{one.name}")
+            .size(one.size)
+            .replicas(one.replicas)
+            .worker(gpu_limit=one.gpus)
+            .priority_class(one.klass)
+            .obj()
+        )
+        objs.append(obj)
+        for g in range(one.replicas):
+            placed = one.admitted.get(g)
+            for w in range(one.size):
+                on = placed[0][w] if placed else None
+                pods.append(
+                    lws_pod(
+                        one.name,
+                        g,
+                        w,
+                        namespace=one.namespace,
+                        gated=placed is None,
+                        node_name=on,
+                        phase="Running" if on else "Pending",
+                        gpu_limit=one.gpus,
+                    )
+                )
+            if placed is not None:
+                r = record(
+                    obj, g, admitted=True, pool="a", placement={str(i): n for i, n in enumerate(placed[0])}
+                )
+                r["metadata"]["resourceVersion"] = f"{one.name}-{g}"
+                r["status"].update(
+                    admittedAt=_at(placed[1]), demand={"nvidia.com/gpu": str(one.size * one.gpus)}
+                )
+                r["status"]["pods"] = one.size
+                records.append(r)
+    return Snapshot(
+        lwss=objs,
+        pods=pods,
+        bound_pods=[q for q in pods if q["spec"].get("nodeName")],
+        nodes=[node(f"n{i}").labels(pool="a").alloc(gpu=gpus).parsed() for i in range(nodes)],
+        pools=read_pools([p]),
+        records=records,
+        statefulsets=lws_statefulsets(objs, pods),
+        priorities=CLASSES,
+        now=NOW,
+    )
+
+
+def _hpa_case(**kwargs: Any) -> Snapshot:
+    """The seed's HPA case: a pool of six 1-GPU nodes; ``exp`` (low) holds four GPUs in two
+    groups, group 1 admitted last; ``prod`` (high) holds two and has just been scaled to 2."""
+    exp = Lws("exp", "low", replicas=2, admitted={0: (("n0", "n1"), 600), 1: (("n2", "n3"), 300)})
+    prod = Lws("prod", "high", replicas=2, admitted={0: (("n4", "n5"), 900)})
+    return _scene(exp, prod, **kwargs)
+
+
+def test_a_waiting_group_of_higher_priority_preempts_the_most_recent_lower_group_whole() -> None:
+    actions = decide(_hpa_case())
+    [give] = actions.give_back
+    assert (give.group.key.name, give.group.key.index, give.reason) == ("exp", 1, Reason.PREEMPTED)
+    assert give.pods == ("exp-1", "exp-1-1"), "every pod of the victim, the whole group"
+    assert give.retry_at == NOW, "queued again at once, in its turn"
+    assert give.message == (
+        "group 1 was preempted in pool a by group 1 of LeaderWorkerSet prod of priority 1000 "
+        "(its own: 10); its pods are deleted, and it waits in the pool's queue again"
+    )
+    assert actions.admit == (), "the preemptor waits for the victim's pods to go"
+    [wait] = actions.waiting
+    assert wait.group.key.name == "prod" and wait.reason is Reason.WAITING_FOR_QUOTA
+    assert wait.message.endswith(
+        "; it preempted 1 group(s) of lower priority (from 10) in pool a: exp group 1; "
+        "it is admitted once their pods are gone"
+    )
+    [told] = actions.preempting
+    assert told.group.key.index == 1 and told.message.startswith("group 1 preempted 1 group(s)")
+    assert [g.key.index for g in actions.held_by_pods] == [1]
+    assert ("team", "exp-1") not in actions.ungate and actions.pools["a"].free == {"nvidia.com/gpu": 0}
+
+
+def test_the_writes_give_the_victim_back_first_then_delete_its_pods_and_tell_both() -> None:
+    snap = _hpa_case()
+    plan = plan_writes(decide(snap), PassInputs(snap, Memory(), NOW, 0.0))
+    writes = list(walk(plan))
+    give = next(w for w in writes if w.tag == "give-back")
+    assert give.guard == "exp-1" and give.body is not None
+    assert give.body["conditions"][0]["reason"] == "Preempted"
+    assert {w.name for w in give.then if w.op is Op.DELETE} == {"exp-1", "exp-1-1"}
+    events = [w for w in writes if w.op is Op.EVENT]
+    reasons = {(w.name, w.body.reason) for w in events if w.body is not None}
+    assert {("exp", "Preempted"), ("prod", PREEMPTING)} <= reasons
+
+
+def _next_pass(snap: Snapshot, *, pods_gone: bool) -> Snapshot:
+    """The pass after the preemption: the victim's record given back; its pods terminating, or
+    gone and made again, gated."""
+    actions = decide(snap)
+    [give] = actions.give_back
+    name = give.group.record
+    records = []
+    for r in snap.records:
+        if r["metadata"]["name"] == name:
+            r = {**r, "status": {**r["status"], **give_back_status(give, r["status"], _at(0))}}
+        records.append(r)
+    victim = give.group.key
+    pods = []
+    for q in snap.pods:
+        labels = q["metadata"]["labels"]
+        mine = labels.get("leaderworkerset.sigs.k8s.io/name") == victim.name and labels.get(
+            "leaderworkerset.sigs.k8s.io/group-index"
+        ) == str(victim.index)
+        if mine and pods_gone:
+            w = int(labels["leaderworkerset.sigs.k8s.io/worker-index"])
+            q = lws_pod(victim.name, victim.index, w, namespace=victim.namespace)
+        elif mine:
+            q = {**q, "metadata": {**q["metadata"], "deletionTimestamp": _at(0)}}
+        pods.append(q)
+    return replace(
+        snap,
+        records=records,
+        pods=pods,
+        bound_pods=[q for q in pods if q["spec"].get("nodeName")],
+        statefulsets=lws_statefulsets(list(snap.lwss), pods),
+        now=NOW + timedelta(seconds=1),
+    )
+
+
+def test_while_the_victims_pods_go_nothing_more_is_preempted_and_nothing_admitted() -> None:
+    actions = decide(_next_pass(_hpa_case(), pods_gone=False))
+    assert actions.give_back == () and actions.admit == () and actions.preempting == ()
+    [wait] = actions.waiting
+    assert wait.group.key.name == "prod"
+    assert wait.message.endswith("; it waits for 1 preempted group(s) of lower priority to stop")
+    assert actions.pools["a"].free == {"nvidia.com/gpu": 0}, "the victim holds until its pods are gone"
+
+
+def test_once_the_victims_pods_are_gone_the_preemptor_is_admitted_and_the_victim_waits() -> None:
+    actions = decide(_next_pass(_hpa_case(), pods_gone=True))
+    assert [(a.group.key.name, a.group.key.index) for a in actions.admit] == [("prod", 1)]
+    assert sorted(a for a in actions.admit[0].nodes) == ["n2", "n3"]
+    assert [(w.group.key.name, w.reason) for w in actions.waiting] == [("exp", Reason.WAITING_FOR_QUOTA)]
+    assert actions.give_back == ()
+
+
+@pytest.mark.parametrize(
+    ("within", "prod_class", "never", "why"),
+    [
+        (None, "high", frozenset(), "a Pool preempts nothing unless it says so"),
+        ("Never", "high", frozenset(), "Never says so"),
+        ("LowerPriority", "low", frozenset(), "equal priority preempts nothing"),
+        ("LowerPriority", "high", frozenset({"high"}), "the class's preemptionPolicy is Never"),
+    ],
+)
+def test_no_preemption(within: str | None, prod_class: str, never: frozenset[str], why: str) -> None:
+    exp = Lws("exp", "low", replicas=2, admitted={0: (("n0", "n1"), 600), 1: (("n2", "n3"), 300)})
+    prod = Lws("prod", prod_class, replicas=2, admitted={0: (("n4", "n5"), 900)})
+    actions = decide(replace(_scene(exp, prod, within=within), never_preempt=never))
+    assert actions.give_back == (), why
+    assert actions.preempting == ()
+
+
+def test_a_pod_without_a_class_never_preempts_when_the_default_class_says_so() -> None:
+    exp = Lws("exp", "low", replicas=2, admitted={0: (("n0", "n1"), 600), 1: (("n2", "n3"), 300)})
+    prod = Lws("prod", "high", replicas=2, admitted={0: (("n4", "n5"), 900)})
+    snap = _scene(exp, prod)
+    assert decide(replace(snap, never_preempt=frozenset({""}))).give_back != (), "prod names its class"
+
+
+def test_min_run_seconds_keeps_a_young_group_and_the_pass_looks_again_when_it_may_go() -> None:
+    actions = decide(_hpa_case(min_run=900))
+    assert actions.give_back == ()
+    assert actions.look_again == NOW + timedelta(seconds=300), "exp group 1, admitted 600 s ago, at 900 s"
+    older = decide(_hpa_case(min_run=450))
+    [give] = older.give_back
+    assert give.group.key.index == 0, "the only one that has run long enough"
+
+
+def test_lowest_priority_goes_first_and_a_victim_not_needed_is_put_back() -> None:
+    """``small`` (low) holds 1 GPU, ``big`` (mid) 4, quota 5, all held: ``prod`` (high) needs 4.
+    Lowest first takes ``small``, then ``big``; ``small`` is then put back."""
+    small = Lws("small", "low", size=1, admitted={0: (("n0",), 100)})
+    big = Lws("big", "mid", size=4, admitted={0: (("n1", "n2", "n3", "n4"), 900)})
+    prod = Lws("prod", "high", size=4)
+    actions = decide(_scene(small, big, prod, nodes=5, quota=5))
+    assert [g.group.key.name for g in actions.give_back] == ["big"]
+
+
+def test_a_group_that_would_still_not_fit_preempts_nothing() -> None:
+    """``vip`` (higher than prod) holds 4 of 6; even with ``exp`` gone prod's 4 do not fit."""
+    vip = Lws("vip", "vip", size=4, admitted={0: (("n0", "n1", "n2", "n3"), 900)})
+    exp = Lws("exp", "low", admitted={0: (("n4", "n5"), 100)})
+    prod = Lws("prod", "high", size=4)
+    actions = decide(_scene(vip, exp, prod))
+    assert actions.give_back == () and actions.preempting == ()
+
+
+def test_node_fit_counts_not_quota_alone() -> None:
+    """Three 2-GPU nodes, quota 6; ``exp`` holds one GPU on n0 and on n1, ``lowb`` one on n2: 3
+    free in quota, but no node has 2 free for ``prod``'s one 2-GPU pod. The most recent of the
+    two low groups goes, and one is enough: it frees a whole node."""
+    exp = Lws("exp", "low", admitted={0: (("n0", "n1"), 300)})
+    lowb = Lws("lowb", "low", size=1, admitted={0: (("n2",), 100)})
+    prod = Lws("prod", "high", size=1, gpus=2)
+    actions = decide(_scene(exp, lowb, prod, nodes=3, gpus=2, quota=6))
+    [wait] = actions.waiting
+    assert wait.reason is Reason.WAITING_FOR_NODES
+    assert [g.group.key.name for g in actions.give_back] == ["lowb"]
+    lowb = Lws("lowb", "low", size=1, admitted={0: (("n2",), 900)})
+    actions = decide(_scene(exp, lowb, prod, nodes=3, gpus=2, quota=6))
+    assert [g.group.key.name for g in actions.give_back] == ["exp"], "now the most recent; it frees n0, n1"
+
+
+def test_a_victim_of_another_namespace_is_not_named_to_the_preemptor_nor_the_other_way() -> None:
+    exp = Lws(
+        "exp", "low", replicas=2, admitted={0: (("n0", "n1"), 600), 1: (("n2", "n3"), 300)}, namespace="lab"
+    )
+    prod = Lws("prod", "high", replicas=2, admitted={0: (("n4", "n5"), 900)}, namespace="serving")
+    actions = decide(_scene(exp, prod))
+    [give] = actions.give_back
+    assert "by a group of another namespace of priority 1000" in give.message and "prod" not in give.message
+    [told] = actions.preempting
+    assert "1 of other namespaces" in told.message and "exp" not in told.message
+
+
+def test_two_preemptors_in_one_pass_take_different_victims() -> None:
+    exp = Lws(
+        "exp",
+        "low",
+        replicas=3,
+        admitted={g: ((f"n{2 * g}", f"n{2 * g + 1}"), 100 * (g + 1)) for g in range(3)},
+    )
+    prod = Lws("prod", "high", replicas=2)
+    actions = decide(_scene(exp, prod))
+    assert sorted(g.group.key.index for g in actions.give_back) == [0, 1], "the two most recent"
+    assert len(actions.preempting) == 2
+
+
+def test_the_pool_fields_are_parsed_and_bounded() -> None:
+    obj = pool("a").obj()
+    parsed = parse_pool(obj)
+    assert (parsed.within_pool, parsed.min_run_seconds) == (WithinPool.NEVER, 0)
+    obj["spec"].update(preemption={"withinPool": "LowerPriority"}, minRunSeconds=60)
+    parsed = parse_pool(obj)
+    assert (parsed.within_pool, parsed.min_run_seconds) == (WithinPool.LOWER_PRIORITY, 60)
+    for bad, match in (
+        ({"preemption": {"withinPool": "Any"}}, "withinPool: 'Any' is not one of Never, LowerPriority"),
+        ({"preemption": "yes"}, "spec.preemption: expected an object"),
+        ({"minRunSeconds": -1}, "spec.minRunSeconds"),
+        ({"minRunSeconds": MAX_MIN_RUN_SECONDS + 1}, "spec.minRunSeconds"),
+        ({"minRunSeconds": True}, "spec.minRunSeconds"),
+    ):
+        obj = pool("a").obj()
+        obj["spec"].update(bad)
+        with pytest.raises(ValueError, match=match):
+            parse_pool(obj)
+
+
+def test_many_candidates_cost_a_bounded_number_of_simulations() -> None:
+    """200 one-GPU groups of low priority fill 200 nodes; a high group of 8 needs 8 of them: found
+    within the pass's budget (halving, then putting back), the 8 most recently admitted."""
+    exp = Lws("exp", "low", size=1, replicas=200, admitted={g: ((f"n{g}",), 1000 - g) for g in range(200)})
+    prod = Lws("prod", "high", size=8)
+    actions: Actions = decide(_scene(exp, prod, nodes=200, quota=200))
+    assert sorted(g.group.key.index for g in actions.give_back) == list(range(192, 200))
+    assert MAX_SIMULATIONS >= 2 * 8 + 8
