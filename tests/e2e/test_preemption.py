@@ -158,3 +158,92 @@ async def test_production_scaled_up_preempts_the_experiment_whole(
         await (await Namespace.get(lab, api=api)).delete()
         names = [f"experiment-{suffix}", f"production-{suffix}"]
         await kubectl(cluster, "delete", "priorityclass", *names, "--ignore-not-found")
+
+
+async def test_the_schedulers_own_preemption_leaves_no_half_group(
+    api: kr8s.asyncio.Api,
+    cluster: Cluster,
+    namespace: str,
+    fake_nodes: MakeNodes,
+    make_pool: MakePool,
+    attack_watch: Watch,
+) -> None:
+    """Two 1-GPU nodes, an open pool (no taint of its own), quota 2. ``exp`` (low priority) runs
+    one group of 2. A pod the gatekeeper never saw, of higher priority, asks for a GPU there: the
+    default scheduler preempts one of exp's pods, the LWS makes the group again, one pod binds,
+    the other finds no room. The group is given back whole (``Stranded``) within seconds rather
+    than holding a node for nothing, and waits gated; ``attack_watch`` samples that no group is
+    half-placed for 15 s and that no more than 2 GPUs are bound."""
+    nodes = await fake_nodes(2, gpus=1)
+    pool = await make_pool(nodes, quota={"nvidia.com/gpu": 2})
+    attack_watch.pool(nodes.selector, 2)
+    suffix = nodes.id
+    await ok(cluster, "apply", "-f", "-", input=json.dumps(_classes(suffix)))
+    try:
+        body = lws_body("exp", pool, nodes, priority_class=f"experiment-{suffix}")
+        body["metadata"]["namespace"] = namespace
+        await ok(cluster, "create", "-f", "-", input=json.dumps(body))
+
+        async def placed() -> bool:
+            r = (await records(api, namespace, "exp")).get(0, {})
+            return admitted(r) and bool(r.get("status", {}).get("placedAt"))
+
+        await eventually(placed, timeout=90, what="exp's group placed whole")
+        urgent = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "urgent", "namespace": namespace},
+            "spec": {
+                "priorityClassName": f"production-{suffix}",
+                "nodeSelector": nodes.selector,
+                "tolerations": [{"key": nodes.taint_key, "operator": "Exists", "effect": "NoSchedule"}],
+                "containers": [{"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+            },
+        }
+        assert cluster.sandbox is not None
+        with conditions_seen(cluster.sandbox, namespace) as seen:
+            await ok(cluster, "create", "-f", "-", input=json.dumps(urgent))
+
+            async def urgent_runs() -> bool:
+                pods = await list_raw(api, "pods", namespace=namespace)
+                return any(
+                    p["metadata"]["name"] == "urgent" and p["status"].get("phase") == "Running" for p in pods
+                )
+
+            await eventually(
+                urgent_runs, timeout=90, what="the urgent pod running, by the scheduler's preemption"
+            )
+
+            async def given_back() -> bool:
+                return any(c.get("reason") == "Stranded" for c in seen)
+
+            await eventually(given_back, timeout=60, what="exp's record to say Stranded")
+
+            async def exp_waits_gated() -> bool:
+                live = [
+                    p
+                    for p in await _pods(api, namespace, "exp")
+                    if not p["metadata"].get("deletionTimestamp")
+                ]
+                gated = [
+                    p
+                    for p in live
+                    if SCHEDULING_GATE in {g["name"] for g in p["spec"].get("schedulingGates", [])}
+                ]
+                return (
+                    bool(live)
+                    and len(gated) == len(live)
+                    and not any(p["spec"].get("nodeName") for p in live)
+                )
+
+            await eventually(exp_waits_gated, timeout=60, what="exp's pods back, gated, none bound")
+        [stranded] = [c for c in seen if c.get("reason") == "Stranded"][:1]
+        assert "no node of pool" in stranded["message"] and "given back whole" in stranded["message"]
+        r = (await records(api, namespace, "exp"))[0]
+        assert not admitted(r), r["status"]
+    finally:
+        await kubectl(
+            cluster, "delete", "pod", "urgent", "-n", namespace, "--ignore-not-found", "--wait=false"
+        )
+        names = [f"experiment-{suffix}", f"production-{suffix}"]
+        await kubectl(cluster, "delete", "priorityclass", *names, "--ignore-not-found")

@@ -466,6 +466,7 @@ def test_never_reasons_are_permanent_and_waits_are_not() -> None:
         Reason.KARPENTER_UNAVAILABLE,
         Reason.ADMISSION_TIMEOUT,
         Reason.PREEMPTED,
+        Reason.STRANDED,
     }
     assert {r for r in Reason if not r.permanent} == transient
 

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from core_builders import lws, lws_pod, lws_statefulsets, node, pool, read_pools, record
+from core_builders import bound_pod, lws, lws_pod, lws_statefulsets, node, pool, read_pools, record
 
 from gatekeeper.core.admission.reasons import Reason
 from gatekeeper.core.backends.pools import Actions, PassInputs, Snapshot, decide, plan_writes
@@ -324,3 +324,54 @@ def test_many_candidates_cost_a_bounded_number_of_simulations() -> None:
     actions: Actions = decide(_scene(exp, prod, nodes=200, quota=200))
     assert sorted(g.group.key.index for g in actions.give_back) == list(range(192, 200))
     assert MAX_SIMULATIONS >= 2 * 8 + 8
+
+
+# ----- the default scheduler's own preemption: a placed group that lost a node's room --------
+
+
+def _displaced(*, created_ago: float, placed: bool = True, foreign: bool = True) -> Snapshot:
+    """``exp`` (size 2) was placed whole on n0 and n1; then a pod of higher priority that the
+    gatekeeper did not admit took n1 (``foreign``) and the LWS made the group's pods again: its
+    leader is bound on n0, its worker, let through, waits unbound, made ``created_ago`` s ago."""
+    exp = Lws("exp", "low", admitted={0: (("n0", "n1"), 600)})
+    snap = _scene(exp, nodes=2, quota=2, within=None)
+    records = [dict(r, status={**r["status"]}) for r in snap.records]
+    if placed:
+        records[0]["status"]["placedAt"] = _at(590)
+    pods = list(snap.pods)
+    worker = lws_pod("exp", 0, 1, namespace="team", gated=False)
+    worker["metadata"]["creationTimestamp"] = _at(created_ago)
+    pods[1] = worker
+    bound = [q for q in pods if q["spec"].get("nodeName")]
+    if foreign:
+        bound.append(bound_pod("urgent", "n1", namespace="other", **{"nvidia.com/gpu": 1}))
+    return replace(snap, records=records, pods=pods, bound_pods=bound)
+
+
+def test_a_placed_group_whose_pod_no_node_has_room_for_is_given_back_whole() -> None:
+    actions = decide(_displaced(created_ago=9))
+    [give] = actions.give_back
+    assert give.reason is Reason.STRANDED and give.pods == ("exp-0", "exp-0-1")
+    assert give.message.startswith(
+        "group 0 was placed whole, but its pod exp-0-1 has waited unbound for 9 s and no node of pool a "
+        "has room for it"
+    )
+    assert give.retry_at == NOW and actions.ungate == ()
+
+
+def test_a_displaced_group_gets_its_grace_and_the_pass_looks_again_when_it_ends() -> None:
+    actions = decide(_displaced(created_ago=3))
+    assert actions.give_back == ()
+    assert actions.look_again == NOW + timedelta(seconds=5)
+
+
+@pytest.mark.parametrize(
+    ("placed", "foreign", "why"),
+    [
+        (False, True, "never placed whole: its admission timeout applies instead"),
+        (True, False, "n1 has room: the worker binds there, nothing is stranded"),
+    ],
+)
+def test_no_displaced_give_back(placed: bool, foreign: bool, why: str) -> None:
+    gives = decide(_displaced(created_ago=60, placed=placed, foreign=foreign)).give_back
+    assert [g for g in gives if g.reason is Reason.STRANDED] == [], why

@@ -62,6 +62,10 @@ class Reason(StrEnum):
     ADMISSION_TIMEOUT = "AdmissionTimeout"
     """An admitted group's pods were not all bound within its pool's ``spec.admissionTimeout``:
     it was given back (its pods deleted) and is tried again after a delay."""
+    STRANDED = "Stranded"
+    """A group once placed whole has a pod that no node of its pool has room for any more (the
+    scheduler's preemption, a pod the gatekeeper did not admit, a node lost): given back whole,
+    its pods deleted; it waits in the queue again."""
     PREEMPTED = "Preempted"
     """An admitted group was preempted for a waiting group of higher priority (its Pool's
     ``spec.preemption.withinPool``): given back, its pods deleted; it waits in the queue again."""
@@ -89,6 +93,7 @@ _TRANSIENT = frozenset(
         Reason.KARPENTER_UNAVAILABLE,
         Reason.ADMISSION_TIMEOUT,
         Reason.PREEMPTED,
+        Reason.STRANDED,
     }
 )
 

@@ -203,9 +203,10 @@ class GroupPod:
     """The pod's spec (not copied), for ``core.admission.conformance`` to check a gated pod
     against its role before the gate is lifted, and what a group's pods ask in all."""
     created: str = field(default="", compare=False, repr=False)
-    """A gated pod's ``metadata.creationTimestamp`` as written (parsed only when needed): how
-    long a pod that does not ask what its role was admitted with has waited
-    (``backends.pools.giveback.departed``)."""
+    """The pod's ``metadata.creationTimestamp`` as written (parsed only when needed): how long a
+    gated pod that does not ask what its role was admitted with has waited
+    (``backends.pools.giveback.departed``), or an unbound one of a placed group that no node has
+    room for (``backends.pools.giveback.displaced``)."""
     claims_made: Mapping[str, str | None] = field(default_factory=dict, compare=False, repr=False)
     """The pod's DRA claims as made for it (``core.model.claims.made_claims``), for
     ``core.admission.conformance`` to count what they ask."""
@@ -229,7 +230,7 @@ class GroupPod:
             worker=worker,
             revision=str(labels(pod).get(REVISION_LABEL) or ""),
             spec=spec,
-            created=str(as_map(pod.get("metadata")).get("creationTimestamp") or "") if gated else "",
+            created=str(as_map(pod.get("metadata")).get("creationTimestamp") or ""),
             claims_made=made_claims(pod) if spec.get("resourceClaims") else {},
             ready_since=_ready_since(pod) if bound and worker == 0 else "",
         )

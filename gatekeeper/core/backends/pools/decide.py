@@ -89,10 +89,10 @@ from gatekeeper.core.admission.membership import membership
 from gatekeeper.core.admission.reasons import Reason
 from gatekeeper.core.admission.record_cap import DEFAULT_MAX_RECORDS_PER_NAMESPACE, over_cap
 from gatekeeper.core.backends.pools.changed import WaitStatus
-from gatekeeper.core.backends.pools.giveback import GiveBack
+from gatekeeper.core.backends.pools.giveback import GiveBack, displaced
 from gatekeeper.core.backends.pools.kept import still_charged
 from gatekeeper.core.backends.pools.planner import Plan, PoolStatus, plan
-from gatekeeper.core.backends.pools.preempting import Cluster, Preempted, Preempting, preempt
+from gatekeeper.core.backends.pools.preempting import Cluster, Preempting, preempt
 from gatekeeper.core.backends.pools.provisioning import InstanceType, NodeClaim, NodePool, read_launcher
 from gatekeeper.core.backends.pools.stages import GroupPass, Settings, restored
 from gatekeeper.core.kube.objects import index_by_key, meta, object_key, parse_time
@@ -104,7 +104,7 @@ from gatekeeper.core.model.demand import GroupDemand, PodDemand
 from gatekeeper.core.model.devices import DeviceRoom, with_devices
 from gatekeeper.core.model.gating import Ungate
 from gatekeeper.core.model.group import GroupKey
-from gatekeeper.core.model.groups import DemandMemo, GroupState, lws_groups
+from gatekeeper.core.model.groups import DemandMemo, GroupState, PodsByGroup, lws_groups
 from gatekeeper.core.model.lws import priority as lws_priority
 from gatekeeper.core.model.nodes import Node, RequestsMemo, node_usage_skipping
 from gatekeeper.core.model.owned import leader_template_revision
@@ -289,8 +289,9 @@ def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMem
     result = plan(pools, nodes, usage, one.admitted_groups, one.waiting_groups, *where)
     room = Cluster(by_name, nodes, usage, snap.namespaces, found, held_nodes, records, snap.pods)
     room = replace(room, pods_of=who.pods_of, priority_of=priority_of, never=snap.never_preempt, now=snap.now)
+    _evict(one, _displaced(result, one, records, who.pods_of, snap.now), None)
     chosen = preempt(result, one, room)
-    _evict(one, chosen)
+    _evict(one, chosen.give_back, chosen.look_again)
     admit, ungate, steer = _steering(result, one)
     waiting = _waiting_words(result, one, invalid_pools, lws_by_key, chosen.said or {})
     create = tuple(
@@ -324,15 +325,41 @@ def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMem
     )
 
 
-def _evict(one: GroupPass, chosen: Preempted) -> None:
-    """The victims of preemption are given back as any group: until their pods are gone they hold
-    what they were admitted with, and no gated pod of theirs is let through any more."""
-    victims = {g.group.key for g in chosen.give_back}
-    one.gives.extend(chosen.give_back)
-    one.held_by_pods.extend(g.group for g in chosen.give_back)
-    one.ungate_keys = [k for k in one.ungate_keys if k not in victims]
-    if chosen.look_again is not None:
-        one.look_again = min(one.look_again or chosen.look_again, chosen.look_again)
+def _evict(one: GroupPass, gives: Sequence[GiveBack], look_again: datetime | None) -> None:
+    """Groups given back after the plan (preempted, displaced) are given back as any group: until
+    their pods are gone they hold what they were admitted with, and no gated pod of theirs is
+    let through any more."""
+    going = {g.group.key for g in gives}
+    one.gives.extend(gives)
+    one.held_by_pods.extend(g.group for g in gives)
+    one.ungate_keys = [k for k in one.ungate_keys if k not in going]
+    if look_again is not None:
+        one.look_again = min(one.look_again or look_again, look_again)
+
+
+def _displaced(
+    result: Plan,
+    one: GroupPass,
+    records: Mapping[Key, Mapping[str, Any]],
+    pods_of: PodsByGroup,
+    now: datetime | None,
+) -> list[GiveBack]:
+    """The groups once placed whole that the plan found stranded, given back when due
+    (``giveback.displaced``); the pass looks again when the next is due."""
+    gives: list[GiveBack] = []
+    for status in result.pools.values():
+        for key in status.stranded:
+            gs = one.state_of.get(key)
+            record = records.get((key.namespace, gs.record)) if gs is not None else None
+            if gs is None or record is None or key not in one.held_pools or key not in one.ungate_keys:
+                continue
+            pods = pods_of.get((key.namespace, key.name), {}).get(key.index, ())
+            give = displaced(gs, record, pods, one.held_pools[key], now)
+            if isinstance(give, datetime):
+                one.look_again = min(one.look_again or give, give)
+            elif give is not None:
+                gives.append(give)
+    return gives
 
 
 def _lws_by_key(lwss: Sequence[Mapping[str, Any]], problems: list[str]) -> dict[Key, Mapping[str, Any]]:

@@ -55,6 +55,7 @@ __all__ = [
     "GiveBack",
     "deadline",
     "departed",
+    "displaced",
     "due",
     "give_back_status",
     "given_back",
@@ -71,8 +72,13 @@ GIVE_BACK_RETRY_MAX_SECONDS = 1800
 """The delay before a given-back group is tried again doubles up to this (30 minutes)."""
 
 GIVE_BACK_REASONS = frozenset(
-    {str(Reason.ADMISSION_TIMEOUT), str(Reason.NOT_AS_ADMITTED), str(Reason.PREEMPTED)}
+    {str(Reason.ADMISSION_TIMEOUT), str(Reason.NOT_AS_ADMITTED), str(Reason.PREEMPTED), str(Reason.STRANDED)}
 )
+
+DISPLACED_GRACE_SECONDS = 8
+"""How long an unbound pod of a group once placed whole may find no room in its pool before the
+group is given back (``displaced``): long enough for a pod just bound to show so in every cache,
+short of the 15 s after which a half-placed group's GPUs are counted stranded."""
 """The reasons of a record whose group was given back (``Admitted=False``)."""
 
 _MAX_RETRIES = 1000
@@ -207,6 +213,37 @@ def departed(
     message = departed_message(group.key.index, off, delay)
     stop = tuple(sorted(p.name for p in pods if not p.terminating and not p.gated))
     return GiveBack(group, stop, message, now + timedelta(seconds=delay), retries, Reason.NOT_AS_ADMITTED)
+
+
+def displaced(
+    group: GroupState, record: Mapping[str, Any], pods: Sequence[GroupPod], pool: str, now: datetime | None
+) -> GiveBack | datetime | None:
+    """The give-back of a group that was placed whole (``placed``) and that the planner found
+    stranded: a pod of it, let through and unbound, fits no node of its pool any more, since
+    another pod took its place (the default scheduler preempted one of its pods for a pod of
+    higher priority, a pod the gatekeeper did not admit bound there, a node was lost). Its
+    admission's timeout no longer applies, so without this it would hold half its nodes for
+    ever. Given back whole once that pod has waited ``DISPLACED_GRACE_SECONDS``; before, the
+    moment it is due; None when the record does not say ``Admitted`` or no such pod waits."""
+    said = condition(record, ADMITTED)
+    if now is None or said.get("status") != "True" or said.get("reason") != ADMITTED or not placed(record):
+        return None
+    unbound = [p for p in pods if p.live and not p.terminating and not p.bound and not p.gated]
+    if not unbound:
+        return None
+    since, name = min((parse_time(p.created), p.name) for p in unbound)
+    due_at = since + timedelta(seconds=DISPLACED_GRACE_SECONDS)
+    if now < due_at:
+        return due_at
+    waited = int((now - since).total_seconds())
+    message = (
+        f"group {group.key.index} was placed whole, but its pod {name} has waited unbound for {waited} s "
+        f"and no node of pool {pool} has room for it (another pod took its place: the scheduler's "
+        "preemption, a pod the gatekeeper did not admit, or a node lost); given back whole, its pods "
+        "are deleted and it waits in the pool's queue again"
+    )
+    stop = tuple(sorted(p.name for p in pods if not p.terminating and not p.gated))
+    return GiveBack(group, stop, message, now, recorded_retries(record), Reason.STRANDED)
 
 
 def stragglers(record: Mapping[str, Any] | None, pods: Sequence[GroupPod]) -> tuple[str, ...]:
