@@ -162,8 +162,11 @@ def volcano_queue(sb: Sandbox, sc: Scenario, tag: str) -> str:
     return f"vq-{tag}"
 
 
-def kueue_queue(sb: Sandbox, sc: Scenario, tag: str, ns: str, *, node_fit: bool) -> str:
-    """A flavor on the run's nodes, a ClusterQueue with the nodes' GPUs as quota, a LocalQueue."""
+def kueue_queue(
+    sb: Sandbox, sc: Scenario, tag: str, ns: str, *, node_fit: bool, preempt: bool = False
+) -> str:
+    """A flavor on the run's nodes, a ClusterQueue with the nodes' GPUs as quota (``preempt``:
+    preempting lower priority within it), a LocalQueue."""
     spec: dict[str, Any] = {
         "namespaceSelector": {},
         "resourceGroups": [
@@ -182,6 +185,8 @@ def kueue_queue(sb: Sandbox, sc: Scenario, tag: str, ns: str, *, node_fit: bool)
             }
         ],
     }
+    if preempt:
+        spec["preemption"] = {"withinClusterQueue": "LowerPriority"}
     if node_fit:
         spec["admissionChecksStrategy"] = {"admissionChecks": [{"name": NODE_FIT_CHECK}]}
         sb.apply(
@@ -293,7 +298,7 @@ async def one_run(sb: Sandbox, sc: Scenario, mode: str, stable_for: float) -> Ru
     try:
         v = await _settle_or_stuck(api, ns, sc, stable_for)
     except BaseException:
-        _clean(sb, ns, tag)
+        clean(sb, ns, tag)
         raise
     seconds = time.monotonic() - start - stable_for  # minus the stability window
     served = apiserver_requests(sb) - served
@@ -301,11 +306,11 @@ async def one_run(sb: Sandbox, sc: Scenario, mode: str, stable_for: float) -> Ru
     listed = json.loads(sb.kubectl("get", "pods", "-n", ns, "-o", "json").stdout)["items"]
     pending = sum(1 for p in listed if not p["spec"].get("schedulingGates") and not p["spec"].get("nodeName"))
     run = Run(sc, mode, seconds, v, pending, served, gatekeeper_requests(sb) - made if by_gk else None)
-    _clean(sb, ns, tag)
+    clean(sb, ns, tag)
     return run
 
 
-def _clean(sb: Sandbox, ns: str, tag: str) -> None:
+def clean(sb: Sandbox, ns: str, tag: str) -> None:
     sb.kubectl("delete", "namespace", ns, "--wait=true", "--timeout=300s", check=False)
     sb.kubectl("delete", "nodes", "-l", f"bench={tag}", "--wait=false", check=False)
     for kind, name in (

@@ -10,9 +10,12 @@ never above its quota and none stranded in a half-placed group at any sample
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import uuid
+from collections.abc import AsyncIterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -30,20 +33,35 @@ from .test_policies import kubectl, ok
 from .watch import Watch
 
 
-def _classes(suffix: str) -> dict[str, Any]:
-    def one(name: str, value: int) -> dict[str, Any]:
-        return {
-            "apiVersion": "scheduling.k8s.io/v1",
-            "kind": "PriorityClass",
-            "metadata": {"name": f"{name}-{suffix}"},
-            "value": value,
-        }
-
-    return {"apiVersion": "v1", "kind": "List", "items": [one("experiment", 10), one("production", 100000)]}
+@contextlib.asynccontextmanager
+async def _priority_classes(cluster: Cluster, suffix: str) -> AsyncIterator[None]:
+    """The test's PriorityClasses ``experiment-<suffix>`` (10) and ``production-<suffix>`` (100000),
+    deleted after it."""
+    names = {f"experiment-{suffix}": 10, f"production-{suffix}": 100000}
+    items = [
+        {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": n}, "value": v}
+        for n, v in names.items()
+    ]
+    await ok(
+        cluster, "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items})
+    )
+    try:
+        yield
+    finally:
+        await kubectl(cluster, "delete", "priorityclass", *names, "--ignore-not-found")
 
 
 async def _pods(api: kr8s.asyncio.Api, namespace: str, name: str) -> list[dict[str, Any]]:
     return await list_raw(api, "pods", namespace=namespace, label_selector={LWS_NAME_LABEL: name})
+
+
+def _all_gated(pods: list[dict[str, Any]], at_least: int) -> bool:
+    """At least ``at_least`` live pods, every one gated by the gatekeeper, none bound."""
+    live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+    gated = [p for p in live if SCHEDULING_GATE in {g["name"] for g in p["spec"].get("schedulingGates", [])}]
+    return (
+        len(live) >= at_least and len(gated) == len(live) and not any(p["spec"].get("nodeName") for p in live)
+    )
 
 
 def _running(pods: list[dict[str, Any]]) -> int:
@@ -75,89 +93,79 @@ async def test_production_scaled_up_preempts_the_experiment_whole(
     )  # fmt: skip
     attack_watch.pool(nodes.selector, 6)
     suffix = nodes.id
-    await ok(cluster, "apply", "-f", "-", input=json.dumps(_classes(suffix)))
     lab = f"lab-{uuid.uuid4().hex[:6]}"
     await (await Namespace({"metadata": {"name": lab}}, api=api)).create()
-    try:
-        (tmp_path / "serving").mkdir()
-        (tmp_path / "lab").mkdir()
-        serving, research = (
-            await dev(cluster, namespace, tmp_path / "serving"),
-            await dev(cluster, lab, tmp_path / "lab"),
-        )
-
-        async def make(name: str, ns: str, klass: str, replicas: int, who: Path) -> None:
-            body = lws_body(name, pool, nodes, replicas=replicas, priority_class=f"{klass}-{suffix}")
-            body["metadata"]["namespace"] = ns
-            await ok(cluster, "create", "-f", "-", kubeconfig=who, input=json.dumps(body))
-
-        await make("experiment", lab, "experiment", 2, research)
-        await make("production", namespace, "production", 1, serving)
-
-        async def settled() -> bool:
-            exp, prod = await _pods(api, lab, "experiment"), await _pods(api, namespace, "production")
-            return _running(exp) == 4 and _running(prod) == 2
-
-        await eventually(settled, timeout=90, what="the experiment's 2 groups and production's 1 running")
-
-        assert cluster.sandbox is not None
-        with conditions_seen(cluster.sandbox, lab) as seen:
-            started = time.monotonic()
-            await ok(
-                cluster, "scale", "lws", "production", "--replicas=3", "-n", namespace, kubeconfig=serving
+    async with _priority_classes(cluster, suffix):
+        try:
+            (tmp_path / "serving").mkdir()
+            (tmp_path / "lab").mkdir()
+            serving, research = (
+                await dev(cluster, namespace, tmp_path / "serving"),
+                await dev(cluster, lab, tmp_path / "lab"),
             )
 
-            async def production_whole() -> bool:
-                return _running(await _pods(api, namespace, "production")) == 6
+            async def make(name: str, ns: str, klass: str, replicas: int, who: Path) -> None:
+                body = lws_body(name, pool, nodes, replicas=replicas, priority_class=f"{klass}-{suffix}")
+                body["metadata"]["namespace"] = ns
+                await ok(cluster, "create", "-f", "-", kubeconfig=who, input=json.dumps(body))
 
-            await eventually(production_whole, timeout=120, what="production's 3 groups running")
-            took = time.monotonic() - started
-            print(f"\nproduction 1 -> 3: all 6 pods Running {took:.1f} s after the scale")
+            await make("experiment", lab, "experiment", 2, research)
+            await make("production", namespace, "production", 1, serving)
 
-        preempted = {c["groupIndex"]: c for c in seen if c.get("reason") == "Preempted"}
-        assert sorted(preempted) == [0, 1], seen
-        for c in preempted.values():
-            assert c["status"] == "False"
-            assert "by a group of another namespace of priority 100000" in c["message"], c["message"]
-            assert "production" not in c["message"], "another namespace's LWS is not named"
+            async def settled() -> bool:
+                exp, prod = await _pods(api, lab, "experiment"), await _pods(api, namespace, "production")
+                return _running(exp) == 4 and _running(prod) == 2
 
-        async def experiment_gated() -> bool:
-            pods = await _pods(api, lab, "experiment")
-            live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
-            gated = [
-                p
-                for p in live
-                if SCHEDULING_GATE in {g["name"] for g in p["spec"].get("schedulingGates", [])}
+            await eventually(settled, timeout=90, what="the experiment's 2 groups and production's 1 running")
+
+            assert cluster.sandbox is not None
+            with conditions_seen(cluster.sandbox, lab) as seen:
+                started = time.monotonic()
+                await ok(
+                    cluster, "scale", "lws", "production", "--replicas=3", "-n", namespace, kubeconfig=serving
+                )
+
+                async def production_whole() -> bool:
+                    return _running(await _pods(api, namespace, "production")) == 6
+
+                await eventually(production_whole, timeout=120, what="production's 3 groups running")
+                took = time.monotonic() - started
+                print(f"\nproduction 1 -> 3: all 6 pods Running {took:.1f} s after the scale")
+
+            preempted = {c["groupIndex"]: c for c in seen if c.get("reason") == "Preempted"}
+            assert sorted(preempted) == [0, 1], seen
+            for c in preempted.values():
+                assert c["status"] == "False"
+                assert "by a group of another namespace of priority 100000" in c["message"], c["message"]
+                assert "production" not in c["message"], "another namespace's LWS is not named"
+
+            async def experiment_gated() -> bool:
+                return _all_gated(await _pods(api, lab, "experiment"), 2)
+
+            await eventually(experiment_gated, timeout=60, what="the experiment's pods back, gated, unbound")
+            for r in (await records(api, lab, "experiment")).values():
+                assert not admitted(r) and condition(r)["reason"] in ("Preempted", "WaitingForQuota"), r[
+                    "status"
+                ]
+
+            told_lab = {e.get("reason") for e in await events_for(api, lab, "experiment")}
+            told_prod = [
+                e for e in await events_for(api, namespace, "production") if e.get("reason") == "Preempting"
             ]
-            return (
-                len(live) >= 2
-                and len(gated) == len(live)
-                and not any(p["spec"].get("nodeName") for p in live)
+            assert "Preempted" in told_lab, told_lab
+            assert told_prod, "production's LWS is told it preempted"
+            assert (
+                "of other namespaces" in told_prod[0]["message"]
+                and "experiment" not in told_prod[0]["message"]
             )
 
-        await eventually(experiment_gated, timeout=60, what="the experiment's pods back, gated, unbound")
-        for r in (await records(api, lab, "experiment")).values():
-            assert not admitted(r) and condition(r)["reason"] in ("Preempted", "WaitingForQuota"), r["status"]
-
-        told_lab = {e.get("reason") for e in await events_for(api, lab, "experiment")}
-        told_prod = [
-            e for e in await events_for(api, namespace, "production") if e.get("reason") == "Preempting"
-        ]
-        assert "Preempted" in told_lab, told_lab
-        assert told_prod, "production's LWS is told it preempted"
-        assert (
-            "of other namespaces" in told_prod[0]["message"] and "experiment" not in told_prod[0]["message"]
-        )
-
-        code, _, _ = await kubectl(
-            cluster, "patch", "pool", pool, "--type=merge", "-p", '{"spec": {}}', kubeconfig=research
-        )
-        assert code != 0, "a tenant may not change the Pool's preemption"
-    finally:
-        await ok(cluster, "delete", "lws", "--all", "-n", lab, "--wait=false")
-        await (await Namespace.get(lab, api=api)).delete()
-        names = [f"experiment-{suffix}", f"production-{suffix}"]
-        await kubectl(cluster, "delete", "priorityclass", *names, "--ignore-not-found")
+            code, _, _ = await kubectl(
+                cluster, "patch", "pool", pool, "--type=merge", "-p", '{"spec": {}}', kubeconfig=research
+            )
+            assert code != 0, "a tenant may not change the Pool's preemption"
+        finally:
+            await ok(cluster, "delete", "lws", "--all", "-n", lab, "--wait=false")
+            await (await Namespace.get(lab, api=api)).delete()
 
 
 async def test_the_schedulers_own_preemption_leaves_no_half_group(
@@ -178,8 +186,7 @@ async def test_the_schedulers_own_preemption_leaves_no_half_group(
     pool = await make_pool(nodes, quota={"nvidia.com/gpu": 2})
     attack_watch.pool(nodes.selector, 2)
     suffix = nodes.id
-    await ok(cluster, "apply", "-f", "-", input=json.dumps(_classes(suffix)))
-    try:
+    async with _priority_classes(cluster, suffix):
         body = lws_body("exp", pool, nodes, priority_class=f"experiment-{suffix}")
         body["metadata"]["namespace"] = namespace
         await ok(cluster, "create", "-f", "-", input=json.dumps(body))
@@ -220,30 +227,63 @@ async def test_the_schedulers_own_preemption_leaves_no_half_group(
             await eventually(given_back, timeout=60, what="exp's record to say Stranded")
 
             async def exp_waits_gated() -> bool:
-                live = [
-                    p
-                    for p in await _pods(api, namespace, "exp")
-                    if not p["metadata"].get("deletionTimestamp")
-                ]
-                gated = [
-                    p
-                    for p in live
-                    if SCHEDULING_GATE in {g["name"] for g in p["spec"].get("schedulingGates", [])}
-                ]
-                return (
-                    bool(live)
-                    and len(gated) == len(live)
-                    and not any(p["spec"].get("nodeName") for p in live)
-                )
+                return _all_gated(await _pods(api, namespace, "exp"), 1)
 
             await eventually(exp_waits_gated, timeout=60, what="exp's pods back, gated, none bound")
         [stranded] = [c for c in seen if c.get("reason") == "Stranded"][:1]
         assert "no node of pool" in stranded["message"] and "given back whole" in stranded["message"]
         r = (await records(api, namespace, "exp"))[0]
         assert not admitted(r), r["status"]
-    finally:
-        await kubectl(
-            cluster, "delete", "pod", "urgent", "-n", namespace, "--ignore-not-found", "--wait=false"
-        )
-        names = [f"experiment-{suffix}", f"production-{suffix}"]
-        await kubectl(cluster, "delete", "priorityclass", *names, "--ignore-not-found")
+        await kubectl(cluster, "delete", "pod", "urgent", "-n", namespace, "--wait=false")
+
+
+async def test_min_run_seconds_keeps_a_young_group_then_lets_it_go(
+    api: kr8s.asyncio.Api,
+    cluster: Cluster,
+    namespace: str,
+    fake_nodes: MakeNodes,
+    make_pool: MakePool,
+    attack_watch: Watch,
+) -> None:
+    """Thrash protection: a Pool with ``spec.minRunSeconds: 20``. ``exp`` (low) has just been
+    admitted when ``prod`` (high) comes: prod's record says it preempts nothing yet and until
+    when; once exp has held its admission 20 s, it is preempted whole and prod runs, with no
+    change in the cluster to wake the gatekeeper but the time."""
+    nodes = await fake_nodes(2, gpus=1)
+    pool = await make_pool(nodes, quota={"nvidia.com/gpu": 2})
+    patch = {"spec": {"preemption": {"withinPool": "LowerPriority"}, "minRunSeconds": 20}}
+    await ok(cluster, "patch", "pool", pool, "--type=merge", "-p", json.dumps(patch))
+    attack_watch.pool(nodes.selector, 2)
+    suffix = nodes.id
+    async with _priority_classes(cluster, suffix):
+        for name, klass in (("exp", "experiment"), ("prod", "production")):
+            body = lws_body(name, pool, nodes, priority_class=f"{klass}-{suffix}")
+            body["metadata"]["namespace"] = namespace
+            await ok(cluster, "create", "-f", "-", input=json.dumps(body))
+            if name == "exp":
+
+                async def exp_admitted() -> bool:
+                    return admitted((await records(api, namespace, "exp")).get(0, {}))
+
+                await eventually(exp_admitted, timeout=60, what="exp admitted")
+                admitted_at = time.monotonic()
+                stamp = (await records(api, namespace, "exp"))[0]["status"]["admittedAt"]
+
+        async def prod_told() -> bool:
+            said = condition((await records(api, namespace, "prod")).get(0, {}))
+            return "preempts nothing yet" in str(said.get("message"))
+
+        await eventually(prod_told, timeout=30, what="prod's record to say it preempts nothing yet")
+        message = condition((await records(api, namespace, "prod"))[0])["message"]
+        assert "spec.minRunSeconds (20 s)" in message, message
+        assert time.monotonic() - admitted_at < 20, "told before exp could be preempted"
+
+        async def prod_runs() -> bool:
+            return _running(await _pods(api, namespace, "prod")) == 2
+
+        await eventually(prod_runs, timeout=90, what="prod running once exp has run 20 s")
+        print(f"\nprod ran {time.monotonic() - admitted_at:.1f} s after exp's admission (minRunSeconds 20)")
+        gone = condition((await records(api, namespace, "exp"))[0])
+        assert gone["status"] == "False", gone
+        held = datetime.fromisoformat(gone["lastTransitionTime"]) - datetime.fromisoformat(stamp)
+        assert held.total_seconds() >= 20, f"exp was preempted {held} after its admission, before 20 s"

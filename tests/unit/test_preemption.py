@@ -16,7 +16,7 @@ from gatekeeper.core.admission.reasons import Reason
 from gatekeeper.core.backends.pools import Actions, PassInputs, Snapshot, decide, plan_writes
 from gatekeeper.core.backends.pools.giveback import give_back_status
 from gatekeeper.core.backends.pools.preempting import PREEMPTING
-from gatekeeper.core.backends.pools.preemption import MAX_SIMULATIONS
+from gatekeeper.core.backends.pools.preemption import MAX_SIMULATIONS, Room
 from gatekeeper.core.model.pool import MAX_MIN_RUN_SECONDS, WithinPool, parse_pool
 from gatekeeper.core.writes.plan import Memory, Op, walk
 
@@ -231,6 +231,11 @@ def test_min_run_seconds_keeps_a_young_group_and_the_pass_looks_again_when_it_ma
     actions = decide(_hpa_case(min_run=900))
     assert actions.give_back == ()
     assert actions.look_again == NOW + timedelta(seconds=300), "exp group 1, admitted 600 s ago, at 900 s"
+    [wait] = actions.waiting
+    assert wait.message.endswith(
+        "; it preempts nothing yet: 2 group(s) of lower priority have held their admission less than "
+        "the pool's spec.minRunSeconds (900 s), the first until 12:05:00"
+    )
     older = decide(_hpa_case(min_run=450))
     [give] = older.give_back
     assert give.group.key.index == 0, "the only one that has run long enough"
@@ -375,3 +380,22 @@ def test_a_displaced_group_gets_its_grace_and_the_pass_looks_again_when_it_ends(
 def test_no_displaced_give_back(placed: bool, foreign: bool, why: str) -> None:
     gives = decide(_displaced(created_ago=60, placed=placed, foreign=foreign)).give_back
     assert [g for g in gives if g.reason is Reason.STRANDED] == [], why
+
+
+def test_a_hundred_alike_waiting_groups_cost_one_simulation(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``prod`` (high) has 100 groups waiting; the only lower group holds 1 GPU, too little for
+    any of them: one simulation finds that, not a hundred."""
+    calls: list[int] = []
+    fits = Room.fits
+
+    def counted(self: Room, *args: Any) -> Any:
+        calls.append(1)
+        return fits(self, *args)
+
+    monkeypatch.setattr(Room, "fits", counted)
+    small = Lws("small", "low", size=1, admitted={0: (("n0",), 100)})
+    big = Lws("big", "high", size=2, admitted={0: (("n1", "n2"), 100)})
+    prod = Lws("prod", "high", size=2, replicas=100)
+    actions = decide(_scene(small, big, prod, nodes=3, quota=3))
+    assert actions.give_back == ()
+    assert len(calls) == 1

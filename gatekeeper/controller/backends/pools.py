@@ -55,8 +55,10 @@ log = logging.getLogger("gatekeeper.reconciler")
 ADMISSIONS = Counter("gatekeeper_admissions_total", "Groups admitted", ["pool"])
 GIVE_BACKS = Counter(
     "gatekeeper_give_backs_total",
-    "Admitted groups given back: their pods not all bound within the Pool's spec.admissionTimeout",
-    ["pool"],
+    "Admitted groups given back, by reason: AdmissionTimeout (pods not all bound within the Pool's "
+    "spec.admissionTimeout), NotAsAdmitted, Preempted (for a group of higher priority), Stranded "
+    "(a placed group that lost a node's room)",
+    ["pool", "reason"],
 )
 WAITING = Gauge("gatekeeper_waiting_groups", "Groups waiting for admission", ["pool"])
 POOL_QUOTA = Gauge("gatekeeper_pool_quota", "Pool quota per resource (scheduler units)", ["pool", "resource"])
@@ -320,8 +322,8 @@ class PoolsBackend:
             ADMISSIONS.labels(one.labels[0]).inc()
             WAIT_SECONDS.labels(one.labels[0]).observe(one.measure)
         elif one.tag == "give-back":
-            log.info("gave back %s/%s of %s", one.namespace, one.name, one.labels[0])
-            GIVE_BACKS.labels(one.labels[0]).inc()
+            log.info("gave back %s/%s of %s (%s)", one.namespace, one.name, one.labels[0], one.labels[-1])
+            GIVE_BACKS.labels(one.labels[0], one.labels[-1]).inc()
         elif one.tag == "release":
             log.info("released %s/%s", one.namespace, one.name)
 

@@ -174,7 +174,7 @@ class _Writer:
                 guard=resource_version(record),
                 then=(*deletes, *warn),
                 tag="give-back",
-                labels=(group.pool,),
+                labels=(group.pool, str(give.reason)),
             )
         )
 

@@ -114,7 +114,8 @@ def preempt(result: Plan, one: GroupPass, cluster: Cluster) -> Preempted:
     if not queued:
         return Preempted()
     admitted = _admitted(result, one, waiting_of)
-    candidates, going = _candidates(one, cluster, index_by_key(cluster.pods))
+    top = {name: max(w.priority for w in waiting) for name, waiting in queued.items()}
+    candidates, going = _candidates(one, cluster, top)
     budget = [MAX_SIMULATIONS]  # shared by the pools of the pass
     decided = Preemptions()
     for name, waiting in sorted(queued.items()):
@@ -158,27 +159,37 @@ def _admitted(
 
 
 def _candidates(
-    one: GroupPass, cluster: Cluster, pods: Mapping[Key, Mapping[str, Any]]
+    one: GroupPass, cluster: Cluster, top: Mapping[str, int]
 ) -> tuple[list[Candidate], list[Candidate]]:
     """The admitted groups that could be preempted (they hold an admission as admitted, their
-    gated pods let through), and those preempted earlier whose pods are still there."""
-    by_key = {g.key: g for g in one.admitted_groups}
+    gated pods let through, in a pool in ``top`` and below its highest waiting priority), and
+    those preempted earlier whose pods are still there, in those pools."""
+    by_key = {g.key: g for g in one.admitted_groups if g.pool in top}
+    pods: dict[Key, Mapping[str, Any]] | None = None
     found: list[Candidate] = []
+    going: list[Candidate] = []
+
+    def add(into: list[Candidate], gs: GroupState, group: AdmittedGroup, record: Mapping[str, Any]) -> None:
+        nonlocal pods
+        pods = pods if pods is not None else index_by_key(cluster.pods)  # read once, when needed
+        into.append(_candidate(gs, group, record, cluster, pods))
+
     for key in one.ungate_keys:
         gs, group = one.state_of.get(key), by_key.get(key)
         record = cluster.records.get((key.namespace, gs.record)) if gs is not None else None
         if gs is None or group is None or record is None:
             continue
+        if cluster.priority_of.get((key.namespace, key.name), 0) >= top[group.pool]:
+            continue  # no waiting group of its pool outranks it
         if condition(record, ADMITTED).get("reason") != ADMITTED:
             continue  # it names a stranger, or waits for a changed template's old pods
-        found.append(_candidate(gs, group, record, cluster, pods))
-    going: list[Candidate] = []
+        add(found, gs, group, record)
     for gs in one.held_by_pods:
         record = cluster.records.get((gs.key.namespace, gs.record))
         group = by_key.get(gs.key)
         preempted = condition(record, ADMITTED).get("reason") == str(Reason.PREEMPTED)
         if record is not None and group is not None and preempted:
-            going.append(_candidate(gs, group, record, cluster, pods))
+            add(going, gs, group, record)
     return found, going
 
 
@@ -221,6 +232,13 @@ def _said(decided: Preemptions, one: GroupPass, cluster: Cluster) -> Preempted:
         events.append(Preempting(one.state_of[by.key], f"group {by.key.index} {words}"))
     for key, count in decided.waits_for.items():
         said.setdefault(key, f"waits for {count} preempted group(s) of lower priority to stop")
+    for key, (count, until) in decided.kept.items():
+        seconds = cluster.pools[one.state_of[key].pool].min_run_seconds if key in one.state_of else 0
+        said.setdefault(
+            key,
+            f"preempts nothing yet: {count} group(s) of lower priority have held their admission less "
+            f"than the pool's spec.minRunSeconds ({seconds} s), the first until {until:%H:%M:%S}",
+        )
     return Preempted(tuple(gives), tuple(events), said, decided.look_again)
 
 

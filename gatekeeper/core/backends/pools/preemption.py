@@ -87,6 +87,9 @@ class Preemptions:
     """Waiting groups that fit once the groups already preempted are gone: how many they wait for."""
     look_again: datetime | None = None
     """When a candidate kept by ``spec.minRunSeconds`` may be preempted, if one was needed."""
+    kept: Mapping[GroupKey, tuple[int, datetime]] = field(default_factory=dict)
+    """Waiting groups that preempted nothing while candidates were kept by ``spec.minRunSeconds``:
+    how many, and when the first may go."""
 
     def __add__(self, other: Preemptions) -> Preemptions:
         times = [t for t in (self.look_again, other.look_again) if t is not None]
@@ -94,6 +97,7 @@ class Preemptions:
             self.preemptions + other.preemptions,
             {**self.waits_for, **other.waits_for},
             min(times) if times else None,
+            {**self.kept, **other.kept},
         )
 
 
@@ -193,7 +197,11 @@ def choose(
     out: list[Preemption] = []
     waits: dict[GroupKey, int] = {}
     kept_until: list[datetime] = []
+    kept_for: dict[GroupKey, tuple[int, datetime]] = {}
     taken: set[GroupKey] = set()
+    # What found no room (a shape, or a shape and its candidates) since the room last changed:
+    # the groups of one LWS ask alike, and a hundred of them cost one simulation, not a hundred.
+    misses: set[object] = set()
     for group in waiting:
         open_ones: list[Candidate] = []
         kept: list[datetime] = []
@@ -205,22 +213,32 @@ def choose(
                 open_ones.append(c)
             else:
                 kept.append(until)
-        if going or out:  # the room differs from the pass's: does it fit as it is?
+        shape = (group.demand, group.exclusive, group.key.namespace)
+        if (going or out) and shape not in misses:  # the room differs from the pass's: does it fit?
             found = room.fits(held, room_now, group)
             if found is not None:  # once the groups already going are gone: it waits for them
                 if going:
                     waits[group.key] = len(going)
                 held.append(_as_admitted(found, group))
+                misses.clear()  # the room changed
                 continue
-        chosen = _fewest(room, held, room_now, group, sorted(open_ones, key=_order)) if open_ones else None
+            misses.add(shape)
+        trial = (shape, tuple(c.group.key for c in open_ones))
+        chosen = None
+        if open_ones and trial not in misses:  # a group like one that found no victims finds none
+            chosen = _fewest(room, held, room_now, group, sorted(open_ones, key=_order))
         if chosen is None:
+            misses.add(trial)
             kept_until.extend(kept)
+            if kept:
+                kept_for[group.key] = (len(kept), min(kept))
             continue
         victims, held, room_now, found = chosen
         taken.update(v.group.key for v in victims)
         held.append(_as_admitted(found, group))
         out.append(Preemption(group, victims))
-    return Preemptions(tuple(out), waits, min(kept_until) if kept_until else None)
+        misses.clear()
+    return Preemptions(tuple(out), waits, min(kept_until) if kept_until else None, kept_for)
 
 
 def _fewest(
