@@ -10,7 +10,10 @@ planning. Scenarios, on 2,000 nodes of 8 GPUs in one pool:
 * steady: 500 LWSs of 4 groups x 4 pods x 2 GPUs, 1,000 groups admitted and Running,
   1,000 waiting gated;
 * rolling: the same, with every LWS's templates changed to 4 GPUs per pod and every
-  admitted group half-way through its update (old pods Running, new pods gated).
+  admitted group half-way through its update (old pods Running, new pods gated);
+* preempting: steady, in a Pool with ``spec.preemption.withinPool: LowerPriority``, the
+  first PREEMPTORS LWSs of a higher PriorityClass: every pass chooses the victims of their
+  waiting groups (the pass that preempts, the costliest), printed also as a ratio to steady.
 
 Objects carry a UID, resourceVersion and generation as the API server's do: a pass reads
 a pod's requests and an LWS's demand once per version, so the first pass is slower than
@@ -22,6 +25,7 @@ from __future__ import annotations
 import statistics
 import time
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -46,16 +50,20 @@ LWSS = 500
 REPLICAS = 4
 SIZE = 4
 ADMITTED_PER_LWS = 2
+PREEMPTORS = 10
 RUNS = 5
 GPU = "nvidia.com/gpu"
 POOL = "shared"
 
 
-def lws(i: int, gpus: int) -> dict[str, Any]:
+def lws(i: int, gpus: int, klass: str = "") -> dict[str, Any]:
     container = {
         "name": "vllm",
         "resources": {"requests": {"cpu": "4", "memory": "32Gi"}, "limits": {GPU: gpus}},
     }
+    template: dict[str, Any] = {"spec": {"containers": [container]}}
+    if klass:
+        template["spec"]["priorityClassName"] = klass
     return {
         "apiVersion": "leaderworkerset.x-k8s.io/v1",
         "kind": "LeaderWorkerSet",
@@ -69,7 +77,7 @@ def lws(i: int, gpus: int) -> dict[str, Any]:
         },
         "spec": {
             "replicas": REPLICAS,
-            "leaderWorkerTemplate": {"size": SIZE, "workerTemplate": {"spec": {"containers": [container]}}},
+            "leaderWorkerTemplate": {"size": SIZE, "workerTemplate": template},
         },
     }
 
@@ -131,7 +139,7 @@ def record(obj: dict[str, Any], group: int, admitted: bool) -> dict[str, Any]:
     }
 
 
-def snapshot(rolling: bool) -> Snapshot:
+def snapshot(rolling: bool, preempting: bool = False) -> Snapshot:
     nodes = [
         parse_node(
             {
@@ -147,7 +155,7 @@ def snapshot(rolling: bool) -> Snapshot:
     lwss, pods, records = [], [], []
     slot = 0
     for i in range(LWSS):
-        obj = lws(i, 4 if rolling else 2)
+        obj = lws(i, 4 if rolling else 2, "production" if preempting and i < PREEMPTORS else "")
         lwss.append(obj)
         for group in range(REPLICAS):
             admitted = group < ADMITTED_PER_LWS
@@ -168,14 +176,22 @@ def snapshot(rolling: bool) -> Snapshot:
         "metadata": {"name": POOL},
         "spec": {"nodeSelector": {"pool": POOL}, "namespaceSelector": {}, "quota": quota},
     }
+    if preempting:
+        pool["spec"]["preemption"] = {"withinPool": "LowerPriority"}
     bound = [p for p in pods if p["spec"].get("nodeName")]
     pools = parse_each([pool], parse_pool)
-    return Snapshot(lwss=lwss, pods=pods, bound_pods=bound, nodes=nodes, pools=pools, records=records)
+    snap = Snapshot(lwss=lwss, pods=pods, bound_pods=bound, nodes=nodes, pools=pools, records=records)
+    return replace(snap, priorities={"production": 1000}, now=datetime.now(UTC)) if preempting else snap
 
 
 def main() -> None:
-    for name, rolling in (("steady", False), ("rolling", True)):
-        snap = snapshot(rolling)
+    medians: dict[str, float] = {}
+    for name, rolling, preempting in (
+        ("steady", False, False),
+        ("rolling", True, False),
+        ("preempting", False, True),
+    ):
+        snap = snapshot(rolling, preempting)
         demands, requests = DemandMemo(), RequestsMemo()  # owned by the loop, as in the controller
         began = time.perf_counter()
         decide(snap, demands, requests)
@@ -196,7 +212,16 @@ def main() -> None:
             f"{len(actions.held_changed)}, ungate {len(actions.ungate)}); "
             f"planning its {sum(1 for _ in walk(plan))} writes: "
             f"median {statistics.median(planning) * 1000:.0f} ms"
+            + (
+                f"; preempting {len(actions.preempting)} groups' victims "
+                f"({len(actions.give_back)} given back)"
+                if preempting
+                else ""
+            )
         )
+        medians[name] = statistics.median(times)
+        if preempting:
+            print(f"decide, preempting against steady: {medians[name] / medians['steady']:.2f}x")
 
 
 if __name__ == "__main__":

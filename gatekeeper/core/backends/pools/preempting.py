@@ -25,7 +25,7 @@ from gatekeeper.core.admission.reasons import Reason
 from gatekeeper.core.backends.pools.giveback import GiveBack
 from gatekeeper.core.backends.pools.planner import Plan
 from gatekeeper.core.backends.pools.preemption import (
-    MAX_SIMULATIONS,
+    Budget,
     Candidate,
     Preemptions,
     Room,
@@ -39,7 +39,7 @@ from gatekeeper.core.kube.objects import as_map, condition, index_by_key, parse_
 from gatekeeper.core.model.demand import GroupDemand
 from gatekeeper.core.model.group import GroupKey
 from gatekeeper.core.model.groups import GroupState, PodsByGroup
-from gatekeeper.core.model.nodes import Node, node_usage
+from gatekeeper.core.model.nodes import Node
 from gatekeeper.core.model.pool import Pool
 from gatekeeper.core.model.retry import recorded_retries
 
@@ -116,7 +116,7 @@ def preempt(result: Plan, one: GroupPass, cluster: Cluster) -> Preempted:
     admitted = _admitted(result, one, waiting_of)
     top = {name: max(w.priority for w in waiting) for name, waiting in queued.items()}
     candidates, going = _candidates(one, cluster, top)
-    budget = [MAX_SIMULATIONS]  # shared by the pools of the pass
+    budget = Budget()  # shared by the pools of the pass
     decided = Preemptions()
     for name, waiting in sorted(queued.items()):
         pool = pools[name]
@@ -207,7 +207,7 @@ def _candidate(
         group,
         cluster.priority_of.get((ns, gs.key.name), 0),
         parse_time(as_map(record.get("status")).get("admittedAt")),
-        node_usage(pods),
+        pods,
     )
 
 
