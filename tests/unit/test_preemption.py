@@ -251,6 +251,24 @@ def test_lowest_priority_goes_first_and_a_victim_not_needed_is_put_back() -> Non
     assert [g.group.key.name for g in actions.give_back] == ["big"]
 
 
+def test_when_the_nodes_decide_the_candidates_are_halved_and_the_needless_put_back() -> None:
+    """Three 2-GPU nodes, quota 6, all held: ``a`` (n0) and ``b`` (n1), each beside a high
+    group, and ``c`` and ``d`` (both on n2) are low, ``a`` the most recent. ``prod`` needs one
+    2-GPU pod. The quota's run (a, b) frees a GPU on n0 and on n1: no node has 2; all four do;
+    halving finds a, b, c too little and a, b, c, d enough; putting back c fails, then b and a
+    go back: c and d are preempted, a whole node."""
+    lows = [
+        Lws(name, "low", size=1, admitted={0: ((node,), age)})
+        for name, node, age in (("a", "n0", 100), ("b", "n1", 200), ("c", "n2", 300), ("d", "n2", 400))
+    ]
+    highs = [
+        Lws(name, "high", size=1, admitted={0: ((node,), 900)}) for name, node in (("h0", "n0"), ("h1", "n1"))
+    ]
+    prod = Lws("prod", "high", size=1, gpus=2)
+    actions = decide(_scene(*lows, *highs, prod, nodes=3, gpus=2, quota=6))
+    assert sorted(g.group.key.name for g in actions.give_back) == ["c", "d"]
+
+
 def test_a_group_that_would_still_not_fit_preempts_nothing() -> None:
     """``vip`` (higher than prod) holds 4 of 6; even with ``exp`` gone prod's 4 do not fit."""
     vip = Lws("vip", "vip", size=4, admitted={0: (("n0", "n1", "n2", "n3"), 900)})
