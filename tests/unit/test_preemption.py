@@ -108,6 +108,20 @@ def _scene(
     )
 
 
+@pytest.fixture
+def simulations(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Every simulated pass preemption runs, counted."""
+    calls: list[int] = []
+    fits = Room.fits
+
+    def counted(self: Room, *args: Any) -> Any:
+        calls.append(1)
+        return fits(self, *args)
+
+    monkeypatch.setattr(Room, "fits", counted)
+    return calls
+
+
 def _hpa_case(**kwargs: Any) -> Snapshot:
     """The seed's HPA case: a pool of six 1-GPU nodes; ``exp`` (low) holds four GPUs in two
     groups, group 1 admitted last; ``prod`` (high) holds two and has just been scaled to 2."""
@@ -339,23 +353,15 @@ def test_the_pool_fields_are_parsed_and_bounded() -> None:
             parse_pool(obj)
 
 
-def test_many_candidates_cost_one_simulation(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_many_candidates_cost_one_simulation(simulations: list[int]) -> None:
     """200 one-GPU groups of low priority fill 200 nodes; a high group of 8 needs 8 of them: the
     quota's arithmetic finds the 8 most recently admitted, and one simulation confirms they make
     room on the nodes."""
-    calls: list[int] = []
-    fits = Room.fits
-
-    def counted(self: Room, *args: Any) -> Any:
-        calls.append(1)
-        return fits(self, *args)
-
-    monkeypatch.setattr(Room, "fits", counted)
     exp = Lws("exp", "low", size=1, replicas=200, admitted={g: ((f"n{g}",), 1000 - g) for g in range(200)})
     prod = Lws("prod", "high", size=8)
     actions: Actions = decide(_scene(exp, prod, nodes=200, quota=200))
     assert sorted(g.group.key.index for g in actions.give_back) == list(range(192, 200))
-    assert len(calls) == 1 <= MAX_SIMULATIONS
+    assert len(simulations) == 1 <= MAX_SIMULATIONS
 
 
 # ----- the default scheduler's own preemption: a placed group that lost a node's room --------
@@ -409,26 +415,18 @@ def test_no_displaced_give_back(placed: bool, foreign: bool, why: str) -> None:
     assert [g for g in gives if g.reason is Reason.STRANDED] == [], why
 
 
-def test_a_hundred_alike_waiting_groups_cost_two_simulations(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_hundred_alike_waiting_groups_cost_two_simulations(simulations: list[int]) -> None:
     """Three 2-GPU nodes, quota 6: ``big`` (high) fills n0, ``mid`` (high) holds a GPU on n1 and
     on n2, ``small`` (low) the other GPU of n1. ``prod`` (high) has 100 groups of one 2-GPU pod
     waiting: the quota says ``small`` is enough, the nodes say no (n1 and n2 would each have 1
     free). Two simulations find that (the quota's run, then all), not two hundred."""
-    calls: list[int] = []
-    fits = Room.fits
-
-    def counted(self: Room, *args: Any) -> Any:
-        calls.append(1)
-        return fits(self, *args)
-
-    monkeypatch.setattr(Room, "fits", counted)
     big = Lws("big", "high", size=2, admitted={0: (("n0", "n0"), 100)})
     mid = Lws("mid", "high", size=2, admitted={0: (("n1", "n2"), 100)})
     small = Lws("small", "low", size=1, admitted={0: (("n1",), 100)})
     prod = Lws("prod", "high", size=1, gpus=2, replicas=100)
     actions = decide(_scene(big, mid, small, prod, nodes=3, gpus=2, quota=6))
     assert actions.give_back == ()
-    assert len(calls) == 2
+    assert len(simulations) == 2
 
 
 def test_a_group_the_quota_alone_rules_out_costs_no_simulation(monkeypatch: pytest.MonkeyPatch) -> None:
