@@ -74,15 +74,18 @@ def _scene(
             for w in range(one.size):
                 on = placed[0][w] if placed else None
                 pods.append(
-                    lws_pod(
-                        one.name,
-                        g,
-                        w,
-                        namespace=one.namespace,
-                        gated=placed is None,
-                        node_name=on,
-                        phase="Running" if on else "Pending",
-                        gpu_limit=one.gpus,
+                    _of_class(
+                        one.klass,
+                        lws_pod(
+                            one.name,
+                            g,
+                            w,
+                            namespace=one.namespace,
+                            gated=placed is None,
+                            node_name=on,
+                            phase="Running" if on else "Pending",
+                            gpu_limit=one.gpus,
+                        ),
                     )
                 )
             if placed is not None:
@@ -122,6 +125,12 @@ def simulations(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return calls
 
 
+def _of_class(klass: str, pod: dict[str, Any]) -> dict[str, Any]:
+    """The pod as made from a template that names ``klass``."""
+    pod["spec"]["priorityClassName"] = klass
+    return pod
+
+
 def _hpa_case(**kwargs: Any) -> Snapshot:
     """The seed's HPA case: a pool of six 1-GPU nodes; ``exp`` (low) holds four GPUs in two
     groups, group 1 admitted last; ``prod`` (high) holds two and has just been scaled to 2."""
@@ -132,6 +141,7 @@ def _hpa_case(**kwargs: Any) -> Snapshot:
 
 def test_a_waiting_group_of_higher_priority_preempts_the_most_recent_lower_group_whole() -> None:
     actions = decide(_hpa_case())
+    assert actions.strangers == () and actions.problems == (), "the scene's pods are as their LWSs make them"
     [give] = actions.give_back
     assert (give.group.key.name, give.group.key.index, give.reason) == ("exp", 1, Reason.PREEMPTED)
     assert give.pods == ("exp-1", "exp-1-1"), "every pod of the victim, the whole group"
@@ -186,7 +196,7 @@ def _next_pass(snap: Snapshot, *, pods_gone: bool) -> Snapshot:
         ) == str(victim.index)
         if mine and pods_gone:
             w = int(labels["leaderworkerset.sigs.k8s.io/worker-index"])
-            q = lws_pod(victim.name, victim.index, w, namespace=victim.namespace)
+            q = _of_class("low", lws_pod(victim.name, victim.index, w, namespace=victim.namespace))
         elif mine:
             q = {**q, "metadata": {**q["metadata"], "deletionTimestamp": _at(0)}}
         pods.append(q)
@@ -377,7 +387,7 @@ def _displaced(*, created_ago: float, placed: bool = True, foreign: bool = True)
     if placed:
         records[0]["status"]["placedAt"] = _at(590)
     pods = list(snap.pods)
-    worker = lws_pod("exp", 0, 1, namespace="team", gated=False)
+    worker = _of_class("low", lws_pod("exp", 0, 1, namespace="team", gated=False))
     worker["metadata"]["creationTimestamp"] = _at(created_ago)
     pods[1] = worker
     bound = [q for q in pods if q["spec"].get("nodeName")]
@@ -438,3 +448,43 @@ def test_a_group_the_quota_alone_rules_out_costs_no_simulation(monkeypatch: pyte
     prod = Lws("prod", "high", size=2, replicas=100)
     assert decide(_scene(small, big, prod, nodes=3, quota=3)).give_back == ()
     assert calls == []
+
+
+def test_in_a_strict_fifo_pool_the_head_preempts_and_those_it_blocks_do_not() -> None:
+    exp = Lws("exp", "low", replicas=2, admitted={0: (("n0", "n1"), 600), 1: (("n2", "n3"), 300)})
+    prod = Lws("prod", "high", replicas=3, admitted={0: (("n4", "n5"), 900)})
+    p = pool("a").quota(gpu=6).strict().obj()
+    p["spec"]["preemption"] = {"withinPool": "LowerPriority"}
+    snap = replace(_scene(exp, prod), pools=read_pools([p]))
+    actions = decide(snap)
+    assert [(g.group.key.name, g.group.key.index) for g in actions.give_back] == [("exp", 1)]
+    [told] = actions.preempting
+    assert told.group.key.index == 1, "the head, group 1; group 2 is blocked behind it"
+
+
+def test_a_quota_only_pool_preempts_by_its_quota() -> None:
+    exp = Lws("exp", "low", replicas=2, admitted={0: (("n0", "n1"), 600), 1: (("n2", "n3"), 300)})
+    prod = Lws("prod", "high", replicas=2, admitted={0: (("n4", "n5"), 900)})
+    p = pool("a").quota(gpu=6).quota_only().obj()
+    p["spec"]["preemption"] = {"withinPool": "LowerPriority"}
+    actions = decide(replace(_scene(exp, prod), pools=read_pools([p])))
+    assert [(g.group.key.name, g.group.key.index) for g in actions.give_back] == [("exp", 1)]
+
+
+def test_a_victims_gated_pod_is_not_let_through_in_the_pass_that_preempts_it() -> None:
+    """exp group 1 is admitted with its worker just made again, gated: any other pass lets it
+    through; the pass that preempts the group does not."""
+    snap = _hpa_case()
+    pods = [
+        _of_class("low", lws_pod("exp", 1, 1, namespace="team", gated=True))
+        if q["metadata"]["name"] == "exp-1-1"
+        else q
+        for q in snap.pods
+    ]
+    snap = replace(snap, pods=pods, bound_pods=[q for q in pods if q["spec"].get("nodeName")])
+    assert ("team", "exp-1-1") in decide(
+        replace(snap, pools=read_pools([pool("a").quota(gpu=6).obj()]))
+    ).ungate
+    actions = decide(snap)
+    assert [g.group.key.index for g in actions.give_back] == [1]
+    assert ("team", "exp-1-1") not in actions.ungate
