@@ -70,6 +70,12 @@ Decisions:
   cleared once the group has all its pods bound. So is a group whose own pod stays not as
   admitted (reason ``NotAsAdmitted``). Until its let-through pods are gone (a grace period,
   a finalizer) it holds what it was admitted with: nobody else is admitted on its quota.
+* **A higher priority may take room back** where its Pool says so
+  (``spec.preemption.withinPool: LowerPriority``): after the plan, a waiting group that fits
+  only if admitted groups of lower priority go has them given back whole (``preemption``,
+  ``preempting``), and is admitted by a later pass once their pods are gone. A group once placed
+  whole that lost a node's room to a pod the gatekeeper never saw is given back whole
+  (``giveback.displaced``).
 * **Bad input is reported, never fatal.** An object the core cannot read is skipped and
   named in ``Actions.problems``; one bad object must not stop admission for everyone else.
 """

@@ -23,6 +23,13 @@ nothing. Its pods deleted, the LWS makes them again from its own templates (the 
 worker StatefulSet goes with its leader pod); its record says ``NotAsAdmitted`` and why.
 This is what Kueue does with a job whose pods no longer match its admitted Workload.
 
+A group once placed whole is given back too (``displaced``, reason ``Stranded``) when a pod of
+it, let through and unbound, has found no room on its pool's nodes for a few seconds: the default
+scheduler preempted one of its pods for a pod the gatekeeper never saw, or a node was lost, and
+its LWS made it again. Its admission's timeout no longer applies, so it would hold half its
+nodes for ever. Groups preempted for a waiting group of higher priority (``preemption``) leave
+by the same road, with reason ``Preempted``.
+
 Called by ``decide`` (which groups time out, which wait for their retry, which stragglers to
 stop) and by ``writes`` (the record's status patches). Pure: the time is the pass's.
 """
@@ -74,12 +81,12 @@ GIVE_BACK_RETRY_MAX_SECONDS = 1800
 GIVE_BACK_REASONS = frozenset(
     {str(Reason.ADMISSION_TIMEOUT), str(Reason.NOT_AS_ADMITTED), str(Reason.PREEMPTED), str(Reason.STRANDED)}
 )
+"""The reasons of a record whose group was given back (``Admitted=False``)."""
 
 DISPLACED_GRACE_SECONDS = 8
 """How long an unbound pod of a group once placed whole may find no room in its pool before the
 group is given back (``displaced``): long enough for a pod just bound to show so in every cache,
 short of the 15 s after which a half-placed group's GPUs are counted stranded."""
-"""The reasons of a record whose group was given back (``Admitted=False``)."""
 
 _MAX_RETRIES = 1000
 """A record's ``status.retries`` above this (anyone with rights in the namespace can write it)
