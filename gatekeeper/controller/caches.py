@@ -82,6 +82,7 @@ class Caches:
         self._nodes: tuple[int, list[Node]] = (-1, [])
         self._parsed_nodes: dict[str, tuple[Mapping[str, Any], Node | None]] = {}
         self._priorities: tuple[int, dict[str, int]] = (-1, {})
+        self._never: tuple[int, frozenset[str]] = (-1, frozenset())
         self._bound: tuple[tuple[int, int], list[dict[str, Any]]] = ((-1, -1), [])
         self._dra: tuple[tuple[int, ...], ClaimBook, DeviceRoom] = ((), ClaimBook(), DeviceRoom())
         self.requests = RequestsMemo()
@@ -207,10 +208,13 @@ class Caches:
 
     def never_preempt(self) -> frozenset[str]:
         """The PriorityClasses whose ``preemptionPolicy`` is ``Never``, and "" when the cluster's
-        default class's is (a pod that names no class gets it)."""
+        default class's is (a pod that names no class gets it); read once per change of their informer."""
+        inf = self.informer(r.PRIORITY_CLASSES)
+        if self._never[0] == inf.changes:
+            return self._never[1]
         never: set[str] = set()
         defaults: list[tuple[int, bool]] = []
-        for obj in self.informer(r.PRIORITY_CLASSES).values():
+        for obj in inf.values():
             off = obj.get("preemptionPolicy") == "Never"
             if off:
                 never.add(str(obj["metadata"]["name"]))
@@ -219,7 +223,8 @@ class Caches:
                 defaults.append((value, off))
         if defaults and max(defaults)[1]:
             never.add("")
-        return frozenset(never)
+        self._never = (inf.changes, frozenset(never))
+        return self._never[1]
 
     def priorities(self) -> dict[str, int]:
         """PriorityClass name -> value, read once per change of their informer."""

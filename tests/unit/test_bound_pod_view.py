@@ -244,3 +244,29 @@ async def test_the_default_priority_is_the_global_default_classes_value_or_zero(
                 await classes.synced.wait()
                 tg.cancel_scope.cancel()
         assert caches.default_priority() == expected
+
+
+@pytest.mark.anyio
+async def test_the_classes_that_never_preempt_are_read_with_the_default_ones() -> None:
+    """``preemptionPolicy: Never`` names a class; "" stands for the cluster's default class when
+    the highest global default says so (a pod that names no class gets it)."""
+
+    def klass(name: str, value: int, policy: str | None = None, default: bool = False) -> dict[str, Any]:
+        obj: dict[str, Any] = {"metadata": {"name": name}, "value": value, "globalDefault": default}
+        if policy is not None:
+            obj["preemptionPolicy"] = policy
+        return obj
+
+    for items, expected in (
+        ([klass("batch", 10, "Never"), klass("prod", 1000, "PreemptLowerPriority")], {"batch"}),
+        ([klass("batch", 10, "Never", default=True), klass("prod", 1000)], {"batch", ""}),
+        ([klass("old", 5, "Never", default=True), klass("normal", 100, default=True)], {"old"}),
+    ):
+        caches = Caches(Lists(items))  # type: ignore[arg-type]
+        classes = caches.informer(r.PRIORITY_CLASSES)
+        with anyio.fail_after(5):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(caches.run)
+                await classes.synced.wait()
+                tg.cancel_scope.cancel()
+        assert caches.never_preempt() == frozenset(expected)

@@ -16,7 +16,7 @@ from gatekeeper.core.admission.reasons import Reason
 from gatekeeper.core.backends.pools import Actions, PassInputs, Snapshot, decide, plan_writes
 from gatekeeper.core.backends.pools.giveback import give_back_status
 from gatekeeper.core.backends.pools.preempting import PREEMPTING
-from gatekeeper.core.backends.pools.preemption import MAX_SIMULATIONS, Room
+from gatekeeper.core.backends.pools.preemption import MAX_SIMULATIONS, Room, preempts
 from gatekeeper.core.model.pool import MAX_MIN_RUN_SECONDS, WithinPool, parse_pool
 from gatekeeper.core.writes.plan import Memory, Op, walk
 
@@ -488,3 +488,18 @@ def test_a_victims_gated_pod_is_not_let_through_in_the_pass_that_preempts_it() -
     actions = decide(snap)
     assert [g.group.key.index for g in actions.give_back] == [1]
     assert ("team", "exp-1-1") not in actions.ungate
+
+
+@pytest.mark.parametrize(
+    ("extra", "why"),
+    [
+        ({"reservation": "shared"}, "charged to a hub Reservation: the hub grants in its own order"),
+        ({"nodePools": ["gpu"]}, "over Karpenter NodePools: it can buy nodes instead"),
+    ],
+)
+def test_a_pool_on_a_hub_or_over_node_pools_preempts_nothing(extra: dict[str, Any], why: str) -> None:
+    p = pool("a").quota(gpu=6).obj()
+    p["spec"].update(preemption={"withinPool": "LowerPriority"}, **extra)
+    assert not preempts(parse_pool(p)), why
+    p["spec"].pop(next(iter(extra)))
+    assert preempts(parse_pool(p))

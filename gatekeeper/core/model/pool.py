@@ -39,7 +39,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
 
 from gatekeeper.core.kube.fields import mapping, sequence, string
 from gatekeeper.core.kube.keys import GATEKEEPER_API_VERSION, POOL_KIND
@@ -54,6 +54,8 @@ from gatekeeper.core.kube.selectors import (
 )
 from gatekeeper.core.model.demand import GroupDemand, PodDemand, Resources
 from gatekeeper.core.model.nodes import Node
+
+E = TypeVar("E", bound=StrEnum)
 
 MAX_NAME = 253
 """The longest object name Kubernetes has (a DNS subdomain)."""
@@ -182,21 +184,13 @@ def parse_pool(obj: Mapping[str, Any]) -> Pool:
             raise ValueError(f"kind: expected {POOL_KIND}, got {kind!r}")
         spec = mapping(obj.get("spec"), "spec")
         selector = parse_label_map(spec.get("nodeSelector"), "spec.nodeSelector")
-        strategy_name = string(spec.get("queueingStrategy"), "spec.queueingStrategy", "BestEffortFIFO")
-        try:
-            strategy = QueueingStrategy(strategy_name)
-        except ValueError:
-            allowed = ", ".join(s.value for s in QueueingStrategy)
-            raise ValueError(f"spec.queueingStrategy: {strategy_name!r} is not one of {allowed}") from None
+        strategy = _choice(
+            spec.get("queueingStrategy"), "spec.queueingStrategy", QueueingStrategy.BEST_EFFORT_FIFO
+        )
         quota: dict[str, int] | None = None
         if spec.get("quota") is not None:
             quota = amounts(mapping(spec.get("quota"), "spec.quota"), "spec.quota")
-        fit_name = string(spec.get("nodeFit"), "spec.nodeFit", NodeFit.REQUIRED.value)
-        try:
-            node_fit = NodeFit(fit_name)
-        except ValueError:
-            allowed = ", ".join(f.value for f in NodeFit)
-            raise ValueError(f"spec.nodeFit: {fit_name!r} is not one of {allowed}") from None
+        node_fit = _choice(spec.get("nodeFit"), "spec.nodeFit", NodeFit.REQUIRED)
         tolerations = tuple(
             dict(mapping(t, f"spec.tolerations[{i}]"))
             for i, t in enumerate(sequence(spec.get("tolerations"), "spec.tolerations"))
@@ -251,15 +245,21 @@ def parse_pool(obj: Mapping[str, Any]) -> Pool:
     )
 
 
+def _choice(value: object, where: str, default: E) -> E:
+    """One of an enum's values, ``default`` when absent; the error lists the allowed ones."""
+    kind = type(default)
+    name = string(value, where, default.value)
+    try:
+        return kind(name)
+    except ValueError:
+        allowed = ", ".join(v.value for v in kind)
+        raise ValueError(f"{where}: {name!r} is not one of {allowed}") from None
+
+
 def _preemption(spec: Mapping[str, Any]) -> tuple[WithinPool, int]:
     """``spec.preemption.withinPool`` (``Never`` when absent) and ``spec.minRunSeconds`` (0)."""
     preemption = mapping(spec.get("preemption"), "spec.preemption")
-    name = string(preemption.get("withinPool"), "spec.preemption.withinPool", WithinPool.NEVER.value)
-    try:
-        within = WithinPool(name)
-    except ValueError:
-        allowed = ", ".join(w.value for w in WithinPool)
-        raise ValueError(f"spec.preemption.withinPool: {name!r} is not one of {allowed}") from None
+    within = _choice(preemption.get("withinPool"), "spec.preemption.withinPool", WithinPool.NEVER)
     raw = spec.get("minRunSeconds", 0)
     if type(raw) is not int or not 0 <= raw <= MAX_MIN_RUN_SECONDS:
         raise ValueError(f"spec.minRunSeconds: expected 0 to {MAX_MIN_RUN_SECONDS} seconds, got {raw!r}")

@@ -83,7 +83,7 @@ Decisions:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
 from typing import Any
@@ -98,8 +98,14 @@ from gatekeeper.core.backends.pools.changed import WaitStatus
 from gatekeeper.core.backends.pools.giveback import GiveBack, displaced
 from gatekeeper.core.backends.pools.kept import still_charged
 from gatekeeper.core.backends.pools.planner import Plan, PoolStatus, plan
-from gatekeeper.core.backends.pools.preempting import Cluster, Preempting, preempt
-from gatekeeper.core.backends.pools.provisioning import InstanceType, NodeClaim, NodePool, read_launcher
+from gatekeeper.core.backends.pools.preempting import Cluster, Preempted, Preempting, preempt
+from gatekeeper.core.backends.pools.provisioning import (
+    InstanceType,
+    Launcher,
+    NodeClaim,
+    NodePool,
+    read_launcher,
+)
 from gatekeeper.core.backends.pools.stages import GroupPass, Settings, restored
 from gatekeeper.core.kube.objects import index_by_key, meta, object_key, parse_time
 from gatekeeper.core.kube.parsed import Parsed
@@ -289,17 +295,9 @@ def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMem
     nodes, usage = with_devices(
         [*snap.nodes, *launching], node_usage_skipping(snap.bound_pods, problems, requests), snap.device_room
     )
-    found = intruders(pools, snap.nodes, snap.bound_pods, snap.exempt_namespaces)
-    held_nodes = occupants(snap.bound_pods)
-    where = (snap.namespaces, launcher, found, held_nodes)
-    result = plan(pools, nodes, usage, one.admitted_groups, one.waiting_groups, *where)
-    room = Cluster(by_name, nodes, usage, snap.namespaces, found, held_nodes, records, snap.pods)
-    room = replace(room, pods_of=who.pods_of, priority_of=priority_of, never=snap.never_preempt, now=snap.now)
-    _evict(one, _displaced(result, one, records, who.pods_of, snap.now), None)
-    chosen = preempt(result, one, room)
-    _evict(one, chosen.give_back, chosen.look_again)
+    result, chosen = _planned(snap, one, nodes, usage, launcher, records, who.pods_of, priority_of)
     admit, ungate, steer = _steering(result, one)
-    waiting = _waiting_words(result, one, invalid_pools, lws_by_key, chosen.said or {})
+    waiting = _waiting_words(result, one, invalid_pools, lws_by_key, chosen.said)
     create = tuple(
         g for g in one.groups if (g.key.namespace, g.record) not in one.wanted_records and g not in over
     )
@@ -329,6 +327,52 @@ def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMem
         over_cap=over,
         preempting=chosen.preempting,
     )
+
+
+def _planned(
+    snap: Snapshot,
+    one: GroupPass,
+    nodes: Sequence[Node],
+    usage: Mapping[str, Mapping[str, int]],
+    launcher: Launcher,
+    records: Mapping[Key, Mapping[str, Any]],
+    pods_of: PodsByGroup,
+    priority_of: Mapping[Key, int],
+) -> tuple[Plan, Preempted]:
+    """The pass's plan, then what it takes back: groups once placed whole that lost a node's room
+    (``giveback.displaced``), and the victims of preemption (``preempting``)."""
+    pools = snap.pools.ok
+    found = intruders(pools, snap.nodes, snap.bound_pods, snap.exempt_namespaces)
+    held_nodes = occupants(snap.bound_pods)
+    result = plan(
+        pools,
+        nodes,
+        usage,
+        one.admitted_groups,
+        one.waiting_groups,
+        snap.namespaces,
+        launcher,
+        found,
+        held_nodes,
+    )
+    _evict(one, _displaced(result, one, records, pods_of, snap.now), None)
+    room = Cluster(
+        pools=one.settings.pools,
+        nodes=nodes,
+        usage=usage,
+        namespaces=snap.namespaces,
+        intruders=found,
+        occupants=held_nodes,
+        records=records,
+        pods=snap.pods,
+        pods_of=pods_of,
+        priority_of=priority_of,
+        never=snap.never_preempt,
+        now=snap.now,
+    )
+    chosen = preempt(result, one, room)
+    _evict(one, chosen.give_back, chosen.look_again)
+    return result, chosen
 
 
 def _evict(one: GroupPass, gives: Sequence[GiveBack], look_again: datetime | None) -> None:

@@ -68,7 +68,7 @@ class Preempted:
 
     give_back: tuple[GiveBack, ...] = ()
     preempting: tuple[Preempting, ...] = ()
-    said: Mapping[GroupKey, str] | None = None
+    said: Mapping[GroupKey, str] = field(default_factory=dict)
     """What a preemptor's record adds to why it waits."""
     look_again: datetime | None = None
 
@@ -165,15 +165,8 @@ def _candidates(
     gated pods let through, in a pool in ``top`` and below its highest waiting priority), and
     those preempted earlier whose pods are still there, in those pools."""
     by_key = {g.key: g for g in one.admitted_groups if g.pool in top}
-    pods: dict[Key, Mapping[str, Any]] | None = None
+    pods = index_by_key(cluster.pods)
     found: list[Candidate] = []
-    going: list[Candidate] = []
-
-    def add(into: list[Candidate], gs: GroupState, group: AdmittedGroup, record: Mapping[str, Any]) -> None:
-        nonlocal pods
-        pods = pods if pods is not None else index_by_key(cluster.pods)  # read once, when needed
-        into.append(_candidate(gs, group, record, cluster, pods))
-
     for key in one.ungate_keys:
         gs, group = one.state_of.get(key), by_key.get(key)
         record = cluster.records.get((key.namespace, gs.record)) if gs is not None else None
@@ -183,13 +176,14 @@ def _candidates(
             continue  # no waiting group of its pool outranks it
         if condition(record, ADMITTED).get("reason") != ADMITTED:
             continue  # it names a stranger, or waits for a changed template's old pods
-        add(found, gs, group, record)
+        found.append(_candidate(gs, group, record, cluster, pods))
+    going: list[Candidate] = []
     for gs in one.held_by_pods:
         record = cluster.records.get((gs.key.namespace, gs.record))
         group = by_key.get(gs.key)
         preempted = condition(record, ADMITTED).get("reason") == str(Reason.PREEMPTED)
         if record is not None and group is not None and preempted:
-            add(going, gs, group, record)
+            going.append(_candidate(gs, group, record, cluster, pods))
     return found, going
 
 

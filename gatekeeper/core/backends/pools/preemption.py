@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 from typing import Any
 
 from gatekeeper.core.admission.exclusive import Occupant
@@ -76,16 +77,16 @@ class Budget:
     spent: int = 0
     decided: bool = False
 
-    def spend(self) -> bool:
-        """Take one, if any is left."""
-        if self.spent >= (MAX_SIMULATIONS if self.decided else FIRST_SIMULATIONS):
-            return False
-        self.spent += 1
-        return True
-
     @property
     def left(self) -> bool:
         return self.spent < (MAX_SIMULATIONS if self.decided else FIRST_SIMULATIONS)
+
+    def spend(self) -> bool:
+        """Take one, if any is left."""
+        if not self.left:
+            return False
+        self.spent += 1
+        return True
 
 
 @dataclass(eq=False)
@@ -150,7 +151,7 @@ class Room:
     budget: Budget = field(default_factory=Budget)
     """Simulations left, shared by the pools of one pass."""
 
-    @property
+    @cached_property
     def quota(self) -> Mapping[str, int]:
         """The pool's quota, or its schedulable nodes' allocatable (as the planner's)."""
         if self.pool.quota is not None:
@@ -201,14 +202,15 @@ def never_preempts(group: WaitingGroup, never: frozenset[str]) -> bool:
     return any(c in never for c in (group.classes or ("",)))
 
 
-def _less(usage: Usage, *gone: Usage) -> dict[str, dict[str, int]]:
+def _less(usage: Usage, *gone: Usage) -> Usage:
     """``usage`` less what ``gone`` hold (a new map; only the nodes they are on copied)."""
-    out: dict[str, dict[str, int]] = dict(usage)  # type: ignore[arg-type]
+    out: dict[str, Mapping[str, int]] = dict(usage)
     for one in gone:
         for node, used in one.items():
-            into = out[node] = dict(out.get(node, {}))
+            into = dict(out.get(node, {}))
             for resource, amount in used.items():
                 into[resource] = max(into.get(resource, 0) - amount, 0)
+            out[node] = into
     return out
 
 
@@ -245,7 +247,6 @@ def choose(
     room_now = _less(usage, *(c.usage for c in going))
     out: list[Preemption] = []
     waits: dict[GroupKey, int] = {}
-    kept_until: list[datetime] = []
     kept_for: dict[GroupKey, tuple[int, datetime]] = {}
     taken: set[GroupKey] = set()
     # What found no room (a shape, or a shape and its candidates) since the room last changed:
@@ -281,7 +282,6 @@ def choose(
             chosen = _fewest(room, held, room_now, group, sorted(open_ones, key=_order))
         if chosen is None:
             misses.add(trial)
-            kept_until.extend(kept)
             if kept:
                 kept_for[group.key] = (len(kept), min(kept))
             continue
@@ -291,7 +291,8 @@ def choose(
         out.append(Preemption(group, victims))
         room.budget.decided = True
         misses.clear()
-    return Preemptions(tuple(out), waits, min(kept_until) if kept_until else None, kept_for)
+    first_free = min((until for _, until in kept_for.values()), default=None)
+    return Preemptions(tuple(out), waits, first_free, kept_for)
 
 
 def _fewest(
@@ -300,13 +301,13 @@ def _fewest(
     usage: Usage,
     group: WaitingGroup,
     ordered: Sequence[Candidate],
-) -> tuple[tuple[Candidate, ...], list[AdmittedGroup], dict[str, dict[str, int]], Admission] | None:
+) -> tuple[tuple[Candidate, ...], list[AdmittedGroup], Usage, Admission] | None:
     """The victims ``group`` needs of ``ordered``: the shortest run from the first that lets it
     in (halving, since freeing more never makes room scarcer), then each it does not need put
     back, the last chosen first. None when even all of them are not enough, or when the pass's
     budget of simulations ran out on the way (the next pass tries again with a whole one)."""
 
-    def without(victims: Sequence[Candidate]) -> tuple[list[AdmittedGroup], dict[str, dict[str, int]]]:
+    def without(victims: Sequence[Candidate]) -> tuple[list[AdmittedGroup], Usage]:
         keys = {v.group.key for v in victims}
         return [g for g in held if g.key not in keys], _less(usage, *(v.usage for v in victims))
 
