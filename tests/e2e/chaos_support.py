@@ -28,7 +28,7 @@ from gatekeeper_lab.sandbox import gatekeeper as gk
 from gatekeeper_lab.sandbox.cluster import Sandbox
 from gatekeeper_lab.sandbox.hub import Hub
 
-from .hub_support import GPU, HOLDING, lws_manifest
+from .hub_support import GPU, HOLDING, bound_throughout, lws_manifest
 
 GROUP_INDEX = "leaderworkerset.sigs.k8s.io/group-index"
 GROUP_KEY = "leaderworkerset.sigs.k8s.io/group-key"
@@ -123,17 +123,16 @@ class ChaosSampler(threading.Thread):
             self.hub_unread += 1
         else:
             self.held.append(held(got))
-        bound = 0
+        first = {n: fut.result() for n, fut in pods.items()}
+        again = {n: self._pool.submit(member_pods, sb, self.namespace) for n, sb in members.items()}
+        self.bound.append(bound_throughout(first, {n: fut.result() for n, fut in again.items()}))
         half: set[tuple[str, str]] = set()
-        for name, fut in pods.items():
-            listed = fut.result()
+        for name, listed in first.items():
             if listed is None:
                 continue
-            bound += sum(1 for p in listed if p["spec"].get("nodeName"))
             for key, (ungated, gated, _) in groups_of(listed).items():
                 if ungated and gated:
                     half.add((name, key))
-        self.bound.append(bound)
         for one in half:
             self.half_since.setdefault(one, now)
         for one in list(self.half_since):

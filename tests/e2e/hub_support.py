@@ -111,8 +111,27 @@ def scale_all(shared: SharedHub, namespace: str, replicas: int) -> None:
         t.join()
 
 
+def bound_throughout(
+    first: dict[str, list[dict[str, Any]] | None], second: dict[str, list[dict[str, Any]] | None]
+) -> int:
+    """Pods bound in both of two listings of every member, the second begun after the first
+    ended: each was bound at every instant between them, so the sum is a count at one instant.
+
+    One listing per member, taken one after another, could count one member's pods just before
+    they go and another's just after they bind, more than were ever bound together. This count
+    can miss a pod that bound in between, never invents one: sound for "never above capacity".
+    A member unread in either listing counts nothing.
+    """
+
+    def bound(pods: list[dict[str, Any]] | None) -> set[str]:
+        return {p["metadata"]["uid"] for p in pods or () if p["spec"].get("nodeName")}
+
+    return sum(len(bound(first.get(name)) & bound(pods)) for name, pods in second.items())
+
+
 class Sampler(threading.Thread):
-    """Every second: the hub's granted GPUs and the GPUs of ungated pods bound in the members."""
+    """Every second: the hub's granted GPUs and the GPUs of ungated pods bound in the members
+    (:func:`bound_throughout` of two listings)."""
 
     def __init__(self, shared: SharedHub, reservation: str, namespace: str) -> None:
         super().__init__(daemon=True)
@@ -125,14 +144,8 @@ class Sampler(threading.Thread):
         while not self.stop.is_set():
             start = time.monotonic()
             self.granted.append(granted_gpus(self.shared, self.reservation)[0])
-            self.bound.append(
-                sum(
-                    1
-                    for pods in pods_of(self.shared, self.namespace).values()
-                    for p in pods
-                    if p["spec"].get("nodeName")
-                )
-            )
+            first: dict[str, list[dict[str, Any]] | None] = dict(pods_of(self.shared, self.namespace))
+            self.bound.append(bound_throughout(first, dict(pods_of(self.shared, self.namespace))))
             self.stop.wait(max(0.0, 1.0 - (time.monotonic() - start)))
 
 
