@@ -54,6 +54,14 @@ class AdmittedGroup:
     bound: frozenset[int] = frozenset()
     exclusive: str = ""
     """As ``WaitingGroup.exclusive``: the room it holds for its unbound pods counts in its domain."""
+    lender: str = ""
+    """The pool of its cohort it was admitted into when its own had no room (its record's
+    ``status.borrowedFrom``): it holds that pool's quota and node room; "": its own pool's."""
+
+    @property
+    def held_in(self) -> str:
+        """The pool whose quota and nodes the group holds."""
+        return self.lender or self.pool
 
 
 def _utc(moment: datetime) -> datetime:

@@ -90,6 +90,18 @@ class WithinPool(StrEnum):
     whole groups only (``backends.pools.preemption``)."""
 
 
+class ReclaimWithinCohort(StrEnum):
+    """Whether a waiting group may take back what its pool lent to the other pools of its cohort
+    (Kueue's ``reclaimWithinCohort``)."""
+
+    NEVER = "Never"
+    """What was lent stays lent until the borrowers' groups go of themselves (the default)."""
+    LOWER_PRIORITY = "LowerPriority"
+    """Borrowers' groups of lower priority are preempted, whole, to make room."""
+    ANY = "Any"
+    """Borrowers' groups are preempted whatever their priority: what is lent is the lender's."""
+
+
 #: ``spec.minRunSeconds`` is at most this (the CRD says so too): a day.
 MAX_MIN_RUN_SECONDS = 86400
 
@@ -131,6 +143,21 @@ class Pool:
     min_run_seconds: int = 0
     """``spec.minRunSeconds``: an admitted group is not preempted before it has held its admission
     this long (so a pool under churn does not thrash)."""
+    cohort: str = ""
+    """``spec.cohort``: the pools that lend one another unused room; "": none (``backends.pools.cohort``)."""
+    lending_limit: Resources | None = None
+    """``spec.lendingLimit``: at most this of each resource named is lent; None (or a resource
+    not named): all that is unused."""
+    borrowing_limit: Resources | None = None
+    """``spec.borrowingLimit``: the pool's groups borrow at most this of each resource named;
+    None (or a resource not named): no limit."""
+    reclaim_within_cohort: ReclaimWithinCohort = ReclaimWithinCohort.NEVER
+    """``spec.preemption.reclaimWithinCohort``: may a waiting group preempt borrowers' groups?"""
+
+    @property
+    def lends(self) -> bool:
+        """Does the pool lend or borrow at all? It names a cohort (its nodes decide its room)."""
+        return bool(self.cohort)
 
     def disallowed(self, classes: Iterable[str]) -> tuple[str, ...]:
         """The classes of ``classes`` (those a group's templates name, "" for none) the pool
@@ -221,6 +248,12 @@ def parse_pool(obj: Mapping[str, Any]) -> Pool:
         if len(reservation) > MAX_NAME:
             raise ValueError(f"spec.reservation: longer than {MAX_NAME} characters")
         within_pool, min_run = _preemption(spec)
+        cohort, lending, borrowing, reclaim = _cohort(spec)
+        if cohort and (reservation or node_pools or node_fit is NodeFit.QUOTA_ONLY):
+            raise ValueError(
+                "spec.cohort: only a pool whose own nodes decide its room lends and borrows "
+                "(not with spec.reservation, spec.nodePools or spec.nodeFit QuotaOnly)"
+            )
         if node_fit is NodeFit.QUOTA_ONLY and quota is None:
             raise ValueError(
                 "spec.quota: required when spec.nodeFit is QuotaOnly (the pool's nodes come and go, "
@@ -242,6 +275,10 @@ def parse_pool(obj: Mapping[str, Any]) -> Pool:
         allowed_priority_classes=classes,
         within_pool=within_pool,
         min_run_seconds=min_run,
+        cohort=cohort,
+        lending_limit=lending,
+        borrowing_limit=borrowing,
+        reclaim_within_cohort=reclaim,
     )
 
 
@@ -264,6 +301,31 @@ def _preemption(spec: Mapping[str, Any]) -> tuple[WithinPool, int]:
     if type(raw) is not int or not 0 <= raw <= MAX_MIN_RUN_SECONDS:
         raise ValueError(f"spec.minRunSeconds: expected 0 to {MAX_MIN_RUN_SECONDS} seconds, got {raw!r}")
     return within, raw
+
+
+_COHORT = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
+def _cohort(spec: Mapping[str, Any]) -> tuple[str, Resources | None, Resources | None, ReclaimWithinCohort]:
+    """``spec.cohort`` (a DNS label, "" when absent), ``spec.lendingLimit``, ``spec.borrowingLimit``
+    and ``spec.preemption.reclaimWithinCohort``; the last three only with a cohort."""
+    cohort = string(spec.get("cohort"), "spec.cohort", "")
+    if cohort and not _COHORT.fullmatch(cohort):
+        raise ValueError(
+            f"spec.cohort: expected a DNS label (lower case, at most 63 characters), got {cohort!r}"
+        )
+    limits: list[Resources | None] = []
+    for key in ("lendingLimit", "borrowingLimit"):
+        raw = spec.get(key)
+        if raw is not None and not cohort:
+            raise ValueError(f"spec.{key}: only with spec.cohort")
+        limits.append(None if raw is None else amounts(mapping(raw, f"spec.{key}"), f"spec.{key}"))
+    preemption = mapping(spec.get("preemption"), "spec.preemption")
+    where = "spec.preemption.reclaimWithinCohort"
+    reclaim = _choice(preemption.get("reclaimWithinCohort"), where, ReclaimWithinCohort.NEVER)
+    if reclaim is not ReclaimWithinCohort.NEVER and not cohort:
+        raise ValueError(f"{where}: only with spec.cohort")
+    return cohort, limits[0], limits[1], reclaim
 
 
 #: At most this many PriorityClasses in ``spec.allowedPriorityClasses`` (the CRD says so too).

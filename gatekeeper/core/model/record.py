@@ -99,6 +99,16 @@ def is_admitted(record: Mapping[str, Any] | None) -> bool:
     return condition(record, ADMITTED).get("status") == "True"
 
 
+def held_in(record: Mapping[str, Any], default: str) -> tuple[str, str]:
+    """(pool, lender) of a record: the pool its group was admitted for (``status.pool``, else
+    ``default``) and the pool of its cohort that lent it room (``status.borrowedFrom``; "" when
+    it runs in its own). Its pods run on, and count against, the lender's room when it has one."""
+    status = as_map(record.get("status"))
+    pool = str(status.get("pool") or default)
+    lender = status.get("borrowedFrom")
+    return pool, lender if isinstance(lender, str) and lender != pool else ""
+
+
 def admitted_indices(
     records: Mapping[tuple[str, str], Mapping[str, Any]], ns: str, name: str, uid: str
 ) -> set[int]:

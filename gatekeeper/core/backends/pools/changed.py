@@ -20,7 +20,7 @@ from gatekeeper.core.kube.quantity import format_resources
 from gatekeeper.core.model.demand import GroupDemand
 from gatekeeper.core.model.groups import GroupState
 from gatekeeper.core.model.lws import GroupPod
-from gatekeeper.core.model.record import recorded_demand, recorded_shape, without_pod_count
+from gatekeeper.core.model.record import held_in, recorded_demand, recorded_shape, without_pod_count
 
 __all__ = ["WaitStatus", "changed_template"]
 
@@ -71,8 +71,10 @@ def changed_template(
             gs.key, gs.pool, demand, created, priority=priority, classes=classes, exclusive=gs.exclusive
         )
     held = recorded_demand(record)
-    pool = str(status.get("pool") or gs.pool)
-    group = AdmittedGroup(key=gs.key, pool=pool, demand=held, bound=frozenset(range(held.pod_count)))
+    pool, lender = held_in(record, gs.pool)
+    group = AdmittedGroup(
+        key=gs.key, pool=pool, demand=held, bound=frozenset(range(held.pod_count)), lender=lender
+    )
     let_through = sorted(p.name for p in live if p.gated and not p.terminating and is_old(p))
     report = None
     if new:

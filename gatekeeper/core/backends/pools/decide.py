@@ -190,6 +190,8 @@ class Admit:
     nodes: tuple[str, ...]
     """Tentative node of each pod, leader first."""
     summary: str
+    lender: str = ""
+    """The pool of its cohort whose room it borrows ("": its own): ``status.borrowedFrom``."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -441,9 +443,9 @@ def _steering(result: Plan, one: GroupPass) -> tuple[tuple[Admit, ...], tuple[Ke
     for a in result.admit:
         gs = one.state_of[a.key]
         summary = format_resources(gs.demand.total) if isinstance(gs.demand, GroupDemand) else ""
-        admit.append(Admit(group=gs, nodes=tuple(a.nodes), summary=summary))
+        admit.append(Admit(group=gs, nodes=tuple(a.nodes), summary=summary, lender=a.lender))
         for pod in gs.gated:
-            steered(gs.key.namespace, pod, gs.pool, gs.key)
+            steered(gs.key.namespace, pod, a.lender or gs.pool, gs.key)
     lifts = {
         (k.namespace, pod): (one.held_pools[k], k) for k in one.ungate_keys for pod in one.state_of[k].gated
     }

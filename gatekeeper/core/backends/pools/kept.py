@@ -22,7 +22,7 @@ from gatekeeper.core.model.charge import Charge, charged
 from gatekeeper.core.model.group import GroupKey
 from gatekeeper.core.model.groups import PodsByGroup
 from gatekeeper.core.model.lws import GroupPod
-from gatekeeper.core.model.record import is_admitted, recorded_demand
+from gatekeeper.core.model.record import held_in, is_admitted, recorded_demand
 
 __all__ = ["holds_pods", "still_charged"]
 
@@ -68,8 +68,9 @@ def still_charged(
         if not (by_label or charged(record, charges)):
             continue
         demand = recorded_demand(record)
-        pool = str(as_map(record.get("status")).get("pool") or "")
+        pool, lender = held_in(record, "")
         # A same-named LWS made since has groups of its own: this one is told apart by its record.
         key = GroupKey(ns, name if (ns, name) not in lwss else rname, index)
-        held.append(((ns, rname), AdmittedGroup(key, pool, demand, bound=frozenset(range(demand.pod_count)))))
+        bound = frozenset(range(demand.pod_count))
+        held.append(((ns, rname), AdmittedGroup(key, pool, demand, bound=bound, lender=lender)))
     return held

@@ -6,7 +6,8 @@ the group's pods exist; the webhook then makes the group's new pods without the 
 which groups, from the records: a group whose record says ``Admitted`` (reason
 ``Admitted``: not a changed template, not a stranger's claim, not a demand that cannot be
 computed) into a Pool that can be read, at the demand its LWS asks now, is in the table,
-its pods steered with the Pool's node selector and tolerations. A group is released only
+its pods steered with the Pool's node selector and tolerations (those of the Pool of its
+cohort it borrows from, ``status.borrowedFrom``, when it does). A group is released only
 once none of its pods is left, when the LWS is not asking for it any more; a group given
 back is taken out of the table before its record is written (``controller/backends/pools``).
 The records are taken as this leader last wrote them while the informer lags (``as_known``).
@@ -30,6 +31,7 @@ from gatekeeper.core.model.demand import GroupDemand
 from gatekeeper.core.model.lws import replicas
 from gatekeeper.core.model.lws import size as lws_size
 from gatekeeper.core.model.pool import Pool
+from gatekeeper.core.model.record import held_in
 
 __all__ = [
     "Index",
@@ -59,7 +61,8 @@ class Index:
         spec, status = as_map(record.get("spec")), as_map(record.get("status"))
         name, index, uid = spec.get("leaderWorkerSet"), spec.get("groupIndex"), spec.get("leaderWorkerSetUID")
         lws = self.lwss.get((ns, str(name)))
-        pool = self.pools.get(str(status.get("pool") or ""))
+        own, lender = held_in(record, "")
+        pool = self.pools.get(lender or own)  # its pods run on the lender's nodes when it borrows
         if lws is None or pool is None or type(index) is not int or uid != meta(lws).get("uid"):
             return None
         try:

@@ -26,6 +26,13 @@ reported until its LWS or the pool changes).
 Admitted groups hold their whole demand in the quota, and node room for their pods
 not yet bound, so a group between "ungated" and "bound" cannot be double-booked.
 
+Pools of one ``spec.cohort`` lend each other room (``cohort``): once every waiting group was
+tried in its own pool, each that waits for quota or nodes (in queue order, within its pool's
+``spec.borrowingLimit``) is tried in the other pools of its cohort, by name, within their
+``spec.lendingLimit``, with 2, 4 and 5 as that pool's own groups are; one that fits is
+admitted there (``Admission.lender``) and holds that pool's quota and room. A group admitted
+on a loan (``AdmittedGroup.lender``) is held in its lender's quota and nodes.
+
 A pool with ``nodeFit: QuotaOnly`` (autoscaled nodes) skips the node checks of 2 and 5:
 a group that fits the quota is admitted, placed tentatively where the existing nodes
 have room, and its other pods (placement ``""``) wait Pending for the nodes an
@@ -42,7 +49,7 @@ group takes the nodes bought for them. Without ``spec.quota`` it skips 4: the ro
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import replace
 
 from gatekeeper.core.admission import exclusive
 from gatekeeper.core.admission import messages as text
@@ -52,129 +59,16 @@ from gatekeeper.core.admission.intruders import Intruders
 from gatekeeper.core.admission.queue import AdmittedGroup, WaitingGroup, queue_order
 from gatekeeper.core.admission.quota import by_importance, check_quota
 from gatekeeper.core.admission.reasons import Reason
+from gatekeeper.core.backends.pools import cohort
+from gatekeeper.core.backends.pools.outcome import Admission, Plan, PoolStatus, PoolTally, Waiting
 from gatekeeper.core.backends.pools.provisioning import Launcher
-from gatekeeper.core.kube.quantity import format_amount
-from gatekeeper.core.model.demand import GroupDemand, PodDemand, Resources
+from gatekeeper.core.model.demand import GroupDemand, PodDemand
 from gatekeeper.core.model.group import GroupKey, InvalidDemand
 from gatekeeper.core.model.nodes import Node
 from gatekeeper.core.model.pool import NodeFit, Pool, QueueingStrategy, sum_allocatable
 
-
-@dataclass(frozen=True)
-class Admission:
-    """Admit this group now; ``nodes`` is the tentative node of each pod, leader first."""
-
-    key: GroupKey
-    pool: str
-    nodes: Placement
-
-
-@dataclass(frozen=True)
-class Waiting:
-    """A group not admitted in this pass, with a reason and a sentence for people.
-
-    ``position`` is the group's 1-based place among the pool's waiting groups, or 0
-    when its reason is permanent (it is not really in the queue).
-    """
-
-    key: GroupKey
-    pool: str
-    reason: Reason
-    message: str
-    position: int = 0
-
-
-@dataclass(frozen=True)
-class PoolStatus:
-    """A pool's state after the pass: quota (explicit, or its schedulable nodes' allocatable),
-    what admitted groups hold, what is free, and how many groups are admitted, waiting
-    (for quota, nodes or their turn) and inadmissible (permanent reasons). ``stranded``
-    lists admitted groups with unbound pods for which no node has room any more."""
-
-    name: str
-    queueing_strategy: QueueingStrategy
-    quota: Resources
-    used: Resources
-    free: Resources
-    admitted: int
-    waiting: int
-    inadmissible: int
-    nodes: int
-    stranded: tuple[GroupKey, ...] = ()
-    intruders: tuple[str, ...] = ()
-    """Pods on the pool's closed nodes that no admission let there (``core.admission.intruders``),
-    ``namespace/name``; what they ask is in ``used``."""
-
-    def describe(self) -> str:
-        """One line for people, e.g. ``pool on-demand: 4/4 nvidia.com/gpu held; 2 admitted, 8 waiting``."""
-        held = ", ".join(
-            f"{format_amount(r, self.used.get(r, 0))}/{format_amount(r, self.quota[r])} {r}"
-            for r in by_importance(self.quota)
-        )
-        return f"pool {self.name}: {held or 'nothing'} held; {self.admitted} admitted, {self.waiting} waiting"
-
-
-@dataclass(frozen=True)
-class Plan:
-    """The outcome of one planning pass."""
-
-    admit: tuple[Admission, ...]
-    waiting: tuple[Waiting, ...]
-    pools: Mapping[str, PoolStatus]
-    _by_key: Mapping[GroupKey, Waiting] = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_by_key", {w.key: w for w in self.waiting})
-
-    def why(self, key: GroupKey) -> Waiting | None:
-        """The reason ``key`` was not admitted (None if it was admitted or not planned)."""
-        return self._by_key.get(key)
-
-
-@dataclass
-class _PoolState:
-    pool: Pool
-    quota: dict[str, int]
-    ceiling: dict[str, int]
-    nodes: int
-    used: dict[str, int] = field(default_factory=dict)
-    holders: dict[str, int] = field(default_factory=dict)
-    admitted: int = 0
-    waiting: int = 0
-    inadmissible: int = 0
-    blocker: GroupKey | None = None
-    stranded: list[GroupKey] = field(default_factory=list)
-    intruders: tuple[str, ...] = ()
-
-    def intrude(self, found: Intruders) -> None:
-        """Hold what the pods on the pool's nodes without an admission ask, against its quota."""
-        for resource, amount in found.requests.items():
-            self.used[resource] = self.used.get(resource, 0) + amount
-        self.intruders = found.pods
-
-    def hold(self, demand: GroupDemand) -> None:
-        held = dict(demand.total)
-        held["pods"] = demand.pod_count
-        for resource, amount in held.items():
-            self.used[resource] = self.used.get(resource, 0) + amount
-            self.holders[resource] = self.holders.get(resource, 0) + 1
-        self.admitted += 1
-
-    def status(self) -> PoolStatus:
-        free = {r: max(q - self.used.get(r, 0), 0) for r, q in self.quota.items()}
-        return PoolStatus(
-            name=self.pool.name,
-            queueing_strategy=self.pool.queueing_strategy,
-            quota=self.quota,
-            used=self.used,
-            free=free,
-            admitted=self.admitted,
-            waiting=self.waiting,
-            inadmissible=self.inadmissible,
-            nodes=self.nodes,
-            stranded=tuple(self.stranded),
-            intruders=self.intruders,
-        )
+__all__ = ["Admission", "Plan", "PoolStatus", "Waiting", "plan"]
+"""The planner's words (``outcome``) are read from here too."""
 
 
 class _Pass:
@@ -196,7 +90,7 @@ class _Pass:
         self._steered: dict[tuple[str, GroupDemand], GroupDemand] = {}
         self.now = NodeTable(node_list, usage)
         self.empty = NodeTable(node_list, hypothetical=True)
-        self.states: dict[str, _PoolState] = {}
+        self.states: dict[str, PoolTally] = {}
         self._never_cache: dict[tuple[str, GroupDemand, str], tuple[Reason, str] | None] = {}
         self._misfit_cache: dict[tuple[str, GroupDemand], tuple[int, Misfit]] = {}
         for pool in pools:
@@ -214,11 +108,14 @@ class _Pass:
                         quota[resource] = quota.get(resource, 0) + amount
             self.now.add_view(pool.name, pool.selects)
             self.empty.add_view(pool.name, pool.selects)
-            self.states[pool.name] = _PoolState(pool, quota, ceiling, nodes=self.now.view_size(pool.name))
+            self.states[pool.name] = PoolTally(pool, quota, ceiling, nodes=self.now.view_size(pool.name))
 
     def hold(self, group: AdmittedGroup) -> None:
-        """Count an admitted group against its pool's quota and hold room for its unbound pods."""
-        state = self.states.get(group.pool)
+        """Count an admitted group against its pool's quota (its lender's, on a loan) and hold
+        room for its unbound pods."""
+        state = self.states.get(group.held_in)
+        if group.lender:
+            self._lend(group.lender, group.pool, group.demand)
         if state is None:
             return
         state.hold(group.demand)
@@ -227,7 +124,7 @@ class _Pass:
         for i, pod in enumerate(self._steer(pool, group.demand).pods):
             if i in group.bound:
                 continue
-            node = self.now.reserve(group.pool, pod, group.nodes.get(i) or None)
+            node = self.now.reserve(pool.name, pod, group.nodes.get(i) or None)
             if node is not None:
                 self.domains.take(node, mark)
                 continue
@@ -296,6 +193,45 @@ class _Pass:
         state.hold(demand)
         return Admission(group.key, group.pool, outcome)
 
+    def borrow(self, group: WaitingGroup, waiting: Waiting) -> Admission | None:
+        """A group that waits in its own pool for quota or nodes, admitted into another pool of
+        its cohort that has room for it (``cohort``); None when none has, or it may not borrow."""
+        own = self.states.get(group.pool)
+        if (
+            own is None
+            or not own.pool.cohort
+            or waiting.reason not in (Reason.WAITING_FOR_QUOTA, Reason.WAITING_FOR_NODES)
+            or not isinstance(group.demand, GroupDemand)
+            or cohort.over(own.pool.borrowing_limit, own.borrowed, group.demand.total)
+        ):
+            return None
+        for lender_pool in cohort.lenders((s.pool for s in self.states.values()), own.pool):
+            lender = self.states[lender_pool.name]
+            if lender.blocker is not None or cohort.over(
+                lender_pool.lending_limit, lender.lent, group.demand.total
+            ):
+                continue  # its StrictFIFO queue keeps its room for its own group; or it lent enough
+            demand = self._steer(lender_pool, group.demand)
+            if self._never(lender, demand, group.exclusive) is not None:
+                continue
+            if not check_quota(demand, lender.quota, lender.used, ceiling=lender.ceiling).fits:
+                continue
+            outcome = self._place(lender, demand, group)
+            if isinstance(outcome, Misfit | NoDomain | KeptOut):
+                continue
+            lender.hold(demand)
+            self._lend(lender_pool.name, own.pool.name, demand)
+            own.waiting -= 1
+            return Admission(group.key, group.pool, outcome, lender=lender_pool.name)
+        return None
+
+    def _lend(self, lender: str, borrower: str, demand: GroupDemand) -> None:
+        """Tally a loan on both pools (those in this pass)."""
+        if lender in self.states:
+            cohort.add(self.states[lender].lent, demand.total)
+        if borrower in self.states:
+            cohort.add(self.states[borrower].borrowed, demand.total)
+
     def _steer(self, pool: Pool, demand: GroupDemand) -> GroupDemand:
         """The group's pods as ungated into ``pool`` (cached per pass)."""
         key = (pool.name, demand)
@@ -304,7 +240,7 @@ class _Pass:
             steered = self._steered[key] = pool.steer(demand)
         return steered
 
-    def _launch(self, state: _PoolState, demand: GroupDemand) -> Placement | PodDemand:
+    def _launch(self, state: PoolTally, demand: GroupDemand) -> Placement | PodDemand:
         """All of the group on the free room of the pool's nodes plus nodes its NodePools would
         launch (kept), or the first pod that finds neither (nothing kept). A pod to launch
         for has placement ``""``: its node does not exist yet."""
@@ -318,12 +254,12 @@ class _Pass:
         self.launcher.launch(pool.node_pools, rest, pool.selects, keep=True)
         return tuple(node or "" for node in partial)
 
-    def _place_some(self, state: _PoolState, demand: GroupDemand) -> Placement:
+    def _place_some(self, state: PoolTally, demand: GroupDemand) -> Placement:
         """A QuotaOnly pool's group that does not fit whole: room held for the pods that fit
         now, ``""`` for the others (they wait for new nodes)."""
         return tuple(self.now.reserve(state.pool.name, pod) or "" for pod in demand.pods)
 
-    def _wait(self, state: _PoolState, group: WaitingGroup, reason: Reason, detail: str) -> Waiting:
+    def _wait(self, state: PoolTally, group: WaitingGroup, reason: Reason, detail: str) -> Waiting:
         if reason.permanent:
             state.inadmissible += 1
             return Waiting(group.key, group.pool, reason, _say(group, detail))
@@ -333,7 +269,7 @@ class _Pass:
             state.blocker = group.key
         return Waiting(group.key, group.pool, reason, _say(group, detail), state.waiting)
 
-    def _never(self, state: _PoolState, demand: GroupDemand, key: str) -> tuple[Reason, str] | None:
+    def _never(self, state: PoolTally, demand: GroupDemand, key: str) -> tuple[Reason, str] | None:
         """Why ``demand`` can never be admitted into the pool as it is, or None (cached per pass)."""
         cache = (state.pool.name, demand, key)
         if cache not in self._never_cache:
@@ -347,7 +283,7 @@ class _Pass:
         return self._never_cache[cache]
 
     def _place(
-        self, state: _PoolState, demand: GroupDemand, group: WaitingGroup
+        self, state: PoolTally, demand: GroupDemand, group: WaitingGroup
     ) -> Placement | Misfit | NoDomain | KeptOut:
         """Node fit, remembering a misfit until node room changes (equal demands fail alike);
         in one domain for a group of an LWS with exclusive placement, and out of the domains the
@@ -397,7 +333,7 @@ def _quota_applies(pool: Pool) -> bool:
 
 
 def _never(
-    state: _PoolState, hypothetical: NodeTable, demand: GroupDemand, launcher: Launcher
+    state: PoolTally, hypothetical: NodeTable, demand: GroupDemand, launcher: Launcher
 ) -> tuple[Reason, str] | None:
     pool = state.pool
     explicit = pool.quota is not None
@@ -424,6 +360,31 @@ def _never(
         reason = Reason.NO_MATCHING_NODE if placed.eligible == 0 else Reason.NODES_TOO_SMALL
         return reason, text.cannot_place(pool.name, placed)
     return None
+
+
+def _loans(
+    planning: _Pass, queue: list[WaitingGroup], results: list[Waiting], admit: list[Admission]
+) -> list[Waiting]:
+    """The waiting groups that borrow room in their cohort, in queue order, added to ``admit``;
+    the rest, their places in their pools' queues counted again."""
+    by_key = {g.key: g for g in queue}
+    still: list[Waiting] = []
+    for w in results:
+        found = planning.borrow(by_key[w.key], w)
+        if found is not None:
+            admit.append(found)
+        else:
+            still.append(w)
+    if len(still) == len(results):
+        return results
+    places: dict[str, int] = {}
+    renumbered: list[Waiting] = []
+    for w in still:
+        if w.position:
+            places[w.pool] = places.get(w.pool, 0) + 1
+            w = replace(w, position=places[w.pool])
+        renumbered.append(w)
+    return renumbered
 
 
 def plan(
@@ -459,12 +420,15 @@ def plan(
         planning.hold(group)
     admit: list[Admission] = []
     results: list[Waiting] = []
-    for candidate in sorted((g for g in waiting if g.key not in admitted_keys), key=queue_order):
+    queue = sorted((g for g in waiting if g.key not in admitted_keys), key=queue_order)
+    for candidate in queue:
         outcome = planning.consider(candidate)
         if isinstance(outcome, Admission):
             admit.append(outcome)
         else:
             results.append(outcome)
+    if any(p.pool.cohort for p in planning.states.values()):
+        results = _loans(planning, queue, results, admit)
     return Plan(
         admit=tuple(admit),
         waiting=tuple(results),

@@ -22,6 +22,7 @@ from gatekeeper.core.admission.exclusive import Occupant
 from gatekeeper.core.admission.intruders import Intruders
 from gatekeeper.core.admission.queue import AdmittedGroup, WaitingGroup
 from gatekeeper.core.admission.reasons import Reason
+from gatekeeper.core.backends.pools import cohort
 from gatekeeper.core.backends.pools.giveback import GiveBack
 from gatekeeper.core.backends.pools.planner import Plan
 from gatekeeper.core.backends.pools.preemption import (
@@ -40,7 +41,7 @@ from gatekeeper.core.model.demand import GroupDemand
 from gatekeeper.core.model.group import GroupKey
 from gatekeeper.core.model.groups import GroupState, PodsByGroup
 from gatekeeper.core.model.nodes import Node
-from gatekeeper.core.model.pool import Pool
+from gatekeeper.core.model.pool import Pool, ReclaimWithinCohort, WithinPool
 from gatekeeper.core.model.retry import recorded_retries
 
 __all__ = ["PREEMPTING", "Preempted", "Preempting", "preempt"]
@@ -135,11 +136,11 @@ def preempt(result: Plan, one: GroupPass, cluster: Cluster) -> Preempted:
 
         decided += choose(
             room,
-            [g for g in admitted if g.pool == name],
+            [g for g in admitted if g.held_in == name],
             cluster.usage,
             waiting,
-            [c for c in candidates if c.group.pool == name],
-            [c for c in going if c.group.pool == name],
+            [c for c in candidates if c.group.held_in == name],
+            [c for c in going if c.group.held_in == name],
             ran=ran,
         )
     return _said(decided, one, cluster)
@@ -154,7 +155,11 @@ def _admitted(
         group = waiting_of.get(a.key)
         if group is not None and isinstance(group.demand, GroupDemand):
             nodes = {i: n for i, n in enumerate(a.nodes) if n}
-            held.append(AdmittedGroup(a.key, a.pool, group.demand, nodes=nodes, exclusive=group.exclusive))
+            held.append(
+                AdmittedGroup(
+                    a.key, a.pool, group.demand, nodes=nodes, exclusive=group.exclusive, lender=a.lender
+                )
+            )
     return held
 
 
@@ -162,9 +167,10 @@ def _candidates(
     one: GroupPass, cluster: Cluster, top: Mapping[str, int]
 ) -> tuple[list[Candidate], list[Candidate]]:
     """The admitted groups that could be preempted (they hold an admission as admitted, their
-    gated pods let through, in a pool in ``top`` and below its highest waiting priority), and
-    those preempted earlier whose pods are still there, in those pools."""
-    by_key = {g.key: g for g in one.admitted_groups if g.pool in top}
+    gated pods let through, on the room of a pool in ``top``: its own below its highest waiting
+    priority where it preempts within, borrowers' as it reclaims), and those preempted earlier
+    whose pods are still there, in those pools."""
+    by_key = {g.key: g for g in one.admitted_groups if g.held_in in top}
     pods = index_by_key(cluster.pods)
     found: list[Candidate] = []
     for key in one.ungate_keys:
@@ -172,11 +178,15 @@ def _candidates(
         record = cluster.records.get((key.namespace, gs.record)) if gs is not None else None
         if gs is None or group is None or record is None:
             continue
-        if cluster.priority_of.get((key.namespace, key.name), 0) >= top[group.pool]:
+        pool, priority = cluster.pools[group.held_in], cluster.priority_of.get((key.namespace, key.name), 0)
+        if group.lender:
+            if not cohort.reclaims(pool, priority, top[group.held_in]):
+                continue  # its lender does not take back what it lent, or not from such a group
+        elif pool.within_pool is not WithinPool.LOWER_PRIORITY or priority >= top[group.held_in]:
             continue  # no waiting group of its pool outranks it
         if condition(record, ADMITTED).get("reason") != ADMITTED:
             continue  # it names a stranger, or waits for a changed template's old pods
-        found.append(_candidate(gs, group, record, cluster, pods))
+        found.append(_candidate(gs, group, record, cluster, pods, any_priority=bool(group.lender)))
     going: list[Candidate] = []
     for gs in one.held_by_pods:
         record = cluster.records.get((gs.key.namespace, gs.record))
@@ -193,6 +203,8 @@ def _candidate(
     record: Mapping[str, Any],
     cluster: Cluster,
     by_key: Mapping[Key, Mapping[str, Any]],
+    *,
+    any_priority: bool = False,
 ) -> Candidate:
     ns = gs.key.namespace
     members = cluster.pods_of.get((ns, gs.key.name), {}).get(gs.key.index, ())  # terminating too
@@ -202,6 +214,8 @@ def _candidate(
         cluster.priority_of.get((ns, gs.key.name), 0),
         parse_time(as_map(record.get("status")).get("admittedAt")),
         pods,
+        any_priority=any_priority
+        and cluster.pools[group.held_in].reclaim_within_cohort is ReclaimWithinCohort.ANY,
     )
 
 
@@ -218,10 +232,11 @@ def _said(decided: Preemptions, one: GroupPass, cluster: Cluster) -> Preempted:
             gives.append(_give_back(gs, v, by, one, cluster))
         names = _named(by.key, [v.group.key for v in p.victims])
         lowest = min(v.priority for v in p.victims)
-        words = (
-            f"preempted {len(p.victims)} group(s) of lower priority (from {lowest}) in pool "
-            f"{by.pool}: {names}; it is admitted once their pods are gone"
-        )
+        lent = sum(1 for v in p.victims if v.group.lender)
+        which = f"{len(p.victims)} group(s) of lower priority (from {lowest})"
+        if lent:
+            which = f"{len(p.victims)} group(s), {lent} of them borrowing its room (priority from {lowest}),"
+        words = f"preempted {which} in pool {by.pool}: {names}; it is admitted once their pods are gone"
         said[by.key] = words
         events.append(Preempting(one.state_of[by.key], f"group {by.key.index} {words}"))
     for key, count in decided.waits_for.items():
@@ -247,9 +262,13 @@ def _give_back(gs: GroupState, v: Candidate, by: WaitingGroup, one: GroupPass, c
         if by.key.namespace == key.namespace
         else "a group of another namespace"
     )
+    where, queue = f"pool {v.group.pool}", "the pool's"
+    if v.group.lender:
+        where = f"pool {v.group.lender}, which lent it room from its cohort and took it back,"
+        queue = f"pool {v.group.pool}'s"
     message = (
-        f"group {key.index} was preempted in pool {v.group.pool} by {who} of priority {by.priority} "
-        f"(its own: {v.priority}); its pods are deleted, and it waits in the pool's queue again"
+        f"group {key.index} was preempted in {where} by {who} of priority {by.priority} "
+        f"(its own: {v.priority}); its pods are deleted, and it waits in {queue} queue again"
     )
     return GiveBack(gs, stop, message, cluster.now, recorded_retries(record), Reason.PREEMPTED)
 

@@ -19,6 +19,10 @@ whose pods are still going count as gone, so a pass never preempts again what an
 set going; each pass's preemptors are taken in queue order, each seeing the room the earlier
 ones will take.
 
+A lender of a cohort takes back its room the same way (``spec.preemption.reclaimWithinCohort``):
+the groups of other pools borrowing it are candidates too, before its own (``cohort.reclaims``
+says which: those of lower priority, or any), so what was lent goes first.
+
 Not done in a Pool charged to a hub Reservation (the hub grants in its own order) or one
 over Karpenter NodePools (it can buy nodes instead). Called by ``decide`` after the plan;
 pure: the time is the pass's.
@@ -40,7 +44,7 @@ from gatekeeper.core.backends.pools.planner import Admission, plan
 from gatekeeper.core.model.demand import GroupDemand
 from gatekeeper.core.model.group import GroupKey
 from gatekeeper.core.model.nodes import Node, node_usage
-from gatekeeper.core.model.pool import Pool, WithinPool, sum_allocatable
+from gatekeeper.core.model.pool import Pool, ReclaimWithinCohort, WithinPool, sum_allocatable
 
 __all__ = [
     "FIRST_SIMULATIONS",
@@ -99,6 +103,8 @@ class Candidate:
     admitted_at: datetime
     pods: Sequence[Mapping[str, Any]] = ()
     _usage: Usage | None = None
+    any_priority: bool = False
+    """A borrower's group its lender reclaims whatever its priority (``reclaimWithinCohort: Any``)."""
 
     @property
     def usage(self) -> Usage:
@@ -166,7 +172,7 @@ class Room:
         quota = self.quota
         used: dict[str, int] = dict(self.intruders.requests) if self.intruders is not None else {}
         for g in held:
-            if g.pool == self.pool.name:
+            if g.held_in == self.pool.name:
                 for r, amount in limited_demand(g.demand, quota).items():
                     used[r] = used.get(r, 0) + amount
         need = limited_demand(group.demand, quota)
@@ -191,9 +197,13 @@ class Room:
 
 
 def preempts(pool: Pool) -> bool:
-    """Does ``pool`` preempt? It says ``LowerPriority``, is charged to no hub Reservation and
-    buys no nodes."""
-    return pool.within_pool is WithinPool.LOWER_PRIORITY and not pool.reservation and not pool.node_pools
+    """Does ``pool`` preempt? It says ``LowerPriority`` within, or reclaims what it lent, is
+    charged to no hub Reservation and buys no nodes."""
+    takes = (
+        pool.within_pool is WithinPool.LOWER_PRIORITY
+        or pool.reclaim_within_cohort is not ReclaimWithinCohort.NEVER
+    )
+    return takes and not pool.reservation and not pool.node_pools
 
 
 def never_preempts(group: WaitingGroup, never: frozenset[str]) -> bool:
@@ -219,12 +229,14 @@ def _as_admitted(found: Admission, group: WaitingGroup) -> AdmittedGroup:
     if not isinstance(group.demand, GroupDemand):
         raise TypeError("only a group whose demand is known is admitted")
     nodes = {i: n for i, n in enumerate(found.nodes) if n}
-    return AdmittedGroup(group.key, group.pool, group.demand, nodes=nodes, exclusive=group.exclusive)
+    return AdmittedGroup(
+        group.key, group.pool, group.demand, nodes=nodes, exclusive=group.exclusive, lender=found.lender
+    )
 
 
-def _order(c: Candidate) -> tuple[int, float, GroupKey]:
-    """Lowest priority first, then the most recently admitted."""
-    return (c.priority, -c.admitted_at.timestamp(), c.group.key)
+def _order(c: Candidate) -> tuple[bool, int, float, GroupKey]:
+    """Borrowers' groups first, then the lowest priority, then the most recently admitted."""
+    return (not c.group.lender, c.priority, -c.admitted_at.timestamp(), c.group.key)
 
 
 def choose(
@@ -253,13 +265,14 @@ def choose(
     # the groups of one LWS ask alike, and a hundred of them cost one simulation, not a hundred.
     misses: set[object] = set()
     floor = min((c.priority for c in (*candidates, *going)), default=None)
+    anyone = any(c.any_priority for c in (*candidates, *going))
     for group in waiting:
-        if floor is None or group.priority <= floor:
+        if floor is None or (group.priority <= floor and not anyone):
             continue  # it outranks no group here, taken or going: nothing to preempt or wait for
         open_ones: list[Candidate] = []
         kept: list[datetime] = []
         for c in candidates:
-            if c.group.key in taken or c.priority >= group.priority:
+            if c.group.key in taken or (c.priority >= group.priority and not c.any_priority):
                 continue
             until = ran(c)
             if until is None:

@@ -46,7 +46,7 @@ from gatekeeper.core.model.group import GroupKey
 from gatekeeper.core.model.groups import GroupState, LwsGroup
 from gatekeeper.core.model.lws import LEADER_READY, GroupPod, priority_classes, startup_policy
 from gatekeeper.core.model.pool import Pool
-from gatekeeper.core.model.record import is_admitted, placement, recorded_demand, recorded_shape
+from gatekeeper.core.model.record import held_in, is_admitted, placement, recorded_demand, recorded_shape
 
 __all__ = ["GroupPass", "Settings", "restored"]
 
@@ -189,7 +189,7 @@ class GroupPass:
         if said_changed(record) and key not in self.strangers:
             self.restore.append(restored(gs, record))
         status = as_map(record.get("status"))
-        held_pool = str(status.get("pool") or gs.pool)
+        held_pool, lender = held_in(record, gs.pool)
         give = (
             due(
                 gs,
@@ -217,7 +217,7 @@ class GroupPass:
             return
         demand = gs.demand
         if not isinstance(demand, GroupDemand):
-            self._held_unreadable(gs, record, held_pool, demand.message)
+            self._held_unreadable(gs, record, demand.message)
             return
         pool = s.pools.get(held_pool)
         if (status.get("retries") or (pool is not None and not placed(record))) and whole(pods, demand):
@@ -233,12 +233,18 @@ class GroupPass:
         nodes = placement(status.get("placement"))
         self.admitted_groups.append(
             AdmittedGroup(
-                key=key, pool=held_pool, demand=demand, nodes=nodes, bound=bound, exclusive=gs.exclusive
+                key=key,
+                pool=held_pool,
+                demand=demand,
+                nodes=nodes,
+                bound=bound,
+                exclusive=gs.exclusive,
+                lender=lender,
             )
         )
         if staying:
             self.ungate_keys.append(key)
-            self.held_pools[key] = held_pool
+            self.held_pools[key] = lender or held_pool
             recorded_revision = str(status.get("templateRevision") or "")
             if gs.revision and gs.revision != recorded_revision:
                 self.revisions.append((key.namespace, gs.record, gs.revision))
@@ -246,10 +252,12 @@ class GroupPass:
     def _look_again(self, at: datetime) -> None:
         self.look_again = at if self.look_again is None else min(self.look_again, at)
 
-    def _held_unreadable(self, gs: GroupState, record: Mapping[str, Any], held_pool: str, why: str) -> None:
+    def _held_unreadable(self, gs: GroupState, record: Mapping[str, Any], why: str) -> None:
         held = recorded_demand(record)
+        held_pool, lender = held_in(record, gs.pool)
+        bound = frozenset(range(held.pod_count))
         self.admitted_groups.append(
-            AdmittedGroup(key=gs.key, pool=held_pool, demand=held, bound=frozenset(range(held.pod_count)))
+            AdmittedGroup(key=gs.key, pool=held_pool, demand=held, bound=bound, lender=lender)
         )
         summary = format_resources(held.total) or "nothing recorded"
         message = (
@@ -293,9 +301,10 @@ class GroupPass:
         held = recorded_demand(record)
         if not held.total and isinstance(gs.demand, GroupDemand):
             held = gs.demand
-        pool = str(as_map(record.get("status")).get("pool") or gs.pool)
+        pool, lender = held_in(record, gs.pool)
+        bound = frozenset(range(held.pod_count))
         self.admitted_groups.append(
-            AdmittedGroup(key=gs.key, pool=pool, demand=held, bound=frozenset(range(held.pod_count)))
+            AdmittedGroup(key=gs.key, pool=pool, demand=held, bound=bound, lender=lender)
         )
         self.held_by_pods.append(gs)
         return True

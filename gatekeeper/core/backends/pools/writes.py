@@ -53,7 +53,8 @@ def admitted_message(admit: Admit) -> str:
     if unplaced:
         pods = "1 pod waits" if unplaced == 1 else f"{unplaced} pods wait"
         where += f"; {pods} Pending for new nodes (nodeFit QuotaOnly)"
-    return f"group {group.key.index} admitted into pool {group.pool}: {admit.summary}{where}"
+    lent = f" (borrowed from pool {admit.lender} of its cohort)" if admit.lender else ""
+    return f"group {group.key.index} admitted into pool {group.pool}{lent}: {admit.summary}{where}"
 
 
 def admit_status(admit: Admit, before: Mapping[str, Any] | None, now: str) -> dict[str, Any]:
@@ -65,6 +66,7 @@ def admit_status(admit: Admit, before: Mapping[str, Any] | None, now: str) -> di
             status.get("placement"), {str(i): n for i, n in enumerate(admit.nodes) if n}
         ),
         "templateRevision": group.revision or None,
+        "borrowedFrom": admit.lender or None,
         "admittedAt": now,
         "retryAt": None,  # status.retries stays until the group is whole (the doubling)
         "placedAt": None,  # until it is whole again under this admission (giveback.placed)
@@ -170,6 +172,14 @@ def _desired(st: PoolStatus | None, invalid: str | None) -> dict[str, Any] | Non
         "waitingGroups": st.waiting + st.inadmissible,
         "strandedGroups": [str(key) for key in st.stranded],
         "intruders": list(st.intruders[:MAX_INTRUDERS_SHOWN]),
+        **(
+            {
+                "lent": {r: format_amount(r, v) for r, v in sorted(st.lent.items()) if v},
+                "borrowed": {r: format_amount(r, v) for r, v in sorted(st.borrowed.items()) if v},
+            }
+            if st.cohort
+            else {}
+        ),
         "conditions": [
             {"type": POOL_VALID, "status": "True", "reason": VALID_REASON, "message": _describe(st)}
         ],
