@@ -111,6 +111,22 @@ def test_a_pool_lists_holders_by_admission_time_and_skips_other_pools() -> None:
     )
 
 
+def test_a_pool_lists_the_groups_of_its_cohort_that_borrow_its_room_not_its_own_on_loan() -> None:
+    """``why pool/X`` says who holds X's room: a group of pool b borrowing it is listed under a,
+    a group of a borrowing b's is listed under b; a waiting group is its own pool's."""
+    other = lws("batch").uid("u-2").pool("b").replicas(2).size(2).obj()
+    borrower = _rec(other, 0, True, pool="b")
+    borrower["status"]["borrowedFrom"] = "a"
+    away = _rec(VLLM, 1, True)
+    away["status"]["borrowedFrom"] = "b"
+    records = [_rec(VLLM, 0, True), away, borrower, _rec(other, 1, False, pool="b")]
+    view = explain_pool(_pool(free=0, used=4), "a", records, [VLLM, other])
+    assert [(h.lws, h.group) for h in view.admitted] == [("batch", 0), ("vllm", 0)]
+    in_b = explain_pool(_pool(free=0, used=2), "b", records, [VLLM, other])
+    assert [(h.lws, h.group) for h in in_b.admitted] == [("vllm", 1)]
+    assert [(h.lws, h.group) for h in in_b.waiting] == [("batch", 1)]
+
+
 def test_a_pool_that_is_not_there_says_so() -> None:
     view = explain_pool(None, "gone", [_rec(VLLM, 0, False, pool="gone")], [VLLM])
     assert view.kind == "missing"

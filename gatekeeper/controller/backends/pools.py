@@ -63,6 +63,11 @@ GIVE_BACKS = Counter(
 WAITING = Gauge("gatekeeper_waiting_groups", "Groups waiting for admission", ["pool"])
 POOL_QUOTA = Gauge("gatekeeper_pool_quota", "Pool quota per resource (scheduler units)", ["pool", "resource"])
 POOL_USED = Gauge("gatekeeper_pool_used", "Pool quota held by admitted groups", ["pool", "resource"])
+POOL_LENT = Gauge(
+    "gatekeeper_pool_lent",
+    "Pool quota held by groups of the other pools of its cohort (in gatekeeper_pool_used too)",
+    ["pool", "resource"],
+)
 WAIT_SECONDS = Histogram(
     "gatekeeper_admission_wait_seconds",
     "Time from a group's first pod to its admission",
@@ -286,6 +291,9 @@ class PoolsBackend:
                 POOL_QUOTA.labels(name, resource).set(amount)
             for resource, amount in st.used.items():
                 POOL_USED.labels(name, resource).set(amount)
+            if st.cohort:
+                for resource in st.quota:
+                    POOL_LENT.labels(name, resource).set(st.lent.get(resource, 0))
         PASS_SECONDS.observe(time.monotonic() - start)
         return actions
 

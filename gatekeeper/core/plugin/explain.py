@@ -22,7 +22,7 @@ from gatekeeper.core.kube.objects import as_map, condition, is_terminating, meta
 from gatekeeper.core.kube.quantity import format_amount, format_resources, parse_units
 from gatekeeper.core.model.group import GroupKey
 from gatekeeper.core.model.lws import group_index, is_gated, pool_of, priority, replicas, size
-from gatekeeper.core.model.record import recorded_demand
+from gatekeeper.core.model.record import held_in, recorded_demand
 
 __all__ = [
     "GroupView",
@@ -222,13 +222,16 @@ def explain_pool(
 ) -> PoolView:
     """The ``pools`` backend's pool ``name``: its reported usage, who holds it, who waits.
 
-    ``records`` are every namespace's records; those whose ``status.pool`` is ``name``
-    count. ``lwss`` (the opted-in LWSs) give the waiting groups their queue order.
+    ``records`` are every namespace's records: the admitted ones that hold its room (its own,
+    and those of its cohort's other pools that borrow it, ``status.borrowedFrom``) and the
+    waiting ones whose ``status.pool`` is ``name`` count. ``lwss`` (the opted-in LWSs) give the
+    waiting groups their queue order.
     """
-    mine = [r for r in records if as_map(r.get("status")).get("pool") == name and not is_terminating(r)]
+    live = [r for r in records if not is_terminating(r)]
     by_key = {(str(meta(o).get("namespace") or ""), str(meta(o).get("name") or "")): o for o in lwss}
-    held = by_admission(r for r in mine if is_admitted(r))
-    waiting = waiting_order((r for r in mine if not is_admitted(r)), by_key, classes or {})
+    held = by_admission(r for r in live if is_admitted(r) and _room_of(r) == name)
+    mine = (r for r in live if not is_admitted(r) and as_map(r.get("status")).get("pool") == name)
+    waiting = waiting_order(mine, by_key, classes or {})
     if pool is None:
         return PoolView(
             name, "missing", admitted=tuple(map(holder, held)), waiting=tuple(map(holder, waiting))
@@ -244,6 +247,12 @@ def explain_pool(
         admitted=tuple(map(holder, held)),
         waiting=tuple(map(holder, waiting)),
     )
+
+
+def _room_of(record: Mapping[str, Any]) -> str:
+    """The pool whose room an admitted record's group holds: its lender's, else its own."""
+    pool, lender = held_in(record, "")
+    return lender or pool
 
 
 def formatted(amounts: Mapping[str, int]) -> dict[str, str]:
