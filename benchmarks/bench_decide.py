@@ -13,7 +13,10 @@ planning. Scenarios, on 2,000 nodes of 8 GPUs in one pool:
   admitted group half-way through its update (old pods Running, new pods gated);
 * preempting: steady, in a Pool with ``spec.preemption.withinPool: LowerPriority``, the
   first PREEMPTORS LWSs of a higher PriorityClass: every pass chooses the victims of their
-  waiting groups (the pass that preempts, the costliest), printed also as a ratio to steady.
+  waiting groups (the pass that preempts, the costliest), printed also as a ratio to steady;
+* cohort: steady, the nodes and LWSs split over COHORT_POOLS Pools of one ``spec.cohort``, each
+  quota full: every waiting group is tried in each other pool of the cohort and borrows nothing
+  (the pass a full cohort pays on every event), printed also as a ratio to steady.
 
 Objects carry a UID, resourceVersion and generation as the API server's do: a pass reads
 a pod's requests and an LWS's demand once per version, so the first pass is slower than
@@ -51,6 +54,7 @@ REPLICAS = 4
 SIZE = 4
 ADMITTED_PER_LWS = 2
 PREEMPTORS = 10
+COHORT_POOLS = 10
 RUNS = 5
 GPU = "nvidia.com/gpu"
 POOL = "shared"
@@ -139,11 +143,26 @@ def record(obj: dict[str, Any], group: int, admitted: bool) -> dict[str, Any]:
     }
 
 
-def snapshot(rolling: bool, preempting: bool = False) -> Snapshot:
+def _pool_of(i: int, cohort: bool) -> str:
+    """The pool of LWS ``i`` (of nodes ``2i`` and ``2i+1``, where its admitted pods run)."""
+    return f"{POOL}-{i % COHORT_POOLS}" if cohort else POOL
+
+
+def _split(lwss: list[dict[str, Any]], pods: list[dict[str, Any]], records: list[dict[str, Any]]) -> None:
+    """Each LWS, its pods and its records moved to its pool of the cohort."""
+    index = {o["metadata"]["name"]: i for i, o in enumerate(lwss)}
+    for obj in [*lwss, *pods]:
+        name = obj["metadata"]["labels"].get(LWS_NAME_LABEL, obj["metadata"]["name"])
+        obj["metadata"]["labels"][POOL_LABEL] = _pool_of(index[name], True)
+    for r in records:
+        r["status"]["pool"] = _pool_of(index[r["spec"]["leaderWorkerSet"]], True)
+
+
+def snapshot(rolling: bool, preempting: bool = False, cohort: bool = False) -> Snapshot:
     nodes = [
         parse_node(
             {
-                "metadata": {"name": f"gpu-{i:05d}", "labels": {"pool": POOL}},
+                "metadata": {"name": f"gpu-{i:05d}", "labels": {"pool": _pool_of(i // 2, cohort)}},
                 "status": {
                     "allocatable": {"cpu": "96", "memory": "1Ti", "pods": "110", GPU: "8"},
                     "conditions": [{"type": "Ready", "status": "True"}],
@@ -171,27 +190,37 @@ def snapshot(rolling: bool, preempting: bool = False) -> Snapshot:
                         pod(obj, group, worker, revision="r2" if rolling else "r1", gpus=2, node=None)
                     )
     # Quota for exactly the admitted groups: a pass in steady state admits nothing.
-    quota = {GPU: str(LWSS * ADMITTED_PER_LWS * SIZE * 2)}
-    pool = {
-        "metadata": {"name": POOL},
-        "spec": {"nodeSelector": {"pool": POOL}, "namespaceSelector": {}, "quota": quota},
-    }
-    if preempting:
-        pool["spec"]["preemption"] = {"withinPool": "LowerPriority"}
+    names = [_pool_of(i, True) for i in range(COHORT_POOLS)] if cohort else [POOL]
+    quota = {GPU: str(LWSS * ADMITTED_PER_LWS * SIZE * 2 // len(names))}
+    objs: list[dict[str, Any]] = [
+        {
+            "metadata": {"name": name},
+            "spec": {"nodeSelector": {"pool": name}, "namespaceSelector": {}, "quota": quota},
+        }
+        for name in names
+    ]
+    for pool in objs:
+        if preempting:
+            pool["spec"]["preemption"] = {"withinPool": "LowerPriority"}
+        if cohort:
+            pool["spec"]["cohort"] = "bench"
+    if cohort:
+        _split(lwss, pods, records)
     bound = [p for p in pods if p["spec"].get("nodeName")]
-    pools = parse_each([pool], parse_pool)
+    pools = parse_each(objs, parse_pool)
     snap = Snapshot(lwss=lwss, pods=pods, bound_pods=bound, nodes=nodes, pools=pools, records=records)
     return replace(snap, priorities={"production": 1000}, now=datetime.now(UTC)) if preempting else snap
 
 
 def main() -> None:
     medians: dict[str, float] = {}
-    for name, rolling, preempting in (
-        ("steady", False, False),
-        ("rolling", True, False),
-        ("preempting", False, True),
+    for name, rolling, preempting, cohort in (
+        ("steady", False, False, False),
+        ("rolling", True, False, False),
+        ("preempting", False, True, False),
+        ("cohort", False, False, True),
     ):
-        snap = snapshot(rolling, preempting)
+        snap = snapshot(rolling, preempting, cohort)
         demands, requests = DemandMemo(), RequestsMemo()  # owned by the loop, as in the controller
         began = time.perf_counter()
         decide(snap, demands, requests)
@@ -220,8 +249,8 @@ def main() -> None:
             )
         )
         medians[name] = statistics.median(times)
-        if preempting:
-            print(f"decide, preempting against steady: {medians[name] / medians['steady']:.2f}x")
+        if preempting or cohort:
+            print(f"decide, {name} against steady: {medians[name] / medians['steady']:.2f}x")
 
 
 if __name__ == "__main__":

@@ -338,3 +338,26 @@ def test_within_pool_preemption_does_not_reach_a_pools_groups_running_on_a_loan(
         _scene(low_on_loan, high, a={"preemption": {"withinPool": "LowerPriority"}}, b={"quota": {GPU: 2}})
     )
     assert actions.give_back == ()
+
+
+def test_a_group_too_big_for_the_lender_does_not_stop_a_smaller_one_after_it() -> None:
+    """What found no room in a lender is remembered for the pass (loans only take room); a
+    smaller group queued after it is still tried, and borrows."""
+    a = pool("a").quota(gpu=4).obj()
+    a["spec"]["cohort"] = "gpu"
+    pools = read_pools([a, _pool("b")]).ok
+    nodes = [node(f"a{i}").labels(pool="a").alloc(gpu=1).parsed() for i in range(4)]
+    nodes += [node(f"b{i}").labels(pool="b").alloc(gpu=1).parsed() for i in range(2)]
+
+    def demand(size: int) -> Any:
+        return group_demand(lws("x", "team").size(size).worker(gpu_limit=1).obj())
+
+    held = AdmittedGroup(_key("full"), "a", demand(4))
+    queue = [
+        waiting("big", 0, demand(3), namespace="team", priority=100),
+        waiting("big", 1, demand(3), namespace="team", priority=100),
+        waiting("small", 0, demand(2), namespace="team"),
+    ]
+    result = plan(pools, nodes, {}, [held], queue)
+    assert [(x.key.name, x.lender) for x in result.admit] == [("small", "b")]
+    assert [(w.key.name, w.key.index, w.position) for w in result.waiting] == [("big", 0, 1), ("big", 1, 2)]

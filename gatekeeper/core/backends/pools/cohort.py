@@ -28,16 +28,17 @@ from collections.abc import Iterable, Mapping
 
 from gatekeeper.core.model.pool import Pool, ReclaimWithinCohort
 
-__all__ = ["add", "lenders", "over", "reclaims"]
+__all__ = ["add", "lenders", "members", "over", "reclaims"]
+
+
+def members(pools: Iterable[Pool], name: str) -> list[Pool]:
+    """The pools of cohort ``name``, by name ("": none)."""
+    return sorted((p for p in pools if name and p.cohort == name), key=lambda p: p.name)
 
 
 def lenders(pools: Iterable[Pool], borrower: Pool) -> list[Pool]:
     """The pools ``borrower`` may borrow from: the other pools of its cohort, by name."""
-    if not borrower.cohort:
-        return []
-    return sorted(
-        (p for p in pools if p.cohort == borrower.cohort and p.name != borrower.name), key=lambda p: p.name
-    )
+    return [p for p in members(pools, borrower.cohort) if p.name != borrower.name]
 
 
 def over(limit: Mapping[str, int] | None, held: Mapping[str, int], demand: Mapping[str, int]) -> str:

@@ -93,6 +93,11 @@ class _Pass:
         self.states: dict[str, PoolTally] = {}
         self._never_cache: dict[tuple[str, GroupDemand, str], tuple[Reason, str] | None] = {}
         self._misfit_cache: dict[tuple[str, GroupDemand], tuple[int, Misfit]] = {}
+        self._members: dict[str, list[Pool]] = {}
+        """Each cohort's pools, by name (``cohort.members``)."""
+        self._no_loan: set[tuple[str, GroupDemand, str, str]] = set()
+        """(lender, demand, exclusive key, namespace) that found no room: loans only take room, so
+        a shape that found none in a lender finds none later in the pass."""
         for pool in pools:
             if pool.name in self.states:
                 raise ValueError(f"two pools are named {pool.name}")
@@ -205,19 +210,24 @@ class _Pass:
             or cohort.over(own.pool.borrowing_limit, own.borrowed, group.demand.total)
         ):
             return None
-        for lender_pool in cohort.lenders((s.pool for s in self.states.values()), own.pool):
+        name = own.pool.cohort
+        if name not in self._members:
+            self._members[name] = cohort.members((s.pool for s in self.states.values()), name)
+        ns = group.key.namespace if group.exclusive else ""
+        for lender_pool in self._members[name]:
             lender = self.states[lender_pool.name]
-            if lender.blocker is not None or cohort.over(
-                lender_pool.lending_limit, lender.lent, group.demand.total
-            ):
-                continue  # its StrictFIFO queue keeps its room for its own group; or it lent enough
+            miss = (lender_pool.name, group.demand, group.exclusive, ns)
+            if lender_pool.name == own.pool.name or miss in self._no_loan or lender.blocker is not None:
+                continue  # itself; no room for such a group; or its StrictFIFO queue keeps its room
+            if cohort.over(lender_pool.lending_limit, lender.lent, group.demand.total):
+                continue
             demand = self._steer(lender_pool, group.demand)
-            if self._never(lender, demand, group.exclusive) is not None:
-                continue
-            if not check_quota(demand, lender.quota, lender.used, ceiling=lender.ceiling).fits:
-                continue
-            outcome = self._place(lender, demand, group)
-            if isinstance(outcome, Misfit | NoDomain | KeptOut):
+            if (
+                self._never(lender, demand, group.exclusive) is not None
+                or not check_quota(demand, lender.quota, lender.used, ceiling=lender.ceiling).fits
+                or isinstance(outcome := self._place(lender, demand, group), Misfit | NoDomain | KeptOut)
+            ):
+                self._no_loan.add(miss)
                 continue
             lender.hold(demand)
             self._lend(lender_pool.name, own.pool.name, demand)
