@@ -24,6 +24,9 @@ The rules:
   Orphaned claim whose member beats again is Granted again; one Orphaned for longer than
   the Reservation's ``spec.orphanTimeout`` is Released, and its room is free from the next
   pass on (a release whose write failed must not be granted to another in the same pass).
+* **Preemption** (``spec.preemption.withinReservation: LowerPriority``): a Pending claim that
+  waits for capacity asks granted claims of lower priority back (``core.reservation.preemption``);
+  they hold until their members give them back, and it is granted by a later pass.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from enum import StrEnum
 from typing import Any
 
 from gatekeeper.core.kube.quantity import format_amount
-from gatekeeper.core.model.pool import QueueingStrategy
+from gatekeeper.core.model.pool import QueueingStrategy, WithinPool
 from gatekeeper.core.reservation.members import clamped, refusal
 from gatekeeper.core.reservation.objects import (
     BadClaim,
@@ -46,6 +49,7 @@ from gatekeeper.core.reservation.objects import (
     parse_claim,
     parse_reservation,
 )
+from gatekeeper.core.reservation.preemption import GIVE_BACK_REQUESTED, choose
 
 __all__ = [
     "Change",
@@ -81,6 +85,9 @@ class ClaimReason(StrEnum):
     RELEASED_BY_OPERATOR = "ReleasedByOperator"
     """``lws-gatekeeper hub release --cluster``."""
     GRANTED = "Granted"
+    GIVE_BACK_REQUESTED = GIVE_BACK_REQUESTED
+    """Granted, and asked back for a claim of higher priority (``core.reservation.preemption``):
+    it holds until its member gives its group back and deletes it."""
 
 
 @dataclass(frozen=True)
@@ -280,6 +287,7 @@ def _decide(
     pending: list[Claim] = []
     changes: list[Change] = []
     waiting: list[Waiting] = list(_bad(bad))
+    staying: list[Claim] = []  # Granted now and after the pass: what preemption may ask back
     for claim in good:
         state = ClaimState.GRANTED if claim.uid and claim.uid in counted else claim.state
         row = counts.setdefault(claim.cluster, [0, 0, 0])
@@ -289,6 +297,8 @@ def _decide(
             if change is not None:
                 changes.append(change)
                 state = change.state if change.state is not ClaimState.RELEASED else state
+            elif state is ClaimState.GRANTED:
+                staying.append(claim)
             row[0 if state is ClaimState.GRANTED else 2] += 1
         elif state is ClaimState.PENDING:
             pending.append(claim)
@@ -300,6 +310,7 @@ def _decide(
         counts[claim.cluster][1] += 1
 
     pending = [replace(c, priority=clamped(res.members, c.cluster, c.priority)) for c in pending]
+    short: list[Claim] = []  # waiting for capacity, in queue order
     for claim in sorted(pending, key=order):
         demand = _charged(claim, capacity)
         free = {r: capacity[r] - held[r] for r in capacity}
@@ -330,10 +341,47 @@ def _decide(
             counts[claim.cluster][0] += 1
         else:
             wait(claim, ClaimReason.WAITING_FOR_CAPACITY, _words(demand, free, capacity))
+            short.append(claim)
             if res.queueing_strategy is QueueingStrategy.STRICT_FIFO:
                 blocked = claim
+    if res.within is WithinPool.LOWER_PRIORITY and short:
+        waiting, asked = _asked_back(res, held, staying, short, waiting)
+        changes.extend(asked)
     status = _status(capacity, held, by_cluster, counts)
     return Ledger(res.name, tuple(grants), tuple(waiting), status, problems=problems, changes=tuple(changes))
+
+
+def _asked_back(
+    res: Reservation,
+    held: Mapping[str, int],
+    staying: list[Claim],
+    short: list[Claim],
+    waiting: list[Waiting],
+) -> tuple[list[Waiting], list[Change]]:
+    """Preemption (``core.reservation.preemption``): the victims asked back, and the waiting
+    claims' messages saying what they asked or wait for."""
+    capacity = res.capacity
+    granted = [replace(c, priority=clamped(res.members, c.cluster, c.priority)) for c in staying]
+    free = {r: capacity[r] - held[r] for r in capacity}
+    asked = choose(free, granted, short, lambda c: _charged(c, capacity))
+    changes = [
+        Change(
+            c.name,
+            c.uid,
+            c.resource_version,
+            c.cluster,
+            ClaimState.GRANTED,
+            ClaimReason.GIVE_BACK_REQUESTED,
+            f"asked back for a claim of priority {by} (its own: {c.priority}); its member gives the "
+            "group back whole and then deletes this claim",
+        )
+        for c, by in asked.victims
+    ]
+    told = [
+        replace(w, message=f"{w.message}; {asked.said[w.name]}") if w.name in asked.said else w
+        for w in waiting
+    ]
+    return told, changes
 
 
 def _status(

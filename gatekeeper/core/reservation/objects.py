@@ -24,7 +24,7 @@ from gatekeeper.core.kube.fields import mapping, string
 from gatekeeper.core.kube.keys import GATEKEEPER_API_VERSION
 from gatekeeper.core.kube.objects import EPOCH, meta, parse_time
 from gatekeeper.core.kube.quantity import amounts, format_quantity, format_resources
-from gatekeeper.core.model.pool import QueueingStrategy
+from gatekeeper.core.model.pool import QueueingStrategy, WithinPool
 from gatekeeper.core.reservation.members import (
     MAX_CLUSTER_NAME,
     MemberBounds,
@@ -102,6 +102,9 @@ class Reservation:
     """Seconds an Orphaned claim keeps holding; None: until released by hand."""
     members: Mapping[str, MemberBounds] | None = None
     """``spec.members`` by cluster (``core.reservation.members``); None: any member, unbounded."""
+    within: WithinPool = WithinPool.NEVER
+    """``spec.preemption.withinReservation``: may a waiting claim ask granted claims of lower
+    priority back (``core.reservation.preemption``)?"""
 
 
 @dataclass(frozen=True)
@@ -127,6 +130,8 @@ class Claim:
     message: str = ""
     orphaned_at: datetime | None = None
     """When the hub marked it Orphaned (``status.orphanedAt``; the hub's own clock)."""
+    granted_at: datetime | None = None
+    """When the hub granted it (``status.grantedAt``; the hub's own clock)."""
 
 
 @dataclass(frozen=True)
@@ -186,6 +191,17 @@ def parse_reservation(obj: Mapping[str, Any]) -> Reservation:
             raise ValueError(f"spec.queueingStrategy: {bad!r} is not one of {allowed}") from None
         timeout = _duration(spec.get("orphanTimeout"), "spec.orphanTimeout")
         members = parse_members(spec.get("members"))
+        preemption = mapping(spec.get("preemption"), "spec.preemption")
+        within_name = string(
+            preemption.get("withinReservation"), "spec.preemption.withinReservation", "Never"
+        )
+        try:
+            within = WithinPool(within_name)
+        except ValueError:
+            allowed = ", ".join(w.value for w in WithinPool)
+            raise ValueError(
+                f"spec.preemption.withinReservation: {within_name[:40]!r} is not one of {allowed}"
+            ) from None
         for bound in (members or {}).values():
             outside = sorted(set(bound.quota) - set(capacity))
             if outside:
@@ -194,7 +210,7 @@ def parse_reservation(obj: Mapping[str, Any]) -> Reservation:
                 )
     except ValueError as err:
         raise ValueError(f"{label}: {err}") from None
-    return Reservation(name, capacity, strategy, timeout, members)
+    return Reservation(name, capacity, strategy, timeout, members, within)
 
 
 def _state(obj: Mapping[str, Any]) -> ClaimState:
@@ -274,12 +290,13 @@ def parse_claim(obj: Mapping[str, Any]) -> Claim | BadClaim:
         state=state,
         reason=str(status.get("reason") or "")[:64],
         message=str(status.get("message") or "")[:1024],
-        orphaned_at=_orphaned_at(status),
+        orphaned_at=_stamp(status, "orphanedAt"),
+        granted_at=_stamp(status, "grantedAt"),
     )
 
 
-def _orphaned_at(status: Mapping[str, Any]) -> datetime | None:
-    raw = status.get("orphanedAt")
+def _stamp(status: Mapping[str, Any], key: str) -> datetime | None:
+    raw = status.get(key)
     when = parse_time(raw) if isinstance(raw, str) else EPOCH
     return None if when == EPOCH else when
 
