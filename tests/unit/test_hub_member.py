@@ -14,7 +14,7 @@ from reservation_builders import reservation
 from gatekeeper.core.admission.reasons import Reason
 from gatekeeper.core.backends.pools import Snapshot, decide
 from gatekeeper.core.backends.pools.hub_member import HubView, charge_reservations
-from gatekeeper.core.reservation import claim_name, member_namespace, status_body
+from gatekeeper.core.reservation import asked_of, claim_name, member_namespace, status_body
 from gatekeeper.core.reservation import decide as ledger
 
 POOL = "on-demand"
@@ -228,3 +228,71 @@ def test_a_claim_given_back_is_deleted_again_only_while_its_delete_may_not_have_
     assert ((name, "c0") in writes.delete) is deleted_again
     other = replace(view, cluster="cluster-b")  # never another cluster's
     assert charge_reservations(decide(snap), snap, other)[1].delete == ()
+
+
+# ----- the hub asks a claim back --------------------------------------------------------
+
+
+ASKED = "asked back for a claim of priority 1000 (its own: 0)"
+
+
+def _asked(group: int) -> dict[str, Any]:
+    obj = claim_of(group, "Granted")
+    obj["status"].update(
+        reason="GiveBackRequested", message="asked back for a claim of priority 1000 (its own: 0)"
+    )
+    return obj
+
+
+def _admitted_scene() -> Snapshot:
+    """Group 0 admitted and running on its granted claim; group 1 waits."""
+    the_lws = lws("vllm").pool(POOL).uid(UID).size(2).replicas(2).worker(gpu_limit=1).obj()
+    snap = scene(replicas=2)
+    pods = [
+        lws_pod("vllm", 0, w, pool=POOL, gated=False, node_name=f"n{w}", phase="Running") for w in range(2)
+    ]
+    pods += [lws_pod("vllm", 1, w, pool=POOL) for w in range(2)]
+    rec = record(the_lws, 0, admitted=True, pool=POOL, demand={"nvidia.com/gpu": "2"}, pods=2)
+    rec["metadata"]["resourceVersion"] = "r0"
+    return replace(
+        snap,
+        pods=pods,
+        bound_pods=[p for p in pods if p["spec"].get("nodeName")],
+        records=[rec, record(the_lws, 1)],
+        statefulsets=lws_statefulsets([the_lws], pods),
+        now=datetime(2026, 1, 1, 12, 0, tzinfo=UTC),
+    )
+
+
+def test_a_group_whose_claim_the_hub_asks_back_is_given_back_whole() -> None:
+    snap = _admitted_scene()
+    view = hub(_asked(0))
+    snap = replace(snap, asked_back=asked_of(view.claims, "cluster-a"))
+    actions = decide(snap)
+    [give] = actions.give_back
+    assert (give.group.key.index, give.reason, give.pods) == (0, Reason.PREEMPTED, ("vllm-0", "vllm-0-1"))
+    assert give.message.startswith("group 0 was preempted: the hub asked its claim back (asked back for")
+    assert not any(a.group.key.index == 0 for a in actions.admit)
+    _, writes = charge_reservations(actions, snap, view)
+    assert writes.delete == (), "the claim holds while the group's pods live"
+
+
+def test_asked_of_reads_only_this_members_claims_asked_back() -> None:
+    other = _asked(1)
+    other["spec"]["cluster"] = "cluster-b"
+    claims = [_asked(0), claim_of(1, "Granted"), other]
+    assert asked_of(claims, "cluster-a") == {
+        ("default", UID, 0): "asked back for a claim of priority 1000 (its own: 0)"
+    }
+
+
+def test_a_claim_asked_back_is_never_admitted_on_and_goes_once_its_group_holds_nothing() -> None:
+    """The group was given back and its pods are gone: the local plan would admit it, but its
+    claim is asked back: it waits, and the claim is deleted (a new one is made next pass)."""
+    snap = scene(replicas=1)
+    after, writes = charge_reservations(decide(snap), snap, hub(_asked(0)))
+    assert after.admit == ()
+    [said] = [w for w in after.waiting if w.reason is Reason.WAITING_FOR_RESERVATION]
+    assert "the hub asked its claim on Reservation p5-odcr back" in said.message
+    assert writes.delete == ((claim_name("cluster-a", "default", "vllm", UID, 0), "c0"),)
+    assert writes.create == ()

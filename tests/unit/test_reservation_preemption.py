@@ -138,3 +138,13 @@ def test_the_field_and_the_granted_time_are_read() -> None:
     parsed = parse_claim(_granted("x", priority=1, at="2026-01-01T00:00:00Z"))
     assert isinstance(parsed, Claim) and parsed.granted_at is not None
     assert parsed.granted_at.isoformat() == "2026-01-01T00:00:00+00:00"
+
+
+def test_a_claim_of_the_kueue_admission_check_is_never_asked_back() -> None:
+    """The shared-reservation AdmissionCheck gives claims back only as Kueue evicts: asking it would
+    hold the waiting claim for ever."""
+    claims = _two_low()
+    for c in claims:
+        c["metadata"]["labels"] = {"lws-gatekeeper.io/claimed-by": "admission-check"}
+    high = claim("high", cluster="cluster-b", priority=1000)
+    assert decide(_res(), [*claims, high]).changes == ()

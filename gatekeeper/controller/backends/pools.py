@@ -45,6 +45,7 @@ from gatekeeper.core.kube.parsed import ParseMemo
 from gatekeeper.core.model.daemons import parse_daemon_set
 from gatekeeper.core.model.groups import DemandMemo
 from gatekeeper.core.model.pool import parse_pool
+from gatekeeper.core.reservation import asked_of
 from gatekeeper.core.writes.plan import DEFAULT_EVENTS_PER_NAMESPACE_PER_MINUTE, Write, walk
 from gatekeeper.webhook.pass_through import PassThrough
 
@@ -232,7 +233,16 @@ class PoolsBackend:
             retry_seconds=self.retry_seconds,
             exempt_namespaces=self.exempt_namespaces,
             max_records_per_namespace=self.max_records_per_namespace,
+            asked_back=self._asked_back(),
         )
+
+    def _asked_back(self) -> dict[tuple[str, str, int], str]:
+        """The groups whose claims the hub asks this member back (none without a hub)."""
+        if self.hub is None:
+            return {}
+        view = self.hub.view()
+        live = (c for c in view.claims if str(meta(c).get("uid") or "") not in view.given_back)
+        return asked_of(live, view.cluster)
 
     async def reconcile_once(self, write: Writer) -> Actions:
         """One pass: decide and plan (pure), then execute the plan through ``write``."""

@@ -53,6 +53,7 @@ from gatekeeper.core.reservation.objects import (
     parse_reservation,
     valid_cluster_name,
 )
+from gatekeeper.core.reservation.preemption import GIVE_BACK_REQUESTED, asked_of
 from gatekeeper.core.reservation.release import ReleasePlan, plan_release
 from gatekeeper.core.reservation.view import SOURCE_CHECK, SOURCE_LABEL, ClaimWrites, HubView
 from gatekeeper.core.reservation.words import Shares, group_waits, hub_unreachable, parse_shares, status_body
@@ -62,6 +63,7 @@ __all__ = [
     "CLAIM_PLURAL",
     "CLUSTER_LABEL",
     "DEFAULT_LEASE_SECONDS",
+    "GIVE_BACK_REQUESTED",
     "HEARTBEAT_PREFIX",
     "MEMBER_NAMESPACE_PREFIX",
     "RESERVATION_KIND",
@@ -86,6 +88,7 @@ __all__ = [
     "ReservationStatus",
     "Shares",
     "Waiting",
+    "asked_of",
     "claim_body",
     "claim_name",
     "decide",

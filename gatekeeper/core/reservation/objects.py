@@ -22,7 +22,7 @@ from typing import Any
 
 from gatekeeper.core.kube.fields import mapping, string
 from gatekeeper.core.kube.keys import GATEKEEPER_API_VERSION
-from gatekeeper.core.kube.objects import EPOCH, meta, parse_time
+from gatekeeper.core.kube.objects import EPOCH, as_map, meta, parse_time
 from gatekeeper.core.kube.quantity import amounts, format_quantity, format_resources
 from gatekeeper.core.model.pool import QueueingStrategy, WithinPool
 from gatekeeper.core.reservation.members import (
@@ -31,6 +31,7 @@ from gatekeeper.core.reservation.members import (
     parse_members,
     valid_cluster_name,
 )
+from gatekeeper.core.reservation.view import SOURCE_CHECK, SOURCE_LABEL
 
 __all__ = [
     "CLAIM_KIND",
@@ -132,6 +133,9 @@ class Claim:
     """When the hub marked it Orphaned (``status.orphanedAt``; the hub's own clock)."""
     granted_at: datetime | None = None
     """When the hub granted it (``status.grantedAt``; the hub's own clock)."""
+    by_check: bool = False
+    """Made by the Kueue shared-reservation AdmissionCheck (label ``SOURCE_LABEL``), not by a
+    member's ``pools`` backend: never asked back (that check does not give claims back on request)."""
 
 
 @dataclass(frozen=True)
@@ -291,6 +295,7 @@ def parse_claim(obj: Mapping[str, Any]) -> Claim | BadClaim:
         reason=str(status.get("reason") or "")[:64],
         message=str(status.get("message") or "")[:1024],
         orphaned_at=_stamp(status, "orphanedAt"),
+        by_check=as_map(m.get("labels")).get(SOURCE_LABEL) == SOURCE_CHECK,
         granted_at=_stamp(status, "grantedAt"),
     )
 

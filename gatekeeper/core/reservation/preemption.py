@@ -16,19 +16,22 @@ its own word), lowest first, then the most recently granted; the shortest run th
 then each one not needed put back. A claim that would not fit even with every candidate gone
 asks nothing. Claims already asked and still held count as going, so a pass never asks again
 what an earlier one asked. Orphaned claims are not candidates (their member cannot be asked):
-they go with the Reservation's ``spec.orphanTimeout``, as ever.
+they go with the Reservation's ``spec.orphanTimeout``, as ever; nor are the claims of the Kueue
+shared-reservation AdmissionCheck (it gives claims back only as Kueue evicts).
 
-Called by ``ledger`` after the grants of a pass. Pure.
+Called by ``ledger`` after the grants of a pass; ``asked_of`` by a member's ``pools`` controller
+(what the hub asks of it, for ``core.backends.pools.decide``). Pure.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-from gatekeeper.core.reservation.objects import Claim
+from gatekeeper.core.reservation.objects import Claim, ClaimState, parse_claim
 
-__all__ = ["GIVE_BACK_REQUESTED", "Asked", "choose"]
+__all__ = ["GIVE_BACK_REQUESTED", "Asked", "asked_of", "choose"]
 
 GIVE_BACK_REQUESTED = "GiveBackRequested"
 """The reason of a granted claim the hub asked back (its state stays ``Granted``: it holds)."""
@@ -66,7 +69,7 @@ def choose(
     for c in going:
         _plus(room, demand(c))
     open_ones = sorted(
-        (c for c in granted if c.reason != GIVE_BACK_REQUESTED),
+        (c for c in granted if c.reason != GIVE_BACK_REQUESTED and not c.by_check),
         key=lambda c: (c.priority, -(c.granted_at or c.created).timestamp(), c.name),
     )
     victims: list[tuple[Claim, int]] = []
@@ -104,3 +107,22 @@ def choose(
             "granted once their members have given them back"
         )
     return Asked(tuple(victims), said)
+
+
+def asked_of(claims: Iterable[Mapping[str, Any]], cluster: str) -> dict[tuple[str, str, int], str]:
+    """What the hub asks of member ``cluster``: (namespace, LWS UID, group index) -> the hub's
+    words, for each of its claims still Granted with reason ``GiveBackRequested``."""
+    out: dict[tuple[str, str, int], str] = {}
+    for obj in claims:
+        status = obj.get("status")
+        if not isinstance(status, Mapping) or status.get("reason") != GIVE_BACK_REQUESTED:
+            continue  # most claims: not read further
+        c = parse_claim(obj)
+        if (
+            isinstance(c, Claim)
+            and c.cluster == cluster
+            and c.state is ClaimState.GRANTED
+            and c.reason == GIVE_BACK_REQUESTED
+        ):
+            out[(c.namespace, c.lws_uid, c.group)] = c.message
+    return out

@@ -73,11 +73,10 @@ Decisions:
 * **A higher priority may take room back** where its Pool says so
   (``spec.preemption.withinPool: LowerPriority``): after the plan, a waiting group that fits
   only if admitted groups of lower priority go has them given back whole (``preemption``,
-  ``preempting``), and is admitted by a later pass once their pods are gone. A group once placed
-  whole that lost a node's room to a pod the gatekeeper never saw is given back whole
-  (``giveback.displaced``).
-* **Bad input is reported, never fatal.** An object the core cannot read is skipped and
-  named in ``Actions.problems``; one bad object must not stop admission for everyone else.
+  ``preempting``), and is admitted by a later pass once their pods are gone; so is a group whose
+  claim the hub asks back. A group once placed whole that lost a node's room to a pod the
+  gatekeeper never saw is given back whole (``giveback.displaced``).
+* **Bad input is reported, never fatal:** skipped, named in ``Actions.problems``.
 """
 
 from __future__ import annotations
@@ -90,15 +89,13 @@ from typing import Any
 
 from gatekeeper.core.admission.exclusive import occupants
 from gatekeeper.core.admission.intruders import intruders
-from gatekeeper.core.admission.members import strangers_said
 from gatekeeper.core.admission.membership import membership
-from gatekeeper.core.admission.reasons import Reason
 from gatekeeper.core.admission.record_cap import DEFAULT_MAX_RECORDS_PER_NAMESPACE, over_cap
 from gatekeeper.core.backends.pools.changed import WaitStatus
 from gatekeeper.core.backends.pools.giveback import GiveBack, displaced
 from gatekeeper.core.backends.pools.kept import still_charged
 from gatekeeper.core.backends.pools.planner import Plan, PoolStatus, plan
-from gatekeeper.core.backends.pools.preempting import Cluster, Preempted, Preempting, preempt
+from gatekeeper.core.backends.pools.preempting import Cluster, Preempted, Preempting, asked_back, preempt
 from gatekeeper.core.backends.pools.provisioning import (
     InstanceType,
     Launcher,
@@ -106,7 +103,8 @@ from gatekeeper.core.backends.pools.provisioning import (
     NodePool,
     read_launcher,
 )
-from gatekeeper.core.backends.pools.stages import GroupPass, Settings, restored
+from gatekeeper.core.backends.pools.said import strangers_said_of, waiting_words
+from gatekeeper.core.backends.pools.stages import GroupPass, Settings
 from gatekeeper.core.kube.objects import index_by_key, meta, object_key, parse_time
 from gatekeeper.core.kube.parsed import Parsed
 from gatekeeper.core.kube.quantity import format_resources
@@ -121,8 +119,7 @@ from gatekeeper.core.model.lws import priority as lws_priority
 from gatekeeper.core.model.nodes import Node, RequestsMemo, node_usage_skipping
 from gatekeeper.core.model.owned import leader_template_revision
 from gatekeeper.core.model.pool import Pool
-from gatekeeper.core.model.record import admitted_indices, is_admitted
-from gatekeeper.core.model.rollout import surge_said
+from gatekeeper.core.model.record import admitted_indices
 from gatekeeper.core.plugin.decided import GroupActions
 
 __all__ = ["Actions", "Admit", "Snapshot", "WaitStatus", "decide"]
@@ -180,6 +177,8 @@ class Snapshot:
     is): a group of such a class never preempts (``backends.pools.preemption``)."""
     exempt_namespaces: frozenset[str] = frozenset({"kube-system"})
     """Namespaces whose pods on a closed pool's nodes are not intruders (``core.admission.intruders``)."""
+    asked_back: Mapping[tuple[str, str, int], str] = field(default_factory=dict)
+    """(namespace, LWS UID, group) -> the hub's words: claims it asks back (``reservation.asked_of``)."""
 
 
 @dataclass(frozen=True)
@@ -299,7 +298,7 @@ def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMem
     )
     result, chosen = _planned(snap, one, nodes, usage, launcher, records, who.pods_of, priority_of)
     admit, ungate, steer = _steering(result, one)
-    waiting = _waiting_words(result, one, invalid_pools, lws_by_key, chosen.said)
+    waiting = waiting_words(result, one, invalid_pools, lws_by_key, chosen.said)
     create = tuple(
         g for g in one.groups if (g.key.namespace, g.record) not in one.wanted_records and g not in over
     )
@@ -318,7 +317,7 @@ def decide(snap: Snapshot, memo: DemandMemo | None = None, requests: RequestsMem
         restore_admitted=tuple(sorted(one.restore)),
         revisions=tuple(sorted(one.revisions)),
         problems=tuple(sorted(problems)),
-        strangers=_strangers_said(one, records),
+        strangers=strangers_said_of(one, records),
         steer=steer,
         give_back=tuple(one.gives),
         stop=tuple(sorted(one.stop)),
@@ -374,6 +373,7 @@ def _planned(
     )
     chosen = preempt(result, one, room)
     _evict(one, chosen.give_back, chosen.look_again)
+    _evict(one, asked_back(one, records, pods_of, snap.asked_back, snap.now), None)
     return result, chosen
 
 
@@ -454,45 +454,3 @@ def _steering(result: Plan, one: GroupPass) -> tuple[tuple[Admit, ...], tuple[Ke
         (ns, pod) for (ns, pod), (pool_name, key) in sorted(lifts.items()) if steered(ns, pod, pool_name, key)
     )
     return tuple(admit), ungate, steer
-
-
-def _waiting_words(
-    result: Plan,
-    one: GroupPass,
-    invalid_pools: Mapping[str, str],
-    lwss: Mapping[Key, Mapping[str, Any]],
-    preempting: Mapping[GroupKey, str],
-) -> tuple[WaitStatus, ...]:
-    """Why each waiting group waits, in the planner's words, with what a pool, a template
-    change or a rolling update's surge adds."""
-    waiting: list[WaitStatus] = []
-    for w in result.waiting:
-        message = w.message
-        if w.reason is Reason.POOL_NOT_FOUND and w.pool in invalid_pools:
-            message = f"group {w.key.index} waits: pool {w.pool} is invalid: {invalid_pools[w.pool]}"
-        if w.key in one.readmitted:
-            before = one.readmitted[w.key] or "an unrecorded demand"
-            message = (
-                f"{message}; it was admitted with {before} before its LeaderWorkerSet's templates "
-                "changed, and gave that back when its last old pod went"
-            )
-        if w.key in preempting:
-            message = f"{message}; it {preempting[w.key]}"
-        stalls = False
-        if not w.reason.permanent:
-            message, stalls = surge_said(message, lwss, w.key)
-        waiting.append(WaitStatus(one.state_of[w.key], w.reason, message, w.position, stalls=stalls))
-    return tuple(waiting)
-
-
-def _strangers_said(one: GroupPass, records: Mapping[Key, Mapping[str, Any]]) -> tuple[WaitStatus, ...]:
-    """What the record of each group with strangers says of them (and of its admission)."""
-    said: list[WaitStatus] = []
-    for key, ones in sorted(one.strangers.items()):
-        if key in one.state_of:
-            gs = one.state_of[key]
-            record = records.get((key.namespace, gs.record))
-            holds = f"{restored(gs, record)[2]}; " if record is not None and is_admitted(record) else ""
-            reason, words = strangers_said(ones)
-            said.append(WaitStatus(gs, reason, holds + words, 0))
-    return tuple(said)

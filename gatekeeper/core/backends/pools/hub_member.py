@@ -14,6 +14,9 @@ runs with ``--hub-kubeconfig``) turns that plan into one that also respects the 
   local plan would admit it; every other claim of this cluster is deleted: a granted
   claim whose group cannot run here is given back rather than held, and a released
   group's claim goes once its record is gone (its pods are gone by then);
+* a claim the hub asks back (reason ``GiveBackRequested``, ``core.reservation.preemption``) is
+  never admitted on: its group is given back by ``decide`` (``Snapshot.asked_back``) and the
+  claim is deleted once the group's pods are gone; the group then claims again, in its turn;
 * while the hub cannot be reached (or was not read yet this term), no claim is written
   and such groups wait with reason ``HubUnreachable``, saying since when; admitted groups
   and their later pods are not touched (their ungating is in the local plan).
@@ -33,6 +36,7 @@ from gatekeeper.core.model.demand import GroupDemand
 from gatekeeper.core.model.lws import priority as lws_priority
 from gatekeeper.core.model.record import is_admitted
 from gatekeeper.core.reservation import (
+    GIVE_BACK_REQUESTED,
     SOURCE_LABEL,
     Claim,
     ClaimState,
@@ -116,7 +120,9 @@ def charge_reservations(actions: Actions, snap: Snapshot, hub: HubView) -> tuple
             for c in claims.get(gid, ())
             if c.reservation == reservation and c.state is not ClaimState.RELEASED
         ]
-        keep.update(c.name for c in mine[:1])
+        asked = bool(mine) and mine[0].reason == GIVE_BACK_REQUESTED
+        if not asked:  # a claim the hub asked back is not admitted on, and goes with its pods
+            keep.update(c.name for c in mine[:1])
         index = gs.key.index
         demand = gs.demand.total if isinstance(gs.demand, GroupDemand) else {}
         if not hub.reachable:
@@ -127,8 +133,15 @@ def charge_reservations(actions: Actions, snap: Snapshot, hub: HubView) -> tuple
                 )
             )
             continue
-        if mine and mine[0].state.holds:
+        if mine and mine[0].state.holds and not asked:
             admit.append(one)
+            continue
+        if asked:
+            said = (
+                f"group {index} waits: the hub asked its claim on Reservation {reservation} back "
+                "for a group of higher priority; a new claim is made once it is given back"
+            )
+            waiting.append(WaitStatus(gs, Reason.WAITING_FOR_RESERVATION, said, 0))
             continue
         if not mine:
             lws = lwss.get((gs.key.namespace, gs.key.name), {})

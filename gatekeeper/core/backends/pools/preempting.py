@@ -44,7 +44,7 @@ from gatekeeper.core.model.nodes import Node
 from gatekeeper.core.model.pool import Pool, ReclaimWithinCohort, WithinPool
 from gatekeeper.core.model.retry import recorded_retries
 
-__all__ = ["PREEMPTING", "Preempted", "Preempting", "preempt"]
+__all__ = ["PREEMPTING", "Preempted", "Preempting", "asked_back", "preempt"]
 
 Key = tuple[str, str]
 
@@ -280,3 +280,33 @@ def _named(by: GroupKey, victims: Sequence[GroupKey]) -> str:
     if others:
         own.append(f"{others} of other namespaces")
     return ", ".join(own)
+
+
+def asked_back(
+    one: GroupPass,
+    records: Mapping[Key, Mapping[str, Any]],
+    pods_of: PodsByGroup,
+    asked: Mapping[tuple[str, str, int], str],
+    now: datetime | None,
+) -> list[GiveBack]:
+    """The admitted groups whose claims the hub asks back for a claim of higher priority
+    (``core.reservation.preemption``), given back whole as a preempted group is: their claims
+    are deleted once their pods are gone (``hub_member``), and only then does the hub grant the
+    room to the claim that asked."""
+    gives: list[GiveBack] = []
+    if not asked or now is None:
+        return gives
+    for key in one.ungate_keys:
+        gs = one.state_of.get(key)
+        words = asked.get((key.namespace, gs.lws_uid, key.index)) if gs is not None else None
+        record = records.get((key.namespace, gs.record)) if gs is not None else None
+        if gs is None or words is None or record is None:
+            continue
+        members = pods_of.get((key.namespace, key.name), {}).get(key.index, ())
+        stop = tuple(sorted(p.name for p in members if not p.terminating and not p.gated))
+        message = (
+            f"group {key.index} was preempted: the hub asked its claim back ({words}); its pods are "
+            "deleted, and it waits in the pool's queue again"
+        )
+        gives.append(GiveBack(gs, stop, message, now, recorded_retries(record), Reason.PREEMPTED))
+    return gives

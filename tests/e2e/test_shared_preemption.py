@@ -1,0 +1,104 @@
+"""Preemption across the members of a hub: a higher claim takes a lower member's group back whole.
+
+Why this exists: a Reservation of 4 GPUs shared by two member clusters, with
+``spec.preemption.withinReservation: LowerPriority``. cluster-a's experiment (no PriorityClass,
+priority 0) holds all of it in two groups; cluster-b's production LWS (a PriorityClass of
+100000) is scaled to one group. The hub asks one of cluster-a's claims back; cluster-a gives that
+group back whole (its pods deleted, made again gated) and deletes the claim; only then does the
+hub grant cluster-b's claim, and production runs whole. Meanwhile cluster-a's gatekeeper and the
+hub's are killed (SIGKILL, started again): the Reservation is never over-committed and no GPU
+bound beyond it at any sample (``hub_support.Sampler``: the hub's granted GPUs and the GPUs
+bound across the members at one instant, every second).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from typing import Any
+
+from gatekeeper_lab.sandbox import gatekeeper as gk
+from gatekeeper_lab.sandbox.hub import GATEKEEPER
+
+from .conftest import SharedHub
+from .hub_support import CAPACITY, Sampler, _json, eventually, pods_of, scene, whole_running_groups
+
+__all__ = ["scene"]  # the fixture, used by name
+
+
+def test_a_higher_claim_takes_a_lower_members_group_back_whole_under_kills(
+    shared_hub: SharedHub, scene: Any
+) -> None:
+    reservation, _, ns = scene
+    hub, a, b = shared_hub.hub, shared_hub.members["cluster-a"], shared_hub.members["cluster-b"]
+    hub.kubectl(
+        "patch", "reservation", reservation, "--type=merge",
+        "-p", json.dumps({"spec": {"preemption": {"withinReservation": "LowerPriority"}}}),
+    )  # fmt: skip
+    klass = f"production-{ns}"
+    production = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": klass}}
+    b.kubectl("create", "-f", "-", input=json.dumps({**production, "value": 100000}))
+    path = "/spec/leaderWorkerTemplate/{}/spec/priorityClassName"
+    patch = [
+        {"op": "add", "path": path.format(t), "value": klass} for t in ("leaderTemplate", "workerTemplate")
+    ]
+    b.kubectl("patch", "lws", "vllm", "-n", ns, "--type=json", "-p", json.dumps(patch))
+    sampler = Sampler(shared_hub, reservation, ns)
+    sampler.start()
+    try:
+        a.kubectl("scale", "lws", "vllm", "-n", ns, "--replicas=2")
+        eventually(
+            lambda: whole_running_groups(pods_of(shared_hub, ns)["cluster-a"]) == (2, 4, 0),
+            120,
+            "cluster-a's two groups running whole, the Reservation full",
+        )
+        started = time.monotonic()
+        b.kubectl("scale", "lws", "vllm", "-n", ns, "--replicas=1")
+        kills: list[str] = []
+
+        def kill() -> None:
+            time.sleep(1.0)
+            a.restart(gk.COMPONENT, kill=True)
+            kills.append("cluster-a")
+            time.sleep(3.0)
+            hub.stop(GATEKEEPER, kill=True)
+            hub.start_gatekeeper()
+            kills.append("hub")
+
+        killer = threading.Thread(target=kill)
+        killer.start()
+
+        def production_runs() -> bool:
+            pods = pods_of(shared_hub, ns)
+            return whole_running_groups(pods["cluster-b"])[0] == 1 and whole_running_groups(
+                pods["cluster-a"]
+            ) == (1, 2, 2)
+
+        eventually(production_runs, 180, "cluster-b's group running whole, one of cluster-a's waiting gated")
+        took = time.monotonic() - started
+        killer.join()
+        assert kills == ["cluster-a", "hub"], kills
+    finally:
+        sampler.stop.set()
+        sampler.join()
+    records = _json(a.kubectl, "get", "groupadmissions", "-n", ns)["items"]
+    said = [
+        c
+        for r in records
+        for c in r.get("status", {}).get("conditions", [])
+        if c.get("type") == "Admitted" and c.get("status") == "False"
+    ]
+    assert len(said) == 1, said
+    assert said[0]["reason"] in ("Preempted", "WaitingForReservation", "WaitingForQuota"), said
+    events = _json(a.kubectl, "get", "events", "-n", ns)["items"]
+    preempted = [e for e in events if e.get("reason") == "Preempted"]
+    assert preempted and "the hub asked its claim back" in preempted[0]["message"], preempted
+    assert "cluster-b" not in preempted[0]["message"] and klass not in preempted[0]["message"]
+    most, bound = max(sampler.granted), max(sampler.bound)
+    print(
+        f"\nproduction on cluster-b Running whole {took:.1f} s after its scale (kills: {kills}); "
+        f"samples {len(sampler.granted)}; granted at most {most} GPUs; bound at most {bound} GPUs"
+    )
+    assert most <= CAPACITY and bound <= CAPACITY
+    assert len(sampler.granted) >= 10
