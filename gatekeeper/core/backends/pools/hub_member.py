@@ -78,11 +78,9 @@ def _holding(snap: Snapshot, actions: Actions) -> set[GroupId]:
     return held
 
 
-def charge_reservations(actions: Actions, snap: Snapshot, hub: HubView) -> tuple[Actions, ClaimWrites]:
-    """The local plan, with admissions into reservation pools held until the hub grants them."""
-    charged = _reservations(snap)
-    if not charged:
-        return actions, ClaimWrites()
+def _ours(hub: HubView) -> tuple[dict[GroupId, list[Claim]], list[tuple[str, str]]]:
+    """This member's claims by group, and those that can only go: given back but perhaps never
+    deleted, or unreadable."""
     claims: dict[GroupId, list[Claim]] = {}
     stray: list[tuple[str, str]] = []
     for obj in hub.claims:
@@ -101,6 +99,15 @@ def charge_reservations(actions: Actions, snap: Snapshot, hub: HubView) -> tuple
             continue
         if c.cluster == hub.cluster:
             claims.setdefault((c.namespace, c.lws, c.lws_uid, c.group), []).append(c)
+    return claims, stray
+
+
+def charge_reservations(actions: Actions, snap: Snapshot, hub: HubView) -> tuple[Actions, ClaimWrites]:
+    """The local plan, with admissions into reservation pools held until the hub grants them."""
+    charged = _reservations(snap)
+    if not charged:
+        return actions, ClaimWrites()
+    claims, stray = _ours(hub)
     lwss = {(str(meta(o).get("namespace") or ""), str(meta(o).get("name") or "")): o for o in snap.lwss}
     keep: set[str] = set()
     for gid in _holding(snap, actions):
