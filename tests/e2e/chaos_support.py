@@ -179,11 +179,15 @@ class Scene:
 
 
 @contextmanager
-def chaos_scene(chaos: Chaos, capacity: int) -> Iterator[Scene]:
-    """A Reservation of ``capacity`` GPUs on the hub; in each member a namespace, a Pool (quota
-    4 GPUs, the member's four nodes) charged to it and an LWS ``vllm`` at 0 replicas."""
+def chaos_scene(chaos: Chaos, capacity: int, *, preemption: bool = False) -> Iterator[Scene]:
+    """A Reservation of ``capacity`` GPUs on the hub (``preemption``: with
+    ``spec.preemption.withinReservation: LowerPriority``); in each member a namespace, a Pool
+    (quota 4 GPUs, the member's four nodes) charged to it and an LWS ``vllm`` at 0 replicas."""
     tag = uuid.uuid4().hex[:5]
     scene = Scene(f"odcr-{tag}", f"chaos-{tag}", f"chaos-{tag}", capacity)
+    spec: dict[str, Any] = {"capacity": {GPU: capacity}}
+    if preemption:
+        spec["preemption"] = {"withinReservation": "LowerPriority"}
     chaos.hub.kubectl(
         "apply",
         "-f",
@@ -193,7 +197,7 @@ def chaos_scene(chaos: Chaos, capacity: int) -> Iterator[Scene]:
                 "apiVersion": "lws-gatekeeper.io/v1alpha1",
                 "kind": "Reservation",
                 "metadata": {"name": scene.reservation},
-                "spec": {"capacity": {GPU: capacity}},
+                "spec": spec,
             }
         ),
     )

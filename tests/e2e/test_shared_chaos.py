@@ -158,6 +158,64 @@ def test_three_members_scale_at_random_while_gatekeepers_are_killed(chaos: Chaos
         assert s.longest_half <= HALF_WINDOW, f"seed {SEED}: {s.figures()}"
 
 
+def test_a_member_of_higher_priority_takes_the_reservation_while_gatekeepers_are_killed(chaos: Chaos) -> None:
+    """Preemption across members under kills: a Reservation of 6 GPUs that preempts
+    (``withinReservation: LowerPriority``) is full of cluster-a's and cluster-b's groups (priority
+    0); cluster-c's LWS (a PriorityClass of 100000) scales to 2 groups (all its Pool's 4 GPUs)
+    while a random gatekeeper is SIGKILLed every 5-12 s for 40 s. In the end cluster-c runs its 2
+    groups whole, the others one (the 2 GPUs left), every other group waits gated, the claims
+    agree, and no sample saw more than 6 GPUs held or bound or a group half-admitted longer than
+    ``HALF_WINDOW``."""
+    print(f"seed {SEED}", flush=True)
+    with (
+        chaos_scene(chaos, CAPACITY, preemption=True) as scene,
+        sampled(chaos, scene.reservation, scene.namespace, CAPACITY) as s,
+    ):
+        ns, high = scene.namespace, chaos.members["cluster-c"]
+        klass = f"production-{ns}"
+        body = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": klass}}
+        high.kubectl("create", "-f", "-", input=json.dumps({**body, "value": 100000}))
+        path = "/spec/leaderWorkerTemplate/{}/spec/priorityClassName"
+        patch = [
+            {"op": "add", "path": path.format(t), "value": klass}
+            for t in ("leaderTemplate", "workerTemplate")
+        ]
+        high.kubectl("patch", "lws", "vllm", "-n", ns, "--type=json", "-p", json.dumps(patch))
+        scale(chaos, ns, {"cluster-a": 2, "cluster-b": 2})
+        eventually(
+            lambda: whole_groups(chaos, ns) == (3, 6, 2), 120, "the Reservation full of a's and b's groups"
+        )
+        killer = Killer(chaos, random.Random(f"{SEED}-preempting"), time.monotonic() + 40)
+        killer.start()
+        started = time.monotonic()
+        scale(chaos, ns, {"cluster-c": 2})
+        killer.join()
+        assert not killer.errors, killer.errors
+        others = {n: sb for n, sb in chaos.members.items() if n != "cluster-c"}
+
+        def settled() -> bool:
+            return (
+                whole_groups(chaos, ns, {"cluster-c": high}) == (2, 4, 0)
+                and whole_groups(chaos, ns, others) == (1, 2, 6)
+                and not claims_agree(chaos, scene)
+            )
+
+        try:
+            eventually(settled, 180, "cluster-c's 2 groups whole, one of the others', claims agreeing")
+        except AssertionError:
+            raise AssertionError(
+                f"seed {SEED}: c {whole_groups(chaos, ns, {'cluster-c': high})}, others "
+                f"{whole_groups(chaos, ns, others)} (whole, ungated, gated); {claims_agree(chaos, scene)}"
+            ) from None
+        print(
+            f"cluster-c's 2 groups whole {time.monotonic() - started:.1f}s after its scale-up; "
+            f"kills: {killer.kills}",
+            flush=True,
+        )
+        assert held(hub_claims(chaos.hub, scene.reservation) or []) == CAPACITY
+        assert s.longest_half <= HALF_WINDOW, f"seed {SEED}: {s.figures()}"
+
+
 def waits_hub_unreachable(sb: Sandbox, namespace: str) -> bool:
     res = sb.kubectl("get", "groupadmissions", "-n", namespace, "-o", "json", check=False)
     if res.returncode != 0:
