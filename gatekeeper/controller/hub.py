@@ -47,7 +47,7 @@ from gatekeeper.controller.caches import Caches
 from gatekeeper.controller.errors import Conflict, PermanentError, TemporaryError
 from gatekeeper.controller.informer import Informer
 from gatekeeper.controller.loop import Write
-from gatekeeper.core.kube.objects import as_map, meta
+from gatekeeper.core.kube.objects import as_map, generation_of, meta
 from gatekeeper.core.plugin.decided import Decided
 from gatekeeper.core.reservation import (
     CLUSTER_LABEL,
@@ -249,6 +249,7 @@ class HubController:
                     "status": "True" if valid else "False",
                     "reason": "Valid" if valid else "InvalidSpec",
                     "message": "" if valid else ledger.invalid[:1024],
+                    "observedGeneration": generation_of(reservation),
                 }
             ]
             old = as_map(reservation.get("status"))

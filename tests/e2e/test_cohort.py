@@ -149,6 +149,13 @@ async def test_a_pool_lends_its_idle_room_and_takes_it_back_whole(
             assert all(r["status"]["pool"] == pool_of["research"] for r in recs.values())
             status = await list_raw(api, "pools.lws-gatekeeper.io")
             by_name = {p["metadata"]["name"]: p.get("status", {}) for p in status}
+            for p in status:  # every condition the gatekeeper writes observes the object's generation
+                if p["metadata"]["name"] in pool_of.values():
+                    [valid] = p["status"]["conditions"]
+                    assert valid["observedGeneration"] == p["metadata"]["generation"], p["status"]
+            for r in recs.values():
+                [said] = r["status"]["conditions"]
+                assert said["observedGeneration"] == r["metadata"]["generation"] == 1, r["status"]
             lent_by, borrowed_by = by_name[pool_of["serving"]], by_name[pool_of["research"]]
             assert lent_by.get("lent", {}).get(GPU) == "2" and lent_by.get("borrowed") == {}, lent_by
             assert borrowed_by.get("borrowed", {}).get(GPU) == "2", borrowed_by

@@ -128,7 +128,7 @@ def test_an_admitted_record_is_restated_only_while_admitted_and_saying_otherwise
     admitted = {"status": {"conditions": [cond("True", "TemplateChanged", "old words")]}}
     patch = restated_admission(admitted, "Admitted", "new words", LATER)
     assert patch is not None
-    assert patch["conditions"][0] == cond("True", "Admitted", "new words", NOW)
+    assert patch["conditions"][0] == {**cond("True", "Admitted", "new words", NOW), "observedGeneration": 1}
     assert restated_admission(admitted, "TemplateChanged", "old words", LATER) is None
     waiting = {"status": {"conditions": [cond("False", "WaitingForQuota", "x")]}}
     assert restated_admission(waiting, "Admitted", "x", LATER) is None
@@ -215,3 +215,19 @@ def test_a_waiting_record_is_written_under_the_version_it_was_read_at() -> None:
     assert [w.group.key.index for w in actions.waiting] == [1]
     waits = [w for w in walk(plan) if w.tag == "wait"]
     assert [w.guard for w in waits] == ["41"]
+
+
+def test_a_pools_condition_observes_its_generation_and_a_new_generation_is_written() -> None:
+    patch = pool_status_patch({}, STATUS, None, NOW, generation=3)
+    assert patch is not None and patch["conditions"][0]["observedGeneration"] == 3
+    assert pool_status_patch(patch, STATUS, None, LATER, generation=3) is None
+    again = pool_status_patch(patch, STATUS, None, LATER, generation=4)
+    assert again is not None and again["conditions"][0]["observedGeneration"] == 4
+    invalid = pool_status_patch(patch, None, "spec.quota: bad", LATER, generation=5)
+    assert invalid is not None and invalid["conditions"][0]["observedGeneration"] == 5
+
+
+def test_every_record_condition_observes_the_records_only_generation() -> None:
+    from gatekeeper.core.model.record import RECORD_GENERATION, admitted_condition
+
+    assert admitted_condition(True, "Admitted", "x", {}, NOW)["observedGeneration"] == RECORD_GENERATION == 1

@@ -24,6 +24,7 @@ __all__ = [
     "condition",
     "conditions",
     "digest",
+    "generation_of",
     "index_by_key",
     "is_live",
     "is_terminating",
@@ -156,3 +157,10 @@ def replacing_map(before: object, after: Mapping[str, str]) -> dict[str, str | N
 def digest(*parts: object) -> str:
     """A short stable digest, for names of events and change detection."""
     return hashlib.sha256("\x00".join(map(str, parts)).encode()).hexdigest()[:10]
+
+
+def generation_of(obj: Mapping[str, Any]) -> int:
+    """``metadata.generation`` (0 when absent or unreadable): what a condition written of the
+    object observes."""
+    generation = meta(obj).get("generation")
+    return generation if type(generation) is int and generation > 0 else 0

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from gatekeeper.core.kube.objects import as_map, meta
+from gatekeeper.core.kube.objects import as_map, generation_of, meta
 
 __all__ = ["ParseMemo", "Parsed", "parse_each"]
 
@@ -33,6 +33,9 @@ class Parsed(Generic[T]):
     statuses: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     """Name -> the object's ``status`` as read, readable or not: what a write of its status
     (a Pool's, by the gatekeeper) compares with."""
+    generations: Mapping[str, int] = field(default_factory=dict)
+    """Name -> its ``metadata.generation`` (0 when absent): the ``observedGeneration`` of the
+    conditions a status write says of it."""
 
 
 @dataclass(frozen=True)
@@ -68,11 +71,13 @@ class ParseMemo(Generic[T]):
         ok: list[T] = []
         bad: dict[str, str] = {}
         statuses: dict[str, Mapping[str, Any]] = {}
+        generations: dict[str, int] = {}
         for obj in objs:
             name = _name(obj)
             if name in statuses:
                 continue  # an object name is unique in a list; never let a decision meet two
             statuses[name] = as_map(obj.get("status"))
+            generations[name] = generation_of(obj)
             version = _version(obj)
             result = self._seen.get(version) if version is not None else None
             if result is None:
@@ -84,7 +89,7 @@ class ParseMemo(Generic[T]):
             else:
                 ok.append(result)
         self._seen = seen
-        return Parsed(tuple(ok), bad, statuses)
+        return Parsed(tuple(ok), bad, statuses, generations)
 
     def _one(self, obj: Mapping[str, Any]) -> T | _Bad:
         try:

@@ -209,6 +209,11 @@ def demand_status(
     }
 
 
+RECORD_GENERATION = 1
+"""A record's ``metadata.generation`` for its whole life: its spec never changes (the CRD refuses
+it), so the generation the API server gave it at create is the one every condition observes."""
+
+
 def admitted_condition(
     admitted: bool, reason: str, message: str, current: Mapping[str, Any], now: str
 ) -> dict[str, Any]:
@@ -221,4 +226,5 @@ def admitted_condition(
         "reason": reason,
         "message": message[:32000],
         "lastTransitionTime": kept or now,
+        "observedGeneration": RECORD_GENERATION,
     }

@@ -329,6 +329,7 @@ class _Writer:
                 self.actions.pools.get(name),
                 self.actions.invalid_pools.get(name),
                 self.now,
+                self.inputs.snapshot.pools.generations.get(name, 0),
             )
             if patch is not None:
                 pools.append(Write(Op.MERGE_STATUS, POOL_PLURAL, None, name, patch, tag="pool"))

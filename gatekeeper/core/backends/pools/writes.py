@@ -149,13 +149,20 @@ def _describe(st: PoolStatus) -> str:
     return text
 
 
-def _desired(st: PoolStatus | None, invalid: str | None) -> dict[str, Any] | None:
+def _desired(st: PoolStatus | None, invalid: str | None, generation: int) -> dict[str, Any] | None:
+    observed = {"observedGeneration": generation} if generation else {}
     if st is None:
         if invalid is None:
             return None
         return {
             "conditions": [
-                {"type": POOL_VALID, "status": "False", "reason": INVALID_SPEC_REASON, "message": invalid}
+                {
+                    "type": POOL_VALID,
+                    "status": "False",
+                    "reason": INVALID_SPEC_REASON,
+                    "message": invalid,
+                    **observed,
+                }
             ]
         }
     return {
@@ -181,17 +188,28 @@ def _desired(st: PoolStatus | None, invalid: str | None) -> dict[str, Any] | Non
             else {}
         ),
         "conditions": [
-            {"type": POOL_VALID, "status": "True", "reason": VALID_REASON, "message": _describe(st)}
+            {
+                "type": POOL_VALID,
+                "status": "True",
+                "reason": VALID_REASON,
+                "message": _describe(st),
+                **observed,
+            }
         ],
     }
 
 
 def pool_status_patch(
-    current: Mapping[str, Any] | None, st: PoolStatus | None, invalid: str | None, now: str
+    current: Mapping[str, Any] | None,
+    st: PoolStatus | None,
+    invalid: str | None,
+    now: str,
+    generation: int = 0,
 ) -> dict[str, Any] | None:
     """The status a Pool should have (``st`` from the pass, or ``invalid``: why its spec cannot be
-    read), as a patch over ``current``; None when it already says exactly that."""
-    desired = _desired(st, invalid)
+    read; its condition observing ``generation``, the Pool's ``metadata.generation``), as a patch
+    over ``current``; None when it already says exactly that."""
+    desired = _desired(st, invalid, generation)
     if desired is None:
         return None
     status = as_map(current)
