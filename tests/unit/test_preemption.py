@@ -17,10 +17,12 @@ from gatekeeper.core.backends.pools import Actions, PassInputs, Snapshot, decide
 from gatekeeper.core.backends.pools.giveback import give_back_status
 from gatekeeper.core.backends.pools.preempting import PREEMPTING
 from gatekeeper.core.backends.pools.preemption import MAX_SIMULATIONS, Room, preempts
+from gatekeeper.core.kube.keys import EXCLUSIVE_TOPOLOGY_ANNOTATION, GROUP_KEY_LABEL
 from gatekeeper.core.model.pool import MAX_MIN_RUN_SECONDS, WithinPool, parse_pool
 from gatekeeper.core.writes.plan import Memory, Op, walk
 
 NOW = datetime(2026, 12, 1, 12, tzinfo=UTC)
+RACK = "topology.example.com/rack"
 CLASSES = {"low": 10, "mid": 100, "high": 1000, "vip": 5000}
 
 
@@ -41,6 +43,8 @@ class Lws:
     namespace: str = "team"
     gpus: int = 1
     """Each pod's GPUs."""
+    exclusive: bool = False
+    """An LWS with exclusive placement on ``RACK`` (its pods carry the annotation and LWS's group key)."""
 
 
 def _scene(
@@ -50,6 +54,7 @@ def _scene(
     quota: int = 6,
     within: str | None = "LowerPriority",
     min_run: int | None = None,
+    racks: int = 0,
 ) -> Snapshot:
     p = pool("a").quota(gpu=quota).obj()
     if within is not None:
@@ -68,26 +73,27 @@ def _scene(
             .priority_class(one.klass)
             .obj()
         )
+        if one.exclusive:
+            obj["metadata"]["annotations"] = {EXCLUSIVE_TOPOLOGY_ANNOTATION: RACK}
         objs.append(obj)
         for g in range(one.replicas):
             placed = one.admitted.get(g)
             for w in range(one.size):
                 on = placed[0][w] if placed else None
-                pods.append(
-                    _of_class(
-                        one.klass,
-                        lws_pod(
-                            one.name,
-                            g,
-                            w,
-                            namespace=one.namespace,
-                            gated=placed is None,
-                            node_name=on,
-                            phase="Running" if on else "Pending",
-                            gpu_limit=one.gpus,
-                        ),
-                    )
+                made = lws_pod(
+                    one.name,
+                    g,
+                    w,
+                    namespace=one.namespace,
+                    gated=placed is None,
+                    node_name=on,
+                    phase="Running" if on else "Pending",
+                    gpu_limit=one.gpus,
                 )
+                made["metadata"]["labels"][GROUP_KEY_LABEL] = f"{one.name}-{g}"
+                if one.exclusive:
+                    made["metadata"]["annotations"] = {EXCLUSIVE_TOPOLOGY_ANNOTATION: RACK}
+                pods.append(_of_class(one.klass, made))
             if placed is not None:
                 r = record(
                     obj, g, admitted=True, pool="a", placement={str(i): n for i, n in enumerate(placed[0])}
@@ -102,7 +108,13 @@ def _scene(
         lwss=objs,
         pods=pods,
         bound_pods=[q for q in pods if q["spec"].get("nodeName")],
-        nodes=[node(f"n{i}").labels(pool="a").alloc(gpu=gpus).parsed() for i in range(nodes)],
+        nodes=[
+            node(f"n{i}")
+            .labels(pool="a", **({RACK: f"r{i * racks // nodes}"} if racks else {}))
+            .alloc(gpu=gpus)
+            .parsed()
+            for i in range(nodes)
+        ],
         pools=read_pools([p]),
         records=records,
         statefulsets=lws_statefulsets(objs, pods),
@@ -503,3 +515,28 @@ def test_a_pool_on_a_hub_or_over_node_pools_preempts_nothing(extra: dict[str, An
     assert not preempts(parse_pool(p)), why
     p["spec"].pop(next(iter(extra)))
     assert preempts(parse_pool(p))
+
+
+def test_a_victims_topology_domain_is_freed_in_the_simulation() -> None:
+    """Exclusive placement: each of two racks holds a group of ``exp`` (low); ``prod`` (high, of
+    the same namespace, exclusive on the rack too) can only go into a rack no other group of the
+    namespace holds: the most recent exp group goes, and with it its rack."""
+    exp = Lws(
+        "exp", "low", replicas=2, exclusive=True, admitted={0: (("n0", "n1"), 600), 1: (("n2", "n3"), 300)}
+    )
+    prod = Lws("prod", "high", exclusive=True)
+    actions = decide(_scene(exp, prod, nodes=4, quota=4, racks=2))
+    assert actions.strangers == () and actions.problems == ()
+    assert [(g.group.key.name, g.group.key.index) for g in actions.give_back] == [("exp", 1)]
+
+
+def test_a_domain_held_by_a_group_that_stays_is_not_freed() -> None:
+    """Rack r0 holds ``exp`` (low, one pod, admitted last) beside ``keep`` (high); rack r1 holds
+    ``other`` (low, two pods). Taking exp frees quota but not r0 (keep stays there): prod goes
+    into r1, so ``other`` is the victim and exp is put back."""
+    exp = Lws("exp", "low", size=1, exclusive=True, admitted={0: (("n0",), 60)})
+    keep = Lws("keep", "high", size=1, exclusive=True, admitted={0: (("n1",), 600)})
+    other = Lws("other", "low", exclusive=True, admitted={0: (("n2", "n3"), 600)})
+    prod = Lws("prod", "vip", exclusive=True)
+    actions = decide(_scene(exp, keep, other, prod, nodes=4, quota=4, racks=2))
+    assert [(g.group.key.name, g.group.key.index) for g in actions.give_back] == [("other", 0)]

@@ -29,7 +29,8 @@ bound pods (``occupants``, from the pass's bound-pod cache).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,7 +41,7 @@ from gatekeeper.core.kube.objects import as_map, is_live
 from gatekeeper.core.model.demand import GroupDemand
 from gatekeeper.core.model.nodes import Node
 
-__all__ = ["Domains", "KeptOut", "NoDomain", "Occupant", "occupants", "open_nodes", "place"]
+__all__ = ["Domains", "KeptOut", "NoDomain", "Occupant", "occupants", "open_nodes", "place", "without"]
 
 Occupant = tuple[str, str]
 """An LWS group's pod on a node: (its namespace, its LWS's exclusive topology key or "")."""
@@ -68,12 +69,11 @@ class KeptOut:
     keys: tuple[str, ...]
 
 
-def occupants(pods: Iterable[Mapping[str, Any]]) -> dict[str, set[Occupant]]:
-    """Per node: the LWS groups' live pods bound there, as (namespace, exclusive key or "").
+def _occupying(pods: Iterable[Mapping[str, Any]]) -> Iterator[tuple[str, Occupant]]:
+    """(node, occupant) of each LWS group's live pod bound to a node.
 
     An LWS group's pod carries LWS's group key label; its exclusive key is the annotation
     LWS copies from the LWS to its pods."""
-    found: dict[str, set[Occupant]] = {}
     for pod in pods:
         node = as_map(pod.get("spec")).get("nodeName")
         meta = as_map(pod.get("metadata"))
@@ -82,9 +82,36 @@ def occupants(pods: Iterable[Mapping[str, Any]]) -> dict[str, set[Occupant]]:
         if not is_live(pod):
             continue
         key = as_map(meta.get("annotations")).get(EXCLUSIVE_TOPOLOGY_ANNOTATION)
-        namespace = str(meta.get("namespace") or "")
-        found.setdefault(node, set()).add((namespace, key if isinstance(key, str) else ""))
+        yield node, (str(meta.get("namespace") or ""), key if isinstance(key, str) else "")
+
+
+def occupants(pods: Iterable[Mapping[str, Any]]) -> dict[str, Counter[Occupant]]:
+    """Per node: the LWS groups' live pods bound there, as (namespace, exclusive key or "")
+    with how many pods of each (so that the room of some of them can be freed: ``without``)."""
+    found: dict[str, Counter[Occupant]] = {}
+    for node, occupant in _occupying(pods):
+        found.setdefault(node, Counter())[occupant] += 1
     return found
+
+
+def without(
+    found: Mapping[str, Counter[Occupant]], gone: Iterable[Mapping[str, Any]]
+) -> dict[str, Counter[Occupant]]:
+    """``found`` once the pods ``gone`` are gone (preemption's simulation frees its victims'
+    domains); only the nodes they were on are copied."""
+    less: dict[str, Counter[Occupant]] = {}
+    for node, occupant in _occupying(gone):
+        less.setdefault(node, Counter())[occupant] += 1
+    if not less:
+        return dict(found)
+    out = dict(found)
+    for node, counted in less.items():
+        left = found.get(node, Counter()) - counted
+        if left:
+            out[node] = left
+        else:
+            out.pop(node, None)
+    return out
 
 
 class Domains:

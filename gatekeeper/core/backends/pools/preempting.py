@@ -13,7 +13,8 @@ Called by ``decide``; pure.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -83,7 +84,8 @@ class Cluster:
     usage: Mapping[str, Mapping[str, int]]
     namespaces: Mapping[str, Mapping[str, str]]
     intruders: Mapping[str, Intruders]
-    occupants: Mapping[str, Iterable[Occupant]]
+    occupants: Mapping[str, Counter[Occupant]]
+    """The LWS groups' bound pods per node, counted (``core.admission.exclusive.occupants``)."""
     records: Mapping[Key, Mapping[str, Any]]
     pods: Sequence[Mapping[str, Any]]
     """The opted-in pods."""

@@ -12,8 +12,8 @@ never counted twice.
 Victims are chosen as Kueue chooses them: candidates of lower priority (not those that have
 held their admission less than the pool's ``spec.minRunSeconds``), lowest priority first, then
 the most recently admitted; the shortest run of them that lets the group in, found by
-simulating the pass (``planner.plan`` on the pool's nodes with their room freed: the same
-quota and node fit as an admission); then each victim it does not need is put back. A group
+simulating the pass (``planner.plan`` on the pool's nodes with their room freed, the topology
+domains their pods held for exclusive placement too: the same quota and node fit as an admission); then each victim it does not need is put back. A group
 that would not fit even with every candidate gone preempts nothing. Groups already preempted
 whose pods are still going count as gone, so a pass never preempts again what an earlier one
 set going; each pass's preemptors are taken in queue order, each seeing the room the earlier
@@ -30,12 +30,14 @@ pure: the time is the pass's.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
 from typing import Any
 
+from gatekeeper.core.admission import exclusive
 from gatekeeper.core.admission.exclusive import Occupant
 from gatekeeper.core.admission.intruders import Intruders
 from gatekeeper.core.admission.queue import AdmittedGroup, WaitingGroup
@@ -153,7 +155,8 @@ class Room:
     nodes: Sequence[Node]
     namespaces: Mapping[str, Mapping[str, str]]
     intruders: Intruders | None = None
-    occupants: Mapping[str, Iterable[Occupant]] | None = None
+    occupants: Mapping[str, Counter[Occupant]] | None = None
+    """The LWS groups' bound pods per node (``exclusive.occupants``): a victim's are freed."""
     budget: Budget = field(default_factory=Budget)
     """Simulations left, shared by the pools of one pass."""
 
@@ -178,11 +181,21 @@ class Room:
         need = limited_demand(group.demand, quota)
         return {r: left for r, a in need.items() if (left := used.get(r, 0) + a - quota.get(r, 0)) > 0}
 
-    def fits(self, admitted: Sequence[AdmittedGroup], usage: Usage, group: WaitingGroup) -> Admission | None:
-        """Is ``group`` admitted by a pass that sees only ``admitted`` and ``usage``? None also
-        once the budget is spent."""
+    def fits(
+        self,
+        admitted: Sequence[AdmittedGroup],
+        usage: Usage,
+        group: WaitingGroup,
+        gone: Sequence[Candidate] = (),
+    ) -> Admission | None:
+        """Is ``group`` admitted by a pass that sees only ``admitted`` and ``usage``, the groups
+        ``gone`` gone from the topology domains too (exclusive placement)? None also once the
+        budget is spent."""
         if not self.budget.spend():
             return None
+        occupants = self.occupants
+        if gone and occupants is not None:
+            occupants = exclusive.without(occupants, [p for c in gone for p in c.pods])
         found = plan(
             [self.pool],
             self.nodes,
@@ -191,7 +204,7 @@ class Room:
             [group],
             self.namespaces,
             intruders={self.pool.name: self.intruders} if self.intruders is not None else None,
-            occupants=self.occupants,
+            occupants=occupants,
         )
         return found.admit[0] if found.admit else None
 
@@ -255,6 +268,7 @@ def choose(
     those preempted earlier whose pods are still there (``admitted`` holds them too). ``ran``
     says until when a candidate is kept by ``spec.minRunSeconds`` (None: it is not)."""
     gone = {c.group.key for c in going}
+    freed = list(going)  # their pods' domains too, once the groups chosen below are added
     held = [g for g in admitted if g.key not in gone]
     room_now = _less(usage, *(c.usage for c in going))
     out: list[Preemption] = []
@@ -281,7 +295,7 @@ def choose(
                 kept.append(until)
         shape = (group.demand, group.exclusive, group.key.namespace)
         if (going or out) and shape not in misses and not room.short(held, group):  # does it fit now?
-            found = room.fits(held, room_now, group)
+            found = room.fits(held, room_now, group, freed)
             if found is not None:  # once the groups already going are gone: it waits for them
                 if going:
                     waits[group.key] = len(going)
@@ -292,7 +306,7 @@ def choose(
         trial = (shape, tuple(c.group.key for c in open_ones))
         chosen = None
         if open_ones and trial not in misses:  # a group like one that found no victims finds none
-            chosen = _fewest(room, held, room_now, group, sorted(open_ones, key=_order))
+            chosen = _fewest(room, held, room_now, group, sorted(open_ones, key=_order), freed)
         if chosen is None:
             misses.add(trial)
             if kept:
@@ -300,6 +314,7 @@ def choose(
             continue
         victims, held, room_now, found = chosen
         taken.update(v.group.key for v in victims)
+        freed.extend(victims)
         held.append(_as_admitted(found, group))
         out.append(Preemption(group, victims))
         room.budget.decided = True
@@ -314,6 +329,7 @@ def _fewest(
     usage: Usage,
     group: WaitingGroup,
     ordered: Sequence[Candidate],
+    freed: Sequence[Candidate] = (),
 ) -> tuple[tuple[Candidate, ...], list[AdmittedGroup], Usage, Admission] | None:
     """The victims ``group`` needs of ``ordered``: the shortest run from the first that lets it
     in (halving, since freeing more never makes room scarcer), then each it does not need put
@@ -325,7 +341,7 @@ def _fewest(
         return [g for g in held if g.key not in keys], _less(usage, *(v.usage for v in victims))
 
     def trial(victims: Sequence[Candidate]) -> Admission | None:
-        return room.fits(*without(victims), group) if room.budget.left else None
+        return room.fits(*without(victims), group, [*freed, *victims]) if room.budget.left else None
 
     short, quota = room.short(held, group), room.quota
 
@@ -369,5 +385,5 @@ def _fewest(
             victims, best = rest, found
     if not room.budget.left:
         return None  # some answer above may be the budget's, not the room's
-    kept, freed = without(victims)
-    return tuple(victims), kept, freed, best
+    kept, usage_left = without(victims)
+    return tuple(victims), kept, usage_left, best
