@@ -22,7 +22,7 @@ from typing import Any
 import kr8s.asyncio
 from kr8s.asyncio.objects import Namespace
 
-from gatekeeper.core.kube.keys import LWS_NAME_LABEL, SCHEDULING_GATE
+from gatekeeper.core.kube.keys import EXCLUSIVE_TOPOLOGY_ANNOTATION, LWS_NAME_LABEL, SCHEDULING_GATE
 from gatekeeper_lab.sandbox.replay import list_raw
 
 from .attack_support import dev
@@ -287,3 +287,59 @@ async def test_min_run_seconds_keeps_a_young_group_then_lets_it_go(
         assert gone["status"] == "False", gone
         held = datetime.fromisoformat(gone["lastTransitionTime"]) - datetime.fromisoformat(stamp)
         assert held.total_seconds() >= 20, f"exp was preempted {held} after its admission, before 20 s"
+
+
+async def test_an_exclusive_group_of_higher_priority_takes_a_rack_whole(
+    api: kr8s.asyncio.Api,
+    cluster: Cluster,
+    namespace: str,
+    fake_nodes: MakeNodes,
+    make_pool: MakePool,
+    attack_watch: Watch,
+) -> None:
+    """Exclusive placement (``leaderworkerset.sigs.k8s.io/exclusive-topology`` on a rack label):
+    two racks of two 1-GPU nodes, quota 4, each rack held by a group of ``exp`` (low). ``prod``
+    (high, exclusive too) fits only in a rack of its own: the preemption's simulation frees a
+    victim's rack, so one exp group is evicted whole and prod runs alone in its rack."""
+    rack = "topology.example.com/rack"
+    nodes = await fake_nodes(2, gpus=1, labels={rack: "r1"})
+    await fake_nodes(2, gpus=1, labels={rack: "r2"}, join=nodes)
+    rack_of = {name: ("r1" if i < 2 else "r2") for i, name in enumerate(nodes.names)}
+    pool = await make_pool(nodes, quota={"nvidia.com/gpu": 4})
+    patch = {"spec": {"preemption": {"withinPool": "LowerPriority"}}}
+    await ok(cluster, "patch", "pool", pool, "--type=merge", "-p", json.dumps(patch))
+    attack_watch.pool(nodes.selector, 4)
+    suffix = nodes.id
+    async with _priority_classes(cluster, suffix):
+        for name, klass, replicas in (("exp", "experiment", 2), ("prod", "production", 1)):
+            body = lws_body(name, pool, nodes, replicas=replicas, priority_class=f"{klass}-{suffix}")
+            body["metadata"]["namespace"] = namespace
+            body["metadata"]["annotations"] = {EXCLUSIVE_TOPOLOGY_ANNOTATION: rack}
+            await ok(cluster, "create", "-f", "-", input=json.dumps(body))
+            if name == "exp":
+
+                async def exp_runs() -> bool:
+                    return _running(await _pods(api, namespace, "exp")) == 4
+
+                await eventually(exp_runs, timeout=90, what="exp's two groups running, a rack each")
+
+        async def prod_runs() -> bool:
+            return _running(await _pods(api, namespace, "prod")) == 2
+
+        await eventually(prod_runs, timeout=120, what="prod running in a rack freed for it")
+        prod = [p for p in await _pods(api, namespace, "prod") if p["spec"].get("nodeName")]
+        exp = [
+            p
+            for p in await _pods(api, namespace, "exp")
+            if p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp")
+        ]
+        prod_racks = {rack_of[p["spec"]["nodeName"]] for p in prod}
+        exp_racks = {rack_of[p["spec"]["nodeName"]] for p in exp}
+        assert len(prod_racks) == 1 and len(exp) == 2 and exp_racks.isdisjoint(prod_racks), (
+            prod_racks,
+            exp_racks,
+        )
+        recs = await records(api, namespace, "exp")
+        assert sorted(admitted(r) for r in recs.values()) == [False, True], [
+            r["status"] for r in recs.values()
+        ]
