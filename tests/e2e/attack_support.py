@@ -141,6 +141,14 @@ async def dev(cluster: Cluster, namespace: str, where: Path) -> Path:
     return await user_kubeconfig(cluster, namespace, "dev", where)
 
 
+async def two_teams(cluster: Cluster, serving: str, lab: str, where: Path) -> tuple[Path, Path]:
+    """The kubeconfigs of two teams' tenants (``dev``): the serving team's in namespace
+    ``serving``, the research team's in ``lab``, under ``where``."""
+    (where / "serving").mkdir()
+    (where / "lab").mkdir()
+    return await dev(cluster, serving, where / "serving"), await dev(cluster, lab, where / "lab")
+
+
 GUARD = "validatingwebhookconfiguration/lws-gatekeeper"
 """The StatefulSet guard's configuration, as the sandbox registers it."""
 

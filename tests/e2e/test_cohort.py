@@ -27,7 +27,7 @@ from kr8s.asyncio.objects import Namespace
 from gatekeeper.core.kube.keys import LWS_NAME_LABEL
 from gatekeeper_lab.sandbox.replay import list_raw
 
-from .attack_support import dev
+from .attack_support import two_teams
 from .conftest import Cluster, MakeNodes, admitted, condition, eventually, records
 from .test_admission import events_for, lws_body
 from .test_policies import kubectl, ok
@@ -120,12 +120,7 @@ async def test_a_pool_lends_its_idle_room_and_takes_it_back_whole(
     )
     await (await Namespace({"metadata": {"name": lab}}, api=api)).create()
     try:
-        (tmp_path / "serving").mkdir()
-        (tmp_path / "lab").mkdir()
-        serving, research = (
-            await dev(cluster, namespace, tmp_path / "serving"),
-            await dev(cluster, lab, tmp_path / "lab"),
-        )
+        serving, research = await two_teams(cluster, namespace, lab, tmp_path)
         sides = {"research": research_nodes, "serving": serving_nodes}
         async with _sampled(api, sides, 2) as most:
             batch = lws_body("batch", pool_of["research"], nodes, replicas=2)

@@ -5,7 +5,7 @@ is for, so that none drifts from the APIs.
   applies them (the Pool pointed at this test's nodes, the namespace labelled as the Pool
   asks): on a Pool of 16 GPUs the LWS's two groups of 2 x 8 GPUs get one whole group
   running and the other waiting whole, and ``why`` says so;
-* the kueue, volcano, Karpenter and hub files pass a server-side dry run (every field
+* the cohort of two pools, the kueue, volcano, Karpenter and hub files pass a server-side dry run (every field
   checked by the API server, admission included) on the sandbox that serves their APIs.
 """
 
@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from gatekeeper.core.kube.keys import POOL_LABEL
+from gatekeeper.core.model.pool import parse_pool
 from gatekeeper_lab.sandbox.cluster import Sandbox
 from gatekeeper_lab.sandbox.replay import isolate
 
@@ -78,6 +79,15 @@ async def test_the_pool_and_vllm_examples_run_one_whole_group_and_hold_the_other
         await ok(cluster, "delete", "pool", name, "--ignore-not-found")
 
 
+def test_the_cohort_example_is_what_the_pool_crd_and_the_gatekeeper_take(cluster: Cluster) -> None:
+    objects = example("pools/cohort.yaml")
+    assert [o["kind"] for o in objects] == ["Pool", "Pool"]
+    parsed = [parse_pool(o) for o in objects]
+    assert {p.cohort for p in parsed} == {"gpu-east"} and parsed[0].lending_limit == {"nvidia.com/gpu": 16}
+    assert cluster.sandbox is not None
+    dry_run(cluster.sandbox, objects)
+
+
 def test_the_kueue_example_is_what_kueue_takes(kueue_sandbox: Sandbox) -> None:
     ns = f"examples-{suffix()}"
     kueue_sandbox.kubectl("create", "namespace", ns)
@@ -112,7 +122,7 @@ def test_the_hub_examples_are_what_the_hub_and_a_member_take(shared_hub: SharedH
 def test_every_example_is_proved_here(path: str) -> None:
     """A new file under examples/ needs its proof in this module."""
     proved = {
-        "pools/pool.yaml", "lws/vllm.yaml", "kueue/queues.yaml", "volcano/queue.yaml",
+        "pools/pool.yaml", "pools/cohort.yaml", "lws/vllm.yaml", "kueue/queues.yaml", "volcano/queue.yaml",
         "karpenter/pool.yaml", "hub/reservation.yaml", "hub/member-pool.yaml",
         "pools.yaml",  # the render input: tests/unit/test_render.py, tests/e2e/test_image.py
     }  # fmt: skip

@@ -25,7 +25,7 @@ from kr8s.asyncio.objects import Namespace
 from gatekeeper.core.kube.keys import EXCLUSIVE_TOPOLOGY_ANNOTATION, LWS_NAME_LABEL, SCHEDULING_GATE
 from gatekeeper_lab.sandbox.replay import list_raw
 
-from .attack_support import dev
+from .attack_support import two_teams
 from .conftest import Cluster, MakeNodes, MakePool, admitted, condition, eventually, records
 from .record_watch import conditions_seen
 from .test_admission import events_for, lws_body
@@ -97,12 +97,7 @@ async def test_production_scaled_up_preempts_the_experiment_whole(
     await (await Namespace({"metadata": {"name": lab}}, api=api)).create()
     async with _priority_classes(cluster, suffix):
         try:
-            (tmp_path / "serving").mkdir()
-            (tmp_path / "lab").mkdir()
-            serving, research = (
-                await dev(cluster, namespace, tmp_path / "serving"),
-                await dev(cluster, lab, tmp_path / "lab"),
-            )
+            serving, research = await two_teams(cluster, namespace, lab, tmp_path)
 
             async def make(name: str, ns: str, klass: str, replicas: int, who: Path) -> None:
                 body = lws_body(name, pool, nodes, replicas=replicas, priority_class=f"{klass}-{suffix}")
