@@ -561,3 +561,26 @@ async def test_metrics_and_pool_status(
     assert "gatekeeper_api_requests_total" in text
     pods = await lws_pods(api, namespace, "m")
     assert summarize(pods, 2).gated_pods == 4
+
+
+async def test_a_deleted_pools_gauges_leave_the_metrics(
+    fake_nodes: MakeNodes, make_pool: MakePool, cluster: Cluster
+) -> None:
+    """A scrape shows only what is: once a Pool is deleted, its waiting, quota and used series go."""
+    assert cluster.sandbox is not None
+    sandbox = cluster.sandbox
+    nodes = await fake_nodes(1, gpus=1)
+    pool = await make_pool(nodes, quota={"nvidia.com/gpu": 1})
+    series = f'gatekeeper_pool_quota{{pool="{pool}",resource="nvidia.com/gpu"}} 1.0'
+
+    async def shown(present: bool) -> bool:
+        text = await anyio.to_thread.run_sync(sandbox.metrics)
+        if present:
+            return series in text
+        return not any(
+            f'pool="{pool}"' in line for line in text.splitlines() if "_pool_" in line or "waiting" in line
+        )
+
+    await eventually(lambda: shown(True), what="the pool's quota series")
+    cluster.kubectl("delete", "pool", pool)
+    await eventually(lambda: shown(False), what="the deleted pool's gauge series gone")

@@ -13,6 +13,7 @@ when it last rewrote a waiting message); a restarted controller picks up from th
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -37,6 +38,7 @@ from gatekeeper.core.admission.record_cap import DEFAULT_MAX_RECORDS_PER_NAMESPA
 from gatekeeper.core.backends.pools import Actions, PassInputs, Snapshot, decide, hold_node_pools, plan_writes
 from gatekeeper.core.backends.pools import pass_through as admitted
 from gatekeeper.core.backends.pools.hub_member import HubView, charge_reservations
+from gatekeeper.core.backends.pools.outcome import PoolStatus
 from gatekeeper.core.backends.pools.provisioning import InstanceType, parse_node_claim, parse_node_pool
 from gatekeeper.core.backends.pools.urgency import Urgency
 from gatekeeper.core.kube.keys import LWS_NAME_LABEL, POOL_LABEL, RECORD_PLURAL
@@ -132,6 +134,8 @@ class PoolsBackend:
         """(namespace, record) -> the record as this leader's last write of it was answered,
         while the informer does not show it yet (``core.backends.pools.pass_through.as_known``)."""
         self._lift_after: list[tuple[str, str, int]] = []
+        self._series: set[tuple[Gauge, tuple[str, ...]]] = set()
+        """The pools' gauge series this replica reported last pass (``report_pools``)."""
         """The groups this pass admitted, as the webhook's table names them."""
         self._index: admitted.Index | None = None
         self.memory = memory_of_writes(events_per_minute)
@@ -295,15 +299,7 @@ class PoolsBackend:
                     self.lifter.admitted(group)
             _stage("publish", took)
         report_held(str(said.reason) for said in actions.strangers)
-        for name, st in actions.pools.items():
-            WAITING.labels(name).set(st.waiting + st.inadmissible)
-            for resource, amount in st.quota.items():
-                POOL_QUOTA.labels(name, resource).set(amount)
-            for resource, amount in st.used.items():
-                POOL_USED.labels(name, resource).set(amount)
-            if st.cohort:
-                for resource in st.quota:
-                    POOL_LENT.labels(name, resource).set(st.lent.get(resource, 0))
+        self._series = report_pools(actions.pools, self._series)
         PASS_SECONDS.observe(time.monotonic() - start)
         return actions
 
@@ -366,3 +362,30 @@ def _make(term: Term) -> PoolsBackend:
 
 
 PLUGIN = ControllerPlugin("pools", make=_make)
+
+
+def report_pools(
+    pools: Mapping[str, PoolStatus], before: set[tuple[Gauge, tuple[str, ...]]]
+) -> set[tuple[Gauge, tuple[str, ...]]]:
+    """Set each pool's gauges, and remove the series reported ``before`` that no pool has now
+    (a Pool deleted, a resource gone from its quota, a pool that left its cohort): a scrape shows
+    only what is. Returns the series set."""
+    now: set[tuple[Gauge, tuple[str, ...]]] = set()
+
+    def put(gauge: Gauge, labels: tuple[str, ...], value: float) -> None:
+        gauge.labels(*labels).set(value)
+        now.add((gauge, labels))
+
+    for name, st in pools.items():
+        put(WAITING, (name,), st.waiting + st.inadmissible)
+        for resource, amount in st.quota.items():
+            put(POOL_QUOTA, (name, resource), amount)
+        for resource, amount in st.used.items():
+            put(POOL_USED, (name, resource), amount)
+        if st.cohort:
+            for resource in st.quota:
+                put(POOL_LENT, (name, resource), st.lent.get(resource, 0))
+    for gauge, series in before - now:
+        with contextlib.suppress(KeyError):
+            gauge.remove(*series)
+    return now

@@ -13,8 +13,9 @@ Victims are chosen as Kueue chooses them: candidates of lower priority (not thos
 held their admission less than the pool's ``spec.minRunSeconds``), lowest priority first, then
 the most recently admitted; the shortest run of them that lets the group in, found by
 simulating the pass (``planner.plan`` on the pool's nodes with their room freed, the topology
-domains their pods held for exclusive placement too: the same quota and node fit as an admission); then each victim it does not need is put back. A group
-that would not fit even with every candidate gone preempts nothing. Groups already preempted
+domains their pods held for exclusive placement too: the same quota and node fit as an
+admission); then each victim it does not need is put back. A group that would not fit even
+with every candidate gone preempts nothing. Groups already preempted
 whose pods are still going count as gone, so a pass never preempts again what an earlier one
 set going; each pass's preemptors are taken in queue order, each seeing the room the earlier
 ones will take.
