@@ -236,14 +236,20 @@ async def test_the_default_priority_is_the_global_default_classes_value_or_zero(
         ([klass("low", 10), klass("high", 1000, False)], 0),
         ([klass("low", 10), klass("normal", 100, True), klass("bad", "x", True)], 100),
     ):
-        caches = Caches(Lists(items))  # type: ignore[arg-type]
-        classes = caches.informer(r.PRIORITY_CLASSES)
-        with anyio.fail_after(5):
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(caches.run)
-                await classes.synced.wait()
-                tg.cancel_scope.cancel()
+        caches = await _classes_read(items)
         assert caches.default_priority() == expected
+
+
+async def _classes_read(items: list[dict[str, Any]]) -> Caches:
+    """Caches that have listed ``items`` as the cluster's PriorityClasses."""
+    caches = Caches(Lists(items))  # type: ignore[arg-type]
+    classes = caches.informer(r.PRIORITY_CLASSES)
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(caches.run)
+            await classes.synced.wait()
+            tg.cancel_scope.cancel()
+    return caches
 
 
 @pytest.mark.anyio
@@ -262,11 +268,5 @@ async def test_the_classes_that_never_preempt_are_read_with_the_default_ones() -
         ([klass("batch", 10, "Never", default=True), klass("prod", 1000)], {"batch", ""}),
         ([klass("old", 5, "Never", default=True), klass("normal", 100, default=True)], {"old"}),
     ):
-        caches = Caches(Lists(items))  # type: ignore[arg-type]
-        classes = caches.informer(r.PRIORITY_CLASSES)
-        with anyio.fail_after(5):
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(caches.run)
-                await classes.synced.wait()
-                tg.cancel_scope.cancel()
+        caches = await _classes_read(items)
         assert caches.never_preempt() == frozenset(expected)

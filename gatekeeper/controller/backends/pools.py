@@ -208,7 +208,9 @@ class PoolsBackend:
                 return f"{inf.resource.plural}: not listed yet"
         return ""
 
-    def snapshot(self) -> Snapshot:
+    def snapshot(self, hub: HubView = NO_HUB) -> Snapshot:
+        """What the pass decides on; ``hub``: what this member knows of the hub now (the claims
+        it asks back)."""
         return Snapshot(
             lwss=self.lws.values(),
             pods=self.pods.values(),
@@ -237,21 +239,18 @@ class PoolsBackend:
             retry_seconds=self.retry_seconds,
             exempt_namespaces=self.exempt_namespaces,
             max_records_per_namespace=self.max_records_per_namespace,
-            asked_back=self._asked_back(),
+            asked_back=asked_of(
+                (c for c in hub.claims if str(meta(c).get("uid") or "") not in hub.given_back), hub.cluster
+            ),
         )
-
-    def _asked_back(self) -> dict[tuple[str, str, int], str]:
-        """The groups whose claims the hub asks this member back (none without a hub)."""
-        if self.hub is None:
-            return {}
-        view = self.hub.view()
-        live = (c for c in view.claims if str(meta(c).get("uid") or "") not in view.given_back)
-        return asked_of(live, view.cluster)
 
     async def reconcile_once(self, write: Writer) -> Actions:
         """One pass: decide and plan (pure), then execute the plan through ``write``."""
         start = time.monotonic()
-        snap = self.snapshot()
+        # What this member knows of the hub, read once for the pass: the claims it asks back
+        # (the snapshot) and what admissions into reservation pools wait for (after decide).
+        view = self.hub.view() if self.hub is not None else NO_HUB
+        snap = self.snapshot(view)
         took = time.monotonic()
         STAGE_SECONDS.labels("snapshot").inc(took - start)
         # The decision runs in a worker thread: a pass over a large cluster must not hold up
@@ -259,7 +258,6 @@ class PoolsBackend:
         actions = await anyio.to_thread.run_sync(decide, snap, self.demands, self.caches.requests)
         took = _stage("decide", took)
         # Pools charged to a hub Reservation admit nothing new without a hub to charge it on.
-        view = self.hub.view() if self.hub is not None else NO_HUB
         actions, claims = charge_reservations(actions, snap, view)
         # Pools that plan on Karpenter admit nothing new while its objects cannot be read.
         actions = hold_node_pools(actions, snap, self.karpenter_unreadable())
