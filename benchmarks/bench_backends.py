@@ -136,7 +136,7 @@ def apiserver_requests(sb: Sandbox) -> float:
 
 
 def gatekeeper_requests(sb: Sandbox) -> float:
-    return _sum(sb.metrics(), "gatekeeper_api_requests_total")
+    return _sum(sb.metrics(), "lws_gatekeeper_api_requests_total")
 
 
 def use_backend(sb: Sandbox, backend: str | None) -> None:

@@ -20,7 +20,7 @@ and the client), and the figures come from those logs and from ``/metrics``:
   (p50 / p99 over the 300 groups); and the time until every pod is bound;
 * API requests per admitted group: ``apiserver_request_total`` (every client) of the
   three members' API servers and of the hub's, and the gatekeepers' own
-  (``gatekeeper_api_requests_total``: the members' replicas, which include their requests
+  (``lws_gatekeeper_api_requests_total``: the members' replicas, which include their requests
   to the hub, and the hub's leader).
 
 Usage: python benchmarks/bench_hub.py [--dir BASE] [--groups 100] [--keep]
@@ -47,7 +47,7 @@ from bench_timeline import audit_events
 
 from gatekeeper_lab.sandbox.cluster import Sandbox, default_dir, fake_node
 from gatekeeper_lab.sandbox.control_plane import AUDIT_LOG
-from gatekeeper_lab.sandbox.hub import GATEKEEPER, Hub
+from gatekeeper_lab.sandbox.hub import Hub
 
 GPU = "nvidia.com/gpu"
 GPUS_PER_NODE, SIZE = 8, 2
@@ -71,23 +71,6 @@ def metric_sum(text: str, name: str) -> float:
 
 def apiserver_requests(kubectl: Any) -> float:
     return metric_sum(kubectl("get", "--raw", "/metrics").stdout, "apiserver_request_total")
-
-
-def hub_gk_metrics(hub: Hub) -> str:
-    import urllib.request
-
-    leader = hub.kubectl(
-        "get",
-        "lease",
-        "lws-gatekeeper",
-        "-n",
-        "lws-gatekeeper-system",
-        "-o",
-        "jsonpath={.spec.holderIdentity}",
-    ).stdout.strip()
-    port = hub.state()["processes"][leader or GATEKEEPER]["metrics"]
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-        return str(r.read().decode())
 
 
 def lws(namespace: str, pool: str, groups: int) -> dict[str, Any]:
@@ -237,9 +220,9 @@ def one_run(hub: Hub, members: dict[str, Sandbox], mode: str, groups: int) -> Ru
         )
     time.sleep(3)  # the Pools in the gatekeepers' caches
     before_m = sum(apiserver_requests(sb.kubectl) for sb in members.values())
-    before_mg = sum(metric_sum(sb.metrics(), "gatekeeper_api_requests_total") for sb in members.values())
+    before_mg = sum(metric_sum(sb.metrics(), "lws_gatekeeper_api_requests_total") for sb in members.values())
     before_h = apiserver_requests(hub.kubectl)
-    before_hg = metric_sum(hub_gk_metrics(hub), "gatekeeper_api_requests_total")
+    before_hg = metric_sum(hub.metrics(), "lws_gatekeeper_api_requests_total")
     since = time.time() - 1
     start, created_at = time.monotonic(), time.time()
     makers = [threading.Thread(target=sb.apply, args=([lws(ns, pool, groups)],)) for sb in members.values()]
@@ -257,10 +240,11 @@ def one_run(hub: Hub, members: dict[str, Sandbox], mode: str, groups: int) -> Ru
     time.sleep(3)  # the last writes (records' status, claims' reasons) counted too
     member_requests = sum(apiserver_requests(sb.kubectl) for sb in members.values()) - before_m
     member_gk = (
-        sum(metric_sum(sb.metrics(), "gatekeeper_api_requests_total") for sb in members.values()) - before_mg
+        sum(metric_sum(sb.metrics(), "lws_gatekeeper_api_requests_total") for sb in members.values())
+        - before_mg
     )
     hub_requests = apiserver_requests(hub.kubectl) - before_h
-    hub_gk = metric_sum(hub_gk_metrics(hub), "gatekeeper_api_requests_total") - before_hg
+    hub_gk = metric_sum(hub.metrics(), "lws_gatekeeper_api_requests_total") - before_hg
     latencies: list[float] = []
     from_start: list[float] = []
     for sb in members.values():

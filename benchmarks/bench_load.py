@@ -6,7 +6,7 @@ Two parts, each printed as a table of figures next to its target:
            a Pool whose free nodes hold two groups) while node usage churns: plain 1-GPU
            pods are created and deleted on the pool's other nodes, one change every
            CHURN_INTERVAL seconds, for CHURN_SECONDS. Counts the gatekeeper's API writes
-           (its own counter, gatekeeper_api_requests_total, every verb but get) and
+           (its own counter, lws_gatekeeper_api_requests_total, every verb but get) and
            watches every record: the most rewrites of one waiting record within a minute
            without a change of its reason. Then the same churn with the gatekeeper
            stopped gives the API server's request rate without it.

@@ -64,11 +64,11 @@ from gatekeeper_lab.sandbox.process import free_ports
 from gatekeeper_lab.sandbox.replay import LeaderWorkerSet, list_raw, settle
 
 HERE = Path(__file__).parent
-WRITES = "gatekeeper_writes_total"
-WATCH_EVENTS = "gatekeeper_watch_events_total"
-WATCH_BYTES = "gatekeeper_watch_bytes_total"
-STAGES = "gatekeeper_reconcile_stage_seconds_total"
-PASS_SECONDS = "gatekeeper_reconcile_seconds"
+WRITES = "lws_gatekeeper_writes_total"
+WATCH_EVENTS = "lws_gatekeeper_watch_events_total"
+WATCH_BYTES = "lws_gatekeeper_watch_bytes_total"
+STAGES = "lws_gatekeeper_reconcile_stage_seconds_total"
+PASS_SECONDS = "lws_gatekeeper_reconcile_duration_seconds"
 FLOOR = "floor.bench.lws-gatekeeper.io"
 LWS_SELECTOR = "leaderworkerset.sigs.k8s.io/name=bench"
 GPU = "nvidia.com/gpu"
@@ -92,9 +92,9 @@ def lws(name: str, namespace: str, groups: int, size: int, pool: str | None) -> 
     return body
 
 
-def requests_by_kind(metrics: str, counter: str = "gatekeeper_api_requests_total") -> dict[str, float]:
+def requests_by_kind(metrics: str, counter: str = "lws_gatekeeper_api_requests_total") -> dict[str, float]:
     """The gatekeeper's API requests so far, by ``verb resource`` (its own counter); with
-    ``gatekeeper_writes_total``, its plans' writes by ``resource purpose``."""
+    ``lws_gatekeeper_writes_total``, its plans' writes by ``resource purpose``."""
     out: dict[str, float] = {}
     for labels, value in re.findall(rf"^{counter}\{{(.*)\}} (\S+)$", metrics, re.M):
         key = " ".join(re.findall(r'\w+="([^"]*)"', labels))
@@ -141,7 +141,7 @@ class Run:
     requests: dict[str, float]
     """The gatekeeper's API requests in the run, by verb and resource."""
     writes: dict[str, float]
-    """Its plans' writes in the run, by resource and purpose (``gatekeeper_writes_total``)."""
+    """Its plans' writes in the run, by resource and purpose (``lws_gatekeeper_writes_total``)."""
     watch_events: dict[str, float]
     """The watch events its informers received in the run, by resource and type."""
     watch_kib: dict[str, float]
@@ -346,7 +346,7 @@ async def one_run(
     requests, writes = grown(asked, requests_by_kind(text)), grown(wrote, requests_by_kind(text, WRITES))
     watch_events = grown(watched, requests_by_kind(text, WATCH_EVENTS))
     watch_size = grown(watched_size, requests_by_kind(text, WATCH_BYTES))
-    stages = grown(staged, requests_by_kind(text, STAGES))
+    stages = {k.removeprefix("pools "): v for k, v in grown(staged, requests_by_kind(text, STAGES)).items()}
     took = {b: n - passes_before.get(b, 0.0) for b, n in histogram(text, PASS_SECONDS).items()}
     made = sum(requests.values())
     run = Run(

@@ -12,7 +12,7 @@ own record of every write (who, what, when it was received and when it was answe
 * per client and verb: writes, their latency at the API server (p50 / p99), which for a
   pod create includes the webhook's answer;
 * the gatekeeper's CPU seconds, its passes, and the seconds its passes spent in each
-  stage (snapshot, decide, plan, execute: ``gatekeeper_reconcile_stage_seconds_total``).
+  stage (snapshot, decide, plan, execute: ``lws_gatekeeper_reconcile_stage_seconds_total``).
 
 Usage: python benchmarks/bench_timeline.py [--groups 100] [--size 4] [--keep]
 It starts its own sandbox (folder sandboxes/bench-timeline in the cache) and stops it.
@@ -256,13 +256,19 @@ def print_costs(
 
 
 def stage_seconds(metrics: str) -> dict[str, float]:
-    found = re.findall(r'^gatekeeper_reconcile_stage_seconds_total\{stage="(\w+)"\} (\S+)$', metrics, re.M)
-    passes = re.findall(r"^gatekeeper_reconcile_seconds_count (\S+)$", metrics, re.M)
+    found = re.findall(
+        r'^lws_gatekeeper_reconcile_stage_seconds_total\{backend="pools",stage="(\w+)"\} (\S+)$',
+        metrics,
+        re.M,
+    )
+    passes = re.findall(
+        r'^lws_gatekeeper_reconcile_duration_seconds_count\{backend="pools"\} (\S+)$', metrics, re.M
+    )
     out = {stage: float(v) for stage, v in found}
     out["passes"] = float(passes[0]) if passes else 0.0
     for key, metric in (
-        ("born ungated", "gatekeeper_webhook_pass_through_total"),
-        ("lifted early", "gatekeeper_gates_lifted_early_total"),
+        ("born ungated", "lws_gatekeeper_webhook_pass_through_total"),
+        ("lifted early", "lws_gatekeeper_gates_lifted_early_total"),
     ):
         value = re.findall(rf"^{metric} (\S+)$", metrics, re.M)
         out[key] = float(value[0]) if value else 0.0

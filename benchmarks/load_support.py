@@ -82,7 +82,7 @@ def proc_kib(pid: int, field: str) -> int:
 def gk_writes(metrics: str) -> dict[str, float]:
     """The gatekeeper's API requests other than reads, by resource (its own counter)."""
     out: dict[str, float] = defaultdict(float)
-    for labels, value in re.findall(r"^gatekeeper_api_requests_total\{(.*)\} (\S+)$", metrics, re.M):
+    for labels, value in re.findall(r"^lws_gatekeeper_api_requests_total\{(.*)\} (\S+)$", metrics, re.M):
         kv = dict(re.findall(r'(\w+)="([^"]*)"', labels))
         if kv.get("verb") != "get":
             out[kv.get("resource", "")] += float(value)
@@ -91,7 +91,11 @@ def gk_writes(metrics: str) -> dict[str, float]:
 
 def pass_seconds(metrics: str) -> tuple[float, float]:
     """(passes, seconds spent in them) of the pools backend."""
-    found = dict(re.findall(r"^gatekeeper_reconcile_seconds_(count|sum) (\S+)$", metrics, re.M))
+    found = dict(
+        re.findall(
+            r'^lws_gatekeeper_reconcile_duration_seconds_(count|sum)\{backend="pools"\} (\S+)$', metrics, re.M
+        )
+    )
     return float(found.get("count", 0)), float(found.get("sum", 0))
 
 

@@ -158,7 +158,7 @@ plugin.add_command(why_cmd)
     show_default=True,
     envvar="LWS_GATEKEEPER_MAX_EVENTS_PER_NAMESPACE_PER_MINUTE",
     help="Events the gatekeeper posts in one namespace within a minute, at most: past it an "
-    "Event is not posted (counted in gatekeeper_events_dropped_total); a waiting group's "
+    "Event is not posted (counted in lws_gatekeeper_events_dropped_total); a waiting group's "
     "reason is told once the minute has passed, if it still holds. Records say it all.",
 )
 @click.option(

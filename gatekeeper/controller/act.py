@@ -24,21 +24,14 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import anyio
-from prometheus_client import Counter
 
 from gatekeeper.controller.kube import Kube
 from gatekeeper.controller.loop import Write as Writer
 from gatekeeper.controller.resources import Resource, by_plural
 from gatekeeper.core.writes.plan import Event, Memory, Op, Plan, Write, merge_events
+from gatekeeper.metrics import WRITES
 
-__all__ = ["WRITES", "execute"]
-
-WRITES = Counter(
-    "gatekeeper_writes_total",
-    "Writes of the passes' plans that went through, by resource and what they were for (the "
-    "plan's tag, or the operation)",
-    ["resource", "purpose"],
-)
+__all__ = ["execute"]
 
 
 async def execute(

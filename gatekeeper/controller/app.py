@@ -26,6 +26,7 @@ import kr8s.asyncio
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from gatekeeper import metrics
 from gatekeeper.controller import resources as r
 from gatekeeper.controller.backends import PLUGINS
 from gatekeeper.controller.caches import Caches
@@ -181,6 +182,7 @@ def _admission_loop(
     kube = kube or Kube(api)
 
     async def lead() -> None:
+        metrics.leading(True)
         caches = Caches(api, kube.credentials)
         link = (
             HubLink(
@@ -206,6 +208,7 @@ def _admission_loop(
                     for task in getattr(c, "side_tasks", ()):
                         tg.start_soon(task)
         finally:
+            metrics.leading(False)
             if pass_through is not None:
                 pass_through.clear()
 
@@ -245,6 +248,7 @@ async def run(opts: Options) -> None:
     api = await kr8s.asyncio.api(kubeconfig=opts.kubeconfig)
     await keep_connections(api)
     identity = opts.identity or f"{socket.gethostname()}-{os.getpid()}"
+    metrics.build_info(_version(), opts.backend, opts.role)
     # One client, one set of credentials, for every part of the process.
     kube = Kube(api, user_agent=f"lws-gatekeeper/{_version()} ({identity})")
     runners: list[web.AppRunner | WebhookThread] = []

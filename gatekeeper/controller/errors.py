@@ -11,7 +11,7 @@ success, and each caller must treat them alike (kopf's ``TemporaryError(delay=)`
 * ``Forbidden`` (a ``PermanentError``): the gatekeeper's own RBAC does not allow the request
   (a 403 whose message is the authorizer's "User ... cannot VERB resource ..."). Sent again
   it fails again until an admin grants the verb: it is logged as an error and counted in
-  ``gatekeeper_forbidden_total``, never taken for a conflict. What it leaves undone stays
+  ``lws_gatekeeper_api_forbidden_total``, never taken for a conflict. What it leaves undone stays
   visible in the cluster (a pod not deleted keeps its quota held, and its record says so).
 * ``NamespaceTerminating`` (a ``Conflict``): a create in a namespace being deleted, the
   403 whose details name the cause ``NamespaceTerminating``. It cannot succeed, is not a
@@ -26,7 +26,7 @@ success, and each caller must treat them alike (kopf's ``TemporaryError(delay=)`
 
 ``Kube`` (every write) and ``Informer`` (every list and watch) raise only these; the pass
 loop retries temporary errors and nothing else. Both count each failed request in
-``gatekeeper_api_errors_total`` (:func:`count_failure`), by verb, resource and HTTP status.
+``lws_gatekeeper_api_errors_total`` (:func:`count_failure`), by verb, resource and HTTP status.
 """
 
 from __future__ import annotations
@@ -36,11 +36,10 @@ from collections.abc import Collection, Mapping
 
 import httpx
 import kr8s
-from prometheus_client import Counter
+
+from gatekeeper.metrics import API_ERRORS, API_FORBIDDEN
 
 __all__ = [
-    "API_ERRORS",
-    "FORBIDDEN",
     "TRANSPORT_ERRORS",
     "Conflict",
     "Forbidden",
@@ -110,28 +109,13 @@ _UNAUTHORIZED = re.compile(r'forbidden: User ".*" cannot [a-z]+ resource ')
 #: The cause the API server's NamespaceLifecycle admission gives a create in a namespace being deleted.
 _NAMESPACE_TERMINATING = "NamespaceTerminating"
 
-API_ERRORS = Counter(
-    "gatekeeper_api_errors_total",
-    "API requests that failed, by verb, resource and code: the HTTP status (404, 409 and 422, and "
-    "a 403 of an admission policy, are Conflicts, decided again next pass; 401, 429 and 5xx are "
-    "retried; others, and a 403 of RBAC, are refused), or 'transport' when no answer came "
-    "(connection refused or broken, a timeout, a broken stream)",
-    ["verb", "resource", "code"],
-)
-FORBIDDEN = Counter(
-    "gatekeeper_forbidden_total",
-    "API requests the gatekeeper's own RBAC does not allow, by verb and resource: nothing retries "
-    "them until an admin grants the verb (the chart's ClusterRole has every verb the plans use)",
-    ["verb", "resource"],
-)
-
 
 def count_failure(verb: str, resource: str, exc: BaseException) -> None:
     """Count one failed request of ``verb`` on ``resource`` in :data:`API_ERRORS`."""
     code = getattr(exc, "code", None)
     API_ERRORS.labels(verb, resource, str(code) if code else "transport").inc()
     if isinstance(exc, Forbidden):
-        FORBIDDEN.labels(verb, resource).inc()
+        API_FORBIDDEN.labels(verb, resource).inc()
 
 
 def _retry_after(headers: Mapping[str, str]) -> float:

@@ -39,7 +39,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import anyio
-from prometheus_client import Counter, Gauge
+from prometheus_client import Gauge
 
 from gatekeeper.controller import kube as k
 from gatekeeper.controller import resources as r
@@ -63,19 +63,12 @@ from gatekeeper.core.reservation import (
     without_reservation,
 )
 from gatekeeper.core.reservation.unsure import Fate, fate_of, fence_patch, term_start
+from gatekeeper.metrics import HUB_CLAIM_MOVES, HUB_CLAIMED, HUB_GRANTS, HUB_MEMBERS_GONE, Series, base_value
 
 __all__ = ["HubController", "HubPass"]
 
 log = logging.getLogger("gatekeeper.hub")
 
-GRANTS = Counter("gatekeeper_hub_grants_total", "Claims granted by the hub", ["reservation"])
-CLAIMED = Gauge("gatekeeper_hub_claimed", "Held in a Reservation, per resource", ["reservation", "resource"])
-MOVES = Counter(
-    "gatekeeper_hub_claim_moves_total",
-    "Claims moved by the hub because of members' heartbeats (Orphaned, Granted again, Released)",
-    ["reservation", "state"],
-)
-MEMBERS_GONE = Gauge("gatekeeper_hub_members_gone", "Member clusters with claims whose heartbeat expired")
 FENCES_AT_ONCE = 16
 """Reads and fences of grants of unknown fate sent at once (``_settle_unsure``)."""
 MESSAGE_REFRESH_SECONDS = 60.0
@@ -108,6 +101,7 @@ class HubController:
         self.leases = caches.informer(r.LEASES, label_selector=CLUSTER_LABEL)
         self.memo = ClaimMemo()
         """Claims already read this term, by (uid, resourceVersion)."""
+        self._claimed = Series()
         self._where: dict[str, str] = {}
         """uid -> namespace of the claims cached, and of those sent a grant this term."""
         self.heartbeats = Heartbeats(time.monotonic())
@@ -137,7 +131,7 @@ class HubController:
         self.heartbeats.observe(self.leases.values(), now)
         clusters = {str(as_map(c.get("spec")).get("cluster") or "") for c in claims} - {""}
         gone = self.heartbeats.gone(clusters, now)
-        MEMBERS_GONE.set(len(gone))
+        HUB_MEMBERS_GONE.set(len(gone))
         return gone
 
     async def _settle_unsure(self) -> None:
@@ -231,6 +225,7 @@ class HubController:
             by_reservation.setdefault(name if isinstance(name, str) else "", []).append(claim)
         ledgers: list[Ledger] = []
         names: set[str] = set()
+        claimed: list[tuple[Gauge, tuple[str, ...], float]] = []
         for reservation in self.reservations.values():
             name = str(meta(reservation).get("name") or "")
             names.add(name)
@@ -256,7 +251,8 @@ class HubController:
             if {key: old.get(key) for key in body} != body:
                 await write(self.kube.patch_status, r.RESERVATIONS, name, None, body)
             for resource, amount in (ledger.status.claimed if ledger.status is not None else {}).items():
-                CLAIMED.labels(name, resource).set(amount)
+                claimed.append((HUB_CLAIMED, (name, resource), base_value(resource, amount)))
+        self._claimed.publish(claimed)  # a deleted Reservation's series leave the scrape
         for change in moves_without_reservation(claims, frozenset(names), gone, self.memo):
             await write(self._move, "(deleted)", change, wall)  # its Reservation is gone
         orphans = without_reservation(claims, frozenset(names), self.memo)
@@ -282,7 +278,7 @@ class HubController:
         except TemporaryError:
             self._unsure.add(grant.uid)
             raise
-        GRANTS.labels(reservation).inc()
+        HUB_GRANTS.labels(reservation).inc()
         log.info("granted claim %s (cluster %s) in reservation %s", grant.name, grant.cluster, reservation)
 
     async def _move(self, reservation: str, change: Change, now: datetime) -> None:
@@ -300,7 +296,7 @@ class HubController:
             status["orphanedAt"] = None
         where = self._where.get(change.uid)
         await self.kube.patch_status(r.CLAIMS, change.name, where, status, change.resource_version)
-        MOVES.labels(reservation, str(change.state)).inc()
+        HUB_CLAIM_MOVES.labels(reservation, str(change.state)).inc()
         log.info(
             "claim %s of cluster %s in reservation %s: %s (%s)",
             change.name,

@@ -6,7 +6,7 @@ pass would not scale. An informer lists a kind once, then follows its watch from
 list's resourceVersion, with bookmarks; on ``410 Gone`` or a broken stream it lists
 again. kr8s' own ``watch`` restarts from a stale version after a 410, so the
 informer speaks to the API through ``call_api`` directly. A list or watch that fails is
-counted in ``gatekeeper_api_errors_total`` (a watch that ends with a 410 is not: it only
+counted in ``lws_gatekeeper_api_errors_total`` (a watch that ends with a 410 is not: it only
 asks for a new list). Each change calls its
 listeners (every loop that reads the kind adds its ``poke``), so a new pass is due.
 """
@@ -22,7 +22,6 @@ from typing import Any
 import anyio
 import httpx
 import kr8s.asyncio
-from prometheus_client import Counter
 
 from gatekeeper.controller.credentials import Credentials
 from gatekeeper.controller.errors import (
@@ -33,21 +32,12 @@ from gatekeeper.controller.errors import (
     raise_for_status,
 )
 from gatekeeper.controller.resources import Resource
+from gatekeeper.metrics import WATCH_BYTES, WATCH_EVENTS
 
 __all__ = ["Informer", "Resource"]
 
 log = logging.getLogger("gatekeeper.informer")
 
-WATCH_EVENTS = Counter(
-    "gatekeeper_watch_events_total",
-    "Watch events the informers received, by resource and type",
-    ["resource", "type"],
-)
-WATCH_BYTES = Counter(
-    "gatekeeper_watch_bytes_total",
-    "Size of the watch events the informers decoded (characters of their JSON, about bytes), by resource",
-    ["resource"],
-)
 _EVENT_TYPES = frozenset({"ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"})
 
 Key = tuple[str, str]

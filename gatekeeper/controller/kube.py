@@ -4,7 +4,7 @@ Why this exists: the reconciler's actions come down to a handful of writes (crea
 record, write its status, lift a pod's gate, delete a record, write a Pool's status,
 post an Event). Keeping them here, over kr8s' ``call_api``, gives one place that
 counts requests (the benchmark reports API requests per admitted group) and their
-failures (``gatekeeper_api_errors_total``, the dashboard's API errors), and one place that
+failures (``lws_gatekeeper_api_errors_total``, the dashboard's API errors), and one place that
 turns HTTP answers into "done" or one of ``errors``' three answers: already
 so or changed (``Conflict``), try again later (``TemporaryError``), or never
 (``PermanentError``). The API resources it writes are ``resources``', built from
@@ -21,7 +21,6 @@ from typing import Any
 
 import httpx
 import kr8s.asyncio
-from prometheus_client import Counter
 
 from gatekeeper.controller.credentials import Credentials
 from gatekeeper.controller.errors import (
@@ -35,9 +34,9 @@ from gatekeeper.controller.errors import (
 )
 from gatekeeper.controller.resources import EVENTS, Resource
 from gatekeeper.core.kube.keys import EVENT_REPORTER, EVENT_SOURCE
+from gatekeeper.metrics import API_REQUESTS
 
 __all__ = [
-    "API_REQUESTS",
     "Conflict",
     "Kube",
     "NotLeading",
@@ -46,10 +45,6 @@ __all__ = [
     "TemporaryError",
     "now_rfc3339",
 ]
-
-API_REQUESTS = Counter(
-    "gatekeeper_api_requests_total", "API requests the gatekeeper made", ["verb", "resource"]
-)
 
 
 def now_rfc3339(micro: bool = False) -> str:

@@ -27,7 +27,6 @@ from collections.abc import Iterable
 from typing import Any
 
 import anyio
-from prometheus_client import Counter
 
 from gatekeeper.controller import resources as r
 from gatekeeper.controller.errors import PermanentError, TemporaryError
@@ -37,16 +36,13 @@ from gatekeeper.controller.loop import Write
 from gatekeeper.core.kube.keys import LWS_NAME_LABEL
 from gatekeeper.core.kube.objects import is_terminating, labels, meta
 from gatekeeper.core.model.lws import group_index, is_gated
+from gatekeeper.metrics import GATES_LIFTED_EARLY
 from gatekeeper.webhook.pass_through import PassThrough
 
 __all__ = ["Lifter"]
 
 log = logging.getLogger("gatekeeper.lift")
 
-LIFTED = Counter(
-    "gatekeeper_gates_lifted_early_total",
-    "Gates lifted between passes: pods born gated whose group already held its admission",
-)
 
 AFTER_THE_PASS = 1
 """The rank of a lift in a pass's slots: after every write of the pass (they rank 0 or less)."""
@@ -156,5 +152,5 @@ class Lifter:
         if not lifted:
             self._sent.discard(key)
             return
-        LIFTED.inc()
+        GATES_LIFTED_EARLY.inc()
         log.debug("lifted the gate of %s/%s between passes", *key)

@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 import anyio.to_thread
-from prometheus_client import Counter
 
 from gatekeeper.controller import kube as k
 from gatekeeper.controller import resources as r
@@ -24,13 +23,9 @@ from gatekeeper.controller.informer import Informer
 from gatekeeper.controller.loop import Write as Writer
 from gatekeeper.core.kube.keys import LWS_NAME_LABEL, POOL_LABEL
 from gatekeeper.core.writes.plan import DEFAULT_EVENTS_PER_NAMESPACE_PER_MINUTE, Memory, Plan, Write
+from gatekeeper.metrics import EVENTS_DROPPED
 
-__all__ = ["EVENTS_DROPPED", "GroupInformers", "decide_and_act", "memory_of_writes"]
-
-EVENTS_DROPPED = Counter(
-    "gatekeeper_events_dropped_total",
-    "Events not posted: their namespace had its share of the minute (--max-events-per-namespace-per-minute)",
-)
+__all__ = ["GroupInformers", "decide_and_act", "memory_of_writes"]
 
 
 def memory_of_writes(events_per_minute: int = DEFAULT_EVENTS_PER_NAMESPACE_PER_MINUTE) -> Memory:

@@ -21,7 +21,7 @@ every opted-in pod's creation, wait behind them. So:
   keep-alive), longer than the API server's client keeps one idle (90 s), so that the client
   closes first and never sends a review on a connection being closed.
 
-Closed connections are counted in ``gatekeeper_webhook_connections_closed_total{why}``.
+Closed connections are counted in ``lws_gatekeeper_webhook_connections_closed_total{why}``.
 ``server.start_webhook_server`` serves through ``DeadlineSite``.
 """
 
@@ -32,7 +32,8 @@ from typing import Any
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
-from prometheus_client import Counter
+
+from gatekeeper.metrics import WEBHOOK_CONNECTIONS_CLOSED
 
 __all__ = [
     "HANDSHAKE_SECONDS",
@@ -54,14 +55,8 @@ HANDSHAKE_SECONDS = 10.0
 READ_SECONDS = 10.0
 KEEPALIVE_SECONDS = 120.0
 
-CLOSED = Counter(
-    "gatekeeper_webhook_connections_closed_total",
-    "Webhook connections the server closed on a deadline: 'no_request' (no request head within "
-    "the read deadline of the handshake), 'slow_body' (a body not read within it)",
-    ["why"],
-)
-CLOSED.labels("no_request")
-CLOSED.labels("slow_body")
+WEBHOOK_CONNECTIONS_CLOSED.labels("no_request")
+WEBHOOK_CONNECTIONS_CLOSED.labels("slow_body")
 
 
 class FirstRequest(RequestHandler):
@@ -82,7 +77,7 @@ class FirstRequest(RequestHandler):
 
     def _no_request(self, transport: asyncio.BaseTransport) -> None:
         self._deadline = None
-        CLOSED.labels("no_request").inc()
+        WEBHOOK_CONNECTIONS_CLOSED.labels("no_request").inc()
         transport.close()
 
     def connection_lost(self, exc: BaseException | None) -> None:
@@ -184,7 +179,7 @@ async def read_body(request: web.BaseRequest, budget: BodyBudget, max_body: int)
                 chunks.append(chunk)
     except TimeoutError:
         budget.give(taken)
-        CLOSED.labels("slow_body").inc()
+        WEBHOOK_CONNECTIONS_CLOSED.labels("slow_body").inc()
         return None
     except (TooLarge, OverBudget):
         budget.give(taken)

@@ -19,8 +19,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from prometheus_client import Counter
-
 from gatekeeper.core.admission.pass_through import (
     Passable,
     StatefulSets,
@@ -28,13 +26,9 @@ from gatekeeper.core.admission.pass_through import (
     lift_for,
     patch_for,
 )
+from gatekeeper.metrics import WEBHOOK_PASS_THROUGH
 
 __all__ = ["PassThrough"]
-
-PASSED = Counter(
-    "gatekeeper_webhook_pass_through_total",
-    "Pod creates answered without the gate, their group holding its admission (answers, not pods)",
-)
 
 
 def _none(_namespace: str, _name: str) -> Mapping[str, Any] | None:
@@ -98,5 +92,5 @@ class PassThrough:
             return None
         ops = patch_for(pod, namespace, table, statefulsets, pods)
         if ops is not None:
-            PASSED.inc()
+            WEBHOOK_PASS_THROUGH.inc()
         return ops

@@ -21,9 +21,9 @@ that sends a head and no body holds no review slot at all.
 Routes: ``POST /mutate-pods``, ``POST /mutate-leaderworkersets``, the guard's
 ``POST /validate-statefulsets``, ``POST /validate-statefulsets-scale`` and
 ``POST /validate-pods-resize`` (``guard``), ``GET /healthz``, ``GET /readyz``. Requests are
-counted in ``gatekeeper_webhook_requests_total`` (in the default prometheus registry) by
+counted in ``lws_gatekeeper_webhook_requests_total`` (in the default prometheus registry) by
 webhook and result, and timed from their arrival to their
-answer in ``gatekeeper_webhook_request_duration_seconds`` by webhook (the dashboard's
+answer in ``lws_gatekeeper_webhook_request_duration_seconds`` by webhook (the dashboard's
 webhook latency; the API server waits for it on every pod it creates).
 """
 
@@ -40,13 +40,13 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import Counter, Histogram
 
 from gatekeeper.core.kube.keys import POOL_LABEL, SCHEDULING_GATE
 from gatekeeper.core.kube.objects import as_map
 from gatekeeper.core.model.closed import what_opens
 from gatekeeper.core.model.gating import is_opted_in, lws_label_patch, pod_gate_patch
 from gatekeeper.core.plugin.backend import PodPatch
+from gatekeeper.metrics import WEBHOOK_LATENCY, WEBHOOK_REQUESTS
 from gatekeeper.webhook.config import LWS_PATH, PODS_PATH, RESIZE_PATH, SCALE_PATH, STATEFULSETS_PATH
 from gatekeeper.webhook.connections import (
     KEEPALIVE_SECONDS,
@@ -82,19 +82,6 @@ at most etcd's 1.5 MiB (the API server takes no larger request than 3 MiB)."""
 MAX_CONCURRENT_REVIEWS = 8
 """Reviews read and answered at once; more are refused with 429 until one ends."""
 
-REQUESTS = Counter(
-    "gatekeeper_webhook_requests",
-    "AdmissionReviews received, by webhook and result (patched, unchanged, allowed, denied, "
-    "error, bad_request, too_large, busy, slow_body).",
-    ["webhook", "result"],
-)
-
-LATENCY = Histogram(
-    "gatekeeper_webhook_request_duration_seconds",
-    "Seconds from an AdmissionReview's arrival to its answer (any result), by webhook.",
-    ["webhook"],
-    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
-)
 
 # What each webhook refuses when it cannot mutate the object: (kind, what it would add).
 _REFUSAL = {
@@ -184,7 +171,7 @@ def _handler(
     """An aiohttp handler answering AdmissionReviews with ``respond``, within the bounds."""
 
     def too_large(size: str) -> web.Response:
-        REQUESTS.labels(webhook, "too_large").inc()
+        WEBHOOK_REQUESTS.labels(webhook, "too_large").inc()
         message = (
             f"lws-gatekeeper webhook: the AdmissionReview is {size}, "
             f"larger than the {max_body} bytes it reads"
@@ -193,7 +180,7 @@ def _handler(
         return web.json_response(_status(413, "RequestEntityTooLarge", message), status=413)
 
     def busy(why: str) -> web.Response:
-        REQUESTS.labels(webhook, "busy").inc()
+        WEBHOOK_REQUESTS.labels(webhook, "busy").inc()
         message = f"lws-gatekeeper webhook is busy: {why}; try again"
         log.warning("webhook=%s result=busy %s", webhook, why)
         return web.json_response(
@@ -212,7 +199,7 @@ def _handler(
             return busy(f"{exc}, the most it holds at once")
         if body is None:
             log.warning("webhook=%s result=slow_body", webhook)
-            REQUESTS.labels(webhook, "slow_body").inc()
+            WEBHOOK_REQUESTS.labels(webhook, "slow_body").inc()
             message = (
                 f"lws-gatekeeper webhook: the AdmissionReview's body did not come within {READ_SECONDS:.0f} s"
             )
@@ -226,7 +213,7 @@ def _handler(
                 try:
                     review = parse_review(body)
                 except BadReview as exc:
-                    REQUESTS.labels(webhook, "bad_request").inc()
+                    WEBHOOK_REQUESTS.labels(webhook, "bad_request").inc()
                     log.warning("webhook=%s result=bad_request error=%r", webhook, str(exc))
                     return web.json_response({"error": str(exc)}, status=400)
                 del body
@@ -236,7 +223,7 @@ def _handler(
         finally:
             in_flight.budget.give(size)
 
-    latency = LATENCY.labels(webhook)  # the series exists (empty) before the first review
+    latency = WEBHOOK_LATENCY.labels(webhook)  # the series exists (empty) before the first review
 
     async def handle(request: web.Request) -> web.Response:
         start = time.perf_counter()
@@ -260,7 +247,7 @@ def _decide(webhook: str, decide: Callable[[Review], Patch], review: Review) -> 
     except Exception as exc:  # fail closed: the object must not pass unpatched
         code = 400 if isinstance(exc, ValueError) else 500
         message = f"lws-gatekeeper refuses {kind} {review.where}: it cannot be given its {what}: {exc}"
-        REQUESTS.labels(webhook, "denied").inc()
+        WEBHOOK_REQUESTS.labels(webhook, "denied").inc()
         log.warning(
             "webhook=%s uid=%s operation=%s object=%s result=denied error=%r",
             webhook,
@@ -272,7 +259,7 @@ def _decide(webhook: str, decide: Callable[[Review], Patch], review: Review) -> 
         )
         return answer(review.uid, denied=message, code=code)
     result = "patched" if patch else "unchanged"
-    REQUESTS.labels(webhook, result).inc()
+    WEBHOOK_REQUESTS.labels(webhook, result).inc()
     log.log(
         logging.INFO if patch else logging.DEBUG,
         "webhook=%s uid=%s operation=%s object=%s result=%s ops=%s",
@@ -287,7 +274,7 @@ def _decide(webhook: str, decide: Callable[[Review], Patch], review: Review) -> 
 
 
 def _counter(webhook: str) -> Callable[[str], None]:
-    return lambda result: REQUESTS.labels(webhook, result).inc()
+    return lambda result: WEBHOOK_REQUESTS.labels(webhook, result).inc()
 
 
 async def _ok(request: web.Request) -> web.Response:

@@ -13,6 +13,7 @@ from typing import Any
 import anyio
 import kr8s.asyncio
 from kr8s.asyncio.objects import Pod
+from prometheus_client.parser import text_string_to_metric_families
 
 from gatekeeper.core.kube.keys import POOL_LABEL, REVISION_LABEL
 from gatekeeper_lab.sandbox.observe import LWS_NAME_LABEL, summarize
@@ -555,10 +556,15 @@ async def test_metrics_and_pool_status(
     print(table)
     assert "2/2 nvidia.com/gpu" in table
     text = await anyio.to_thread.run_sync(cluster.sandbox.metrics)
-    assert f'gatekeeper_admissions_total{{pool="{pool}"}}' in text
-    assert f'gatekeeper_waiting_groups{{pool="{pool}"}} 2.0' in text
-    assert "gatekeeper_admission_wait_seconds_bucket" in text
-    assert "gatekeeper_api_requests_total" in text
+    assert f'lws_gatekeeper_admissions_total{{backend="pools",pool="{pool}"}}' in text
+    assert f'lws_gatekeeper_waiting_groups{{backend="pools",pool="{pool}"}} 2.0' in text
+    assert "lws_gatekeeper_admission_wait_seconds_bucket" in text
+    assert "lws_gatekeeper_api_requests_total" in text
+    assert "lws_gatekeeper_leader 1.0" in text
+    families = text_string_to_metric_families(text)
+    [info] = [s for f in families if f.name == "lws_gatekeeper_build_info" for s in f.samples]
+    assert info.value == 1 and info.labels["backend"] == "pools" and info.labels["role"] == "member", info
+    assert info.labels["version"] and info.labels["python_version"].startswith("3."), info
     pods = await lws_pods(api, namespace, "m")
     assert summarize(pods, 2).gated_pods == 4
 
@@ -571,7 +577,7 @@ async def test_a_deleted_pools_gauges_leave_the_metrics(
     sandbox = cluster.sandbox
     nodes = await fake_nodes(1, gpus=1)
     pool = await make_pool(nodes, quota={"nvidia.com/gpu": 1})
-    series = f'gatekeeper_pool_quota{{pool="{pool}",resource="nvidia.com/gpu"}} 1.0'
+    series = f'lws_gatekeeper_pool_quota{{pool="{pool}",resource="nvidia.com/gpu"}} 1.0'
 
     async def shown(present: bool) -> bool:
         text = await anyio.to_thread.run_sync(sandbox.metrics)

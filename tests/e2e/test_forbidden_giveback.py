@@ -5,7 +5,7 @@ let-through pods deleted. If the gatekeeper's RBAC lacks ``delete`` on pods (a C
 trimmed by hand, an older chart), the API server answers 403. That answer used to be taken
 for a conflict (and a delete's conflicts are "already gone"), so nothing said why the pods
 ran on. Now the 403 of RBAC is permanent: logged as an error, counted in
-``gatekeeper_forbidden_total``; the pods run on, so the quota stays held (another group
+``lws_gatekeeper_api_forbidden_total``; the pods run on, so the quota stays held (another group
 waits), and the record says its pods were not stopped, with a Warning Event.
 
 On the sandbox: the chart's RBAC without ``delete`` on pods, the gatekeeper run with the
@@ -75,7 +75,7 @@ def _unsatisfiable_worker(body: dict[str, Any]) -> dict[str, Any]:
 def _forbidden_deletes(metrics: str) -> float:
     for line in metrics.splitlines():
         if (
-            line.startswith("gatekeeper_forbidden_total{")
+            line.startswith("lws_gatekeeper_api_forbidden_total{")
             and 'verb="delete"' in line
             and 'resource="pods"' in line
         ):

@@ -34,7 +34,7 @@ from .test_tenant_pools import create, plain_lws, pods_of, tolerate
 from .watch import Watch
 
 QUOTA = 2
-HELD_METRIC = 'gatekeeper_groups_holding_pods{reason="BeyondGroupSize"}'
+HELD_METRIC = 'lws_gatekeeper_groups_holding_pods{reason="BeyondGroupSize"}'
 
 
 def gpus_bound(pods: list[dict[str, Any]], nodes: list[str]) -> int:

@@ -12,6 +12,7 @@ What they observe is printed (run with ``-s``).
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -118,6 +119,8 @@ def test_kueue_lws_group_waits_gated_until_its_pods_fit_a_node_then_runs(kueue_s
     message = check_state(wl, check)["message"]
     assert "can never fit" in message and "needs 2 nvidia.com/gpu" in message, message
     assert f"flavor {q.flavor}" in message and "has 1 nvidia.com/gpu" in message, message
+    pending = r'^lws_gatekeeper_check_workloads\{check="node-fit",state="Pending"\} ([1-9][0-9.]*)$'
+    wait("the check's Pending Workloads counted", lambda: re.search(pending, sb.metrics(), re.M))
 
     # It stays so: not Admitted, both pods gated (unlike without the check, where Kueue admits
     # and ungates them and they stay Unschedulable).

@@ -24,7 +24,7 @@ TAINT = {"key": "example.com/gpu-pool", "value": "kq", "effect": "NoSchedule"}
 
 
 def passed_through(sb: Sandbox) -> float:
-    found = re.findall(r"^gatekeeper_webhook_pass_through_total (\S+)$", sb.metrics(), re.M)
+    found = re.findall(r"^lws_gatekeeper_webhook_pass_through_total (\S+)$", sb.metrics(), re.M)
     return float(found[0]) if found else 0.0
 
 
@@ -53,6 +53,11 @@ def test_a_leader_ready_groups_workers_are_made_ungated_onto_the_flavor(kueue_sa
     ]
     assert len(workers) == 2, [p["metadata"]["name"] for p in found]
     assert passed_through(sb) - before >= 2, "the workers were made without the gate"
+    pool = re.escape(q.local_queue)
+    waiting = rf'^lws_gatekeeper_waiting_groups\{{backend="kueue",pool="{pool}"\}} 1\.0$'
+    wait("the waiting group counted by backend and queue", lambda: re.search(waiting, sb.metrics(), re.M))
+    admitted = rf'^lws_gatekeeper_admissions_total\{{backend="kueue",pool="{pool}"\}} [1-9]'
+    assert re.search(admitted, sb.metrics(), re.M), "the admission counted by backend and queue"
     for pod in workers:
         spec = pod["spec"]
         assert not [g for g in spec.get("schedulingGates", []) if g["name"] == SCHEDULING_GATE]

@@ -25,7 +25,7 @@ from .test_admission import create_lws, lws_body
 
 def passed_through(cluster: Cluster) -> float:
     assert cluster.sandbox is not None, "reads the sandbox gatekeeper's metrics"
-    found = re.findall(r"^gatekeeper_webhook_pass_through_total (\S+)$", cluster.sandbox.metrics(), re.M)
+    found = re.findall(r"^lws_gatekeeper_webhook_pass_through_total (\S+)$", cluster.sandbox.metrics(), re.M)
     return float(found[0]) if found else 0.0
 
 

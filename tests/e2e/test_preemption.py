@@ -19,6 +19,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import anyio
 import kr8s.asyncio
 from kr8s.asyncio.objects import Namespace
 
@@ -148,6 +149,11 @@ async def test_production_scaled_up_preempts_the_experiment_whole(
                 e for e in await events_for(api, namespace, "production") if e.get("reason") == "Preempting"
             ]
             assert "Preempted" in told_lab, told_lab
+            scraped = await anyio.to_thread.run_sync(cluster.sandbox.metrics)
+            counted = (
+                f'lws_gatekeeper_give_backs_total{{backend="pools",pool="{pool}",reason="Preempted"}} 2.0'
+            )
+            assert counted in scraped, "the two groups given back are counted, by backend, pool and reason"
             assert told_prod, "production's LWS is told it preempted"
             assert (
                 "of other namespaces" in told_prod[0]["message"]

@@ -101,6 +101,17 @@ def test_a_member_stopped_is_orphaned_still_counted_and_granted_again_when_it_be
             status = _json(shared_hub.hub.kubectl, "get", "reservation", reservation)["status"]
             share = {c["name"]: c for c in status["clusters"]}["cluster-a"]
             assert share["orphaned"] == 2 and status["freeSummary"].startswith("0 nvidia.com/gpu")
+            eventually(
+                lambda: "lws_gatekeeper_hub_members_gone 1.0" in shared_hub.hub.metrics(),
+                30,
+                "the hub's gauge of members gone",
+            )
+            scraped = shared_hub.hub.metrics()
+            claimed = (
+                f'lws_gatekeeper_hub_claimed{{reservation="{reservation}",resource="nvidia.com/gpu"}} 4.0'
+            )
+            assert claimed in scraped, "the orphaned claims are still counted"
+            assert 'role="hub"' in scraped and "lws_gatekeeper_leader 1.0" in scraped
             # Still counted: cluster-b's groups go on waiting; cluster-a's pods go on running.
             assert whole(shared_hub, "cluster-b", ns) == (0, 0, 4)
             assert whole(shared_hub, "cluster-a", ns) == (2, 4, 0)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import time
 from collections import Counter
 from typing import Any
@@ -224,6 +225,12 @@ def test_two_whole_groups_run_in_a_queue_of_4_gpus_and_the_third_waits_gated_in_
         _show(sb, ns)
     (rec,) = waiting
     assert condition(rec, "Admitted")["status"] == "False"
+    waits = rf'^lws_gatekeeper_waiting_groups\{{backend="volcano",pool="{ns}"\}} 1\.0$'
+    wait("the waiting group counted by backend and Queue", lambda: re.search(waits, sb.metrics(), re.M))
+    admissions = re.search(
+        rf'^lws_gatekeeper_admissions_total\{{backend="volcano",pool="{ns}"\}} (\S+)$', sb.metrics(), re.M
+    )
+    assert admissions and float(admissions.group(1)) >= 2, "both groups' admissions counted"
     all_pods = pods(sb, ns)
     assert {p["spec"]["schedulerName"] for p in all_pods} == {SCHEDULER_NAME}
     groups = {p["metadata"]["annotations"][VOLCANO_GROUP_ANNOTATION] for p in all_pods}

@@ -1,4 +1,4 @@
-"""Every failed API request is counted in ``gatekeeper_api_errors_total``, by verb, resource, code.
+"""Every failed API request is counted in ``lws_gatekeeper_api_errors_total``, by verb, resource, code.
 
 The dashboard's API errors panel reads this counter. A fake ``call_api`` stands in for the
 API server (as in ``test_credentials.py`` and ``test_informer.py``): this tests what the
@@ -32,7 +32,7 @@ from gatekeeper.controller.kube import Kube
 
 def errors(verb: str, resource: str, code: str) -> float:
     labels = {"verb": verb, "resource": resource, "code": code}
-    return REGISTRY.get_sample_value("gatekeeper_api_errors_total", labels) or 0.0
+    return REGISTRY.get_sample_value("lws_gatekeeper_api_errors_total", labels) or 0.0
 
 
 class ScriptedApi:
@@ -101,7 +101,7 @@ def forbidden(message: str) -> httpx.Response:
 
 def forbidden_count(verb: str, resource: str) -> float:
     labels = {"verb": verb, "resource": resource}
-    return REGISTRY.get_sample_value("gatekeeper_forbidden_total", labels) or 0.0
+    return REGISTRY.get_sample_value("lws_gatekeeper_api_forbidden_total", labels) or 0.0
 
 
 @pytest.mark.anyio

@@ -61,10 +61,15 @@ def test_the_panels_are_the_issues_and_each_has_a_query(board: dict[str, Any]) -
     for wanted in (
         "Pool quota and usage",
         "Waiting groups",
+        "Admissions",
+        "Give-backs",
         "Admission wait time",
         "Webhook latency",
         "Pass duration",
+        "Replicas: leader and version",
         "API errors",
+        "Shared reservation (hub)",
+        "AdmissionCheck Workloads (Kueue)",
     ):
         assert wanted in titles
     for panel in board["panels"]:
@@ -87,20 +92,31 @@ def test_the_panels_tile_the_grid_without_overlap(board: dict[str, Any]) -> None
 
 def test_every_variable_is_defined_and_filled_in(board: dict[str, Any]) -> None:
     names = {v["name"] for v in board["templating"]["list"]}
-    assert names == {"datasource", "pool", "resource"}
+    assert names == {"datasource", "cluster", "backend", "pool", "resource"}
     assert dashboard.variables(board) == [
-        dashboard.Variable("pool", "gatekeeper_pool_quota", "pool"),
-        dashboard.Variable("resource", "gatekeeper_pool_quota", "resource"),
+        dashboard.Variable("cluster", "lws_gatekeeper_build_info", "cluster"),
+        dashboard.Variable("backend", "lws_gatekeeper_build_info", "backend"),
+        dashboard.Variable("pool", "lws_gatekeeper_waiting_groups", "pool"),
+        dashboard.Variable("resource", "lws_gatekeeper_pool_quota", "resource"),
     ]
     for t in dashboard.targets(board):
         filled = dashboard.promql(t.expr, rate_interval="30s", chosen={"pool": ["a-1", "b.2"]})
         assert "$" not in filled, filled
+        assert 'cluster=~".*"' in filled, f"{t.panel}: every query is of the clusters chosen"
         if "$pool" in t.expr:
             assert 'pool=~"a-1|b\\\\.2"' in filled, "Grafana's escape: a PromQL string of a regex"
         if "$resource" in t.expr:
             assert 'resource=~".*"' in filled, "none chosen: All"
-    with pytest.raises(ValueError, match=r"\$cluster"):
-        dashboard.promql('up{cluster="$cluster"}', rate_interval="1m")
+    with pytest.raises(ValueError, match=r"\$region"):
+        dashboard.promql('up{region="$region"}', rate_interval="1m")
+
+
+def test_what_every_backend_does_is_one_query_with_the_backend_variable(board: dict[str, Any]) -> None:
+    shared = ("lws_gatekeeper_waiting_groups", "lws_gatekeeper_admissions_total", "lws_gatekeeper_reconcile")
+    exprs = [t.expr for t in dashboard.targets(board) if any(name in t.expr for name in shared)]
+    assert len(exprs) >= 5
+    for expr in exprs:
+        assert 'backend=~"$backend"' in expr, expr
 
 
 def _exported() -> set[str]:
@@ -115,7 +131,7 @@ def _exported() -> set[str]:
 
 
 def test_every_metric_the_dashboard_reads_is_exported(board: dict[str, Any]) -> None:
-    read = {m for t in dashboard.targets(board) for m in re.findall(r"\bgatekeeper_\w+", t.expr)}
+    read = {m for t in dashboard.targets(board) for m in re.findall(r"\blws_gatekeeper_\w+", t.expr)}
     read |= {v.metric for v in dashboard.variables(board)}
     assert read, "the dashboard reads the gatekeeper's metrics"
     assert read <= _exported(), read - _exported()

@@ -8,7 +8,7 @@ from gatekeeper.controller.held import report_held
 
 
 def _value(reason: str) -> float | None:
-    return REGISTRY.get_sample_value("gatekeeper_groups_holding_pods", {"reason": reason})
+    return REGISTRY.get_sample_value("lws_gatekeeper_groups_holding_pods", {"reason": reason})
 
 
 def test_each_stranger_reason_is_counted_and_the_others_are_zero() -> None:

@@ -115,9 +115,11 @@ async def test_watch_events_are_counted_by_resource_and_type_with_their_size() -
                 await anyio.sleep(0.01)
             tg.cancel_scope.cancel()
     counted = {
-        t: REGISTRY.get_sample_value("gatekeeper_watch_events_total", {"resource": "counted-pods", "type": t})
+        t: REGISTRY.get_sample_value(
+            "lws_gatekeeper_watch_events_total", {"resource": "counted-pods", "type": t}
+        )
         for t in ("ADDED", "MODIFIED", "BOOKMARK", "other")
     }
     assert counted == {"ADDED": 1, "MODIFIED": 1, "BOOKMARK": 1, "other": 1}
-    size = REGISTRY.get_sample_value("gatekeeper_watch_bytes_total", {"resource": "counted-pods"})
+    size = REGISTRY.get_sample_value("lws_gatekeeper_watch_bytes_total", {"resource": "counted-pods"})
     assert size == sum(len(json.dumps(e)) for e in events)

@@ -276,7 +276,7 @@ def test_prometheus_scrapes_the_gatekeeper_every_second() -> None:
     assert conf["global"]["scrape_interval"] == "1s"
     [job] = conf["scrape_configs"]
     assert (job["job_name"], job["metrics_path"]) == (JOB, "/metrics")
-    assert job["static_configs"] == [{"targets": ["127.0.0.1:18080"]}]
+    assert job["static_configs"] == [{"targets": ["127.0.0.1:18080"], "labels": {"cluster": "sandbox"}}]
 
 
 def test_lws_config_turns_on_lws_own_gang_scheduling_only_when_asked(tmp_path: Path) -> None:

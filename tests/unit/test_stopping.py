@@ -59,7 +59,7 @@ def test_a_record_without_a_transition_time_names_nothing() -> None:
 def test_the_message_keeps_what_the_record_said_and_is_said_once() -> None:
     first = not_stopped_message("group 0 was given back", ["a", "b"])
     assert first.startswith("group 0 was given back; not stopped: pods a, b still run after")
-    assert "gatekeeper_forbidden_total" in first and first.endswith(
+    assert "lws_gatekeeper_api_forbidden_total" in first and first.endswith(
         "the quota stays held until they are gone"
     )
     assert not_stopped_message(first, ["a", "b"]) == first, "said again, not appended again"

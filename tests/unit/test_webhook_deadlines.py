@@ -27,7 +27,7 @@ DEADLINE = 0.5
 
 
 def closed(why: str) -> float:
-    return REGISTRY.get_sample_value("gatekeeper_webhook_connections_closed_total", {"why": why}) or 0.0
+    return REGISTRY.get_sample_value("lws_gatekeeper_webhook_connections_closed_total", {"why": why}) or 0.0
 
 
 def tls() -> ssl.SSLContext:

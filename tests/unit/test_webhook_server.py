@@ -113,7 +113,7 @@ async def admit(client: TestClient[Any, Any], path: str, body: dict[str, Any]) -
 
 def patched_pods() -> float:
     labels = {"webhook": "pods", "result": "patched"}
-    return REGISTRY.get_sample_value("gatekeeper_webhook_requests_total", labels) or 0.0
+    return REGISTRY.get_sample_value("lws_gatekeeper_webhook_requests_total", labels) or 0.0
 
 
 async def test_opted_in_pod_gets_the_gate(client: TestClient[Any, Any]) -> None:
@@ -127,17 +127,17 @@ async def test_opted_in_pod_gets_the_gate(client: TestClient[Any, Any]) -> None:
 
 
 def timed(webhook: str) -> tuple[float, float]:
-    """How many reviews ``gatekeeper_webhook_request_duration_seconds`` timed, and their seconds."""
+    """How many reviews ``lws_gatekeeper_webhook_request_duration_seconds`` timed, and their seconds."""
     labels = {"webhook": webhook}
-    count = REGISTRY.get_sample_value("gatekeeper_webhook_request_duration_seconds_count", labels)
-    total = REGISTRY.get_sample_value("gatekeeper_webhook_request_duration_seconds_sum", labels)
+    count = REGISTRY.get_sample_value("lws_gatekeeper_webhook_request_duration_seconds_count", labels)
+    total = REGISTRY.get_sample_value("lws_gatekeeper_webhook_request_duration_seconds_sum", labels)
     assert count is not None and total is not None, "the series exists from make_app() on"
     return count, total
 
 
 def under_a_second(webhook: str) -> float:
     labels = {"webhook": webhook, "le": "1.0"}
-    return REGISTRY.get_sample_value("gatekeeper_webhook_request_duration_seconds_bucket", labels) or 0.0
+    return REGISTRY.get_sample_value("lws_gatekeeper_webhook_request_duration_seconds_bucket", labels) or 0.0
 
 
 async def test_every_review_is_timed_by_webhook_whatever_its_result(client: TestClient[Any, Any]) -> None:

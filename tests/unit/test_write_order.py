@@ -15,9 +15,10 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from gatekeeper.controller.act import WRITES, execute
+from gatekeeper.controller.act import execute
 from gatekeeper.controller.loop import PassLoop, Slots
 from gatekeeper.core.writes.plan import Event, Memory, Op, Plan, Write
+from gatekeeper.metrics import WRITES
 
 
 class OrderKube:

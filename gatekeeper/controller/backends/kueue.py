@@ -20,8 +20,6 @@ import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
-from prometheus_client import Counter, Gauge, Histogram
-
 from gatekeeper.controller import kube as k
 from gatekeeper.controller import resources as r
 from gatekeeper.controller.caches import Caches
@@ -44,22 +42,13 @@ from gatekeeper.core.kube.keys import KUEUE_API_VERSION, POOL_LABEL
 from gatekeeper.core.model.groups import DemandMemo
 from gatekeeper.core.model.pool import DEFAULT_ADMISSION_TIMEOUT
 from gatekeeper.core.writes.plan import DEFAULT_EVENTS_PER_NAMESPACE_PER_MINUTE, Plan, Write, walk
+from gatekeeper.metrics import ADMISSIONS, GIVE_BACKS, PODS_STOPPED, RECONCILE, Series, waiting_series
 from gatekeeper.webhook.pass_through import PassThrough
 
 __all__ = ["PLUGIN", "KueueBackend"]
 
 log = logging.getLogger("gatekeeper.kueue")
-
-
-KUEUE_ADMISSIONS = Counter(
-    "gatekeeper_kueue_admissions_total",
-    "Groups whose Kueue Workload was admitted and whose gates were lifted",
-)
-KUEUE_STOPS = Counter(
-    "gatekeeper_kueue_stopped_pods_total", "Pods deleted because their group's Workload is no longer admitted"
-)
-KUEUE_WAITING = Gauge("gatekeeper_kueue_waiting_groups", "Groups whose Workload Kueue has not admitted")
-KUEUE_PASS_SECONDS = Histogram("gatekeeper_kueue_reconcile_seconds", "Duration of one kueue-backend pass")
+BACKEND = "kueue"
 
 
 class KueueBackend:
@@ -80,6 +69,7 @@ class KueueBackend:
         events_per_minute: int = DEFAULT_EVENTS_PER_NAMESPACE_PER_MINUTE,
     ) -> None:
         self.kube = kube
+        self._waiting = Series()
         self.admission_timeout = admission_timeout
         self.max_records_per_namespace = max_records_per_namespace
         self.caches = caches
@@ -147,9 +137,11 @@ class KueueBackend:
             before=self._publish,
             after=self._published,
         )
-        KUEUE_WAITING.set(sum(1 for st in actions.statuses if not st.admitted))
+        self._waiting.publish(
+            waiting_series(BACKEND, ((st.group.pool, not st.admitted) for st in actions.statuses))
+        )
         report_held(st.reason for st in actions.statuses if st.admitted)
-        KUEUE_PASS_SECONDS.observe(time.monotonic() - start)
+        RECONCILE.labels(BACKEND).observe(time.monotonic() - start)
         return actions
 
     def _publish(self, actions: KueueActions, writes: Plan, write: Writer) -> None:
@@ -177,14 +169,15 @@ class KueueBackend:
         if one.tag == "ungate" and self.lifter is not None:
             self.lifter.sent((one.namespace or "", one.name))
         if one.tag == "admitted":
-            KUEUE_ADMISSIONS.inc()
+            ADMISSIONS.labels(BACKEND, one.labels[0] if one.labels else "").inc()
         elif one.tag == "stop":
             log.info("stopped %s/%s: its group's Workload is not admitted", one.namespace, one.name)
-            KUEUE_STOPS.inc()
+            PODS_STOPPED.labels(BACKEND).inc()
         elif one.tag == "workload":
             log.info("created Workload %s/%s in LocalQueue %s", one.namespace, one.name, one.labels[0])
         elif one.tag == "give-back":
             log.info("gave back the quota of evicted Workload %s/%s", one.namespace, one.name)
+            GIVE_BACKS.labels(BACKEND, one.labels[0] if one.labels else "", "Evicted").inc()
         elif one.tag == "release":
             log.info("released %s %s/%s", one.resource, one.namespace, one.name)
 

@@ -13,7 +13,6 @@ when it last rewrote a waiting message); a restarted controller picks up from th
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -21,7 +20,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import anyio.to_thread
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import Gauge
 
 from gatekeeper.controller import kube as k
 from gatekeeper.controller import resources as r
@@ -49,47 +48,32 @@ from gatekeeper.core.model.groups import DemandMemo
 from gatekeeper.core.model.pool import parse_pool
 from gatekeeper.core.reservation import asked_of
 from gatekeeper.core.writes.plan import DEFAULT_EVENTS_PER_NAMESPACE_PER_MINUTE, Write, walk
+from gatekeeper.metrics import (
+    ADMISSION_WAIT,
+    ADMISSIONS,
+    GIVE_BACKS,
+    POOL_LENT,
+    POOL_QUOTA,
+    POOL_USED,
+    RECONCILE,
+    RECONCILE_STAGE,
+    WAITING_GROUPS,
+    Series,
+    base_value,
+)
 from gatekeeper.webhook.pass_through import PassThrough
 
 __all__ = ["PLUGIN", "PoolsBackend"]
 
 log = logging.getLogger("gatekeeper.reconciler")
 
-ADMISSIONS = Counter("gatekeeper_admissions_total", "Groups admitted", ["pool"])
-GIVE_BACKS = Counter(
-    "gatekeeper_give_backs_total",
-    "Admitted groups given back, by reason: AdmissionTimeout (pods not all bound within the Pool's "
-    "spec.admissionTimeout), NotAsAdmitted, Preempted (for a group of higher priority), Stranded "
-    "(a placed group that lost a node's room)",
-    ["pool", "reason"],
-)
-WAITING = Gauge("gatekeeper_waiting_groups", "Groups waiting for admission", ["pool"])
-POOL_QUOTA = Gauge("gatekeeper_pool_quota", "Pool quota per resource (scheduler units)", ["pool", "resource"])
-POOL_USED = Gauge("gatekeeper_pool_used", "Pool quota held by admitted groups", ["pool", "resource"])
-POOL_LENT = Gauge(
-    "gatekeeper_pool_lent",
-    "Pool quota held by groups of the other pools of its cohort (in gatekeeper_pool_used too)",
-    ["pool", "resource"],
-)
-WAIT_SECONDS = Histogram(
-    "gatekeeper_admission_wait_seconds",
-    "Time from a group's first pod to its admission",
-    ["pool"],
-    buckets=(0.1, 0.5, 1, 2, 5, 10, 30, 60, 300, 1800, 7200),
-)
-PASS_SECONDS = Histogram("gatekeeper_reconcile_seconds", "Duration of one planning pass")
 NO_HUB = HubView(cluster="", reachable=False, error="this gatekeeper runs without --hub-kubeconfig")
-
-STAGE_SECONDS = Counter(
-    "gatekeeper_reconcile_stage_seconds_total",
-    "Seconds spent in each stage of the planning passes (snapshot, decide, plan, execute)",
-    ["stage"],
-)
+BACKEND = "pools"
 
 
 def _stage(name: str, since: float) -> float:
     now = time.monotonic()
-    STAGE_SECONDS.labels(name).inc(now - since)
+    RECONCILE_STAGE.labels(BACKEND, name).inc(now - since)
     return now
 
 
@@ -134,8 +118,8 @@ class PoolsBackend:
         """(namespace, record) -> the record as this leader's last write of it was answered,
         while the informer does not show it yet (``core.backends.pools.pass_through.as_known``)."""
         self._lift_after: list[tuple[str, str, int]] = []
-        self._series: set[tuple[Gauge, tuple[str, ...]]] = set()
-        """The pools' gauge series this replica reported last pass (``report_pools``)."""
+        self._series = Series()
+        """The pools' gauge series this replica reported last pass (``pool_series``)."""
         """The groups this pass admitted, as the webhook's table names them."""
         self._index: admitted.Index | None = None
         self.memory = memory_of_writes(events_per_minute)
@@ -252,7 +236,7 @@ class PoolsBackend:
         view = self.hub.view() if self.hub is not None else NO_HUB
         snap = self.snapshot(view)
         took = time.monotonic()
-        STAGE_SECONDS.labels("snapshot").inc(took - start)
+        RECONCILE_STAGE.labels(BACKEND, "snapshot").inc(took - start)
         # The decision runs in a worker thread: a pass over a large cluster must not hold up
         # the webhook, the probes and the Lease renewals served by this event loop.
         actions = await anyio.to_thread.run_sync(decide, snap, self.demands, self.caches.requests)
@@ -297,8 +281,8 @@ class PoolsBackend:
                     self.lifter.admitted(group)
             _stage("publish", took)
         report_held(str(said.reason) for said in actions.strangers)
-        self._series = report_pools(actions.pools, self._series)
-        PASS_SECONDS.observe(time.monotonic() - start)
+        self._series.publish(pool_series(actions.pools))
+        RECONCILE.labels(BACKEND).observe(time.monotonic() - start)
         return actions
 
     def _answered(self, one: Write, answer: Mapping[str, Any]) -> None:
@@ -331,11 +315,11 @@ class PoolsBackend:
             self.lifter.sent((one.namespace or "", one.name))
         if one.tag == "admit":
             log.info("admitted %s/%s into %s", one.namespace, one.name, one.labels[0])
-            ADMISSIONS.labels(one.labels[0]).inc()
-            WAIT_SECONDS.labels(one.labels[0]).observe(one.measure)
+            ADMISSIONS.labels(BACKEND, one.labels[0]).inc()
+            ADMISSION_WAIT.labels(BACKEND, one.labels[0]).observe(one.measure)
         elif one.tag == "give-back":
             log.info("gave back %s/%s of %s (%s)", one.namespace, one.name, one.labels[0], one.labels[-1])
-            GIVE_BACKS.labels(one.labels[0], one.labels[-1]).inc()
+            GIVE_BACKS.labels(BACKEND, one.labels[0], one.labels[-1]).inc()
         elif one.tag == "release":
             log.info("released %s/%s", one.namespace, one.name)
 
@@ -362,28 +346,15 @@ def _make(term: Term) -> PoolsBackend:
 PLUGIN = ControllerPlugin("pools", make=_make)
 
 
-def report_pools(
-    pools: Mapping[str, PoolStatus], before: set[tuple[Gauge, tuple[str, ...]]]
-) -> set[tuple[Gauge, tuple[str, ...]]]:
-    """Set each pool's gauges, and remove the series reported ``before`` that no pool has now
-    (a Pool deleted, a resource gone from its quota, a pool that left its cohort): a scrape shows
-    only what is. Returns the series set."""
-    now: set[tuple[Gauge, tuple[str, ...]]] = set()
-
-    def put(gauge: Gauge, labels: tuple[str, ...], value: float) -> None:
-        gauge.labels(*labels).set(value)
-        now.add((gauge, labels))
-
+def pool_series(pools: Mapping[str, PoolStatus]) -> list[tuple[Gauge, tuple[str, ...], float]]:
+    """Each pool's gauge values after a pass, in base units: its waiting groups, its quota and
+    what admitted groups hold of it, and in a cohort what it lent. A pool or resource not here
+    leaves the scrape (``metrics.Series``)."""
+    out: list[tuple[Gauge, tuple[str, ...], float]] = []
     for name, st in pools.items():
-        put(WAITING, (name,), st.waiting + st.inadmissible)
-        for resource, amount in st.quota.items():
-            put(POOL_QUOTA, (name, resource), amount)
-        for resource, amount in st.used.items():
-            put(POOL_USED, (name, resource), amount)
+        out.append((WAITING_GROUPS, (BACKEND, name), st.waiting + st.inadmissible))
+        out.extend((POOL_QUOTA, (name, res), base_value(res, amount)) for res, amount in st.quota.items())
+        out.extend((POOL_USED, (name, res), base_value(res, amount)) for res, amount in st.used.items())
         if st.cohort:
-            for resource in st.quota:
-                put(POOL_LENT, (name, resource), st.lent.get(resource, 0))
-    for gauge, series in before - now:
-        with contextlib.suppress(KeyError):
-            gauge.remove(*series)
-    return now
+            out.extend((POOL_LENT, (name, res), base_value(res, st.lent.get(res, 0))) for res in st.quota)
+    return out

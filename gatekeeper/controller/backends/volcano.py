@@ -15,8 +15,6 @@ import logging
 import time
 from datetime import UTC, datetime
 
-from prometheus_client import Counter, Gauge, Histogram
-
 from gatekeeper.controller import kube as k
 from gatekeeper.controller import resources as r
 from gatekeeper.controller.caches import Caches
@@ -32,22 +30,15 @@ from gatekeeper.core.kube.keys import POOL_LABEL
 from gatekeeper.core.model.groups import DemandMemo
 from gatekeeper.core.model.pool import DEFAULT_ADMISSION_TIMEOUT
 from gatekeeper.core.writes.plan import DEFAULT_EVENTS_PER_NAMESPACE_PER_MINUTE, Write
+from gatekeeper.metrics import ADMISSIONS, RECONCILE, Series, waiting_series
 
 __all__ = ["PLUGIN", "POD_GROUPS", "VolcanoBackend"]
 
 log = logging.getLogger("gatekeeper.volcano")
+BACKEND = "volcano"
 
 POD_GROUPS = r.Resource(POD_GROUP_PLURAL, VOLCANO_API_VERSION)
 """Volcano's PodGroups: one of ours per group."""
-
-VOLCANO_ADMISSIONS = Counter(
-    "gatekeeper_volcano_admissions_total",
-    "Groups whose PodGroup Volcano put Inqueue and whose gates were lifted",
-)
-VOLCANO_WAITING = Gauge("gatekeeper_volcano_waiting_groups", "Groups whose gates stay: Volcano or the nodes")
-VOLCANO_PASS_SECONDS = Histogram(
-    "gatekeeper_volcano_reconcile_seconds", "Duration of one volcano-backend pass"
-)
 
 
 class VolcanoBackend:
@@ -67,6 +58,7 @@ class VolcanoBackend:
         events_per_minute: int = DEFAULT_EVENTS_PER_NAMESPACE_PER_MINUTE,
     ) -> None:
         self.kube = kube
+        self._waiting = Series()
         self.admission_timeout = admission_timeout
         self.max_records_per_namespace = max_records_per_namespace
         self.retry_seconds = retry_seconds
@@ -123,14 +115,16 @@ class VolcanoBackend:
             self._done,
             kinds=(POD_GROUPS,),
         )
-        VOLCANO_WAITING.set(sum(1 for st in actions.statuses if not st.admitted))
+        self._waiting.publish(
+            waiting_series(BACKEND, ((st.group.pool, not st.admitted) for st in actions.statuses))
+        )
         report_held(st.reason for st in actions.statuses if st.admitted)
-        VOLCANO_PASS_SECONDS.observe(time.monotonic() - start)
+        RECONCILE.labels(BACKEND).observe(time.monotonic() - start)
         return actions
 
     def _done(self, one: Write) -> None:
         if one.tag == "admitted":
-            VOLCANO_ADMISSIONS.inc()
+            ADMISSIONS.labels(BACKEND, one.labels[0] if one.labels else "").inc()
         elif one.tag == "podgroup":
             log.info("created PodGroup %s/%s in Volcano Queue %s", one.namespace, one.name, one.labels[0])
         elif one.tag == "retire":

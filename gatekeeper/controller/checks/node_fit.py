@@ -37,7 +37,7 @@ __all__ = ["PLUGIN", "NodeFitCheck"]
 
 log = logging.getLogger("gatekeeper.nodefit")
 
-METRICS = check_metrics("node_fit", "node-fit")
+METRICS = check_metrics("node-fit")
 
 
 class NodeFitCheck(CheckController):

@@ -38,7 +38,7 @@ __all__ = ["PLUGIN", "SharedReservationCheck"]
 
 log = logging.getLogger("gatekeeper.shared_reservation")
 
-METRICS = check_metrics("shared_reservation", "shared-reservation")
+METRICS = check_metrics("shared-reservation")
 NO_HUB = HubView(cluster="", reachable=False, error="this gatekeeper runs without --hub-kubeconfig")
 
 

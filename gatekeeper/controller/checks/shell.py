@@ -3,8 +3,8 @@
 Why this exists: a check's pass decides (pure, in ``core.checks``) and plans its writes
 (``core.checks.states``, shared); around that, every check controller watches the same two
 kinds (Workloads, AdmissionChecks), sends its plan with ``act.execute``, logs and counts
-each write, and reports its Ready and Pending Workloads and the pass's time under metric
-names of one pattern. That part is written once here; ``node_fit`` and
+each write, and reports its Ready and Pending Workloads and the pass's time in metrics
+labelled with the check. That part is written once here; ``node_fit`` and
 ``shared_reservation`` subclass `CheckController` and keep only what they watch besides
 and how they decide.
 """
@@ -15,42 +15,29 @@ import logging
 from dataclasses import dataclass
 from typing import Protocol
 
-from prometheus_client import Counter, Gauge, Histogram
-
 from gatekeeper.controller import kube as k
 from gatekeeper.controller import resources as r
 from gatekeeper.controller.act import execute
 from gatekeeper.controller.caches import Caches
 from gatekeeper.controller.loop import Write as Writer
 from gatekeeper.core.writes.plan import Memory, Plan, Write
+from gatekeeper.metrics import CHECK_RECONCILE, CHECK_WORKLOADS, CHECK_WRITES
 
 __all__ = ["CheckController", "CheckMetrics", "check_metrics"]
 
 
 @dataclass(frozen=True)
 class CheckMetrics:
-    """A check's metrics: ``gatekeeper_<name>_workloads{state}``,
-    ``gatekeeper_<name>_check_writes_total{state}``, ``gatekeeper_<name>_pass_seconds``."""
+    """A check's series of ``lws_gatekeeper_check_workloads``, ``_check_writes_total`` and
+    ``_check_reconcile_duration_seconds``: labelled ``check="<title>"``."""
 
-    workloads: Gauge
-    writes: Counter
-    pass_seconds: Histogram
+    check: str
 
 
-def check_metrics(name: str, title: str) -> CheckMetrics:
-    """The metrics of the check ``name`` (``node_fit``), said in help texts as ``title``
-    (``node-fit``). Registered once per process: call it at import."""
-    return CheckMetrics(
-        Gauge(
-            f"gatekeeper_{name}_workloads",
-            f"Workloads with quota reserved whose {title} checks are Ready or Pending",
-            ["state"],
-        ),
-        Counter(
-            f"gatekeeper_{name}_check_writes_total", f"{title.capitalize()} check states written", ["state"]
-        ),
-        Histogram(f"gatekeeper_{name}_pass_seconds", f"Duration of one {title} pass"),
-    )
+def check_metrics(check: str) -> CheckMetrics:
+    """The metrics of the check ``check`` (``node-fit``, their ``check`` label); their series
+    appear once the check's controller runs."""
+    return CheckMetrics(check)
 
 
 class Counted(Protocol):
@@ -71,6 +58,8 @@ class CheckController:
     def __init__(self, kube: k.Kube, caches: Caches, metrics: CheckMetrics, log: logging.Logger) -> None:
         self.kube = kube
         self.metrics = metrics
+        for state in ("Ready", "Pending"):
+            CHECK_WORKLOADS.labels(metrics.check, state).set(0)
         self.log = log
         self.memory = Memory()
         self.workloads = caches.informer(r.WORKLOADS)
@@ -82,15 +71,16 @@ class CheckController:
 
     def count(self, actions: Counted, seconds: float) -> None:
         """The pass's Ready and Pending Workloads, and how long it took."""
-        self.metrics.workloads.labels("Ready").set(actions.ready)
-        self.metrics.workloads.labels("Pending").set(actions.pending)
-        self.metrics.pass_seconds.observe(seconds)
+        check = self.metrics.check
+        CHECK_WORKLOADS.labels(check, "Ready").set(actions.ready)
+        CHECK_WORKLOADS.labels(check, "Pending").set(actions.pending)
+        CHECK_RECONCILE.labels(check).observe(seconds)
 
     def _done(self, one: Write) -> None:
         if one.tag == "activate":
             self.log.info("AdmissionCheck %s: marked Active", one.name)
             return
-        self.metrics.writes.labels(one.tag).inc()
+        CHECK_WRITES.labels(self.metrics.check, one.tag).inc()
         if one.labels:
             self.log.info(
                 "Workload %s/%s: check %s -> %s: %s",

@@ -3,7 +3,7 @@
 Why this exists: a group given back (``AdmissionTimeout``, ``NotAsAdmitted``) has its
 let-through pods deleted; its quota stays held while any of them lives. A pod that is not
 even terminating some seconds later was not deleted: the gatekeeper's RBAC lacks the verb
-(``gatekeeper_forbidden_total``, and the log, say so), or an admission policy refused it.
+(``lws_gatekeeper_api_forbidden_total``, and the log, say so), or an admission policy refused it.
 The quota then stays held for as long as the pod runs, which is right, but nobody would know
 why from the record. Every backend asks :func:`not_stopped` and, when it names pods, writes
 :func:`not_stopped_message` on the record with a Warning Event (``PODS_NOT_STOPPED``).
@@ -60,6 +60,6 @@ def not_stopped_message(said: str, pods: Sequence[str]) -> str:
     head = said.split(_MARK, 1)[0]  # what it said before any pass added this
     return (
         f"{head}{_MARK}pods {shown} still run after the gatekeeper deleted them (see the gatekeeper's "
-        "log and gatekeeper_forbidden_total: it may lack the right to delete pods here); the quota "
+        "log and lws_gatekeeper_api_forbidden_total: it may lack the right to delete pods here); the quota "
         "stays held until they are gone"
     )

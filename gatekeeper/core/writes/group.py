@@ -109,6 +109,7 @@ def record_writes(
                 then=(told,) if told is not None else (),
                 marks=(Mark("message", key),) if clock is not None else (),
                 tag="admitted" if st.admitted and not was_admitted else "status",
+                labels=(group.pool,),
             )
         )
         stalled = events.once(group.key, ROLLOUT_STALLED, st.message, warning=True) if st.stalls else None

@@ -8,9 +8,9 @@ through :func:`targets`, so neither can drift from what Grafana shows; the chart
 test checks that :func:`targets` finds every ``expr`` of the file.
 
 Grafana fills in variables before it sends a query; :func:`promql` does the same for the
-ones the dashboard uses: its query variables ``$pool`` and ``$resource`` (the values
-chosen, or "All", ``.*``) and ``$__rate_interval`` (a window the caller picks: Grafana
-makes it at least four scrape intervals). A variable it does not know is an error, not a
+ones the dashboard uses: its query variables ``$cluster``, ``$backend``, ``$pool`` and
+``$resource`` (the values chosen, or "All", ``.*``) and ``$__rate_interval`` (a window the
+caller picks: Grafana makes it at least four scrape intervals). A variable it does not know is an error, not a
 query sent with a ``$`` in it.
 """
 
@@ -25,6 +25,7 @@ from typing import Any
 
 __all__ = [
     "DASHBOARD",
+    "QUERY_VARIABLES",
     "Target",
     "Variable",
     "legend",
@@ -36,6 +37,9 @@ __all__ = [
 
 #: The dashboard file in a clone of the repository.
 DASHBOARD = Path(__file__).resolve().parents[3] / "charts/lws-gatekeeper/files/dashboards/lws-gatekeeper.json"
+
+#: The dashboard's query variables, each a label the queries match on.
+QUERY_VARIABLES = ("cluster", "backend", "pool", "resource")
 
 _VARIABLE = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
 _LABEL_VALUES = re.compile(r"^label_values\(\s*(\w+)\s*,\s*(\w+)\s*\)$")
@@ -107,11 +111,11 @@ def _regex_escape(value: str) -> str:
 
 
 def promql(expr: str, *, rate_interval: str, chosen: Mapping[str, Sequence[str]] | None = None) -> str:
-    """``expr`` with Grafana's variables filled in: each query variable ``$pool``, ``$resource``
+    """``expr`` with Grafana's variables filled in: each query variable (``QUERY_VARIABLES``)
     with its ``chosen`` values (none chosen: "All", ``.*``) and ``$__rate_interval``. Raises on
     any other variable."""
     chosen = chosen or {}
-    values = {v: "|".join(map(_regex_escape, chosen.get(v, ()))) or ".*" for v in ("pool", "resource")}
+    values = {v: "|".join(map(_regex_escape, chosen.get(v, ()))) or ".*" for v in QUERY_VARIABLES}
     values["__rate_interval"] = rate_interval
 
     def fill(m: re.Match[str]) -> str:

@@ -29,6 +29,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from gatekeeper.controller import x509_build as x509util
 from gatekeeper.render.admission import HUB_POLICY_FILES, load_policies
 from gatekeeper_lab.sandbox import build, control_plane, etcd, process
+from gatekeeper_lab.sandbox import gatekeeper as gk
 from gatekeeper_lab.sandbox.folder import Folder
 from gatekeeper_lab.sandbox.kubectl import Kubectl
 from gatekeeper_lab.sandbox.manifests import (
@@ -77,6 +78,16 @@ class Hub(Folder):
     ) -> subprocess.CompletedProcess[str]:
         """The hub's kubectl with its admin identity."""
         return Kubectl(self.bin_dir, self.kubeconfig).run(*args, input=input, check=check)
+
+    def metrics(self) -> str:
+        """The ``/metrics`` text of the hub's gatekeeper that holds the Lease (of the first, when
+        none holds it)."""
+        leader = self.kubectl(
+            "get", "lease", "lws-gatekeeper", "-n", "lws-gatekeeper-system",
+            "-o", "jsonpath={.spec.holderIdentity}", check=False,
+        ).stdout.strip()  # fmt: skip
+        procs = self.state().get("processes", {})
+        return gk.metrics(self.runner, leader if leader in procs else GATEKEEPER)
 
     def running(self) -> dict[str, bool]:
         procs = self.state().get("processes", {})

@@ -27,6 +27,7 @@ import yaml
 from gatekeeper_lab.sandbox.process import Runner, free_ports, ready
 
 __all__ = [
+    "CLUSTER",
     "COMPONENT",
     "JOB",
     "SCRAPE_SECONDS",
@@ -44,6 +45,10 @@ COMPONENT = "prometheus"
 #: The scrape job of the gatekeeper (its ``job`` label).
 JOB = "lws-gatekeeper"
 
+#: The ``cluster`` label of the scraped series, as a multi-cluster Prometheus adds one (the
+#: dashboard's ``$cluster`` variable lists its values).
+CLUSTER = "sandbox"
+
 #: Seconds between two scrapes (and between two rule evaluations, though none is loaded).
 SCRAPE_SECONDS = 1
 
@@ -57,7 +62,9 @@ def scrape_config(metrics_port: int) -> dict[str, Any]:
             {
                 "job_name": JOB,
                 "metrics_path": "/metrics",
-                "static_configs": [{"targets": [f"127.0.0.1:{metrics_port}"]}],
+                "static_configs": [
+                    {"targets": [f"127.0.0.1:{metrics_port}"], "labels": {"cluster": CLUSTER}}
+                ],
             }
         ],
     }

@@ -131,6 +131,7 @@ def plan_writes(
                     body,
                     guard=resource_version(wl),
                     tag="give-back",
+                    labels=(str(as_map(wl.get("spec")).get("queueName") or ""),),
                 )
             )
     second.extend(
