@@ -22,6 +22,7 @@ import click
 
 from gatekeeper.core.admission.record_cap import DEFAULT_MAX_RECORDS_PER_NAMESPACE
 from gatekeeper.core.backends import BACKENDS
+from gatekeeper.core.backends.pools.provisioning import InstanceType
 from gatekeeper.core.model.pool import DEFAULT_ADMISSION_TIMEOUT
 from gatekeeper.core.writes.plan import DEFAULT_EVENTS_PER_NAMESPACE_PER_MINUTE
 from gatekeeper.render.cli import render_cmd
@@ -82,6 +83,18 @@ def plugin() -> None:
 plugin.add_command(why_cmd)
 
 
+def _instance_types(path: Path | None) -> tuple[InstanceType, ...] | None:
+    """``--karpenter-instance-types``: the file read, or a usage error saying why not."""
+    from gatekeeper.core.backends.pools.provisioning import parse_instance_types
+
+    if path is None:
+        return None
+    try:
+        return parse_instance_types(json.loads(path.read_text()))
+    except (OSError, ValueError) as exc:
+        raise click.BadParameter(str(exc), param_hint="--karpenter-instance-types") from exc
+
+
 @main.command("run")
 @click.option("--kubeconfig", default=None, help="Kubeconfig file (default: in-cluster or $KUBECONFIG).")
 @click.option("--webhook-host", default="0.0.0.0", show_default=True)
@@ -94,6 +107,14 @@ plugin.add_command(why_cmd)
 )
 @click.option("--metrics-host", default="0.0.0.0", show_default=True)
 @click.option("--metrics-port", default=8080, show_default=True, help="/metrics, /healthz, /readyz; 0: off.")
+@click.option(
+    "--metrics-secure/--no-metrics-secure",
+    default=False,
+    show_default=True,
+    help="Serve the metrics port over HTTPS (a self-signed certificate made at start) and answer "
+    "/metrics only to a bearer token whose user may get the non-resource URL /metrics (a "
+    "TokenReview and a SubjectAccessReview); /healthz and /readyz stay open.",
+)
 @click.option("--leader-elect/--no-leader-elect", default=True, show_default=True)
 @click.option("--lease-namespace", default="lws-gatekeeper-system", show_default=True, envvar="POD_NAMESPACE")
 @click.option("--lease-name", default="lws-gatekeeper", show_default=True)
@@ -251,6 +272,7 @@ def run_cmd(
     cert_dir: Path | None,
     metrics_host: str,
     metrics_port: int,
+    metrics_secure: bool,
     leader_elect: bool,
     lease_namespace: str,
     lease_name: str,
@@ -292,15 +314,9 @@ def run_cmd(
     import anyio
 
     from gatekeeper.controller.app import Options, run
-    from gatekeeper.core.backends.pools.provisioning import parse_instance_types
-
-    instance_types = None
-    if karpenter_instance_types is not None:
-        try:
-            instance_types = parse_instance_types(json.loads(karpenter_instance_types.read_text()))
-        except (OSError, ValueError) as exc:
-            raise click.BadParameter(str(exc), param_hint="--karpenter-instance-types") from exc
     from gatekeeper.controller.logs import setup_logging
+
+    instance_types = _instance_types(karpenter_instance_types)
 
     setup_logging(log_level, log_format)
     opts = Options(
@@ -310,6 +326,7 @@ def run_cmd(
         cert_dir=cert_dir,
         metrics_host=metrics_host,
         metrics_port=metrics_port,
+        metrics_secure=metrics_secure,
         leader_elect=leader_elect,
         lease_namespace=lease_namespace,
         lease_name=lease_name,

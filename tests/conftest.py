@@ -11,11 +11,13 @@ from .lanes import lane_scheduling, make_lanes_folder, remove_lanes_folder
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("lws-gatekeeper")
     group.addoption(
-        "--cluster",
-        choices=("sandbox", "kind"),
-        default="sandbox",
-        help="Where end-to-end tests run: the local-process sandbox (default) or a kind cluster "
-        "made by pytest-kind (needs Docker).",
+        "--kubeconfig",
+        default=None,
+        metavar="FILE",
+        help="Run the end-to-end tests against the existing cluster of this kubeconfig (LWS and "
+        "the gatekeeper installed; KWOK's controller for the tests' fake nodes) instead of the "
+        "sandbox: the tests that restart processes, read the sandbox's own files or start "
+        "sandboxes of their own skip, each with its reason (docs/development.md).",
     )
     group.addoption(
         "--sandbox-dir",

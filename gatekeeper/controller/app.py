@@ -1,7 +1,8 @@
 """``lws-gatekeeper run``: the webhook, the metrics endpoint and the admission loop in one process.
 
 Why this exists: one program to deploy (the chart runs it twice). Every replica serves
-the webhook (stateless) and ``/metrics``, ``/healthz``, ``/readyz`` on a plain HTTP port;
+the webhook (stateless) and ``/metrics``, ``/healthz``, ``/readyz`` on a port of their own
+(HTTPS, each scrape's token checked, with ``--metrics-secure``);
 only the replica that holds the Lease runs the admission loop. SIGTERM stops it
 cleanly: no pass starts, the one in flight finishes its writes and Events (``drain``, for
 at most ``--drain-seconds``; a second SIGTERM stops at once), and the Lease is given up so
@@ -39,6 +40,7 @@ from gatekeeper.controller.hub_link import HubLink, credentials_of
 from gatekeeper.controller.kube import Kube
 from gatekeeper.controller.leader import LeaderElector
 from gatekeeper.controller.loop import Controller, PassLoop
+from gatekeeper.controller.metrics_access import MetricsAccess, self_signed_context
 from gatekeeper.controller.plugin import Term
 from gatekeeper.controller.session import keep_connections
 from gatekeeper.core.admission.record_cap import DEFAULT_MAX_RECORDS_PER_NAMESPACE
@@ -65,6 +67,9 @@ class Options:
     cert_dir: Path | None = None
     metrics_host: str = "0.0.0.0"
     metrics_port: int = 8080
+    metrics_secure: bool = False
+    """Serve ``/metrics`` over HTTPS to a bearer token allowed ``get /metrics`` only
+    (``controller.metrics_access``); ``/healthz`` and ``/readyz`` stay open."""
     leader_elect: bool = True
     lease_namespace: str = "lws-gatekeeper-system"
     lease_name: str = "lws-gatekeeper"
@@ -111,8 +116,14 @@ class Options:
     when it has not changed for that long."""
 
 
-async def _serve_metrics(opts: Options) -> web.AppRunner:
-    async def metrics(_: web.Request) -> web.Response:
+async def _serve_metrics(opts: Options, kube: Kube) -> web.AppRunner:
+    access = MetricsAccess(kube) if opts.metrics_secure else None
+
+    async def metrics(request: web.Request) -> web.Response:
+        if access is not None:
+            verdict = await access.check(request.headers.get("Authorization"))
+            if verdict.status != 200:
+                return web.Response(status=verdict.status, text=verdict.reason + "\n")
         return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def healthz(_: web.Request) -> web.Response:
@@ -128,7 +139,8 @@ async def _serve_metrics(opts: Options) -> web.AppRunner:
     app.router.add_get("/readyz", readyz)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, opts.metrics_host, opts.metrics_port).start()
+    tls = self_signed_context([opts.webhook_service_name, socket.gethostname()]) if access else None
+    await web.TCPSite(runner, opts.metrics_host, opts.metrics_port, ssl_context=tls).start()
     return runner
 
 
@@ -284,7 +296,7 @@ async def run(opts: Options) -> None:
         )
         log.info("webhook serving on %s:%d (own thread)", opts.webhook_host, opts.webhook_port)
     if opts.metrics_port:
-        runners.append(await _serve_metrics(opts))
+        runners.append(await _serve_metrics(opts, kube))
     drain = Drain()
     try:
         async with anyio.create_task_group() as tg:

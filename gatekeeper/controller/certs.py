@@ -51,6 +51,8 @@ __all__ = [
     "CertSettings",
     "SelfSignedCerts",
     "ca_bundle",
+    "make_ca",
+    "make_serving",
     "plan",
     "service_dns_names",
 ]
@@ -89,7 +91,7 @@ def service_dns_names(service: str, namespace: str, cluster_domain: str = "clust
 # ---- pure: certificates and the decision to renew ----------------------------------------
 
 
-def _make_ca(now: dt.datetime, settings: CertSettings) -> tuple[bytes, bytes]:
+def make_ca(now: dt.datetime, settings: CertSettings) -> tuple[bytes, bytes]:
     key = x509util.new_key()
     cert = x509util.ca_certificate(
         key,
@@ -100,7 +102,7 @@ def _make_ca(now: dt.datetime, settings: CertSettings) -> tuple[bytes, bytes]:
     return cert.public_bytes(serialization.Encoding.PEM), x509util.key_pem(key)
 
 
-def _make_serving(
+def make_serving(
     ca_pem: bytes, ca_key_pem: bytes, dns_names: Sequence[str], now: dt.datetime, settings: CertSettings
 ) -> tuple[bytes, bytes]:
     ca = x509.load_pem_x509_certificate(ca_pem)
@@ -192,12 +194,12 @@ def plan(
         return None
     reason, new_ca = why
     if new_ca:
-        ca_pem, ca_key_pem = _make_ca(now, settings)
+        ca_pem, ca_key_pem = make_ca(now, settings)
         bundle = ca_pem + _still_valid_cas(data.get(CA_CRT, b""), now)
     else:
         ca_key_pem, bundle = data[CA_KEY], data[CA_CRT]
         ca_pem = x509.load_pem_x509_certificates(bundle)[0].public_bytes(serialization.Encoding.PEM)
-    tls_crt, tls_key = _make_serving(ca_pem, ca_key_pem, dns_names, now, settings)
+    tls_crt, tls_key = make_serving(ca_pem, ca_key_pem, dns_names, now, settings)
     return {CA_CRT: bundle, CA_KEY: ca_key_pem, TLS_CRT: tls_crt, TLS_KEY: tls_key}, reason
 
 

@@ -1,9 +1,11 @@
 """End-to-end fixtures: one cluster per session, a fresh namespace and own nodes per test.
 
-The cluster is the local-process sandbox by default (``--cluster=sandbox``) or a kind
-cluster made by pytest-kind (``--cluster=kind``, where Docker runs). A cluster that
-cannot start fails every end-to-end test with its reason: it never becomes a skip,
-in CI or anywhere else.
+The cluster is the local-process sandbox by default, or an existing cluster
+(``--kubeconfig FILE``: a kind cluster, a cloud cluster, a sandbox started by hand) where
+LWS and the gatekeeper are installed. There the tests that need the sandbox itself (its
+processes restarted or killed, its logs, its admin files, its side sandboxes and hubs)
+skip with the reason; the others talk to the API only. A sandbox that cannot start fails
+every end-to-end test with its reason: it never becomes a skip, in CI or anywhere else.
 """
 
 from __future__ import annotations
@@ -26,7 +28,6 @@ import pytest
 from kr8s.asyncio.objects import Namespace, Node, new_class
 
 from gatekeeper.webhook.config import GARBAGE_COLLECTOR_USER
-from gatekeeper_lab.sandbox import build
 from gatekeeper_lab.sandbox import gatekeeper as gk
 from gatekeeper_lab.sandbox.cluster import GATEKEEPER_NAMESPACE, Sandbox, as_json_list, default_dir, fake_node
 from gatekeeper_lab.sandbox.hub import Hub
@@ -102,11 +103,29 @@ def lane(item: pytest.Item) -> str:
     return "kueue-and-hub" if stretch <= _LAST_KUEUE_OR_HUB_STRETCH else "side"
 
 
+def not_on_an_existing_cluster(item: pytest.Item) -> str | None:
+    """Why an end-to-end test cannot run on an existing cluster (``--kubeconfig``), if it
+    cannot: it runs on a side sandbox (Kueue's, Volcano's, Karpenter's, Prometheus', the
+    hub's) or makes sandboxes of its own. Tests that need the main sandbox's processes or
+    files skip when they ask for them (``Cluster.sandbox``)."""
+    used = set(getattr(item, "fixturenames", ()))
+    side = sorted(used.intersection(SIDE_SANDBOXES))
+    if side:
+        return f"runs on a sandbox of its own ({', '.join(side)}), not on an existing cluster"
+    if "cluster" not in used:
+        return "starts sandboxes or hubs of its own, or needs none: it runs in the sandbox suite"
+    return None
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     here = Path(__file__).parent
+    on_existing = existing(config) is not None
     for item in items:
         if here in Path(item.path).parents:
             item.add_marker(pytest.mark.e2e)
+            why = not_on_an_existing_cluster(item) if on_existing else None
+            if why is not None:
+                item.add_marker(pytest.mark.skip(reason=why))
     items[:] = sorted(items, key=_stretch)  # stable: files and tests keep their order within a stretch
     write_lanes({item.nodeid: lane(item) for item in items})
     _LAST_USER.clear()
@@ -240,16 +259,27 @@ def orphaning(name: str, namespace: str) -> Orphaning:
 
 @dataclass
 class Cluster:
-    """How tests reach the cluster under test."""
+    """How tests reach the cluster under test: the sandbox (``own``), or an existing one."""
 
     kubeconfig: Path
     kind: str
-    sandbox: Sandbox | None = None
+    own: Sandbox | None = None
+
+    @property
+    def sandbox(self) -> Sandbox:
+        """The sandbox the tests started; a test that needs it skips on an existing cluster."""
+        if self.own is None:
+            pytest.skip(f"needs the sandbox's own processes or files, not a {self.kind} cluster")
+        return self.own
+
+    @property
+    def kubectl_binary(self) -> str:
+        """The sandbox's kubectl, or ``$KUBECTL`` / ``kubectl`` on the PATH."""
+        return str(self.own.bin_dir / "kubectl") if self.own else os.environ.get("KUBECTL", "kubectl")
 
     def kubectl(self, *args: str, input: str | None = None) -> str:
-        kubectl = str(self.sandbox.bin_dir / "kubectl") if self.sandbox else "kubectl"
         res = subprocess.run(
-            [kubectl, f"--kubeconfig={self.kubeconfig}", *args],
+            [self.kubectl_binary, f"--kubeconfig={self.kubeconfig}", *args],
             input=input,
             capture_output=True,
             text=True,
@@ -259,25 +289,10 @@ class Cluster:
         return res.stdout
 
 
-def _kind_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
-    """A kind cluster with LWS and KWOK from their release manifests (needs Docker and the internet)."""
-    from pytest_kind import KindCluster  # optional extra: pip install '.[kind]'
-
-    pins = build.load_pins()
-    kc = KindCluster("lws-gatekeeper-e2e")
-    kc.create()
-    releases = "https://github.com/kubernetes-sigs/{repo}/releases/download/{version}/{file}"
-    for repo, file in (("lws", "manifests.yaml"), ("kwok", "kwok.yaml"), ("kwok", "stage-fast.yaml")):
-        url = releases.format(repo=repo, version=pins[repo].version, file=file)
-        kc.kubectl("apply", "--server-side", "-f", url)
-    kc.kubectl(
-        "wait", "--for=condition=Available", "-n", "lws-system", "deployment", "--all", "--timeout=300s"
-    )
-    try:
-        yield Cluster(kubeconfig=Path(kc.kubeconfig_path), kind="kind")
-    finally:
-        if not request.config.getoption("--keep-sandbox"):
-            kc.delete()
+def existing(config: pytest.Config) -> Path | None:
+    """The kubeconfig of the existing cluster the tests run against (``--kubeconfig``), or None."""
+    where = config.getoption("--kubeconfig")
+    return Path(where).expanduser().resolve() if where else None
 
 
 def sandbox_base(config: pytest.Config) -> Path:
@@ -303,7 +318,7 @@ def _fresh_sandboxes(request: pytest.FixtureRequest) -> None:
     folders of this run's sandboxes (the session sandbox's, and those named after it with a
     ``-`` suffix) are stopped and their data removed before any of them is started.
     """
-    if request.config.getoption("--keep-sandbox") or request.config.getoption("--cluster") != "sandbox":
+    if request.config.getoption("--keep-sandbox") or existing(request.config):
         return
     base = sandbox_base(request.config)
     for folder in sorted({base, *base.parent.glob(f"{base.name}-*")}):
@@ -317,8 +332,9 @@ def _fresh_sandboxes(request: pytest.FixtureRequest) -> None:
 
 @pytest.fixture(scope="session")
 def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
-    if request.config.getoption("--cluster") == "kind":
-        yield from _kind_cluster(request)
+    kubeconfig = existing(request.config)
+    if kubeconfig is not None:
+        yield Cluster(kubeconfig=kubeconfig, kind="existing")
         return
     sb = Sandbox(sandbox_base(request.config), say=lambda m: print(m, flush=True))
     try:
@@ -327,7 +343,7 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
         pytest.fail(f"the sandbox could not start (CI={os.environ.get('CI', '')}): {exc}", pytrace=False)
     at_end = _register_stop("cluster", sb.down)
     try:
-        yield Cluster(kubeconfig=sb.kubeconfig, kind="sandbox", sandbox=sb)
+        yield Cluster(kubeconfig=sb.kubeconfig, kind="sandbox", own=sb)
     finally:
         if not request.config.getoption("--keep-sandbox"):
             at_end()
@@ -344,8 +360,8 @@ def _sandbox_of_its_own(
     ``<suffix>_sandbox``, see ``_STRETCHES``) unless ``--keep-sandbox``. One that cannot
     start fails every test that uses it, never a skip.
     """
-    if request.config.getoption("--cluster") != "sandbox":
-        pytest.fail(f"the tests of {what} run the sandbox's own: use --cluster=sandbox", pytrace=False)
+    if existing(request.config):
+        pytest.skip(f"runs on a sandbox of its own with {what}, not on an existing cluster")
     folder = Path(f"{sandbox_base(request.config)}-{suffix}")
     sb = Sandbox(folder, say=lambda m: print(m, flush=True))
     try:
@@ -390,8 +406,8 @@ def shared_hub(request: pytest.FixtureRequest) -> Iterator[SharedHub]:
     Folders: the session sandbox's with ``-hub``, ``-cluster-a``, ``-cluster-b`` appended.
     A hub or member that cannot start fails every test that uses them, never a skip.
     """
-    if request.config.getoption("--cluster") != "sandbox":
-        pytest.fail("the shared-reservation tests run sandbox hubs: use --cluster=sandbox", pytrace=False)
+    if existing(request.config):
+        pytest.skip("runs on sandbox hubs and members of its own, not on an existing cluster")
     base = str(sandbox_base(request.config))
     say = lambda m: print(m, flush=True)  # noqa: E731
     hub = Hub(Path(f"{base}-hub"), say=say)
@@ -473,8 +489,7 @@ def attack_watch(cluster: Cluster, namespace: str) -> Iterator[Watch]:
     the quota the test sets (``attack_watch.pool(nodes.selector, quota)``, or ``.quota = 0``
     with no pool), GPUs stranded in half-placed groups, and another tenant's group made at its
     end (``bystanders.in_pools``) that must run."""
-    sb = cluster.sandbox
-    assert sb is not None, "the attacks run in the sandbox"
+    sb = cluster.sandbox  # the watch reads with the sandbox's own kubectl and admin
     yield from _attack_watch(sb, [namespace], bystanders.in_pools(sb))
 
 

@@ -177,7 +177,7 @@ async def as_the_chart(sb: Sandbox, tmp_path: Path) -> AsyncIterator[None]:
     args = next(o for o in rendered if o["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0]
     assert any(a.startswith("--karpenter-instance-types=") for a in args["args"])
     objects = gatekeepers(rendered)
-    cluster = Cluster(kubeconfig=sb.kubeconfig, kind="sandbox", sandbox=sb)
+    cluster = Cluster(kubeconfig=sb.kubeconfig, kind="sandbox", own=sb)
     with installed(cluster, objects):
         kubeconfig = await user_kubeconfig(cluster, GATEKEEPER_NAMESPACE, "lws-gatekeeper", tmp_path)
         # With Karpenter's instance types, as the chart.

@@ -83,8 +83,9 @@ RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "Ro
 
 def gatekeepers(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The gatekeeper's own RBAC of ``objects``: not the ClusterRoles the chart ships for the
-    cluster's users (``templates/rbac/users.yaml``: ``test_why_tenant.py`` proves those)."""
-    users = ("-groupadmission-viewer", "-pool-reader")
+    cluster's users (``templates/rbac/users.yaml``: ``test_why_tenant.py`` proves those; the
+    metrics reader: ``test_image.py``)."""
+    users = ("-groupadmission-viewer", "-pool-reader", "-metrics-reader")
     return [
         o
         for o in objects
@@ -174,7 +175,7 @@ async def test_every_rendered_object_passes_a_server_side_dry_run(
 
 def kueue_cluster(sb: Sandbox) -> Cluster:
     """The sandbox with Kueue, as the helpers of these tests reach a cluster."""
-    return Cluster(kubeconfig=sb.kubeconfig, kind="sandbox", sandbox=sb)
+    return Cluster(kubeconfig=sb.kubeconfig, kind="sandbox", own=sb)
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -80,10 +82,17 @@ def from_image(cluster: Cluster, helm: Path, image: build.Built, rootfs: Path) -
     ), "the chart's image tag is its appVersion, the image's own tag"
     config = oci.read_config(image.layout, image.tag)["config"]
     with (
-        installed(cluster, gatekeepers(objects)),
+        installed(cluster, [*gatekeepers(objects), *metrics_reader(objects)]),
         gatekeeper_running_as(sb, image=gk.FromImage(rootfs=rootfs, config=config, deployment=deployment)),
     ):
         yield sb
+
+
+def metrics_reader(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The chart's ``<release>-metrics-reader`` ClusterRole (unbound: the test binds it)."""
+    return [
+        o for o in objects if o["kind"] == "ClusterRole" and o["metadata"]["name"].endswith("-metrics-reader")
+    ]
 
 
 def _proc(pid: int, what: str) -> str:
@@ -171,6 +180,46 @@ async def test_the_image_admits_whole_groups_run_as_the_chart_runs_it(
         sb.kubectl("get", "lease", "lws-gatekeeper", "-n", GATEKEEPER_NAMESPACE, "-o", "json").stdout
     )
     assert lease["spec"]["holderIdentity"] == "gatekeeper"
+    metrics_only_for_a_reader(sb, namespace)
+
+
+def metrics_only_for_a_reader(sb: Sandbox, namespace: str) -> None:
+    """The chart serves /metrics over HTTPS to a token allowed ``get /metrics`` only: a
+    ServiceAccount bound to ``<release>-metrics-reader`` reads them; one not bound, a made-up
+    token and no token are refused; the probes' endpoints stay open."""
+    for account in ("scraper", "nosy"):
+        sb.kubectl("create", "serviceaccount", account, "-n", namespace)
+    sb.kubectl(
+        "create", "clusterrolebinding", f"scraper-{namespace}", "--clusterrole=lws-gatekeeper-metrics-reader",
+        f"--serviceaccount={namespace}:scraper",
+    )  # fmt: skip
+    try:
+        scraper, nosy = (
+            sb.kubectl("create", "token", a, "-n", namespace).stdout.strip() for a in ("scraper", "nosy")
+        )
+        port = sb.state()["processes"][gk.COMPONENT]["metrics"]
+        assert sb.state()["processes"][gk.COMPONENT]["metrics_scheme"] == "https"
+
+        def status(path: str, token: str | None) -> tuple[int, str]:
+            request = urllib.request.Request(f"https://127.0.0.1:{port}{path}")
+            if token is not None:
+                request.add_header("Authorization", f"Bearer {token}")
+            try:
+                with urllib.request.urlopen(request, timeout=10, context=gk.UNVERIFIED) as r:
+                    return r.status, r.read().decode()
+            except urllib.error.HTTPError as e:
+                return e.code, e.read().decode()
+
+        assert status("/healthz", None)[0] == 200 and status("/readyz", None)[0] == 200
+        assert status("/metrics", None)[0] == 401
+        assert status("/metrics", "made-up")[0] == 401
+        code, said = status("/metrics", nosy)
+        assert code == 403 and f"system:serviceaccount:{namespace}:nosy may not get /metrics" in said, said
+        code, text = status("/metrics", scraper)
+        assert code == 200 and "lws_gatekeeper_build_info{" in text, text[:200]
+        print(f"\n/metrics over HTTPS: no token 401, made-up 401, unbound 403 ({said.strip()}), reader 200")
+    finally:
+        sb.kubectl("delete", "clusterrolebinding", f"scraper-{namespace}", "--ignore-not-found")
 
 
 def _elf_machine(path: Path) -> int:

@@ -54,7 +54,7 @@ async def kubectl(
     cluster: Cluster, *args: str, kubeconfig: Path | None = None, input: str | None = None
 ) -> tuple[int, str, str]:
     """Run kubectl (as the admin, or with ``kubeconfig``): exit code, stdout, stderr; never raises."""
-    binary = str(cluster.sandbox.bin_dir / "kubectl") if cluster.sandbox else "kubectl"
+    binary = cluster.kubectl_binary
     res = await anyio.run_process(
         [binary, f"--kubeconfig={kubeconfig or cluster.kubeconfig}", *args],
         input=input.encode() if input is not None else None,

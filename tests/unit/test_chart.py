@@ -82,7 +82,7 @@ def by_kind(objects: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
     return [o for o in objects if o["kind"] == kind]
 
 
-USER_ROLES = ("-groupadmission-viewer", "-pool-reader")
+USER_ROLES = ("-groupadmission-viewer", "-pool-reader", "-metrics-reader")
 """Name ends of the ClusterRoles for the cluster's users (``templates/rbac/users.yaml``)."""
 
 
@@ -153,6 +153,13 @@ SELF_SIGNED_CLUSTER_RULES: list[Rule] = [
     ("admissionregistration.k8s.io", kind, ("get", "patch"), ("lws-gatekeeper",))
     for kind in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations")
 ]
+
+
+METRICS_AUTH_RULES: list[Rule] = [
+    ("authentication.k8s.io", "tokenreviews", ("create",), ()),
+    ("authorization.k8s.io", "subjectaccessreviews", ("create",), ()),
+]
+"""Secure metrics (the default): who a scrape's token is, and whether it may get /metrics."""
 
 
 def with_guard(cluster_rules: list[Rule]) -> list[Rule]:
@@ -334,7 +341,7 @@ def test_a_tenant_reads_its_groups_and_an_admin_may_let_it_read_the_pools(
     """Reading GroupAdmissions goes into the built-in view, edit and admin roles (reading
     only: their status stays the gatekeeper's to write); the pool reader is shipped unbound."""
     users = {o["metadata"]["name"].removeprefix(f"{RELEASE}-"): o for o in default if for_users(o)}
-    assert set(users) == {"groupadmission-viewer", "pool-reader"}
+    assert set(users) == {"groupadmission-viewer", "pool-reader", "metrics-reader"}
     viewer, pools = users["groupadmission-viewer"], users["pool-reader"]
     assert rules_of(viewer) == [("lws-gatekeeper.io", "groupadmissions", ("get", "list", "watch"), ())]
     aggregated = {k for k, v in viewer["metadata"]["labels"].items() if v == "true"}
@@ -348,13 +355,13 @@ def test_a_tenant_reads_its_groups_and_an_admin_may_let_it_read_the_pools(
     off = render(
         "--set", "users.aggregateToDefaultRoles=false", "--set", "users.poolReaderRole=false"
     )  # fmt: skip
-    assert not [o for o in off if for_users(o)]
+    assert [o["metadata"]["name"] for o in off if for_users(o)] == [f"{RELEASE}-metrics-reader"]
 
 
 def test_default_objects(default: list[dict[str, Any]]) -> None:
     assert kinds(default) == sorted(
         [
-            *["ClusterRole"] * 3,
+            *["ClusterRole"] * 4,
             "ClusterRoleBinding",
             "CustomResourceDefinition",
             "CustomResourceDefinition",
@@ -401,8 +408,8 @@ def test_deployment_is_highly_available_and_restricted(default: list[dict[str, A
         "capabilities": {"drop": ["ALL"]},
         "seccompProfile": {"type": "RuntimeDefault"},
     }
-    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
-    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics", "scheme": "HTTPS"}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics", "scheme": "HTTPS"}
     assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"webhook": 9443, "metrics": 8080}
     assert c["resources"]["requests"] == {"cpu": "100m", "memory": "128Mi"}
     assert c["resources"]["limits"] == {"memory": "512Mi"}
@@ -412,6 +419,7 @@ def test_deployment_is_highly_available_and_restricted(default: list[dict[str, A
         "--backend=pools",
         "--no-node-fit",
         "--metrics-port=8080",
+        "--metrics-secure",
         "--closed-pool-exempt-namespaces=kube-system",
         "--webhook-port=9443",
         "--cert-dir=/certs",
@@ -510,6 +518,7 @@ def test_rbac_has_no_wildcards_and_exactly_what_the_controller_uses(
     assert rules(objects, "ClusterRole") == sorted(
         (with_guard(cluster_rules) if webhook else cluster_rules)
         + (SELF_SIGNED_CLUSTER_RULES if self_signed else [])
+        + METRICS_AUTH_RULES
     )
     leases = [] if "manager.leaderElection.enabled=false" in values else LEASE_RULES
     assert rules(objects, "Role") == sorted(leases + ([SECRET_RULE] if self_signed else []))
@@ -748,11 +757,51 @@ def test_service_monitor(render: Render) -> None:
     monitor = one(objects, "ServiceMonitor")
     assert monitor["metadata"]["labels"]["release"] == "prom"
     assert monitor["spec"]["endpoints"] == [
-        {"port": "metrics", "path": "/metrics", "scheme": "http", "interval": "30s", "scrapeTimeout": "10s"}
+        {
+            "port": "metrics",
+            "path": "/metrics",
+            "scheme": "https",
+            "bearerTokenFile": "/var/run/secrets/kubernetes.io/serviceaccount/token",
+            "tlsConfig": {"insecureSkipVerify": True},
+            "interval": "30s",
+            "scrapeTimeout": "10s",
+        }
     ]
     service = next(s for s in by_kind(objects, "Service") if s["metadata"]["name"].endswith("-metrics"))
     assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
     assert monitor["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
+
+
+def test_secure_metrics_by_default_and_plain_http_as_an_option(render: Render) -> None:
+    """As Kueue's chart: /metrics over HTTPS, each scrape's token reviewed; the probes over
+    HTTPS too (unauthenticated); ``metrics.secure=false`` serves plain HTTP to anyone."""
+    for secure, values in ((True, []), (False, ["--set", "metrics.secure=false"])):
+        objects = render("--set", "metrics.serviceMonitor.enabled=true", *values)
+        c = container(objects)
+        assert ("--metrics-secure" if secure else "--no-metrics-secure") in c["args"]
+        for probe in ("livenessProbe", "readinessProbe"):
+            assert c[probe]["httpGet"]["scheme"] == ("HTTPS" if secure else "HTTP")
+        [endpoint] = one(objects, "ServiceMonitor")["spec"]["endpoints"]
+        assert endpoint["scheme"] == ("https" if secure else "http")
+        assert ("bearerTokenFile" in endpoint) == secure
+        granted = set(rules(objects, "ClusterRole"))
+        assert (set(METRICS_AUTH_RULES) <= granted) == secure
+        readers = [
+            o for o in by_kind(objects, "ClusterRole") if o["metadata"]["name"].endswith("-metrics-reader")
+        ]
+        assert [r["rules"] for r in readers] == (
+            [[{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]] if secure else []
+        )
+    assert not [
+        b for b in by_kind(render(), "ClusterRoleBinding") if "metrics-reader" in b["metadata"]["name"]
+    ]
+    prometheus = {"kind": "ServiceAccount", "name": "prometheus-k8s", "namespace": "monitoring"}
+    bound = render("--set-json", f"metrics.reader.subjects=[{json.dumps(prometheus)}]")
+    [binding] = [
+        b for b in by_kind(bound, "ClusterRoleBinding") if b["metadata"]["name"].endswith("-metrics-reader")
+    ]
+    assert binding["subjects"] == [prometheus]
+    assert binding["roleRef"]["name"] == f"{RELEASE}-metrics-reader"
 
 
 def test_one_replica_has_no_budget(render: Render) -> None:

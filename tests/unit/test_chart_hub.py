@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_chart import kinds, one, refusal, rules, template, without_chart_metadata
+from test_chart import METRICS_AUTH_RULES, kinds, one, refusal, rules, template, without_chart_metadata
 
 from gatekeeper.render.admission import HUB_POLICY_FILES, load_policies
 from gatekeeper_lab.sandbox import build
@@ -35,7 +35,7 @@ def hub(helm_bin: Path) -> list[dict[str, Any]]:
 def test_a_hub_release_has_the_hubs_objects_and_no_members(hub: list[dict[str, Any]]) -> None:
     assert kinds(hub) == sorted(
         [
-            *["ClusterRole"] * 3,
+            *["ClusterRole"] * 4,
             *["ClusterRoleBinding"] * 2,
             *["CustomResourceDefinition"] * 2,
             "Deployment",
@@ -58,6 +58,7 @@ def test_the_hub_gatekeeper_runs_the_hub_role_only(hub: list[dict[str, Any]]) ->
         "run",
         "--role=hub",
         "--metrics-port=8080",
+        "--metrics-secure",
         "--leader-elect",
         "--lease-name=lws-gatekeeper",
         "--identity=$(POD_NAME)",
@@ -81,6 +82,7 @@ def test_the_hub_gatekeepers_rbac_is_what_the_hub_controller_uses(hub: list[dict
             ("lws-gatekeeper.io", "reservationclaims/status", ("patch",), ()),
             ("lws-gatekeeper.io", "reservations", ("list", "watch"), ()),
             ("lws-gatekeeper.io", "reservations/status", ("patch",), ()),
+            *METRICS_AUTH_RULES,
         ]
     )
     assert rules(own, "Role") == [

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import ssl
 import sys
 import urllib.request
 from collections.abc import Mapping, Sequence
@@ -224,11 +225,15 @@ def start(
             *args,
         ]
     runner.start(state, name, argv)
+    secure = "--metrics-secure" in (spec.argv if image is not None else argv)
     state["processes"][name]["metrics"] = metrics_port
+    state["processes"][name]["metrics_scheme"] = "https" if secure else "http"
     state["processes"][name]["backend"] = backend
     runner.save(state)
-    readyz = f"http://127.0.0.1:{metrics_port}/readyz"
-    runner.wait(name, lambda: ready(readyz), timeout=60, what="/readyz")
+    readyz = f"{'https' if secure else 'http'}://127.0.0.1:{metrics_port}/readyz"
+    runner.wait(
+        name, lambda: ready(readyz, context=UNVERIFIED if secure else None), timeout=60, what="/readyz"
+    )
     if register and name == COMPONENT:
         url, ca = f"https://127.0.0.1:{webhook_port}", pki.ca_crt.read_bytes()
         # The guard's exempt users are the chart's: the sandbox runs the LWS controller and
@@ -241,8 +246,21 @@ def start(
         )
 
 
-def metrics(runner: Runner, name: str = COMPONENT) -> str:
-    """The ``/metrics`` text of the gatekeeper process ``name``."""
-    port = runner.load()["processes"][name]["metrics"]
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+UNVERIFIED = ssl.create_default_context()
+"""How the sandbox reads a gatekeeper's HTTPS metrics port: its certificate is self-signed at
+start, with nothing to verify it against (as a ServiceMonitor's ``insecureSkipVerify``)."""
+UNVERIFIED.check_hostname = False
+UNVERIFIED.verify_mode = ssl.CERT_NONE
+
+
+def metrics(runner: Runner, name: str = COMPONENT, *, token: str | None = None) -> str:
+    """The ``/metrics`` text of the gatekeeper process ``name`` (over HTTPS, not verified,
+    when it serves it so: ``--metrics-secure``; ``token`` is then the bearer token sent)."""
+    info = runner.load()["processes"][name]
+    request = urllib.request.Request(
+        f"{info.get('metrics_scheme', 'http')}://127.0.0.1:{info['metrics']}/metrics"
+    )
+    if token is not None:
+        request.add_header("Authorization", f"Bearer {token}")
+    with urllib.request.urlopen(request, timeout=5, context=UNVERIFIED) as r:
         return str(r.read().decode())
