@@ -260,7 +260,7 @@ async def run(opts: Options) -> None:
     api = await kr8s.asyncio.api(kubeconfig=opts.kubeconfig)
     await keep_connections(api)
     identity = opts.identity or f"{socket.gethostname()}-{os.getpid()}"
-    metrics.build_info(_version(), opts.backend, opts.role)
+    metrics.build_info(_version(), opts.backend if opts.role == "member" else "", opts.role)
     # One client, one set of credentials, for every part of the process.
     kube = Kube(api, user_agent=f"lws-gatekeeper/{_version()} ({identity})")
     runners: list[web.AppRunner | WebhookThread] = []

@@ -11,12 +11,14 @@ every end-to-end test with its reason: it never becomes a skip, in CI or anywher
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 import os
 import re
+import shutil
 import subprocess
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -31,6 +33,7 @@ from gatekeeper.webhook.config import GARBAGE_COLLECTOR_USER
 from gatekeeper_lab.sandbox import gatekeeper as gk
 from gatekeeper_lab.sandbox.cluster import GATEKEEPER_NAMESPACE, Sandbox, as_json_list, default_dir, fake_node
 from gatekeeper_lab.sandbox.hub import Hub
+from gatekeeper_lab.sandbox.kubectl import Kubectl
 from gatekeeper_lab.sandbox.replay import list_raw
 
 from ..lanes import write_lanes
@@ -49,12 +52,17 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     of them)."""
     outcome = yield
     report = outcome.get_result()  # type: ignore[attr-defined]
+    if report.when == "call":
+        item.stash[SKIPPED] = bool(report.skipped)
     if report.when != "teardown":
         return
     fresh = attack_table.ROWS[_ROWS_SENT[0] :]
     _ROWS_SENT[0] = len(attack_table.ROWS)
     report.user_properties.extend((attack_table.REPORT_KEY, list(row)) for row in fresh)
 
+
+SKIPPED = pytest.StashKey[bool]()
+"""On an item: whether its test skipped (``attack_watch`` then judges nothing)."""
 
 SIDE_SANDBOXES = ("kueue_sandbox", "shared_hub", "volcano_sandbox", "karpenter_sandbox", "prometheus_sandbox")
 """The session fixtures that start a sandbox beside the main one."""
@@ -257,6 +265,26 @@ def orphaning(name: str, namespace: str) -> Orphaning:
     )  # fmt: skip
 
 
+@dataclass(frozen=True)
+class Admin:
+    """An existing cluster as the sandbox's helpers use it: ``kubectl`` from ``bin_dir`` with
+    the admin ``kubeconfig`` (apply, create nodes, run)."""
+
+    bin_dir: Path
+    kubeconfig: Path
+
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        return Kubectl(self.bin_dir, self.kubeconfig).run(*args, input=input, check=check)
+
+    def apply(self, objects: Iterable[dict[str, Any]] | str) -> None:
+        Kubectl(self.bin_dir, self.kubeconfig).apply(objects)
+
+    def create_nodes(self, nodes: Sequence[dict[str, Any]]) -> None:
+        Kubectl(self.bin_dir, self.kubeconfig).create(nodes)
+
+
 @dataclass
 class Cluster:
     """How tests reach the cluster under test: the sandbox (``own``), or an existing one."""
@@ -269,13 +297,27 @@ class Cluster:
     def sandbox(self) -> Sandbox:
         """The sandbox the tests started; a test that needs it skips on an existing cluster."""
         if self.own is None:
-            pytest.skip(f"needs the sandbox's own processes or files, not a {self.kind} cluster")
+            caller = inspect.stack()[1]
+            where = f"{Path(caller.filename).name}:{caller.lineno}"
+            pytest.skip(
+                f"needs the sandbox's own processes or files ({where}), not an existing cluster's API"
+            )
         return self.own
 
     @property
     def kubectl_binary(self) -> str:
         """The sandbox's kubectl, or ``$KUBECTL`` / ``kubectl`` on the PATH."""
         return str(self.own.bin_dir / "kubectl") if self.own else os.environ.get("KUBECTL", "kubectl")
+
+    def admin(self) -> Sandbox | Admin:
+        """What the attack watch and its bystander tenant act through: the sandbox, or on an
+        existing cluster its kubeconfig's user with ``kubectl``."""
+        if self.own is not None:
+            return self.own
+        found = shutil.which(self.kubectl_binary)
+        if found is None:
+            pytest.fail(f"{self.kubectl_binary} is not on the PATH (set $KUBECTL)", pytrace=False)
+        return Admin(Path(found).parent, self.kubeconfig)
 
     def kubectl(self, *args: str, input: str | None = None) -> str:
         res = subprocess.run(
@@ -478,19 +520,23 @@ async def namespace(api: kr8s.asyncio.Api, request: pytest.FixtureRequest) -> As
     await ns.delete()
 
 
-def _attack_watch(sb: Sandbox, namespaces: list[str], others: Others) -> Iterator[Watch]:
+def _attack_watch(sb: Sandbox | Admin, namespaces: list[str], others: Others) -> Iterator[Watch]:
     with watching(sb.bin_dir / "kubectl", sb.kubeconfig, namespaces, others=others) as seen:
         yield seen
 
 
 @pytest.fixture
-def attack_watch(cluster: Cluster, namespace: str) -> Iterator[Watch]:
+def attack_watch(cluster: Cluster, namespace: str, request: pytest.FixtureRequest) -> Iterator[Watch]:
     """The test's namespace watched while it runs (``watch.watching``): peak GPUs bound against
     the quota the test sets (``attack_watch.pool(nodes.selector, quota)``, or ``.quota = 0``
     with no pool), GPUs stranded in half-placed groups, and another tenant's group made at its
     end (``bystanders.in_pools``) that must run."""
-    sb = cluster.sandbox  # the watch reads with the sandbox's own kubectl and admin
-    yield from _attack_watch(sb, [namespace], bystanders.in_pools(sb))
+    admin = cluster.admin()
+    with watching(
+        admin.bin_dir / "kubectl", admin.kubeconfig, [namespace], others=bystanders.in_pools(admin)
+    ) as seen:
+        yield seen
+        seen.skipped = request.node.stash.get(SKIPPED, False)
 
 
 @pytest.fixture

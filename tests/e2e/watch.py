@@ -181,6 +181,9 @@ class Watch:
     nodes: dict[str, str] | None = None
     samples: list[Sample] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
+    skipped: bool = False
+    """The test skipped before it said what the quota holds (on an existing cluster, where it
+    needed the sandbox): nothing is judged, no row is kept."""
 
     def pool(self, nodes: Mapping[str, str], quota: int) -> None:
         """Count the GPUs bound on the nodes with labels ``nodes`` (in any namespace: an intruder
@@ -251,6 +254,9 @@ def watching(
         stop.set()
         sampler.join()
         attack_table.WATCHING.remove(watch)
+    if watch.skipped:
+        del attack_table.ROWS[first_row:]
+        return
     watch.look()
     went_on = watch.others()
     top, left = peak(watch.samples), stranded(watch.samples)

@@ -478,6 +478,7 @@ def test_ungate_patch_of_a_pod_without_our_gate_is_none() -> None:
 
 def test_clear_admission_gives_the_quota_back_and_requeues() -> None:
     wl = workload(vllm(), 0, conditions=[*EVICTED, cond("PodsReady", True)], flavors={"leader": "h100"})
+    wl["metadata"]["generation"] = 3
     status = clear_admission_status(wl, "2025-06-01T00:00:00Z")
     assert status["admission"] is None
     by_type = {c["type"]: c for c in status["conditions"]}
@@ -485,6 +486,7 @@ def test_clear_admission_gives_the_quota_back_and_requeues() -> None:
     assert by_type["QuotaReserved"]["lastTransitionTime"] == "2025-06-01T00:00:00Z"
     assert (by_type["Admitted"]["status"], by_type["Requeued"]["status"]) == ("False", "True")
     assert by_type["Requeued"]["reason"] == "Preempted"
+    assert {by_type[t]["observedGeneration"] for t in ("QuotaReserved", "Admitted", "Requeued")} == {3}
     assert by_type["Evicted"] == EVICTED[2] and by_type["PodsReady"]["status"] == "True"
 
 

@@ -303,9 +303,12 @@ def clear_admission_status(wl: Mapping[str, Any], now: str) -> dict[str, Any]:
     """The status that gives an evicted Workload's quota back, as Kueue's job integrations write it.
 
     ``admission`` goes, ``QuotaReserved`` and ``Admitted`` turn False and ``Requeued``
-    True (so Kueue queues it again at once); other conditions stay as they are.
+    True (so Kueue queues it again at once), each with the Workload's ``observedGeneration``
+    as Kueue writes it; other conditions stay as they are.
     """
     conds = conditions(wl)
+    generation = meta(wl).get("generation")
+    observed = {"observedGeneration": generation} if type(generation) is int and generation > 0 else {}
     evicted = conds.get(EVICTED, {})
     message = str(evicted.get("message") or "evicted")
     reason = str(evicted.get("reason") or EVICTED_REASON)
@@ -319,6 +322,7 @@ def clear_admission_status(wl: Mapping[str, Any], now: str) -> dict[str, Any]:
             "reason": why,
             "message": message,
             "lastTransitionTime": old.get("lastTransitionTime", now) if same else now,
+            **observed,
         }
 
     replaced = {
