@@ -138,6 +138,8 @@ class Sampler(threading.Thread):
         self.shared, self.reservation, self.namespace = shared, reservation, namespace
         self.granted: list[int] = []
         self.bound: list[int] = []
+        self.at: list[float] = []
+        """When each sample was taken (monotonic seconds)."""
         self.stop = threading.Event()
 
     def run(self) -> None:
@@ -146,6 +148,7 @@ class Sampler(threading.Thread):
             self.granted.append(granted_gpus(self.shared, self.reservation)[0])
             first: dict[str, list[dict[str, Any]] | None] = dict(pods_of(self.shared, self.namespace))
             self.bound.append(bound_throughout(first, dict(pods_of(self.shared, self.namespace))))
+            self.at.append(start)
             self.stop.wait(max(0.0, 1.0 - (time.monotonic() - start)))
 
 

@@ -129,4 +129,5 @@ def test_a_higher_claim_takes_a_lower_members_group_back_whole_under_kills(
         f"samples {len(sampler.granted)}; granted at most {most} GPUs; bound at most {bound} GPUs"
     )
     assert most <= CAPACITY and bound <= CAPACITY
-    assert len(sampler.granted) >= 10
+    during = sum(started <= t <= started + took for t in sampler.at)
+    assert during >= 2, f"the preemption was sampled: {during} sample(s) in its {took:.1f} s"
