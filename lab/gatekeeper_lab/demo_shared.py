@@ -58,7 +58,10 @@ RESERVATION = "demo-odcr"
 POOL = "demo-shared"
 WITHOUT = "shared-without"
 WITH = "shared-with"
-SETTLE_SECONDS = 8.0
+SETTLE_SECONDS = 12.0
+"""A part has settled when its verdicts have not changed for this long: longer than the
+scheduler's longest backoff (10 s), so that a worker ungated and waiting out a backoff is not
+judged half placed."""
 LOADING = "12s"
 """How long a leader takes to turn Ready once bound (a model server loading its weights):
 longer than the scheduler's longest backoff (10 s), so that a leader that waits is placed
