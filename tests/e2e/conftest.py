@@ -652,6 +652,7 @@ async def make_pool(api: kr8s.asyncio.Api) -> AsyncIterator[MakePool]:
         node_fit: str | None = None,
         tolerations: list[dict[str, Any]] | None = None,
         namespace_selector: dict[str, Any] | None = None,
+        levels: list[str] | None = None,
     ) -> str:
         name = f"pool-{nodes.id}-{len(made)}"
         spec: dict[str, Any] = {
@@ -666,6 +667,8 @@ async def make_pool(api: kr8s.asyncio.Api) -> AsyncIterator[MakePool]:
             spec["nodeFit"] = node_fit
         if quota is not None:
             spec["quota"] = quota
+        if levels is not None:
+            spec["topology"] = {"levels": levels}
         pool = await Pool({"metadata": {"name": name}, "spec": spec}, api=api)
         await pool.create()
         made.append(pool)

@@ -23,7 +23,7 @@ from gatekeeper.core.kube.keys import (
 from gatekeeper.core.kube.parsed import Parsed, parse_each
 from gatekeeper.core.model.demand import GroupDemand, group_demand
 from gatekeeper.core.model.group import GroupKey, InvalidDemand
-from gatekeeper.core.model.lws import GroupPod
+from gatekeeper.core.model.lws import GroupPod, TopologyRequest
 from gatekeeper.core.model.nodes import Node, parse_node
 from gatekeeper.core.model.pool import Pool, parse_pool
 from gatekeeper.core.model.record import record_name
@@ -258,6 +258,11 @@ class PoolBuilder:
         self._obj["spec"]["allowedPriorityClasses"] = list(names)
         return self
 
+    def levels(self, *keys: Any) -> PoolBuilder:
+        """``spec.topology.levels``, widest first."""
+        self._obj["spec"]["topology"] = {"levels": list(keys)}
+        return self
+
     def strict(self) -> PoolBuilder:
         self._obj["spec"]["queueingStrategy"] = "StrictFIFO"
         return self
@@ -328,9 +333,10 @@ def waiting(
     namespace: str = "default",
     classes: tuple[str, ...] = (),
     exclusive: str = "",
+    topology: TopologyRequest | None = None,
 ) -> WaitingGroup:
     """A waiting group; ``age`` is seconds after T0 at which its LWS was created; ``exclusive``
-    its LWS's exclusive topology key."""
+    its LWS's exclusive topology key; ``topology`` the level its LWS asks for."""
     return WaitingGroup(
         key=GroupKey(namespace, name, index),
         pool=pool,
@@ -339,6 +345,7 @@ def waiting(
         priority=priority,
         classes=classes,
         exclusive=exclusive,
+        topology=topology,
     )
 
 

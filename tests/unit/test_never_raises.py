@@ -34,7 +34,12 @@ from gatekeeper.core.backends.volcano import VolcanoSnapshot, decide_volcano
 from gatekeeper.core.backends.volcano import plan_writes as volcano_writes
 from gatekeeper.core.checks.node_fit import decide_node_fit
 from gatekeeper.core.checks.node_fit import plan_writes as node_fit_writes
-from gatekeeper.core.kube.keys import EXCLUSIVE_TOPOLOGY_ANNOTATION, GROUP_KEY_LABEL
+from gatekeeper.core.kube.keys import (
+    EXCLUSIVE_TOPOLOGY_ANNOTATION,
+    GROUP_KEY_LABEL,
+    TOPOLOGY_PREFERRED_ANNOTATION,
+    TOPOLOGY_REQUIRED_ANNOTATION,
+)
 from gatekeeper.core.kube.parsed import parse_each
 from gatekeeper.core.model.nodes import parse_node
 from gatekeeper.core.writes.plan import Memory
@@ -69,7 +74,12 @@ def cluster() -> dict[str, Any]:
     vllm["metadata"]["annotations"] = {EXCLUSIVE_TOPOLOGY_ANNOTATION: "rack"}
     pods[0]["metadata"].setdefault("annotations", {})[EXCLUSIVE_TOPOLOGY_ANNOTATION] = "rack"
     pods[0]["metadata"]["labels"][GROUP_KEY_LABEL] = "hash-0"
+    vllm["metadata"]["annotations"][TOPOLOGY_PREFERRED_ANNOTATION] = "block"
+    # topology levels (core.admission.topology): an LWS that requires a rack of pool a's levels
+    racked = lws("racked", "team").pool("a").uid("u-3").size(2).replicas(2).worker(gpu_limit=1).obj()
+    racked["metadata"]["annotations"] = {TOPOLOGY_REQUIRED_ANNOTATION: "rack"}
     records = [record(vllm, 0, admitted=True, demand={GPU: "2"}, pods=2), record(vllm, 1, admitted=False)]
+    records[0]["status"]["domain"] = {"rack": "r0"}
     workload = {
         "metadata": {
             "name": "vllm-u-1-0",
@@ -148,11 +158,13 @@ def cluster() -> dict[str, Any]:
         "node_pools": [node_pool],
         "node_claims": [claim],
         "instance_types": [instance_type],
-        "lwss": [vllm, on_karpenter],
+        "lwss": [vllm, on_karpenter, racked],
         "pods": pods,
         "records": records,
-        "pools": [pool("a").quota(gpu=4).obj(), karpenter_pool],
-        "nodes": [node(f"n{i}").labels(pool="a", rack=f"r{i % 2}").alloc(gpu=2).obj() for i in range(3)],
+        "pools": [pool("a").quota(gpu=4).levels("block", "rack").obj(), karpenter_pool],
+        "nodes": [
+            node(f"n{i}").labels(pool="a", block="b", rack=f"r{i % 2}").alloc(gpu=2).obj() for i in range(3)
+        ],
         "workloads": [workload],
         "flavors": [{"metadata": {"name": "h100"}, "spec": {"nodeLabels": {"pool": "a"}}}],
         "checks": [

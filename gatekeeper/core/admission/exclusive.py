@@ -17,11 +17,13 @@ its exclusive groups hold. Nodes without the key's label are no domain (the affi
 be met there). What the pod's own anti-affinity says is read from the LWS, as LWS writes it:
 the pods' spec is not parsed (a pod made without LWS's webhook is not an LWS group's).
 
+The domain chosen is pinned: the planner turns it into the group's ``status.domain`` (the
+key and the domain's value), which its pods get in their node selectors as their gates are
+lifted, so the scheduler cannot put a small group in the large domain a later, larger group
+was counted into.
+
 Not modelled (the group is placed as if it had none): ``subgroup-exclusive-topology`` (one
-domain to each subgroup); the scheduler's own choice of domain: it is not pinned, so with
-domains of different sizes it may put a small group in the large domain a later, larger
-group was counted into (that group then waits unbound until the admission timeout gives it
-back).
+domain to each subgroup).
 
 Called by the pools planner (``core.backends.pools.planner``) with the occupants of the
 bound pods (``occupants``, from the pass's bound-pod cache).

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from gatekeeper.core.admission.exclusive import NoDomain
 from gatekeeper.core.admission.fit import Misfit
 from gatekeeper.core.admission.quota import by_importance
+from gatekeeper.core.admission.topology import NoRoom
 from gatekeeper.core.kube.quantity import format_amount, format_resources
 from gatekeeper.core.model.demand import GroupDemand
 
@@ -186,6 +187,44 @@ def no_domain_ever(pool: str, nd: NoDomain) -> str:
         f"can never be placed: its LWS's exclusive-topology puts a group in one {nd.key} domain; "
         f"it needs {amount(nd.resource, nd.needed)}, and the largest of pool {pool}'s "
         f"{plural(nd.domains, 'domain')} has {largest}"
+    )
+
+
+def waits_for_topology(pool: str, nr: NoRoom) -> str:
+    """A group whose LWS requires one domain of a topology level, none of which has room now."""
+    head = (
+        f"fits pool {pool}'s quota but no {nr.key} domain has room for the whole group (topology-required):"
+    )
+    need = amount(nr.resource, nr.needed)
+    if not nr.freest:
+        return f"{head} it needs {need} in one, and no node of the pool is in such a domain"
+    return (
+        f"{head} it needs {need} in one; the freest of the {plural(nr.domains, 'domain')}, "
+        f"{nr.freest}, has {amount(nr.resource, nr.largest)} free"
+    )
+
+
+def no_topology_ever(pool: str, nr: NoRoom) -> str:
+    """A group whose LWS requires one domain of a topology level that none could ever hold."""
+    if nr.domains == 0:
+        return (
+            f"can never be placed: its LWS asks for one {nr.key} domain, and no node of pool {pool} "
+            "carries that label (and those of the wider levels)"
+        )
+    return (
+        f"can never be placed: its LWS asks for one {nr.key} domain; "
+        f"it needs {amount(nr.resource, nr.needed)}, and the largest of pool {pool}'s "
+        f"{plural(nr.domains, 'domain')} has {amount(nr.resource, nr.largest)}"
+    )
+
+
+def topology_not_in_pool(pool: str, key: str, levels: Sequence[str]) -> str:
+    """A group whose LWS asks for a topology level its Pool does not have."""
+    if not levels:
+        return f"asks for one {key} domain (topology annotation), but pool {pool} has no spec.topology.levels"
+    return (
+        f"asks for one {key} domain (topology annotation), but it is not one of pool {pool}'s "
+        f"spec.topology.levels ({', '.join(levels)})"
     )
 
 

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 
 from gatekeeper.core.model.demand import GroupDemand
 from gatekeeper.core.model.group import GroupKey, InvalidDemand
+from gatekeeper.core.model.lws import TopologyRequest
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,8 @@ class WaitingGroup:
     for a Pool's ``spec.allowedPriorityClasses``."""
     exclusive: str = ""
     """Its LWS's exclusive topology key (one group to a domain, ``core.admission.exclusive``), or ""."""
+    topology: TopologyRequest | None = None
+    """The topology level its LWS asks for (``core.admission.topology``), or None."""
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,9 @@ class AdmittedGroup:
     lender: str = ""
     """The pool of its cohort it was admitted into when its own had no room (its record's
     ``status.borrowedFrom``): it holds that pool's quota and node room; "": its own pool's."""
+    domain: tuple[tuple[str, str], ...] = ()
+    """The topology domain its pods are pinned to (its record's ``status.domain``, as node
+    labels): the room it holds for its unbound pods is held there."""
 
     @property
     def held_in(self) -> str:

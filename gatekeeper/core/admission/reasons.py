@@ -66,6 +66,10 @@ class Reason(StrEnum):
     """A group once placed whole has a pod that no node of its pool has room for any more (the
     scheduler's preemption, a pod the gatekeeper did not admit, a node lost): given back whole,
     its pods deleted; it waits in the queue again."""
+    TOPOLOGY_NOT_IN_POOL = "TopologyNotInPool"
+    """The LWS asks for its groups to be placed in one domain of a topology level (annotation
+    ``lws-gatekeeper.io/topology-required`` or ``-preferred``) that is not one of its Pool's
+    ``spec.topology.levels``."""
     PREEMPTED = "Preempted"
     """An admitted group was preempted for a waiting group of higher priority (its Pool's
     ``spec.preemption.withinPool``): given back, its pods deleted; it waits in the queue again."""

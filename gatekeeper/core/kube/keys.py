@@ -49,6 +49,14 @@ backend the ResourceFlavor's). Reserved: only the gatekeeper gives a pod a toler
 tolerates it (``core.model.closed``), to the pods of a group admitted into that pool, from the
 Pool's ``spec.tolerations`` (or the flavor's). The same string as ``POOL_LABEL``."""
 
+TOPOLOGY_REQUIRED_ANNOTATION: Final = f"{API_GROUP}/topology-required"
+"""On an LWS: a node label key, one of its Pool's ``spec.topology.levels``; each group is admitted
+only into one domain of that level (nodes sharing the label's value) that holds all its pods, and
+its pods are pinned there (``core.admission.topology``)."""
+TOPOLOGY_PREFERRED_ANNOTATION: Final = f"{API_GROUP}/topology-preferred"
+"""The same, preferred: one domain of that level if one has room, else of the next wider level,
+else anywhere in the pool."""
+
 LWS_UID_ANNOTATION: Final = f"{API_GROUP}/leaderworkerset-uid"
 """On a Workload of the ``kueue`` backend: the UID of the LWS whose group it stands for."""
 SPEC_HASH_ANNOTATION: Final = f"{API_GROUP}/spec-hash"

@@ -16,6 +16,7 @@ numeric toleration operators; they can only make the scheduler *more* restrictiv
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -266,4 +267,18 @@ def parse_node_constraints(pod_spec: Mapping[str, Any], where: str = "spec") -> 
         node_selector=tuple(sorted(selector.items())),
         tolerations=parse_tolerations(pod_spec.get("tolerations"), f"{where}.tolerations"),
         affinity=parse_required_node_affinity(pod_spec.get("affinity"), f"{where}.affinity"),
+    )
+
+
+_LABEL_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def is_label_key(key: object) -> bool:
+    """Is ``key`` a label key the API server accepts (``[prefix/]name``)?"""
+    prefix, _, name = key.rpartition("/") if isinstance(key, str) else ("", "", "")
+    return (
+        isinstance(key, str)
+        and bool(_LABEL_NAME.fullmatch(name))
+        and (not prefix or (len(prefix) <= 253 and bool(_DNS_SUBDOMAIN.fullmatch(prefix))))
     )

@@ -35,7 +35,16 @@ from gatekeeper.core.model.claims import NO_CLAIMS, ClaimBook
 from gatekeeper.core.model.demand import GroupDemand, group_demand
 from gatekeeper.core.model.group import GroupKey, InvalidDemand
 from gatekeeper.core.model.limits import container_defaults
-from gatekeeper.core.model.lws import GroupPod, exclusive_topology, group_index, pool_of, replicas, templates
+from gatekeeper.core.model.lws import (
+    GroupPod,
+    TopologyRequest,
+    exclusive_topology,
+    group_index,
+    pool_of,
+    replicas,
+    templates,
+    topology_request,
+)
 from gatekeeper.core.model.overhead import runtime_overheads
 from gatekeeper.core.model.record import record_belongs, record_name
 
@@ -60,6 +69,8 @@ class GroupState:
     """The LWS template revision of the group's pods (its leader's when present)."""
     exclusive: str = ""
     """The node label key of its LWS's exclusive placement (one group to a domain), or ""."""
+    topology: TopologyRequest | None = None
+    """The topology level its LWS asks its groups to be placed in, or None."""
 
 
 @dataclass(frozen=True)
@@ -253,10 +264,12 @@ def lws_groups(
         wanted = 0
         demand = InvalidDemand(f"LeaderWorkerSet {ns}/{name}: {exc}")
         indices |= held_when_unreadable(ns, name, uid)
+    exclusive: str = ""
+    topology: TopologyRequest | None = None
     try:
         exclusive = exclusive_topology(lws)
+        topology = topology_request(lws)
     except ValueError as exc:
-        exclusive = ""
         if not isinstance(demand, InvalidDemand):
             demand = InvalidDemand(f"LeaderWorkerSet {ns}/{name}: {exc}")
     if not deleting:
@@ -279,6 +292,7 @@ def lws_groups(
             gated=tuple(p.name for p in present if p.gated),
             revision=revision_of([p for p in present if p.live]) or revision,
             exclusive=exclusive,
+            topology=topology,
         )
         staying = not deleting and (index < wanted or any(p.live for p in present))
         groups.append(LwsGroup(state, members, present, staying, record))

@@ -9,7 +9,6 @@ name decides; a bare ``priority`` counts only without one), for both backends al
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,9 +19,12 @@ from gatekeeper.core.kube.keys import (
     POOL_LABEL,
     REVISION_LABEL,
     SCHEDULING_GATE,
+    TOPOLOGY_PREFERRED_ANNOTATION,
+    TOPOLOGY_REQUIRED_ANNOTATION,
     WORKER_INDEX_LABEL,
 )
 from gatekeeper.core.kube.objects import as_list, as_map, is_live, is_terminating, labels, meta
+from gatekeeper.core.kube.selectors import is_label_key
 from gatekeeper.core.model.claims import made_claims
 
 __all__ = [
@@ -30,6 +32,7 @@ __all__ = [
     "MAX_REPLICAS",
     "GroupPod",
     "Priority",
+    "TopologyRequest",
     "exclusive_topology",
     "group_index",
     "is_gated",
@@ -40,6 +43,7 @@ __all__ = [
     "size",
     "startup_policy",
     "templates",
+    "topology_request",
     "worker_index",
 ]
 
@@ -49,8 +53,12 @@ def pool_of(lws: Mapping[str, Any]) -> str:
     return str(labels(lws).get(POOL_LABEL, ""))
 
 
-_LABEL_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+def _label_key(annotations: Mapping[str, Any], annotation: str) -> str:
+    key = annotations[annotation]
+    if not is_label_key(key):
+        shown = key[:80] if isinstance(key, str) else type(key).__name__
+        raise ValueError(f"annotation {annotation} is not a node label key: {shown!r}")
+    return str(key)
 
 
 def exclusive_topology(lws: Mapping[str, Any]) -> str:
@@ -61,17 +69,41 @@ def exclusive_topology(lws: Mapping[str, Any]) -> str:
     annotations = as_map(meta(lws).get("annotations"))
     if EXCLUSIVE_TOPOLOGY_ANNOTATION not in annotations:
         return ""
-    key = annotations[EXCLUSIVE_TOPOLOGY_ANNOTATION]
-    prefix, _, name = key.rpartition("/") if isinstance(key, str) else ("", "", "")
-    valid = (
-        isinstance(key, str)
-        and bool(_LABEL_NAME.fullmatch(name))
-        and (not prefix or (len(prefix) <= 253 and bool(_DNS_SUBDOMAIN.fullmatch(prefix))))
-    )
-    if not valid:
-        shown = key[:80] if isinstance(key, str) else type(key).__name__
-        raise ValueError(f"annotation {EXCLUSIVE_TOPOLOGY_ANNOTATION} is not a node label key: {shown!r}")
-    return str(key)
+    return _label_key(annotations, EXCLUSIVE_TOPOLOGY_ANNOTATION)
+
+
+@dataclass(frozen=True)
+class TopologyRequest:
+    """The topology level an LWS's groups ask to be placed in (``core.admission.topology``)."""
+
+    key: str
+    """A node label key: one of the Pool's ``spec.topology.levels``."""
+    required: bool
+    """Required (``topology-required``): one domain of ``key`` or not admitted; preferred: one
+    domain of ``key`` if one has room, else of a wider level, else anywhere."""
+
+
+def topology_request(lws: Mapping[str, Any]) -> TopologyRequest | None:
+    """The LWS's ``lws-gatekeeper.io/topology-required`` or ``-preferred`` annotation, or None.
+
+    Raises ValueError when a value is no label key, when both are set, or when the required
+    key is not the LWS's own ``exclusive-topology`` key while that is set (its groups would be
+    asked to lie in one domain of each: not modelled, so refused rather than admitted into
+    room the scheduler may not bind)."""
+    annotations = as_map(meta(lws).get("annotations"))
+    given = [a for a in (TOPOLOGY_REQUIRED_ANNOTATION, TOPOLOGY_PREFERRED_ANNOTATION) if a in annotations]
+    if not given:
+        return None
+    if len(given) == 2:
+        raise ValueError(f"annotations {given[0]} and {given[1]}: set one, not both")
+    request = TopologyRequest(_label_key(annotations, given[0]), given[0] == TOPOLOGY_REQUIRED_ANNOTATION)
+    exclusive = exclusive_topology(lws)
+    if request.required and exclusive and exclusive != request.key:
+        raise ValueError(
+            f"annotation {TOPOLOGY_REQUIRED_ANNOTATION} names {request.key} but "
+            f"{EXCLUSIVE_TOPOLOGY_ANNOTATION} names {exclusive}: a group is placed in one domain of one key"
+        )
+    return request
 
 
 def templates(lws: Mapping[str, Any]) -> tuple[Mapping[str, Any], Mapping[str, Any]]:

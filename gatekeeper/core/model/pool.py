@@ -48,6 +48,7 @@ from gatekeeper.core.kube.selectors import (
     LabelSelector,
     NodeConstraints,
     Toleration,
+    is_label_key,
     parse_label_map,
     parse_label_selector,
     parse_tolerations,
@@ -102,6 +103,9 @@ class ReclaimWithinCohort(StrEnum):
     """Borrowers' groups are preempted whatever their priority: what is lent is the lender's."""
 
 
+#: ``spec.topology.levels`` holds at most this many keys (the CRD says so too; Kueue's Topology too).
+MAX_LEVELS = 16
+
 #: ``spec.minRunSeconds`` is at most this (the CRD says so too): a day.
 MAX_MIN_RUN_SECONDS = 86400
 
@@ -153,6 +157,10 @@ class Pool:
     None (or a resource not named): no limit."""
     reclaim_within_cohort: ReclaimWithinCohort = ReclaimWithinCohort.NEVER
     """``spec.preemption.reclaimWithinCohort``: may a waiting group preempt borrowers' groups?"""
+    levels: tuple[str, ...] = ()
+    """``spec.topology.levels``: node label keys from the widest topology domain to the narrowest
+    (block, rack, host); an LWS's groups may ask for one domain of a level
+    (``core.admission.topology``)."""
 
     @property
     def lends(self) -> bool:
@@ -254,6 +262,7 @@ def parse_pool(obj: Mapping[str, Any]) -> Pool:
                 "spec.cohort: only a pool whose own nodes decide its room lends and borrows "
                 "(not with spec.reservation, spec.nodePools or spec.nodeFit QuotaOnly)"
             )
+        levels = _levels(spec, bool(node_pools) or node_fit is NodeFit.QUOTA_ONLY)
         if node_fit is NodeFit.QUOTA_ONLY and quota is None:
             raise ValueError(
                 "spec.quota: required when spec.nodeFit is QuotaOnly (the pool's nodes come and go, "
@@ -279,6 +288,7 @@ def parse_pool(obj: Mapping[str, Any]) -> Pool:
         lending_limit=lending,
         borrowing_limit=borrowing,
         reclaim_within_cohort=reclaim,
+        levels=levels,
     )
 
 
@@ -291,6 +301,29 @@ def _choice(value: object, where: str, default: E) -> E:
     except ValueError:
         allowed = ", ".join(v.value for v in kind)
         raise ValueError(f"{where}: {name!r} is not one of {allowed}") from None
+
+
+def _levels(spec: Mapping[str, Any], nodes_to_come: bool) -> tuple[str, ...]:
+    """``spec.topology.levels``: distinct node label keys, at most ``MAX_LEVELS``; () when absent.
+    Not for a pool whose nodes are still to come (``nodes_to_come``: NodePools, QuotaOnly)."""
+    topology = mapping(spec.get("topology"), "spec.topology")
+    if spec.get("topology") is not None and nodes_to_come:
+        raise ValueError(
+            "spec.topology: only a pool whose nodes are there to be placed on has topology "
+            "domains (not with spec.nodePools or spec.nodeFit QuotaOnly)"
+        )
+    raw = sequence(topology.get("levels"), "spec.topology.levels")
+    if len(raw) > MAX_LEVELS:
+        raise ValueError(f"spec.topology.levels: {len(raw)} levels, at most {MAX_LEVELS}")
+    levels: list[str] = []
+    for i, key in enumerate(raw):
+        if not is_label_key(key):
+            shown = key[:80] if isinstance(key, str) else type(key).__name__
+            raise ValueError(f"spec.topology.levels[{i}]: not a node label key: {shown!r}")
+        if key in levels:
+            raise ValueError(f"spec.topology.levels[{i}]: {key} is named twice")
+        levels.append(key)
+    return tuple(levels)
 
 
 def _preemption(spec: Mapping[str, Any]) -> tuple[WithinPool, int]:

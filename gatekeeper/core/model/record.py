@@ -30,6 +30,7 @@ from gatekeeper.core.model.demand import MAX_GROUP_SIZE, GroupDemand, PodDemand
 from gatekeeper.core.model.group import InvalidDemand
 
 __all__ = [
+    "MAX_DOMAIN_LABELS",
     "admitted_condition",
     "admitted_indices",
     "demand_status",
@@ -39,6 +40,7 @@ __all__ = [
     "record_belongs",
     "record_name",
     "recorded_demand",
+    "recorded_domain",
     "recorded_shape",
     "without_pod_count",
 ]
@@ -107,6 +109,22 @@ def held_in(record: Mapping[str, Any], default: str) -> tuple[str, str]:
     pool = str(status.get("pool") or default)
     lender = status.get("borrowedFrom")
     return pool, lender if isinstance(lender, str) and lender != pool else ""
+
+
+MAX_DOMAIN_LABELS = 17
+"""``status.domain`` holds at most this many labels (16 topology levels, or an exclusive key)."""
+
+
+def recorded_domain(record: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """The topology domain a record says its group's pods are pinned to (``status.domain``, node
+    labels), or () when none or when it cannot be read (the CRD bounds it; a record written by
+    hand past that is taken as pinned nowhere rather than trusted)."""
+    domain = as_map(record.get("status")).get("domain")
+    if not isinstance(domain, Mapping) or len(domain) > MAX_DOMAIN_LABELS:
+        return ()
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in domain.items()):
+        return ()
+    return tuple((str(k), str(v)) for k, v in domain.items())
 
 
 def admitted_indices(

@@ -20,7 +20,13 @@ from gatekeeper.core.kube.quantity import format_resources
 from gatekeeper.core.model.demand import GroupDemand
 from gatekeeper.core.model.groups import GroupState
 from gatekeeper.core.model.lws import GroupPod
-from gatekeeper.core.model.record import held_in, recorded_demand, recorded_shape, without_pod_count
+from gatekeeper.core.model.record import (
+    held_in,
+    recorded_demand,
+    recorded_domain,
+    recorded_shape,
+    without_pod_count,
+)
 
 __all__ = ["WaitStatus", "changed_template"]
 
@@ -68,12 +74,20 @@ def changed_template(
     new = [p for p in live if not p.terminating and not is_old(p)]
     if new and not any(is_old(p) for p in live):
         return WaitingGroup(
-            gs.key, gs.pool, demand, created, priority=priority, classes=classes, exclusive=gs.exclusive
+            gs.key,
+            gs.pool,
+            demand,
+            created,
+            priority=priority,
+            classes=classes,
+            exclusive=gs.exclusive,
+            topology=gs.topology,
         )
     held = recorded_demand(record)
     pool, lender = held_in(record, gs.pool)
+    bound = frozenset(range(held.pod_count))
     group = AdmittedGroup(
-        key=gs.key, pool=pool, demand=held, bound=frozenset(range(held.pod_count)), lender=lender
+        key=gs.key, pool=pool, demand=held, bound=bound, lender=lender, domain=recorded_domain(record)
     )
     let_through = sorted(p.name for p in live if p.gated and not p.terminating and is_old(p))
     report = None

@@ -191,6 +191,8 @@ class Admit:
     summary: str
     lender: str = ""
     """The pool of its cohort whose room it borrows ("": its own): ``status.borrowedFrom``."""
+    domain: tuple[tuple[str, str], ...] = ()
+    """The topology domain its pods are pinned to, as node labels: ``status.domain``."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -432,18 +434,22 @@ def _steering(result: Plan, one: GroupPass) -> tuple[tuple[Admit, ...], tuple[Ke
     steer: dict[Key, Ungate] = {}
     pools = one.settings.pools
 
+    domains = dict(one.held_domains)
+
     def steered(ns: str, pod: str, pool_name: str, key: GroupKey) -> bool:
         pool = pools.get(pool_name)
         if pool is not None:  # a pod is never let through to no pool's nodes, and always marked
             mark = charge_toleration(one.state_of[key].lws_uid, key.index)
-            steer[(ns, pod)] = Ungate(ns, pod, pool.node_selector, (*pool.tolerations, mark))
+            selector = {**pool.node_selector, **dict(domains.get(key, ()))}  # pinned to its domain
+            steer[(ns, pod)] = Ungate(ns, pod, selector, (*pool.tolerations, mark))
         return pool is not None
 
     admit: list[Admit] = []
     for a in result.admit:
         gs = one.state_of[a.key]
         summary = format_resources(gs.demand.total) if isinstance(gs.demand, GroupDemand) else ""
-        admit.append(Admit(group=gs, nodes=tuple(a.nodes), summary=summary, lender=a.lender))
+        admit.append(Admit(group=gs, nodes=tuple(a.nodes), summary=summary, lender=a.lender, domain=a.domain))
+        domains[a.key] = a.domain
         for pod in gs.gated:
             steered(gs.key.namespace, pod, a.lender or gs.pool, gs.key)
     lifts = {

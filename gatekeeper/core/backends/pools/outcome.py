@@ -32,6 +32,9 @@ class Admission:
     nodes: Placement
     lender: str = ""
     """The pool of the cohort that lends the group its room ("": its own pool admits it)."""
+    domain: tuple[tuple[str, str], ...] = ()
+    """The topology domain its pods are pinned to, as node labels (``core.admission.topology``);
+    (): none."""
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from gatekeeper.core.model.demand import GroupDemand
 from gatekeeper.core.model.lws import replicas
 from gatekeeper.core.model.lws import size as lws_size
 from gatekeeper.core.model.pool import Pool
-from gatekeeper.core.model.record import held_in
+from gatekeeper.core.model.record import held_in, recorded_domain
 
 __all__ = [
     "Index",
@@ -81,7 +81,7 @@ class Index:
             leader=demand.pods[0].requests,
             worker=demand.pods[1].requests if len(demand.pods) > 1 else {},
             size=lws_size(lws),
-            node_selector=dict(pool.node_selector),
+            node_selector={**pool.node_selector, **dict(recorded_domain(record))},
             tolerations=(*pool.tolerations, charge_toleration(str(uid), index)),
         )
 

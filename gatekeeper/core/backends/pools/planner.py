@@ -51,7 +51,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
-from gatekeeper.core.admission import exclusive
+from gatekeeper.core.admission import exclusive, topology
 from gatekeeper.core.admission import messages as text
 from gatekeeper.core.admission.exclusive import Domains, KeptOut, NoDomain, Occupant
 from gatekeeper.core.admission.fit import Misfit, NodeTable, Placement
@@ -59,6 +59,7 @@ from gatekeeper.core.admission.intruders import Intruders
 from gatekeeper.core.admission.queue import AdmittedGroup, WaitingGroup, queue_order
 from gatekeeper.core.admission.quota import by_importance, check_quota
 from gatekeeper.core.admission.reasons import Reason
+from gatekeeper.core.admission.topology import Domain, Layout, NoRoom, Placed
 from gatekeeper.core.backends.pools import cohort
 from gatekeeper.core.backends.pools.outcome import Admission, Plan, PoolStatus, PoolTally, Waiting
 from gatekeeper.core.backends.pools.provisioning import Launcher
@@ -90,12 +91,15 @@ class _Pass:
         self._steered: dict[tuple[str, GroupDemand], GroupDemand] = {}
         self.now = NodeTable(node_list, usage)
         self.empty = NodeTable(node_list, hypothetical=True)
+        self.layout, self.empty_layout = Layout(self.now), Layout(self.empty)
+        self._labels = {n.name: n.labels for n in node_list}
+        self._pinned: dict[tuple[GroupDemand, Domain], GroupDemand] = {}
         self.states: dict[str, PoolTally] = {}
-        self._never_cache: dict[tuple[str, GroupDemand, str], tuple[Reason, str] | None] = {}
+        self._never_cache: dict[tuple[str, GroupDemand, str, object], tuple[Reason, str] | None] = {}
         self._misfit_cache: dict[tuple[str, GroupDemand], tuple[int, Misfit]] = {}
         self._members: dict[str, list[Pool]] = {}
         """Each cohort's pools, by name (``cohort.members``)."""
-        self._no_loan: set[tuple[str, GroupDemand, str, str]] = set()
+        self._no_loan: set[tuple[str, GroupDemand, str, str, object]] = set()
         """(lender, demand, exclusive key, namespace) that found no room: loans only take room, so
         a shape that found none in a lender finds none later in the pass."""
         for pool in pools:
@@ -126,7 +130,7 @@ class _Pass:
         state.hold(group.demand)
         pool = state.pool
         mark = [(group.key.namespace, group.exclusive)]
-        for i, pod in enumerate(self._steer(pool, group.demand).pods):
+        for i, pod in enumerate(self._pin(self._steer(pool, group.demand), group.domain).pods):
             if i in group.bound:
                 continue
             node = self.now.reserve(pool.name, pod, group.nodes.get(i) or None)
@@ -159,7 +163,7 @@ class _Pass:
         if isinstance(group.demand, InvalidDemand):
             return self._wait(state, group, Reason.INVALID_SPEC, text.invalid_spec(group.demand.message))
         demand = self._steer(state.pool, group.demand)
-        never = self._never(state, demand, group.exclusive)
+        never = self._never(state, demand, group)
         if never is not None:
             return self._wait(state, group, *never)
         if state.blocker is not None:
@@ -173,12 +177,13 @@ class _Pass:
             )
             return self._wait(state, group, Reason.WAITING_FOR_QUOTA, detail)
         outcome = self._place(state, demand, group)
-        if isinstance(outcome, NoDomain | KeptOut):
-            detail = (
-                text.waits_for_domain(group.pool, outcome)
-                if isinstance(outcome, NoDomain)
-                else text.kept_out(group.pool, outcome.keys)
-            )
+        if isinstance(outcome, NoDomain | KeptOut | NoRoom):
+            if isinstance(outcome, NoDomain):
+                detail = text.waits_for_domain(group.pool, outcome)
+            elif isinstance(outcome, NoRoom):
+                detail = text.waits_for_topology(group.pool, outcome)
+            else:
+                detail = text.kept_out(group.pool, outcome.keys)
             return self._wait(state, group, Reason.WAITING_FOR_NODES, detail)
         if isinstance(outcome, Misfit):
             if state.pool.node_fit is NodeFit.QUOTA_ONLY:
@@ -196,7 +201,7 @@ class _Pass:
                 state, group, Reason.WAITING_FOR_NODES, text.waits_for_nodes(group.pool, outcome)
             )
         state.hold(demand)
-        return Admission(group.key, group.pool, outcome)
+        return Admission(group.key, group.pool, outcome.nodes, domain=outcome.domain)
 
     def borrow(self, group: WaitingGroup, waiting: Waiting) -> Admission | None:
         """A group that waits in its own pool for quota or nodes, admitted into another pool of
@@ -216,23 +221,24 @@ class _Pass:
         ns = group.key.namespace if group.exclusive else ""
         for lender_pool in self._members[name]:
             lender = self.states[lender_pool.name]
-            miss = (lender_pool.name, group.demand, group.exclusive, ns)
+            miss = (lender_pool.name, group.demand, group.exclusive, ns, group.topology)
             if lender_pool.name == own.pool.name or miss in self._no_loan or lender.blocker is not None:
                 continue  # itself; no room for such a group; or its StrictFIFO queue keeps its room
             if cohort.over(lender_pool.lending_limit, lender.lent, group.demand.total):
                 continue
             demand = self._steer(lender_pool, group.demand)
             if (
-                self._never(lender, demand, group.exclusive) is not None
+                self._never(lender, demand, group) is not None
                 or not check_quota(demand, lender.quota, lender.used, ceiling=lender.ceiling).fits
-                or isinstance(outcome := self._place(lender, demand, group), Misfit | NoDomain | KeptOut)
+                or not isinstance(outcome := self._place(lender, demand, group), Placed)
             ):
                 self._no_loan.add(miss)
                 continue
             lender.hold(demand)
             self._lend(lender_pool.name, own.pool.name, demand)
             own.waiting -= 1
-            return Admission(group.key, group.pool, outcome, lender=lender_pool.name)
+            nodes, domain = outcome.nodes, outcome.domain
+            return Admission(group.key, group.pool, nodes, lender=lender_pool.name, domain=domain)
         return None
 
     def _lend(self, lender: str, borrower: str, demand: GroupDemand) -> None:
@@ -249,6 +255,16 @@ class _Pass:
         if steered is None:
             steered = self._steered[key] = pool.steer(demand)
         return steered
+
+    def _pin(self, demand: GroupDemand, domain: Domain) -> GroupDemand:
+        """The group's pods pinned to ``domain`` (cached per pass)."""
+        if not domain:
+            return demand
+        key = (demand, domain)
+        pinned = self._pinned.get(key)
+        if pinned is None:
+            pinned = self._pinned[key] = topology.pin(demand, domain)
+        return pinned
 
     def _launch(self, state: PoolTally, demand: GroupDemand) -> Placement | PodDemand:
         """All of the group on the free room of the pool's nodes plus nodes its NodePools would
@@ -279,35 +295,57 @@ class _Pass:
             state.blocker = group.key
         return Waiting(group.key, group.pool, reason, _say(group, detail), state.waiting)
 
-    def _never(self, state: PoolTally, demand: GroupDemand, key: str) -> tuple[Reason, str] | None:
+    def _never(self, state: PoolTally, demand: GroupDemand, group: WaitingGroup) -> tuple[Reason, str] | None:
         """Why ``demand`` can never be admitted into the pool as it is, or None (cached per pass)."""
-        cache = (state.pool.name, demand, key)
+        pool, key, request = state.pool, group.exclusive, group.topology
+        cache = (pool.name, demand, key, request)
         if cache not in self._never_cache:
             never = _never(state, self.empty, demand, self.launcher)
-            if never is None and key and _domains_apply(state.pool):
-                view = state.pool.name
-                alone = exclusive.place(self.empty, view, demand, "", key, Domains(()), keep=False)
+            if never is None and request is not None and request.key not in pool.levels:
+                said = text.topology_not_in_pool(pool.name, request.key, pool.levels)
+                never = Reason.TOPOLOGY_NOT_IN_POOL, said
+            elif never is None and key and _domains_apply(pool):
+                alone = exclusive.place(self.empty, pool.name, demand, "", key, Domains(()), keep=False)
                 if isinstance(alone, NoDomain):
-                    never = Reason.NODES_TOO_SMALL, text.no_domain_ever(state.pool.name, alone)
+                    never = Reason.NODES_TOO_SMALL, text.no_domain_ever(pool.name, alone)
+            elif never is None and request is not None and request.required:
+                empty = topology.place(
+                    self.empty, self.empty_layout, pool.name, demand, pool.levels, request, keep=False
+                )
+                if isinstance(empty, NoRoom):
+                    never = Reason.NODES_TOO_SMALL, text.no_topology_ever(pool.name, empty)
             self._never_cache[cache] = never
         return self._never_cache[cache]
 
     def _place(
         self, state: PoolTally, demand: GroupDemand, group: WaitingGroup
-    ) -> Placement | Misfit | NoDomain | KeptOut:
+    ) -> Placed | Misfit | NoDomain | KeptOut | NoRoom:
         """Node fit, remembering a misfit until node room changes (equal demands fail alike);
-        in one domain for a group of an LWS with exclusive placement, and out of the domains the
-        exclusive groups of its namespace hold (``core.admission.exclusive``)."""
-        view, ns = state.pool.name, group.key.namespace
-        if _domains_apply(state.pool):
+        in one domain for a group of an LWS with exclusive placement or a topology level, and
+        out of the domains the exclusive groups of its namespace hold (``core.admission.exclusive``,
+        ``core.admission.topology``)."""
+        pool = state.pool
+        view, ns = pool.name, group.key.namespace
+        if _domains_apply(pool):
             if group.exclusive:
-                return exclusive.place(self.now, view, demand, ns, group.exclusive, self.domains)
+                alone = exclusive.place(self.now, view, demand, ns, group.exclusive, self.domains)
+                if isinstance(alone, NoDomain):
+                    return alone
+                return Placed(alone, ((group.exclusive, self._labels[alone[0]][group.exclusive]),))
             allowed = exclusive.open_nodes(self.now, view, ns, self.domains)
+            if group.topology is not None:
+                request = group.topology
+                found = topology.place(
+                    self.now, self.layout, view, demand, pool.levels, request, allowed=allowed
+                )
+                if isinstance(found, Placed):
+                    self._taken(ns, found.nodes)
+                elif allowed is not None and self._kept_out(view, demand):
+                    return KeptOut(self.domains.keys(ns))
+                return found
             if allowed is not None:
                 outcome = self.now.place(view, demand.pods, allowed=allowed)
-                if isinstance(outcome, Misfit) and not isinstance(
-                    self.now.place(view, demand.pods, keep=False), Misfit
-                ):
+                if isinstance(outcome, Misfit) and self._kept_out(view, demand):
                     return KeptOut(self.domains.keys(ns))  # room there is, in the domains held
                 return self._taken(ns, outcome)
         key = (view, demand)
@@ -319,12 +357,17 @@ class _Pass:
             self._misfit_cache[key] = (self.now.version, outcome)
         return self._taken(ns, outcome)
 
-    def _taken(self, namespace: str, outcome: Placement | Misfit) -> Placement | Misfit:
+    def _kept_out(self, view: str, demand: GroupDemand) -> bool:
+        """Would the group fit the pool's free room if the exclusive groups' domains were open?"""
+        return not isinstance(self.now.place(view, demand.pods, keep=False), Misfit)
+
+    def _taken(self, namespace: str, outcome: Placement | Misfit) -> Placed | Misfit:
         """A group placed: its pods count on their nodes (for the exclusive groups after it)."""
-        if not isinstance(outcome, Misfit):
-            for node in set(outcome):
-                self.domains.take(node, [(namespace, "")])
-        return outcome
+        if isinstance(outcome, Misfit):
+            return outcome
+        for node in set(outcome):
+            self.domains.take(node, [(namespace, "")])
+        return Placed(outcome, ())
 
 
 def _say(group: WaitingGroup, detail: str) -> str:

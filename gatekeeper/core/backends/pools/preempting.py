@@ -159,7 +159,13 @@ def _admitted(
             nodes = {i: n for i, n in enumerate(a.nodes) if n}
             held.append(
                 AdmittedGroup(
-                    a.key, a.pool, group.demand, nodes=nodes, exclusive=group.exclusive, lender=a.lender
+                    a.key,
+                    a.pool,
+                    group.demand,
+                    nodes=nodes,
+                    exclusive=group.exclusive,
+                    lender=a.lender,
+                    domain=a.domain,
                 )
             )
     return held

@@ -244,7 +244,13 @@ def _as_admitted(found: Admission, group: WaitingGroup) -> AdmittedGroup:
         raise TypeError("only a group whose demand is known is admitted")
     nodes = {i: n for i, n in enumerate(found.nodes) if n}
     return AdmittedGroup(
-        group.key, group.pool, group.demand, nodes=nodes, exclusive=group.exclusive, lender=found.lender
+        group.key,
+        group.pool,
+        group.demand,
+        nodes=nodes,
+        exclusive=group.exclusive,
+        lender=found.lender,
+        domain=found.domain,
     )
 
 
@@ -294,7 +300,7 @@ def choose(
                 open_ones.append(c)
             else:
                 kept.append(until)
-        shape = (group.demand, group.exclusive, group.key.namespace)
+        shape = (group.demand, group.exclusive, group.key.namespace, group.topology)
         if (going or out) and shape not in misses and not room.short(held, group):  # does it fit now?
             found = room.fits(held, room_now, group, freed)
             if found is not None:  # once the groups already going are gone: it waits for them

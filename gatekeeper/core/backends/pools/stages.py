@@ -46,7 +46,14 @@ from gatekeeper.core.model.group import GroupKey
 from gatekeeper.core.model.groups import GroupState, LwsGroup
 from gatekeeper.core.model.lws import LEADER_READY, GroupPod, priority_classes, startup_policy
 from gatekeeper.core.model.pool import Pool
-from gatekeeper.core.model.record import held_in, is_admitted, placement, recorded_demand, recorded_shape
+from gatekeeper.core.model.record import (
+    held_in,
+    is_admitted,
+    placement,
+    recorded_demand,
+    recorded_domain,
+    recorded_shape,
+)
 
 __all__ = ["GroupPass", "Settings", "restored"]
 
@@ -82,6 +89,8 @@ class GroupPass:
     """Admitted groups whose gated pods are let through onto their pool's nodes."""
     held_pools: dict[GroupKey, str] = field(default_factory=dict)
     """The pool each of ``ungate_keys`` holds its admission in."""
+    held_domains: dict[GroupKey, tuple[tuple[str, str], ...]] = field(default_factory=dict)
+    """The topology domain the pods of an admitted group are pinned to (``status.domain``)."""
     partial_ungate: list[tuple[str, str, str, GroupKey]] = field(default_factory=list)
     """(namespace, pod, pool, group): old pods of a group whose templates changed."""
     held_invalid: list[WaitStatus] = field(default_factory=list)
@@ -168,7 +177,8 @@ class GroupPass:
                 self._held_by_pods(gs, record, pods)
                 return
         self.admitted_groups.append(changed[0])
-        self.partial_ungate.extend((key.namespace, pod, changed[0].pool, key) for pod in going)
+        self.partial_ungate.extend((key.namespace, pod, changed[0].held_in, key) for pod in going)
+        self.held_domains[key] = changed[0].domain
         if changed[2] is not None:
             self.held_changed.append(changed[2])
         elif said_changed(record) and key not in self.strangers:
@@ -240,11 +250,13 @@ class GroupPass:
                 bound=bound,
                 exclusive=gs.exclusive,
                 lender=lender,
+                domain=recorded_domain(record),
             )
         )
         if staying:
             self.ungate_keys.append(key)
             self.held_pools[key] = lender or held_pool
+            self.held_domains[key] = recorded_domain(record)
             recorded_revision = str(status.get("templateRevision") or "")
             if gs.revision and gs.revision != recorded_revision:
                 self.revisions.append((key.namespace, gs.record, gs.revision))
@@ -288,7 +300,14 @@ class GroupPass:
             return  # given back: planned again at its status.retryAt
         self.waiting_groups.append(
             WaitingGroup(
-                gs.key, gs.pool, gs.demand, created, priority=order, classes=classes, exclusive=gs.exclusive
+                gs.key,
+                gs.pool,
+                gs.demand,
+                created,
+                priority=order,
+                classes=classes,
+                exclusive=gs.exclusive,
+                topology=gs.topology,
             )
         )
 

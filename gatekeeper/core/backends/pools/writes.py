@@ -54,7 +54,8 @@ def admitted_message(admit: Admit) -> str:
         pods = "1 pod waits" if unplaced == 1 else f"{unplaced} pods wait"
         where += f"; {pods} Pending for new nodes (nodeFit QuotaOnly)"
     lent = f" (borrowed from pool {admit.lender} of its cohort)" if admit.lender else ""
-    return f"group {group.key.index} admitted into pool {group.pool}{lent}: {admit.summary}{where}"
+    inside = f" in {', '.join(f'{k}={v}' for k, v in admit.domain)}" if admit.domain else ""
+    return f"group {group.key.index} admitted into pool {group.pool}{lent}{inside}: {admit.summary}{where}"
 
 
 def admit_status(admit: Admit, before: Mapping[str, Any] | None, now: str) -> dict[str, Any]:
@@ -67,6 +68,7 @@ def admit_status(admit: Admit, before: Mapping[str, Any] | None, now: str) -> di
         ),
         "templateRevision": group.revision or None,
         "borrowedFrom": admit.lender or None,
+        "domain": replacing_map(status.get("domain"), dict(admit.domain)) or None,
         "admittedAt": now,
         "retryAt": None,  # status.retries stays until the group is whole (the doubling)
         "placedAt": None,  # until it is whole again under this admission (giveback.placed)
