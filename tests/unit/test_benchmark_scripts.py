@@ -29,6 +29,7 @@ def load(name: str) -> ModuleType:
     [
         ("bench_decide", {"NODES": 20, "LWSS": 5, "RUNS": 1}),
         ("bench_core", {"NODES": 20, "GROUPS": 10, "RUNS": 1}),
+        ("bench_topology", {"NODES": 40, "BLOCK": 20, "RACK": 4, "LWSS": 10, "RUNS": 1}),
     ],
 )
 def test_a_pure_benchmark_runs_and_prints_its_figures(

@@ -106,6 +106,8 @@ class NodeTable:
         self._shape: dict[tuple[str, PodDemand], tuple[float, str, dict[str, int]]] = {}
         self.version = 0
         """Bumped by every kept placement; equal versions mean equal free capacity."""
+        self._log: list[int] = []
+        """The nodes whose free room changed, in order (``changed_since``)."""
 
     # ----- views -----------------------------------------------------------------------
 
@@ -181,6 +183,24 @@ class NodeTable:
             if i is not None:
                 flags[i] = 1
         return flags
+
+    def positions(self, names: Iterable[str]) -> list[int]:
+        """The table's positions of these nodes (for ``free_at``; names it does not hold left out)."""
+        return [i for name in names if (i := self._position.get(name)) is not None]
+
+    def free_at(self, positions: Iterable[int], resource: str) -> int:
+        """Free ``resource`` summed over the nodes at these positions (negative free counts as none)."""
+        return sum(max(self._free[i].get(resource, 0), 0) for i in positions)
+
+    @property
+    def changes(self) -> int:
+        """The mark of now, for ``changed_since``."""
+        return len(self._log)
+
+    def changed_since(self, mark: int) -> tuple[list[int], int]:
+        """The positions of the nodes whose free room changed since ``mark`` (0: since the table
+        was made; possibly changed back since), and the mark to ask from next time."""
+        return self._log[mark:], len(self._log)
 
     def free_sum(self, names: Iterable[str], resource: str) -> int:
         """Free ``resource`` summed over these nodes (negative free counts as none)."""
@@ -303,6 +323,7 @@ class NodeTable:
         return None
 
     def _change(self, node: int, req: Mapping[str, int], sign: int) -> None:
+        self._log.append(node)
         free = self._free[node]
         for view in self._node_views[node]:
             for resource, amount in req.items():

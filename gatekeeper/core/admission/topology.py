@@ -92,25 +92,51 @@ MissKey = tuple[str, GroupDemand, TopologyRequest, tuple[str, ...], bytes]
 
 class Layout:
     """The pool views' nodes by domain, per level, computed once per pass (nodes do not change
-    within one), and the shapes that found no room since node room last changed."""
+    within one); each domain's free room, kept up to date from the nodes the table changed
+    since (a placement changes a few nodes: summing every domain again per group cost 3.6x the
+    flat pass at 5,000 nodes, ``benchmarks/bench_topology.py``); and the shapes that found no
+    room since node room last changed."""
 
     def __init__(self, table: NodeTable) -> None:
         self._table = table
-        self._by: dict[tuple[str, tuple[str, ...]], dict[Domain, list[str]]] = {}
+        self._by: dict[tuple[str, tuple[str, ...]], dict[Domain, list[int]]] = {}
+        self._of: dict[tuple[str, tuple[str, ...]], dict[int, Domain]] = {}
+        self._free: dict[tuple[str, tuple[str, ...], str], tuple[int, dict[Domain, int]]] = {}
         self._misses: dict[MissKey, tuple[int, NoRoom | Misfit]] = {}
 
-    def domains(self, view: str, path: tuple[str, ...]) -> Mapping[Domain, list[str]]:
-        """The view's nodes by their domain of ``path`` (nodes missing a label are in none)."""
+    def domains(self, view: str, path: tuple[str, ...]) -> Mapping[Domain, list[int]]:
+        """The view's nodes (table positions) by their domain of ``path`` (nodes missing a label
+        are in none)."""
         found = self._by.get((view, path))
         if found is None:
             found = {}
-            for node in self._table.view_nodes(view):
+            nodes = self._table.view_nodes(view)
+            for node, i in zip(nodes, self._table.positions(n.name for n in nodes), strict=True):
                 values = [node.labels.get(key) for key in path]
                 if all(v is not None for v in values):
                     domain = tuple((k, str(v)) for k, v in zip(path, values, strict=True))
-                    found.setdefault(domain, []).append(node.name)
+                    found.setdefault(domain, []).append(i)
             self._by[(view, path)] = found
+            self._of[(view, path)] = {i: d for d, members in found.items() for i in members}
         return found
+
+    def free(self, view: str, path: tuple[str, ...], resource: str) -> Mapping[Domain, int]:
+        """Each domain's free ``resource`` now."""
+        by_domain = self.domains(view, path)
+        key = (view, path, resource)
+        cached = self._free.get(key)
+        if cached is None:
+            sums = {d: self._table.free_at(members, resource) for d, members in by_domain.items()}
+            self._free[key] = (self._table.changes, sums)
+            return sums
+        mark, sums = cached
+        changed, mark = self._table.changed_since(mark)
+        if changed:
+            of = self._of[(view, path)]
+            for domain in {d for i in changed if (d := of.get(i)) is not None}:
+                sums[domain] = self._table.free_at(by_domain[domain], resource)
+            self._free[key] = (mark, sums)
+        return sums
 
     def missed(self, key: MissKey) -> NoRoom | Misfit | None:
         """Why this shape found no room, if node room has not changed since (equal demands fail
@@ -136,13 +162,11 @@ def _within(
     total = demand.total
     resource = by_importance(total)[0] if total else "pods"
     needed = total.get(resource, len(demand.pods))
-    free = {d: table.free_sum(names, resource) for d, names in by_domain.items()}
-    for domain in sorted(free, key=lambda d: (free[d], d)):
-        if free[domain] < needed:
-            continue
-        mask = table.mask(by_domain[domain])
-        if allowed is not None:
-            mask = bytearray(a & b for a, b in zip(mask, allowed, strict=True))
+    free = layout.free(view, path, resource)
+    for domain in sorted((d for d, room in free.items() if room >= needed), key=lambda d: (free[d], d)):
+        mask = bytearray(len(allowed)) if allowed is not None else table.mask(())
+        for i in by_domain[domain]:
+            mask[i] = 1 if allowed is None else allowed[i]
         outcome = table.place(view, demand.pods, keep=keep, allowed=mask)
         if not isinstance(outcome, Misfit):
             return Placed(outcome, domain)
