@@ -24,6 +24,8 @@ from kr8s.asyncio.objects import Pod
 from gatekeeper.core.kube.keys import (
     GROUP_INDEX_LABEL,
     SCHEDULING_GATE,
+    SUBGROUP_EXCLUSIVE_TOPOLOGY_ANNOTATION,
+    SUBGROUP_INDEX_LABEL,
     TOPOLOGY_PREFERRED_ANNOTATION,
     TOPOLOGY_REQUIRED_ANNOTATION,
 )
@@ -33,7 +35,7 @@ from .conftest import Cluster, MakeNodes, MakePool, admitted, condition, eventua
 from .test_policies import ok
 from .test_tenant_pools import plain_lws, pods_of, tolerate
 
-BLOCK, RACK = "topology.example.com/block", "topology.example.com/rack"
+BLOCK, RACK, HOST = "topology.example.com/block", "topology.example.com/rack", "topology.example.com/host"
 HELD_SECONDS = 6
 """How long the required group is watched waiting: several passes."""
 
@@ -99,6 +101,11 @@ async def test_a_group_required_in_one_rack_waits_for_a_rack_and_is_pinned_to_it
         return said.get("reason") == "WaitingForNodes"
 
     await eventually(told, timeout=60, what="the required group waiting for nodes")
+
+    async def made() -> bool:
+        return len(await pods_of(api, namespace, "need")) == 2
+
+    await eventually(made, timeout=60, what="the group's two pods made (gated)")
     await anyio.sleep(HELD_SECONDS)
     recs = await records(api, namespace, "need")
     said = condition(recs[0]).get("message", "")
@@ -137,3 +144,55 @@ async def test_a_group_required_in_one_rack_waits_for_a_rack_and_is_pinned_to_it
     for pod in await pods_of(api, namespace, "pref"):
         assert rack[pod["spec"]["nodeName"]] == "r1"
         assert pod["spec"].get("nodeSelector", {}).get(RACK) == "r1", pod["spec"].get("nodeSelector")
+
+
+async def test_each_subgroup_gets_a_host_of_its_own_or_the_group_waits(
+    api: kr8s.asyncio.Api,
+    cluster: Cluster,
+    namespace: str,
+    fake_nodes: MakeNodes,
+    make_pool: MakePool,
+    tmp_path: Path,
+) -> None:
+    """Three hosts of 16 GPUs; an LWS of two groups of four 4-GPU pods in two subgroups
+    (prefill, decode) that LWS keeps each alone on a host. The GPUs add up for both groups
+    (32 of 48), the hosts hold one: the second group waits gated, with the reason."""
+    nodes = await fake_nodes(3, gpus=16)
+    host = {name: name for name in nodes.names}
+    for name in nodes.names:
+        await ok(cluster, "label", "node", name, f"{HOST}={host[name]}")
+    pool = await make_pool(nodes, quota={"nvidia.com/gpu": 48}, tolerations=tolerate(nodes.id))
+    tenant = await dev(cluster, namespace, tmp_path)
+    body = plain_lws("split", pool, size=4, replicas=2)
+    body["metadata"]["annotations"] = {SUBGROUP_EXCLUSIVE_TOPOLOGY_ANNOTATION: HOST}
+    body["spec"]["leaderWorkerTemplate"]["subGroupPolicy"] = {"subGroupSize": 2}
+    container = body["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]
+    container["resources"]["limits"]["nvidia.com/gpu"] = "4"
+    await ok(cluster, "apply", "-f", "-", "-n", namespace, kubeconfig=tenant, input=json.dumps(body))
+
+    async def one_group_running() -> bool:
+        pods = await pods_of(api, namespace, "split")
+        return sum(1 for p in pods if p.get("status", {}).get("phase") == "Running") == 4
+
+    await eventually(one_group_running, timeout=120, what="one whole group Running")
+    await anyio.sleep(HELD_SECONDS)
+    pods = await pods_of(api, namespace, "split")
+    by_group: dict[str, list[dict[str, Any]]] = {}
+    for pod in pods:
+        by_group.setdefault(pod["metadata"]["labels"][GROUP_INDEX_LABEL], []).append(pod)
+    running = [g for g, ps in by_group.items() if all(p["status"].get("phase") == "Running" for p in ps)]
+    assert len(running) == 1, f"groups Running: {running}"
+    subgroup_hosts: dict[str, set[str]] = {}
+    for pod in by_group[running[0]]:
+        subgroup_hosts.setdefault(pod["metadata"]["labels"][SUBGROUP_INDEX_LABEL], set()).add(
+            pod["spec"]["nodeName"]
+        )
+    assert len(subgroup_hosts) == 2 and all(len(h) == 1 for h in subgroup_hosts.values()), subgroup_hosts
+    assert subgroup_hosts["0"] != subgroup_hosts["1"], subgroup_hosts
+    (other,) = set(by_group) - set(running)
+    stuck = [p["metadata"]["name"] for p in by_group[other] if not gated(p) or p["spec"].get("nodeName")]
+    assert not stuck, f"pods of group {other} let through onto room the scheduler cannot bind: {stuck}"
+    recs = await records(api, namespace, "split")
+    said = condition(recs[int(other)])
+    assert said.get("reason") == "WaitingForNodes", states(recs)
+    assert f"finds no {HOST} domain of its own (subgroup-exclusive-topology)" in said.get("message", ""), said

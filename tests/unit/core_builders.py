@@ -23,7 +23,7 @@ from gatekeeper.core.kube.keys import (
 from gatekeeper.core.kube.parsed import Parsed, parse_each
 from gatekeeper.core.model.demand import GroupDemand, group_demand
 from gatekeeper.core.model.group import GroupKey, InvalidDemand
-from gatekeeper.core.model.lws import GroupPod, TopologyRequest
+from gatekeeper.core.model.lws import GroupPod, Subgroups, TopologyRequest
 from gatekeeper.core.model.nodes import Node, parse_node
 from gatekeeper.core.model.pool import Pool, parse_pool
 from gatekeeper.core.model.record import record_name
@@ -334,6 +334,7 @@ def waiting(
     classes: tuple[str, ...] = (),
     exclusive: str = "",
     topology: TopologyRequest | None = None,
+    subgroups: Subgroups | None = None,
 ) -> WaitingGroup:
     """A waiting group; ``age`` is seconds after T0 at which its LWS was created; ``exclusive``
     its LWS's exclusive topology key; ``topology`` the level its LWS asks for."""
@@ -346,6 +347,7 @@ def waiting(
         classes=classes,
         exclusive=exclusive,
         topology=topology,
+        subgroups=subgroups,
     )
 
 

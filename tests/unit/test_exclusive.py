@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from core_builders import GPU, bound_pod, lws, node, pool, waiting
 
-from gatekeeper.core.admission.exclusive import occupants, without
+from gatekeeper.core.admission.exclusive import Occupant, occupants, without
 from gatekeeper.core.admission.queue import AdmittedGroup
 from gatekeeper.core.admission.reasons import Reason
 from gatekeeper.core.backends.pools.planner import Admission, Plan, Waiting, plan
@@ -176,7 +176,7 @@ def test_occupants_are_live_bound_lws_pods() -> None:
         bound_pod("d", "n3", namespace="ns", gpu=1),  # no LWS group's pod
         lws_pod("e", "", "ns", 1),  # not bound
     ]
-    assert occupants(pods) == {"n1": Counter({("ns", RACK): 1, ("ns", ""): 1})}
+    assert occupants(pods) == {"n1": Counter({Occupant("ns", RACK): 1, Occupant("ns", ""): 1})}
 
 
 def test_without_frees_only_the_pods_gone() -> None:
@@ -187,9 +187,14 @@ def test_without_frees_only_the_pods_gone() -> None:
         lws_pod("b", "n2", "ns", 1),
     )
     found = occupants([a0, a1, b])
-    assert without(found, [a0]) == {"n1": Counter({("ns", RACK): 1}), "n2": Counter({("ns", ""): 1})}
-    assert without(found, [a0, a1]) == {"n2": Counter({("ns", ""): 1})}
-    assert without(found, []) == found and found["n1"][("ns", RACK)] == 2, "found itself is not changed"
+    assert without(found, [a0]) == {
+        "n1": Counter({Occupant("ns", RACK): 1}),
+        "n2": Counter({Occupant("ns", ""): 1}),
+    }
+    assert without(found, [a0, a1]) == {"n2": Counter({Occupant("ns", ""): 1})}
+    assert without(found, []) == found and found["n1"][Occupant("ns", RACK)] == 2, (
+        "found itself is not changed"
+    )
 
 
 @pytest.mark.parametrize(
@@ -233,4 +238,4 @@ def test_the_bound_pod_view_keeps_what_occupants_read() -> None:
     """Bound pods not of an opted-in LWS are cached as ``bound_pod_view``: an exclusive LWS the
     gatekeeper does not gate still holds its domains."""
     pod = lws_pod("a", "n1", "ns", 1, RACK)
-    assert occupants([bound_pod_view(pod)]) == occupants([pod]) == {"n1": Counter({("ns", RACK): 1})}
+    assert occupants([bound_pod_view(pod)]) == occupants([pod]) == {"n1": Counter({Occupant("ns", RACK): 1})}

@@ -22,8 +22,7 @@ key and the domain's value), which its pods get in their node selectors as their
 lifted, so the scheduler cannot put a small group in the large domain a later, larger group
 was counted into.
 
-Not modelled (the group is placed as if it had none): ``subgroup-exclusive-topology`` (one
-domain to each subgroup).
+``subgroup-exclusive-topology`` (one domain to each subgroup) is ``core.admission.subgroups``.
 
 Called by the pools planner (``core.backends.pools.planner``) with the occupants of the
 bound pods (``occupants``, from the pass's bound-pod cache).
@@ -32,21 +31,43 @@ bound pods (``occupants``, from the pass's bound-pod cache).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from gatekeeper.core.admission.fit import Misfit, NodeTable, Placement
 from gatekeeper.core.admission.quota import by_importance
-from gatekeeper.core.kube.keys import EXCLUSIVE_TOPOLOGY_ANNOTATION, GROUP_KEY_LABEL
+from gatekeeper.core.kube.keys import EXCLUSIVE_TOPOLOGY_ANNOTATION, GROUP_KEY_LABEL, SUBGROUP_KEY_LABEL
 from gatekeeper.core.kube.objects import as_map, is_live
 from gatekeeper.core.model.demand import GroupDemand
 from gatekeeper.core.model.nodes import Node
 
-__all__ = ["Domains", "KeptOut", "NoDomain", "Occupant", "occupants", "open_nodes", "place", "without"]
+__all__ = [
+    "Domains",
+    "KeptOut",
+    "NoDomain",
+    "Occupant",
+    "Placer",
+    "occupants",
+    "open_nodes",
+    "place",
+    "without",
+]
 
-Occupant = tuple[str, str]
-"""An LWS group's pod on a node: (its namespace, its LWS's exclusive topology key or "")."""
+Placer = Callable[[bytearray | None, bool], Placement | None]
+"""Places a group's pods on the nodes of a mask (None: every node), kept with the flag: how a group
+whose pods have constraints of their own within a domain is placed (``core.admission.subgroups``)."""
+
+
+class Occupant(NamedTuple):
+    """An LWS group's pod on a node."""
+
+    namespace: str
+    key: str
+    """Its LWS's exclusive topology key, or ""."""
+    subgroup: bool = False
+    """It carries LWS's subgroup key label (its LWS has a ``subGroupPolicy``): the subgroups of
+    an LWS with subgroup exclusive placement keep out of its domains (``core.admission.subgroups``)."""
 
 
 @dataclass(frozen=True)
@@ -83,8 +104,10 @@ def _occupying(pods: Iterable[Mapping[str, Any]]) -> Iterator[tuple[str, Occupan
             continue
         if not is_live(pod):
             continue
+        pod_labels = as_map(meta.get("labels"))
         key = as_map(meta.get("annotations")).get(EXCLUSIVE_TOPOLOGY_ANNOTATION)
-        yield node, (str(meta.get("namespace") or ""), key if isinstance(key, str) else "")
+        namespace = str(meta.get("namespace") or "")
+        yield node, Occupant(namespace, key if isinstance(key, str) else "", SUBGROUP_KEY_LABEL in pod_labels)
 
 
 def occupants(pods: Iterable[Mapping[str, Any]]) -> dict[str, Counter[Occupant]]:
@@ -131,17 +154,26 @@ class Domains:
     def take(self, node: str, there: Iterable[Occupant]) -> None:
         """Pods of these groups are (or are counted) on ``node``."""
         on = self._on.setdefault(node, set())
-        for namespace, key in there:
-            on.add((namespace, key))
-            if key:
-                self._exclusive.setdefault(namespace, set()).add(key)
+        for occupant in there:
+            on.add(occupant)
+            if occupant.key:
+                self._exclusive.setdefault(occupant.namespace, set()).add(occupant.key)
 
     def held(self, namespace: str, key: str) -> set[str]:
         """The domains of ``key`` with a pod of an LWS group of ``namespace`` on them."""
         out = set()
         for node, there in self._on.items():
             value = self._labels.get(node, {}).get(key)
-            if value is not None and any(ns == namespace for ns, _ in there):
+            if value is not None and any(o.namespace == namespace for o in there):
+                out.add(value)
+        return out
+
+    def held_by_subgroups(self, namespace: str, key: str) -> set[str]:
+        """The domains of ``key`` with a pod of ``namespace`` that carries a subgroup key."""
+        out = set()
+        for node, there in self._on.items():
+            value = self._labels.get(node, {}).get(key)
+            if value is not None and any(o.namespace == namespace and o.subgroup for o in there):
                 out.add(value)
         return out
 
@@ -157,7 +189,7 @@ class Domains:
             return set()
         held: dict[str, set[str]] = {}
         for node, there in self._on.items():
-            for ns, key in there:
+            for ns, key, _ in there:
                 value = self._labels.get(node, {}).get(key) if ns == namespace and key else None
                 if value is not None:
                     held.setdefault(key, set()).add(value)
@@ -186,6 +218,7 @@ def place(
     domains: Domains,
     *,
     keep: bool = True,
+    placer: Placer | None = None,
 ) -> Placement | NoDomain:
     """All the group's pods in one open domain of ``key`` (best fit), kept in ``table`` and counted in
     ``domains`` with ``keep``; or why no domain holds them."""
@@ -204,10 +237,13 @@ def place(
         if free[domain] < needed:
             continue
         names = [n for n in by_domain[domain] if n not in closed]
-        outcome = table.place(view, pods, keep=keep, allowed=table.mask(names))
-        if not isinstance(outcome, Misfit):
+        mask = table.mask(names)
+        outcome = (
+            placer(mask, keep) if placer is not None else table.place(view, pods, keep=keep, allowed=mask)
+        )
+        if outcome is not None and not isinstance(outcome, Misfit):
             if keep:
                 for name in set(outcome):
-                    domains.take(name, [(namespace, key)])
+                    domains.take(name, [Occupant(namespace, key)])
             return outcome
     return NoDomain(key, len(by_domain), len(held), resource, needed, max(free.values(), default=0))

@@ -171,6 +171,13 @@ class NodeTable:
                 self._change(n, r, +1)
         return tuple(self._nodes[n].name for n in chosen)
 
+    def unplace(self, view: str, pods: Sequence[PodDemand], nodes: Placement) -> None:
+        """Give back the room ``place`` kept for ``pods`` on ``nodes`` (a group placed in parts
+        that did not all fit)."""
+        for pod, name in zip(pods, nodes, strict=True):
+            self._change(self._position[name], self._pod_shape(view, pod)[2], +1)
+        self.version += 1
+
     def view_nodes(self, view: str) -> list[Node]:
         """The view's usable nodes, by name."""
         return [self._nodes[i] for i in self._views[view]]

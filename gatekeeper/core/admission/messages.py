@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from gatekeeper.core.admission.exclusive import NoDomain
 from gatekeeper.core.admission.fit import Misfit
 from gatekeeper.core.admission.quota import by_importance
+from gatekeeper.core.admission.subgroups import NoSubgroupDomain
 from gatekeeper.core.admission.topology import NoRoom
 from gatekeeper.core.kube.quantity import format_amount, format_resources
 from gatekeeper.core.model.demand import GroupDemand
@@ -190,11 +191,39 @@ def no_domain_ever(pool: str, nd: NoDomain) -> str:
     )
 
 
+def waits_for_subgroup_domain(pool: str, ns: NoSubgroupDomain) -> str:
+    """A group of an LWS with subgroup exclusive placement one of whose subgroups finds no domain."""
+    head = (
+        f"fits pool {pool}'s quota but subgroup {ns.part} of {ns.parts} ({plural(ns.pods, 'pod')}) finds "
+        f"no {ns.key} domain of its own (subgroup-exclusive-topology):"
+    )
+    if ns.held == ns.domains:
+        return f"{head} each of the {plural(ns.domains, 'domain')} holds another subgroup of this namespace"
+    return (
+        f"{head} it needs {amount(ns.resource, ns.needed)} in one; of {plural(ns.domains, 'domain')}, "
+        f"{ns.held} hold another subgroup of this namespace and the others have at most "
+        f"{amount(ns.resource, ns.largest)} free (its other subgroups counted)"
+    )
+
+
+def no_subgroup_domain_ever(pool: str, ns: NoSubgroupDomain) -> str:
+    """A group of an LWS with subgroup exclusive placement that the pool's domains could never hold."""
+    if ns.domains == 0:
+        return (
+            f"can never be placed: its LWS's subgroup-exclusive-topology names node label {ns.key}, "
+            f"and no node of pool {pool} has it"
+        )
+    return (
+        f"can never be placed: its LWS's subgroup-exclusive-topology puts each of its {ns.parts} subgroups "
+        f"in a {ns.key} domain of its own; subgroup {ns.part} needs {amount(ns.resource, ns.needed)}, "
+        f"and pool {pool}'s {plural(ns.domains, 'domain')} cannot hold it beside the others"
+    )
+
+
 def waits_for_topology(pool: str, nr: NoRoom) -> str:
     """A group whose LWS requires one domain of a topology level, none of which has room now."""
-    head = (
-        f"fits pool {pool}'s quota but no {nr.key} domain has room for the whole group (topology-required):"
-    )
+    kind = "required" if nr.required else "preferred, nor anywhere in the pool"
+    head = f"fits pool {pool}'s quota but no {nr.key} domain has room for the whole group (topology-{kind}):"
     need = amount(nr.resource, nr.needed)
     if not nr.freest:
         return f"{head} it needs {need} in one, and no node of the pool is in such a domain"

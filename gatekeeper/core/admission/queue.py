@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 
 from gatekeeper.core.model.demand import GroupDemand
 from gatekeeper.core.model.group import GroupKey, InvalidDemand
-from gatekeeper.core.model.lws import TopologyRequest
+from gatekeeper.core.model.lws import Subgroups, TopologyRequest
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,8 @@ class WaitingGroup:
     """Its LWS's exclusive topology key (one group to a domain, ``core.admission.exclusive``), or ""."""
     topology: TopologyRequest | None = None
     """The topology level its LWS asks for (``core.admission.topology``), or None."""
+    subgroups: Subgroups | None = None
+    """Its LWS's subgroup exclusive placement (``core.admission.subgroups``), or None."""
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,9 @@ class AdmittedGroup:
     domain: tuple[tuple[str, str], ...] = ()
     """The topology domain its pods are pinned to (its record's ``status.domain``, as node
     labels): the room it holds for its unbound pods is held there."""
+    subgroups: bool = False
+    """Its pods carry LWS's subgroup key (its LWS's subgroup exclusive placement): where they are
+    held, other exclusive subgroups of the namespace are not."""
 
     @property
     def held_in(self) -> str:

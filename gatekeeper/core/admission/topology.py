@@ -29,8 +29,9 @@ namespace's exclusive groups do not hold, ``core.admission.exclusive.open_nodes`
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from gatekeeper.core.admission.exclusive import Placer
 from gatekeeper.core.admission.fit import Misfit, NodeTable, Placement
 from gatekeeper.core.admission.quota import by_importance
 from gatekeeper.core.kube.selectors import NodeConstraints
@@ -64,6 +65,8 @@ class NoRoom:
     largest: int
     freest: str = ""
     """The ``key`` label's value of the domain with ``largest`` free ("" when there is none)."""
+    required: bool = True
+    """False: preferred, and no wider level nor the whole pool held it either."""
 
 
 def path_to(levels: Sequence[str], key: str) -> tuple[str, ...]:
@@ -87,7 +90,7 @@ def pin(demand: GroupDemand, domain: Domain) -> GroupDemand:
     return GroupDemand(tuple(pods))
 
 
-MissKey = tuple[str, GroupDemand, TopologyRequest, tuple[str, ...], bytes]
+MissKey = tuple[str, GroupDemand, TopologyRequest, tuple[str, ...], bytes, object]
 
 
 class Layout:
@@ -156,6 +159,7 @@ def _within(
     path: tuple[str, ...],
     allowed: bytearray | None,
     keep: bool,
+    placer: Placer | None,
 ) -> Placed | NoRoom:
     """All the group's pods in one domain of ``path`` (best fit), or why none holds them."""
     by_domain = layout.domains(view, path)
@@ -167,8 +171,11 @@ def _within(
         mask = bytearray(len(allowed)) if allowed is not None else table.mask(())
         for i in by_domain[domain]:
             mask[i] = 1 if allowed is None else allowed[i]
-        outcome = table.place(view, demand.pods, keep=keep, allowed=mask)
-        if not isinstance(outcome, Misfit):
+        if placer is not None:
+            outcome: Placement | Misfit | None = placer(mask, keep)
+        else:
+            outcome = table.place(view, demand.pods, keep=keep, allowed=mask)
+        if outcome is not None and not isinstance(outcome, Misfit):
             return Placed(outcome, domain)
     freest = max(free, key=lambda d: (free[d], d), default=())
     largest = free[freest] if freest else 0
@@ -185,23 +192,38 @@ def place(
     *,
     allowed: bytearray | None = None,
     keep: bool = True,
+    placer: Placer | None = None,
+    shape: object = None,
 ) -> Placed | NoRoom | Misfit:
     """The group placed (kept in ``table`` with ``keep``) in one domain of the requested level,
     or (preferred) of a wider one, or (preferred) anywhere on ``allowed``; else why not: the
-    requested level's ``NoRoom`` (required), or the pool-wide ``Misfit`` (preferred)."""
-    key: MissKey = (view, demand, request, tuple(levels), bytes(allowed) if allowed is not None else b"")
+    requested level's ``NoRoom`` (required), or the pool-wide ``Misfit`` (preferred). With
+    ``placer`` the group is placed by it within a domain; ``shape`` then says what else its
+    outcome depends on (its namespace's subgroups), for the misses remembered."""
+    key: MissKey = (
+        view,
+        demand,
+        request,
+        tuple(levels),
+        bytes(allowed) if allowed is not None else b"",
+        shape,
+    )
     missed = layout.missed(key)
     if missed is not None:
         return missed
     path = path_to(levels, request.key)
-    outcome: Placed | NoRoom | Misfit = _within(table, layout, view, demand, path, allowed, keep)
+    outcome: Placed | NoRoom | Misfit = _within(table, layout, view, demand, path, allowed, keep, placer)
     if isinstance(outcome, NoRoom) and not request.required:
         for wider in range(len(path) - 1, 0, -1):
-            found = _within(table, layout, view, demand, path[:wider], allowed, keep)
+            found = _within(table, layout, view, demand, path[:wider], allowed, keep, placer)
             if isinstance(found, Placed):
                 return found
-        anywhere = table.place(view, demand.pods, keep=keep, allowed=allowed)
-        outcome = anywhere if isinstance(anywhere, Misfit) else Placed(anywhere, ())
+        if placer is not None:
+            anywhere = placer(allowed, keep)
+            outcome = Placed(anywhere, ()) if anywhere is not None else replace(outcome, required=False)
+        else:
+            plain = table.place(view, demand.pods, keep=keep, allowed=allowed)
+            outcome = plain if isinstance(plain, Misfit) else Placed(plain, ())
     if not isinstance(outcome, Placed):
         layout.miss(key, outcome)
     return outcome

@@ -117,7 +117,15 @@ EXCLUSIVE_TOPOLOGY_ANNOTATION: Final = "leaderworkerset.sigs.k8s.io/exclusive-to
 of it (nodes sharing that label's value), kept there by the required pod affinity and
 anti-affinity LWS's pod webhook writes (``core.admission.exclusive``)."""
 SUBGROUP_EXCLUSIVE_TOPOLOGY_ANNOTATION: Final = "leaderworkerset.sigs.k8s.io/subgroup-exclusive-topology"
-"""The same for each subgroup of ``subGroupPolicy.subGroupSize`` pods: not modelled yet."""
+"""The same for each subgroup of ``subGroupPolicy.subGroupSize`` pods (copied to its pods): each
+subgroup alone in one domain, against every pod of the namespace with another subgroup's key
+(``core.admission.subgroups``)."""
+SUBGROUP_INDEX_LABEL: Final = "leaderworkerset.sigs.k8s.io/subgroup-index"
+"""On a pod of an LWS with ``subGroupPolicy``: its subgroup's index in its group (LWS's pod
+webhook writes it; ``core.model.lws.subgroups`` splits a group the same way)."""
+SUBGROUP_KEY_LABEL: Final = "leaderworkerset.sigs.k8s.io/subgroup-key"
+"""On a pod of an LWS with ``subGroupPolicy``: a hash unique to its subgroup (LWS's pod webhook
+writes it); the subgroup exclusive placement's affinity and anti-affinity select on it."""
 
 # ----- Kueue (sigs.k8s.io/kueue) ---------------------------------------------------------
 

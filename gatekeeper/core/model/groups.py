@@ -37,11 +37,13 @@ from gatekeeper.core.model.group import GroupKey, InvalidDemand
 from gatekeeper.core.model.limits import container_defaults
 from gatekeeper.core.model.lws import (
     GroupPod,
+    Subgroups,
     TopologyRequest,
     exclusive_topology,
     group_index,
     pool_of,
     replicas,
+    subgroups,
     templates,
     topology_request,
 )
@@ -71,6 +73,8 @@ class GroupState:
     """The node label key of its LWS's exclusive placement (one group to a domain), or ""."""
     topology: TopologyRequest | None = None
     """The topology level its LWS asks its groups to be placed in, or None."""
+    subgroups: Subgroups | None = None
+    """Its LWS's subgroup exclusive placement (each subgroup alone in a domain), or None."""
 
 
 @dataclass(frozen=True)
@@ -266,9 +270,11 @@ def lws_groups(
         indices |= held_when_unreadable(ns, name, uid)
     exclusive: str = ""
     topology: TopologyRequest | None = None
+    parts: Subgroups | None = None
     try:
         exclusive = exclusive_topology(lws)
         topology = topology_request(lws)
+        parts = subgroups(lws)
     except ValueError as exc:
         if not isinstance(demand, InvalidDemand):
             demand = InvalidDemand(f"LeaderWorkerSet {ns}/{name}: {exc}")
@@ -293,6 +299,7 @@ def lws_groups(
             revision=revision_of([p for p in present if p.live]) or revision,
             exclusive=exclusive,
             topology=topology,
+            subgroups=parts,
         )
         staying = not deleting and (index < wanted or any(p.live for p in present))
         groups.append(LwsGroup(state, members, present, staying, record))

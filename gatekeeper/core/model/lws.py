@@ -19,6 +19,7 @@ from gatekeeper.core.kube.keys import (
     POOL_LABEL,
     REVISION_LABEL,
     SCHEDULING_GATE,
+    SUBGROUP_EXCLUSIVE_TOPOLOGY_ANNOTATION,
     TOPOLOGY_PREFERRED_ANNOTATION,
     TOPOLOGY_REQUIRED_ANNOTATION,
     WORKER_INDEX_LABEL,
@@ -32,6 +33,7 @@ __all__ = [
     "MAX_REPLICAS",
     "GroupPod",
     "Priority",
+    "Subgroups",
     "TopologyRequest",
     "exclusive_topology",
     "group_index",
@@ -42,6 +44,7 @@ __all__ = [
     "replicas",
     "size",
     "startup_policy",
+    "subgroups",
     "templates",
     "topology_request",
     "worker_index",
@@ -117,6 +120,40 @@ def size(lws: Mapping[str, Any]) -> int:
     """Pods per group (leader included); 1 when unreadable (the demand says why)."""
     value = as_map(as_map(lws.get("spec")).get("leaderWorkerTemplate")).get("size", 1)
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else 1
+
+
+@dataclass(frozen=True)
+class Subgroups:
+    """An LWS's subgroup exclusive placement: each of ``parts`` (pod indices, 0 the leader) alone
+    in one domain of ``key``; the pods of ``loose`` (a leader of ``LeaderExcluded``) in none."""
+
+    key: str
+    parts: tuple[tuple[int, ...], ...]
+    loose: tuple[int, ...] = ()
+
+
+def subgroups(lws: Mapping[str, Any]) -> Subgroups | None:
+    """The LWS's ``subgroup-exclusive-topology`` over its ``subGroupPolicy``, its pods split as
+    LWS's pod webhook labels them, or None without the annotation. Raises ValueError when the
+    key is no label key or the policy cannot be read (LWS's own webhook refuses such an LWS)."""
+    annotations = as_map(meta(lws).get("annotations"))
+    if SUBGROUP_EXCLUSIVE_TOPOLOGY_ANNOTATION not in annotations:
+        return None
+    key = _label_key(annotations, SUBGROUP_EXCLUSIVE_TOPOLOGY_ANNOTATION)
+    template = as_map(as_map(lws.get("spec")).get("leaderWorkerTemplate"))
+    policy = as_map(template.get("subGroupPolicy"))
+    every, count = policy.get("subGroupSize"), size(lws)
+    if type(every) is not int or not 1 <= every <= count:
+        raise ValueError(
+            f"spec.leaderWorkerTemplate.subGroupPolicy.subGroupSize: expected 1 to {count} with "
+            f"annotation {SUBGROUP_EXCLUSIVE_TOPOLOGY_ANNOTATION}, got {every!r}"
+        )
+    excluded = policy.get("subGroupPolicyType") == "LeaderExcluded"
+    extra = (count - 1) % every == 0  # the leader is the extra pod, in the first subgroup
+    parts: dict[int, list[int]] = {} if excluded else {0: [0]}
+    for worker in range(1, count):
+        parts.setdefault((worker - 1) // every if extra else worker // every, []).append(worker)
+    return Subgroups(key, tuple(tuple(parts[i]) for i in sorted(parts)), (0,) if excluded else ())
 
 
 MAX_REPLICAS = 10_000

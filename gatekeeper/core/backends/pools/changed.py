@@ -82,6 +82,7 @@ def changed_template(
             classes=classes,
             exclusive=gs.exclusive,
             topology=gs.topology,
+            subgroups=gs.subgroups,
         )
     held = recorded_demand(record)
     pool, lender = held_in(record, gs.pool)

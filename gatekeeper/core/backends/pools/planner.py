@@ -51,17 +51,19 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
-from gatekeeper.core.admission import exclusive, topology
 from gatekeeper.core.admission import messages as text
-from gatekeeper.core.admission.exclusive import Domains, KeptOut, NoDomain, Occupant
+from gatekeeper.core.admission import topology
+from gatekeeper.core.admission.exclusive import KeptOut, NoDomain, Occupant
 from gatekeeper.core.admission.fit import Misfit, NodeTable, Placement
 from gatekeeper.core.admission.intruders import Intruders
 from gatekeeper.core.admission.queue import AdmittedGroup, WaitingGroup, queue_order
 from gatekeeper.core.admission.quota import by_importance, check_quota
 from gatekeeper.core.admission.reasons import Reason
-from gatekeeper.core.admission.topology import Domain, Layout, NoRoom, Placed
+from gatekeeper.core.admission.subgroups import NoSubgroupDomain
+from gatekeeper.core.admission.topology import Domain, NoRoom, Placed
 from gatekeeper.core.backends.pools import cohort
 from gatekeeper.core.backends.pools.outcome import Admission, Plan, PoolStatus, PoolTally, Waiting
+from gatekeeper.core.backends.pools.placing import Placing
 from gatekeeper.core.backends.pools.provisioning import Launcher
 from gatekeeper.core.model.demand import GroupDemand, PodDemand
 from gatekeeper.core.model.group import GroupKey, InvalidDemand
@@ -85,18 +87,14 @@ class _Pass:
         occupants: Mapping[str, Iterable[Occupant]] | None = None,
     ):
         node_list = list(nodes)
-        self.domains = Domains(node_list, occupants)
+        self.room = Placing(node_list, usage, occupants)
+        self.now, self.empty, self.domains = self.room.now, self.room.empty, self.room.domains
         self.launcher = launcher or Launcher((), (), ())
         self.namespaces: Mapping[str, Mapping[str, str]] = namespaces or {}
         self._steered: dict[tuple[str, GroupDemand], GroupDemand] = {}
-        self.now = NodeTable(node_list, usage)
-        self.empty = NodeTable(node_list, hypothetical=True)
-        self.layout, self.empty_layout = Layout(self.now), Layout(self.empty)
-        self._labels = {n.name: n.labels for n in node_list}
         self._pinned: dict[tuple[GroupDemand, Domain], GroupDemand] = {}
         self.states: dict[str, PoolTally] = {}
         self._never_cache: dict[tuple[str, GroupDemand, str, object], tuple[Reason, str] | None] = {}
-        self._misfit_cache: dict[tuple[str, GroupDemand], tuple[int, Misfit]] = {}
         self._members: dict[str, list[Pool]] = {}
         """Each cohort's pools, by name (``cohort.members``)."""
         self._no_loan: set[tuple[str, GroupDemand, str, str, object]] = set()
@@ -129,7 +127,7 @@ class _Pass:
             return
         state.hold(group.demand)
         pool = state.pool
-        mark = [(group.key.namespace, group.exclusive)]
+        mark = [Occupant(group.key.namespace, group.exclusive, group.subgroups)]
         for i, pod in enumerate(self._pin(self._steer(pool, group.demand), group.domain).pods):
             if i in group.bound:
                 continue
@@ -176,10 +174,12 @@ class _Pass:
                 group.pool, demand, check.short, state.quota, state.used, state.holders, len(state.intruders)
             )
             return self._wait(state, group, Reason.WAITING_FOR_QUOTA, detail)
-        outcome = self._place(state, demand, group)
-        if isinstance(outcome, NoDomain | KeptOut | NoRoom):
+        outcome = self.room.place(state, demand, group)
+        if isinstance(outcome, NoDomain | KeptOut | NoRoom | NoSubgroupDomain):
             if isinstance(outcome, NoDomain):
                 detail = text.waits_for_domain(group.pool, outcome)
+            elif isinstance(outcome, NoSubgroupDomain):
+                detail = text.waits_for_subgroup_domain(group.pool, outcome)
             elif isinstance(outcome, NoRoom):
                 detail = text.waits_for_topology(group.pool, outcome)
             else:
@@ -230,7 +230,7 @@ class _Pass:
             if (
                 self._never(lender, demand, group) is not None
                 or not check_quota(demand, lender.quota, lender.used, ceiling=lender.ceiling).fits
-                or not isinstance(outcome := self._place(lender, demand, group), Placed)
+                or not isinstance(outcome := self.room.place(lender, demand, group), Placed)
             ):
                 self._no_loan.add(miss)
                 continue
@@ -297,87 +297,21 @@ class _Pass:
 
     def _never(self, state: PoolTally, demand: GroupDemand, group: WaitingGroup) -> tuple[Reason, str] | None:
         """Why ``demand`` can never be admitted into the pool as it is, or None (cached per pass)."""
-        pool, key, request = state.pool, group.exclusive, group.topology
-        cache = (pool.name, demand, key, request)
+        pool, request = state.pool, group.topology
+        cache = (pool.name, demand, group.exclusive, (request, group.subgroups))
         if cache not in self._never_cache:
             never = _never(state, self.empty, demand, self.launcher)
             if never is None and request is not None and request.key not in pool.levels:
                 said = text.topology_not_in_pool(pool.name, request.key, pool.levels)
                 never = Reason.TOPOLOGY_NOT_IN_POOL, said
-            elif never is None and key and _domains_apply(pool):
-                alone = exclusive.place(self.empty, pool.name, demand, "", key, Domains(()), keep=False)
-                if isinstance(alone, NoDomain):
-                    never = Reason.NODES_TOO_SMALL, text.no_domain_ever(pool.name, alone)
-            elif never is None and request is not None and request.required:
-                empty = topology.place(
-                    self.empty, self.empty_layout, pool.name, demand, pool.levels, request, keep=False
-                )
-                if isinstance(empty, NoRoom):
-                    never = Reason.NODES_TOO_SMALL, text.no_topology_ever(pool.name, empty)
+            elif never is None:
+                never = self.room.never(pool, demand, group)
             self._never_cache[cache] = never
         return self._never_cache[cache]
-
-    def _place(
-        self, state: PoolTally, demand: GroupDemand, group: WaitingGroup
-    ) -> Placed | Misfit | NoDomain | KeptOut | NoRoom:
-        """Node fit, remembering a misfit until node room changes (equal demands fail alike);
-        in one domain for a group of an LWS with exclusive placement or a topology level, and
-        out of the domains the exclusive groups of its namespace hold (``core.admission.exclusive``,
-        ``core.admission.topology``)."""
-        pool = state.pool
-        view, ns = pool.name, group.key.namespace
-        if _domains_apply(pool):
-            if group.exclusive:
-                alone = exclusive.place(self.now, view, demand, ns, group.exclusive, self.domains)
-                if isinstance(alone, NoDomain):
-                    return alone
-                return Placed(alone, ((group.exclusive, self._labels[alone[0]][group.exclusive]),))
-            allowed = exclusive.open_nodes(self.now, view, ns, self.domains)
-            if group.topology is not None:
-                request = group.topology
-                found = topology.place(
-                    self.now, self.layout, view, demand, pool.levels, request, allowed=allowed
-                )
-                if isinstance(found, Placed):
-                    self._taken(ns, found.nodes)
-                elif allowed is not None and self._kept_out(view, demand):
-                    return KeptOut(self.domains.keys(ns))
-                return found
-            if allowed is not None:
-                outcome = self.now.place(view, demand.pods, allowed=allowed)
-                if isinstance(outcome, Misfit) and self._kept_out(view, demand):
-                    return KeptOut(self.domains.keys(ns))  # room there is, in the domains held
-                return self._taken(ns, outcome)
-        key = (view, demand)
-        cached = self._misfit_cache.get(key)
-        if cached is not None and cached[0] == self.now.version:
-            return cached[1]
-        outcome = self.now.place(view, demand.pods)
-        if isinstance(outcome, Misfit):
-            self._misfit_cache[key] = (self.now.version, outcome)
-        return self._taken(ns, outcome)
-
-    def _kept_out(self, view: str, demand: GroupDemand) -> bool:
-        """Would the group fit the pool's free room if the exclusive groups' domains were open?"""
-        return not isinstance(self.now.place(view, demand.pods, keep=False), Misfit)
-
-    def _taken(self, namespace: str, outcome: Placement | Misfit) -> Placed | Misfit:
-        """A group placed: its pods count on their nodes (for the exclusive groups after it)."""
-        if isinstance(outcome, Misfit):
-            return outcome
-        for node in set(outcome):
-            self.domains.take(node, [(namespace, "")])
-        return Placed(outcome, ())
 
 
 def _say(group: WaitingGroup, detail: str) -> str:
     return f"group {group.key.index} {detail}"
-
-
-def _domains_apply(pool: Pool) -> bool:
-    """Exclusive placement is modelled where the pool's nodes are the nodes there will be (not
-    in a QuotaOnly pool, nor one that buys nodes from Karpenter NodePools)."""
-    return pool.node_fit is NodeFit.REQUIRED and not pool.node_pools
 
 
 def _quota_applies(pool: Pool) -> bool:

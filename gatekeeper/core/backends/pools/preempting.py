@@ -166,6 +166,7 @@ def _admitted(
                     exclusive=group.exclusive,
                     lender=a.lender,
                     domain=a.domain,
+                    subgroups=group.subgroups is not None,
                 )
             )
     return held

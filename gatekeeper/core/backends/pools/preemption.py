@@ -251,6 +251,7 @@ def _as_admitted(found: Admission, group: WaitingGroup) -> AdmittedGroup:
         exclusive=group.exclusive,
         lender=found.lender,
         domain=found.domain,
+        subgroups=group.subgroups is not None,
     )
 
 
@@ -300,7 +301,7 @@ def choose(
                 open_ones.append(c)
             else:
                 kept.append(until)
-        shape = (group.demand, group.exclusive, group.key.namespace, group.topology)
+        shape = (group.demand, group.exclusive, group.key.namespace, group.topology, group.subgroups)
         if (going or out) and shape not in misses and not room.short(held, group):  # does it fit now?
             found = room.fits(held, room_now, group, freed)
             if found is not None:  # once the groups already going are gone: it waits for them

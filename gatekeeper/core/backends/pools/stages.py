@@ -251,6 +251,7 @@ class GroupPass:
                 exclusive=gs.exclusive,
                 lender=lender,
                 domain=recorded_domain(record),
+                subgroups=gs.subgroups is not None,
             )
         )
         if staying:
@@ -308,6 +309,7 @@ class GroupPass:
                 classes=classes,
                 exclusive=gs.exclusive,
                 topology=gs.topology,
+                subgroups=gs.subgroups,
             )
         )
 
