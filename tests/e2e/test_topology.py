@@ -196,3 +196,51 @@ async def test_each_subgroup_gets_a_host_of_its_own_or_the_group_waits(
     said = condition(recs[int(other)])
     assert said.get("reason") == "WaitingForNodes", states(recs)
     assert f"finds no {HOST} domain of its own (subgroup-exclusive-topology)" in said.get("message", ""), said
+
+
+async def test_a_pinned_group_that_loses_its_racks_room_is_given_back_and_admitted_into_another(
+    api: kr8s.asyncio.Api,
+    cluster: Cluster,
+    namespace: str,
+    fake_nodes: MakeNodes,
+    make_pool: MakePool,
+) -> None:
+    """A group of two 8-GPU pods required in one rack runs in r1 (two nodes). One of its nodes
+    fails (cordoned, its pod deleted): LWS makes the group again, pinned to r1, where one node
+    is left; the pod that finds no room there is waited for, then the group is given back whole
+    (``Stranded``) and admitted anew into r2, where it runs."""
+    nodes = await fake_nodes(2, gpus=8, labels={RACK: "r1"})
+    await fake_nodes(2, gpus=8, labels={RACK: "r2"}, join=nodes)
+    rack = {name: ("r1", "r2")[i // 2] for i, name in enumerate(nodes.names)}
+    pool = await make_pool(nodes, quota={"nvidia.com/gpu": 32}, tolerations=tolerate(nodes.id), levels=[RACK])
+    body = racked_lws("moved", pool, TOPOLOGY_REQUIRED_ANNOTATION, 8)
+    body["metadata"]["namespace"] = namespace
+    await ok(cluster, "apply", "-f", "-", input=json.dumps(body))
+
+    async def running_in(where: str) -> bool:
+        pods = await pods_of(api, namespace, "moved")
+        return len(pods) == 2 and all(
+            p.get("status", {}).get("phase") == "Running" and rack.get(p["spec"].get("nodeName", "")) == where
+            for p in pods
+        )
+
+    await eventually(lambda: running_in("r1"), timeout=90, what="the group Running in r1")
+
+    async def placed() -> bool:  # whole under its admission: from now on a lost pod is Stranded
+        return bool((await records(api, namespace, "moved")).get(0, {}).get("status", {}).get("placedAt"))
+
+    await eventually(placed, timeout=60, what="the record to say the group was placed whole")
+    victim = next(
+        p for p in await pods_of(api, namespace, "moved") if p["spec"]["nodeName"] == nodes.names[0]
+    )
+    await ok(cluster, "cordon", nodes.names[0])
+    await ok(cluster, "delete", "pod", victim["metadata"]["name"], "-n", namespace, "--wait=false")
+
+    async def stranded() -> bool:
+        said = condition((await records(api, namespace, "moved")).get(0, {}))
+        return said.get("reason") == "Stranded" or (said.get("status") == "True" and await running_in("r2"))
+
+    await eventually(stranded, timeout=120, what="the group given back as Stranded")
+    await eventually(lambda: running_in("r2"), timeout=120, what="the group admitted anew and Running in r2")
+    recs = await records(api, namespace, "moved")
+    assert recs[0]["status"].get("domain") == {RACK: "r2"}, recs[0]["status"]

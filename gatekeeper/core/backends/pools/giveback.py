@@ -268,6 +268,7 @@ def give_back_status(give: GiveBack, before: Mapping[str, Any] | None, now: str)
     current = condition({"status": as_map(before)}, ADMITTED)
     return {
         "placement": None,
+        "domain": None,
         "admittedAt": None,
         "placedAt": None,
         "retryAt": give.retry_at.strftime("%Y-%m-%dT%H:%M:%SZ"),
