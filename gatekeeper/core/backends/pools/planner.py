@@ -12,7 +12,11 @@ Per pass, in queue order (see ``queue.queue_order``), each waiting group is chec
    hold it, and the group's pods can be placed on the pool's nodes when empty;
 3. its pool's StrictFIFO queue is not held by an earlier group;
 4. quota: what admitted groups hold plus the group's demand fits the quota;
-5. node fit: every pod gets a tentative node on free room (``fit.NodeTable``).
+5. node fit: every pod gets a tentative node on free room (``fit.NodeTable``), in one
+   topology domain when its LWS asks for one (a level of the Pool's ``spec.topology.levels``,
+   LWS's exclusive placement), each subgroup in a domain of its own (LWS's subgroup exclusive
+   placement): ``placing``. The domain chosen is the admission's (``Admission.domain``): its
+   pods are pinned there.
 
 Pods are placed as they will be once ungated: with the pool's node selector and
 tolerations added to their own (``Pool.steer``).

@@ -31,6 +31,7 @@ from gatekeeper.core.backends.pools.preemption import (
     Candidate,
     Preemptions,
     Room,
+    as_admitted,
     choose,
     never_preempts,
     preempts,
@@ -156,19 +157,7 @@ def _admitted(
     for a in result.admit:
         group = waiting_of.get(a.key)
         if group is not None and isinstance(group.demand, GroupDemand):
-            nodes = {i: n for i, n in enumerate(a.nodes) if n}
-            held.append(
-                AdmittedGroup(
-                    a.key,
-                    a.pool,
-                    group.demand,
-                    nodes=nodes,
-                    exclusive=group.exclusive,
-                    lender=a.lender,
-                    domain=a.domain,
-                    subgroups=group.subgroups is not None,
-                )
-            )
+            held.append(as_admitted(a, group))
     return held
 
 

@@ -58,6 +58,7 @@ __all__ = [
     "Preemptions",
     "Room",
     "Usage",
+    "as_admitted",
     "choose",
     "never_preempts",
     "preempts",
@@ -238,8 +239,9 @@ def _less(usage: Usage, *gone: Usage) -> Usage:
     return out
 
 
-def _as_admitted(found: Admission, group: WaitingGroup) -> AdmittedGroup:
-    """A group the simulation admitted, as the later preemptors of the pass see it."""
+def as_admitted(found: Admission, group: WaitingGroup) -> AdmittedGroup:
+    """A group a plan admitted (``found``), as what holds room after it: the later preemptors of
+    the pass see it so, and ``preempting`` counts the pass's own admissions so."""
     if not isinstance(group.demand, GroupDemand):
         raise TypeError("only a group whose demand is known is admitted")
     nodes = {i: n for i, n in enumerate(found.nodes) if n}
@@ -307,7 +309,7 @@ def choose(
             if found is not None:  # once the groups already going are gone: it waits for them
                 if going:
                     waits[group.key] = len(going)
-                held.append(_as_admitted(found, group))
+                held.append(as_admitted(found, group))
                 misses.clear()  # the room changed
                 continue
             misses.add(shape)
@@ -323,7 +325,7 @@ def choose(
         victims, held, room_now, found = chosen
         taken.update(v.group.key for v in victims)
         freed.extend(victims)
-        held.append(_as_admitted(found, group))
+        held.append(as_admitted(found, group))
         out.append(Preemption(group, victims))
         room.budget.decided = True
         misses.clear()
