@@ -335,6 +335,7 @@ def waiting(
     exclusive: str = "",
     topology: TopologyRequest | None = None,
     subgroups: Subgroups | None = None,
+    gang: str = "",
 ) -> WaitingGroup:
     """A waiting group; ``age`` is seconds after T0 at which its LWS was created; ``exclusive``
     its LWS's exclusive topology key; ``topology`` the level its LWS asks for."""
@@ -348,6 +349,7 @@ def waiting(
         exclusive=exclusive,
         topology=topology,
         subgroups=subgroups,
+        gang=gang,
     )
 
 

@@ -35,6 +35,8 @@ from gatekeeper.core.backends.volcano import plan_writes as volcano_writes
 from gatekeeper.core.checks.node_fit import decide_node_fit
 from gatekeeper.core.checks.node_fit import plan_writes as node_fit_writes
 from gatekeeper.core.kube.keys import (
+    DISAGGREGATED_REVISION_LABEL,
+    DISAGGREGATED_SET_LABEL,
     EXCLUSIVE_TOPOLOGY_ANNOTATION,
     GROUP_KEY_LABEL,
     TOPOLOGY_PREFERRED_ANNOTATION,
@@ -78,6 +80,9 @@ def cluster() -> dict[str, Any]:
     # topology levels (core.admission.topology): an LWS that requires a rack of pool a's levels
     racked = lws("racked", "team").pool("a").uid("u-3").size(2).replicas(2).worker(gpu_limit=1).obj()
     racked["metadata"]["annotations"] = {TOPOLOGY_REQUIRED_ANNOTATION: "rack"}
+    # one gang (core.backends.pools.gangs): a DisaggregatedSet's two roles
+    for role in (vllm, racked):
+        role["metadata"]["labels"].update({DISAGGREGATED_SET_LABEL: "ds", DISAGGREGATED_REVISION_LABEL: "r1"})
     records = [record(vllm, 0, admitted=True, demand={GPU: "2"}, pods=2), record(vllm, 1, admitted=False)]
     records[0]["status"]["domain"] = {"rack": "r0"}
     workload = {

@@ -39,6 +39,9 @@ class WaitingGroup:
     """The topology level its LWS asks for (``core.admission.topology``), or None."""
     subgroups: Subgroups | None = None
     """Its LWS's subgroup exclusive placement (``core.admission.subgroups``), or None."""
+    gang: str = ""
+    """The unit it is admitted in with the waiting groups of other LWSs of its namespace with the
+    same ``gang`` (``core.model.lws.gang_of``), all or none; "": alone."""
 
 
 @dataclass(frozen=True)

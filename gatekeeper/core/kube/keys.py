@@ -57,6 +57,10 @@ TOPOLOGY_PREFERRED_ANNOTATION: Final = f"{API_GROUP}/topology-preferred"
 """The same, preferred: one domain of that level if one has room, else of the next wider level,
 else anywhere in the pool."""
 
+GANG_LABEL: Final = f"{API_GROUP}/gang"
+"""On an LWS: its groups are admitted with those of the other LWSs of its namespace that carry
+the same value, as one unit (``core.admission.gangs``): a disaggregated slice's roles."""
+
 LWS_UID_ANNOTATION: Final = f"{API_GROUP}/leaderworkerset-uid"
 """On a Workload of the ``kueue`` backend: the UID of the LWS whose group it stands for."""
 SPEC_HASH_ANNOTATION: Final = f"{API_GROUP}/spec-hash"
@@ -126,6 +130,15 @@ webhook writes it; ``core.model.lws.subgroups`` splits a group the same way)."""
 SUBGROUP_KEY_LABEL: Final = "leaderworkerset.sigs.k8s.io/subgroup-key"
 """On a pod of an LWS with ``subGroupPolicy``: a hash unique to its subgroup (LWS's pod webhook
 writes it); the subgroup exclusive placement's affinity and anti-affinity select on it."""
+
+# ----- DisaggregatedSet (LWS's KEP-766: one LWS per role of a disaggregated server) ----------
+
+DISAGGREGATED_SET_LABEL: Final = "disaggregatedset.x-k8s.io/name"
+"""On each role LWS a DisaggregatedSet makes: the DisaggregatedSet's name."""
+DISAGGREGATED_REVISION_LABEL: Final = "disaggregatedset.x-k8s.io/revision"
+"""On each role LWS a DisaggregatedSet makes: the revision of the set it was made for."""
+DISAGGREGATED_SLICE_LABEL: Final = "disaggregatedset.x-k8s.io/slice"
+"""On role LWSs of one slice (KEP-846): every group of every role of the slice is one unit."""
 
 # ----- Kueue (sigs.k8s.io/kueue) ---------------------------------------------------------
 

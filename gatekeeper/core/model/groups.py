@@ -40,6 +40,7 @@ from gatekeeper.core.model.lws import (
     Subgroups,
     TopologyRequest,
     exclusive_topology,
+    gang_of,
     group_index,
     pool_of,
     replicas,
@@ -75,6 +76,8 @@ class GroupState:
     """The topology level its LWS asks its groups to be placed in, or None."""
     subgroups: Subgroups | None = None
     """Its LWS's subgroup exclusive placement (each subgroup alone in a domain), or None."""
+    gang: str = ""
+    """The unit it is admitted in with groups of other LWSs (``core.model.lws.gang_of``), or ""."""
 
 
 @dataclass(frozen=True)
@@ -275,6 +278,7 @@ def lws_groups(
         exclusive = exclusive_topology(lws)
         topology = topology_request(lws)
         parts = subgroups(lws)
+        gang_of(lws, 0)
     except ValueError as exc:
         if not isinstance(demand, InvalidDemand):
             demand = InvalidDemand(f"LeaderWorkerSet {ns}/{name}: {exc}")
@@ -300,7 +304,16 @@ def lws_groups(
             exclusive=exclusive,
             topology=topology,
             subgroups=parts,
+            gang=_gang(lws, index),
         )
         staying = not deleting and (index < wanted or any(p.live for p in present))
         groups.append(LwsGroup(state, members, present, staying, record))
     return groups
+
+
+def _gang(lws: Mapping[str, Any], index: int) -> str:
+    """``gang_of``, "" when its labels cannot be read (the LWS's demand says why, ``lws_groups``)."""
+    try:
+        return gang_of(lws, index)
+    except ValueError:
+        return ""

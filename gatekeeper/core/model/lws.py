@@ -9,12 +9,17 @@ name decides; a bare ``priority`` counts only without one), for both backends al
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from gatekeeper.core.kube.keys import (
+    DISAGGREGATED_REVISION_LABEL,
+    DISAGGREGATED_SET_LABEL,
+    DISAGGREGATED_SLICE_LABEL,
     EXCLUSIVE_TOPOLOGY_ANNOTATION,
+    GANG_LABEL,
     GROUP_INDEX_LABEL,
     POOL_LABEL,
     REVISION_LABEL,
@@ -36,6 +41,7 @@ __all__ = [
     "Subgroups",
     "TopologyRequest",
     "exclusive_topology",
+    "gang_of",
     "group_index",
     "is_gated",
     "pool_of",
@@ -154,6 +160,37 @@ def subgroups(lws: Mapping[str, Any]) -> Subgroups | None:
     for worker in range(1, count):
         parts.setdefault((worker - 1) // every if extra else worker // every, []).append(worker)
     return Subgroups(key, tuple(tuple(parts[i]) for i in sorted(parts)), (0,) if excluded else ())
+
+
+_GANG_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+
+
+def gang_of(lws: Mapping[str, Any], index: int) -> str:
+    """The unit group ``index`` of the LWS is admitted in with groups of other LWSs of its
+    namespace, or "" when it is admitted alone: the LWSs of one DisaggregatedSet revision (its
+    roles), or of one ``lws-gatekeeper.io/gang`` label value. With a slice label every group of
+    the slice's LWSs is one unit; without, the first group of each role is, and later groups go
+    one by one. Raises ValueError when a label's value is no label value."""
+    lbl = labels(lws)
+    if GANG_LABEL in lbl:
+        name = f"gang {_gang_value(lbl[GANG_LABEL], GANG_LABEL)}"
+    elif DISAGGREGATED_SET_LABEL in lbl:
+        revision = lbl.get(DISAGGREGATED_REVISION_LABEL, "")
+        name = f"DisaggregatedSet {_gang_value(lbl[DISAGGREGATED_SET_LABEL], DISAGGREGATED_SET_LABEL)}"
+        if revision:
+            name += f" revision {_gang_value(revision, DISAGGREGATED_REVISION_LABEL)}"
+    else:
+        return ""
+    if DISAGGREGATED_SLICE_LABEL in lbl:
+        return f"{name} slice {_gang_value(lbl[DISAGGREGATED_SLICE_LABEL], DISAGGREGATED_SLICE_LABEL)}"
+    return name if index == 0 else ""
+
+
+def _gang_value(value: object, key: str) -> str:
+    if not isinstance(value, str) or not _GANG_VALUE.fullmatch(value):
+        shown = value[:80] if isinstance(value, str) else type(value).__name__
+        raise ValueError(f"label {key} is not a label value: {shown!r}")
+    return value
 
 
 MAX_REPLICAS = 10_000

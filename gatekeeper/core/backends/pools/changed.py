@@ -83,6 +83,7 @@ def changed_template(
             exclusive=gs.exclusive,
             topology=gs.topology,
             subgroups=gs.subgroups,
+            gang=gs.gang,
         )
     held = recorded_demand(record)
     pool, lender = held_in(record, gs.pool)

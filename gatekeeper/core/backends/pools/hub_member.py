@@ -49,7 +49,7 @@ from gatekeeper.core.reservation import (
     parse_shares,
 )
 
-__all__ = ["ClaimWrites", "HubView", "charge_reservations"]  # the view's types, for the pools controller
+__all__ = ["ClaimWrites", "HubView", "charge_reservations", "gangs_whole"]  # the view's types, for the pools controller
 
 GroupId = tuple[str, str, str, int]
 """(namespace, LWS, LWS UID, group index)."""
@@ -173,6 +173,7 @@ def charge_reservations(actions: Actions, snap: Snapshot, hub: HubView) -> tuple
             index, reservation, demand, shares, claim.reason if claim else "", claim.message if claim else ""
         )
         waiting.append(WaitStatus(gs, Reason.WAITING_FOR_RESERVATION, message, 0))
+    admit, waiting = gangs_whole(admit, waiting)
     held = replace(
         actions,
         admit=tuple(admit),
@@ -183,3 +184,23 @@ def charge_reservations(actions: Actions, snap: Snapshot, hub: HubView) -> tuple
         return held, ClaimWrites()
     delete = [(c.name, c.uid) for group in claims.values() for c in group if c.name not in keep]
     return held, ClaimWrites(tuple(create), tuple(sorted(set(delete + stray))))
+
+
+def gangs_whole(admit: list[Admit], waiting: list[WaitStatus]) -> tuple[list[Admit], list[WaitStatus]]:
+    """A gang's member whose claim is not granted holds back the members whose claims are: a
+    gang is admitted whole or not at all (``gangs``); their claims are kept meanwhile."""
+    held_back = {(w.group.key.namespace, w.group.gang) for w in waiting if w.group.gang}
+    if not held_back:
+        return admit, waiting
+    keep: list[Admit] = []
+    for one in admit:
+        gs = one.group
+        if (gs.key.namespace, gs.gang) not in held_back:
+            keep.append(one)
+            continue
+        said = (
+            f"group {gs.key.index} is admitted only with its {gs.gang}, all or none: "
+            "a claim of another of its groups is not granted yet; its own is kept"
+        )
+        waiting.append(WaitStatus(gs, Reason.WAITING_FOR_RESERVATION, said, 0))
+    return keep, waiting

@@ -135,6 +135,12 @@ class PoolTally:
             self.holders[resource] = self.holders.get(resource, 0) + 1
         self.admitted += 1
 
+    def counted_as(self, groups: int, demand: GroupDemand) -> None:
+        """``demand``, held (``hold``) as one group, is ``groups`` groups (a gang's members)."""
+        for resource in (*demand.total, "pods"):
+            self.holders[resource] = self.holders.get(resource, 0) + groups - 1
+        self.admitted += groups - 1
+
     def status(self) -> PoolStatus:
         free = {r: max(q - self.used.get(r, 0), 0) for r, q in self.quota.items()}
         return PoolStatus(

@@ -65,7 +65,7 @@ from gatekeeper.core.admission.quota import by_importance, check_quota
 from gatekeeper.core.admission.reasons import Reason
 from gatekeeper.core.admission.subgroups import NoSubgroupDomain
 from gatekeeper.core.admission.topology import Domain, NoRoom, Placed
-from gatekeeper.core.backends.pools import cohort
+from gatekeeper.core.backends.pools import cohort, gangs
 from gatekeeper.core.backends.pools.outcome import Admission, Plan, PoolStatus, PoolTally, Waiting
 from gatekeeper.core.backends.pools.placing import Placing
 from gatekeeper.core.backends.pools.provisioning import Launcher
@@ -206,6 +206,27 @@ class _Pass:
             )
         state.hold(demand)
         return Admission(group.key, group.pool, outcome.nodes, domain=outcome.domain)
+
+    def consider_unit(self, members: list[WaitingGroup]) -> list[Admission] | list[Waiting]:
+        """Admit a gang's waiting members together, or say why each waits (``gangs``)."""
+        whole = gangs.combined(members)
+        state = self.states.get(members[0].pool)
+        if isinstance(whole, tuple):
+            if state is not None:
+                state.inadmissible += len(members)
+            return gangs.each_waits(members, *whole)
+        outcome = self.consider(whole)
+        if isinstance(outcome, Admission):
+            if state is not None and isinstance(whole.demand, GroupDemand):
+                state.counted_as(len(members), whole.demand)
+            return gangs.split(outcome, members)
+        if state is not None:
+            if outcome.position:
+                state.waiting += len(members) - 1
+            else:
+                state.inadmissible += len(members) - 1
+        detail = "the gang " + outcome.message.removeprefix(f"group {whole.key.index} ")
+        return gangs.each_waits(members, outcome.reason, detail, outcome.position)
 
     def borrow(self, group: WaitingGroup, waiting: Waiting) -> Admission | None:
         """A group that waits in its own pool for quota or nodes, admitted into another pool of
@@ -361,7 +382,8 @@ def _loans(
     by_key = {g.key: g for g in queue}
     still: list[Waiting] = []
     for w in results:
-        found = planning.borrow(by_key[w.key], w)
+        group = by_key.get(w.key)  # a gang's member borrows nothing (``gangs``)
+        found = planning.borrow(group, w) if group is not None else None
         if found is not None:
             admit.append(found)
         else:
@@ -412,14 +434,25 @@ def plan(
     admit: list[Admission] = []
     results: list[Waiting] = []
     queue = sorted((g for g in waiting if g.key not in admitted_keys), key=queue_order)
+    units = gangs.units(queue)
+    unit_of = {m.key: unit for unit, members in units.items() for m in members}
     for candidate in queue:
+        unit = unit_of.get(candidate.key)
+        if unit is not None:
+            if unit in units:  # at the place of its first member, once
+                for one in planning.consider_unit(units.pop(unit)):
+                    if isinstance(one, Admission):
+                        admit.append(one)
+                    else:
+                        results.append(one)
+            continue
         outcome = planning.consider(candidate)
         if isinstance(outcome, Admission):
             admit.append(outcome)
         else:
             results.append(outcome)
     if any(p.pool.cohort for p in planning.states.values()):
-        results = _loans(planning, queue, results, admit)
+        results = _loans(planning, [g for g in queue if g.key not in unit_of], results, admit)
     return Plan(
         admit=tuple(admit),
         waiting=tuple(results),

@@ -113,6 +113,7 @@ def preempt(result: Plan, one: GroupPass, cluster: Cluster) -> Preempted:
             and group is not None
             and isinstance(group.demand, GroupDemand)
             and not never_preempts(group, cluster.never)
+            and not group.gang  # a gang's member waits with its gang, it does not preempt alone
         ):
             queued.setdefault(w.pool, []).append(group)
     if not queued:

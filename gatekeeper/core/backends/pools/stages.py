@@ -310,6 +310,7 @@ class GroupPass:
                 exclusive=gs.exclusive,
                 topology=gs.topology,
                 subgroups=gs.subgroups,
+                gang=gs.gang,
             )
         )
 
