@@ -336,6 +336,7 @@ def waiting(
     topology: TopologyRequest | None = None,
     subgroups: Subgroups | None = None,
     gang: str = "",
+    gang_size: int = 0,
 ) -> WaitingGroup:
     """A waiting group; ``age`` is seconds after T0 at which its LWS was created; ``exclusive``
     its LWS's exclusive topology key; ``topology`` the level its LWS asks for."""
@@ -350,6 +351,7 @@ def waiting(
         topology=topology,
         subgroups=subgroups,
         gang=gang,
+        gang_size=gang_size,
     )
 
 

@@ -456,6 +456,7 @@ def test_never_reasons_are_permanent_and_waits_are_not() -> None:
     transient = {
         Reason.WAITING_FOR_QUOTA,
         Reason.WAITING_FOR_NODES,
+        Reason.WAITING_FOR_GANG,
         Reason.BLOCKED_BY_STRICT_FIFO,
         Reason.TEMPLATE_CHANGED,
         Reason.NOT_MADE_BY_LWS,

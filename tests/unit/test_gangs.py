@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from core_builders import gpu_nodes, lws, node, pool, waiting
 
+from gatekeeper.core.admission.queue import AdmittedGroup
 from gatekeeper.core.admission.reasons import Reason
 from gatekeeper.core.backends.pools.changed import WaitStatus
 from gatekeeper.core.backends.pools.decide import Admit
@@ -18,11 +19,12 @@ from gatekeeper.core.kube.keys import (
     DISAGGREGATED_SET_LABEL,
     DISAGGREGATED_SLICE_LABEL,
     GANG_LABEL,
+    GANG_SIZE_ANNOTATION,
 )
 from gatekeeper.core.model.demand import GroupDemand
 from gatekeeper.core.model.group import GroupKey, InvalidDemand
 from gatekeeper.core.model.groups import GroupState
-from gatekeeper.core.model.lws import TopologyRequest, gang_of
+from gatekeeper.core.model.lws import TopologyRequest, gang_of, gang_size
 from gatekeeper.core.model.nodes import Node
 
 GANG = "DisaggregatedSet ds revision r1"
@@ -199,3 +201,54 @@ def test_a_member_whose_hub_claim_is_not_granted_holds_back_the_others() -> None
     held = next(w for w in waits if w.group.key.name == "ds-prefill")
     assert held.reason is Reason.WAITING_FOR_RESERVATION
     assert "a claim of another of its groups is not granted yet" in held.message
+
+
+def test_a_gang_waits_until_every_lws_it_says_it_has_is_there() -> None:
+    """A DisaggregatedSet makes its roles one after another: a pass between them sees one. With
+    the gang's size said, the role there waits for the other instead of being admitted alone."""
+    made_first = [waiting("ds-prefill", 0, group(1, 1), gang=GANG, gang_size=2)]
+    result = run(gpu_nodes(2, gpus=2), made_first)
+    assert result.admit == ()
+    (only,) = result.waiting
+    assert only.reason is Reason.WAITING_FOR_GANG and not only.reason.permanent
+    assert "1 of its 2 LWSs are there (lws-gatekeeper.io/gang-size)" in only.message
+    both = run(
+        gpu_nodes(2, gpus=2), [*made_first, waiting("ds-decode", 0, group(1, 1), gang=GANG, gang_size=2)]
+    )
+    assert len(both.admit) == 2
+
+
+def test_a_member_made_again_is_admitted_beside_its_admitted_gang() -> None:
+    """The decode role holds its admission; the prefill group made again is admitted alone (the
+    gang is there: one LWS waits, the other holds)."""
+    held = AdmittedGroup(GroupKey("default", "ds-decode", 0), "a", group(1, 1), gang=GANG)
+    result = plan(
+        [pool("a").quota(gpu=8).parsed()],
+        gpu_nodes(2, gpus=2),
+        {},
+        [held],
+        [waiting("ds-prefill", 0, group(1, 1), gang=GANG, gang_size=2)],
+    )
+    assert [a.key.name for a in result.admit] == ["ds-prefill"]
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (None, 0),
+        ("2", 2),
+        ("64", 64),
+        ("0", "expected 1 to 64"),
+        ("65", "expected 1 to 64"),
+        ("two", "expected"),
+    ],
+)
+def test_gang_size(value: str | None, expected: Any) -> None:
+    obj: dict[str, Any] = {
+        "metadata": {"annotations": {} if value is None else {GANG_SIZE_ANNOTATION: value}}
+    }
+    if isinstance(expected, str):
+        with pytest.raises(ValueError, match=expected):
+            gang_size(obj)
+    else:
+        assert gang_size(obj) == expected

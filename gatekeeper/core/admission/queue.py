@@ -42,6 +42,8 @@ class WaitingGroup:
     gang: str = ""
     """The unit it is admitted in with the waiting groups of other LWSs of its namespace with the
     same ``gang`` (``core.model.lws.gang_of``), all or none; "": alone."""
+    gang_size: int = 0
+    """How many LWSs its gang has (0: as many as there are): it waits until they are there."""
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,8 @@ class AdmittedGroup:
     subgroups: bool = False
     """Its pods carry LWS's subgroup key (its LWS's subgroup exclusive placement): where they are
     held, other exclusive subgroups of the namespace are not."""
+    gang: str = ""
+    """Its gang (``WaitingGroup.gang``): counted among the LWSs its gang has."""
 
     @property
     def held_in(self) -> str:

@@ -66,6 +66,9 @@ class Reason(StrEnum):
     """A group once placed whole has a pod that no node of its pool has room for any more (the
     scheduler's preemption, a pod the gatekeeper did not admit, a node lost): given back whole,
     its pods deleted; it waits in the queue again."""
+    WAITING_FOR_GANG = "WaitingForGang"
+    """A group of a gang (``lws-gatekeeper.io/gang``, a DisaggregatedSet's roles) waits until all
+    the LWSs its gang says it has (``lws-gatekeeper.io/gang-size``) are there."""
     TOPOLOGY_NOT_IN_POOL = "TopologyNotInPool"
     """The LWS asks for its groups to be placed in one domain of a topology level (annotation
     ``lws-gatekeeper.io/topology-required`` or ``-preferred``) that is not one of its Pool's
@@ -87,6 +90,7 @@ _TRANSIENT = frozenset(
     {
         Reason.WAITING_FOR_QUOTA,
         Reason.WAITING_FOR_NODES,
+        Reason.WAITING_FOR_GANG,
         Reason.BLOCKED_BY_STRICT_FIFO,
         Reason.TEMPLATE_CHANGED,
         Reason.NOT_MADE_BY_LWS,

@@ -61,6 +61,11 @@ GANG_LABEL: Final = f"{API_GROUP}/gang"
 """On an LWS: its groups are admitted with those of the other LWSs of its namespace that carry
 the same value, as one unit (``core.admission.gangs``): a disaggregated slice's roles."""
 
+GANG_SIZE_ANNOTATION: Final = f"{API_GROUP}/gang-size"
+"""On an LWS of a gang (or a DisaggregatedSet role, from its role's metadata): how many LWSs the
+gang has; its groups wait until that many are there (LWSs made a moment apart are not admitted
+apart)."""
+
 LWS_UID_ANNOTATION: Final = f"{API_GROUP}/leaderworkerset-uid"
 """On a Workload of the ``kueue`` backend: the UID of the LWS whose group it stands for."""
 SPEC_HASH_ANNOTATION: Final = f"{API_GROUP}/spec-hash"

@@ -41,6 +41,7 @@ from gatekeeper.core.model.lws import (
     TopologyRequest,
     exclusive_topology,
     gang_of,
+    gang_size,
     group_index,
     pool_of,
     replicas,
@@ -78,6 +79,8 @@ class GroupState:
     """Its LWS's subgroup exclusive placement (each subgroup alone in a domain), or None."""
     gang: str = ""
     """The unit it is admitted in with groups of other LWSs (``core.model.lws.gang_of``), or ""."""
+    gang_size: int = 0
+    """How many LWSs its gang has, as its LWS says (``core.model.lws.gang_size``); 0: not said."""
 
 
 @dataclass(frozen=True)
@@ -274,11 +277,13 @@ def lws_groups(
     exclusive: str = ""
     topology: TopologyRequest | None = None
     parts: Subgroups | None = None
+    size_of_gang = 0
     try:
         exclusive = exclusive_topology(lws)
         topology = topology_request(lws)
         parts = subgroups(lws)
         gang_of(lws, 0)
+        size_of_gang = gang_size(lws)
     except ValueError as exc:
         if not isinstance(demand, InvalidDemand):
             demand = InvalidDemand(f"LeaderWorkerSet {ns}/{name}: {exc}")
@@ -305,6 +310,7 @@ def lws_groups(
             topology=topology,
             subgroups=parts,
             gang=_gang(lws, index),
+            gang_size=size_of_gang,
         )
         staying = not deleting and (index < wanted or any(p.live for p in present))
         groups.append(LwsGroup(state, members, present, staying, record))

@@ -20,6 +20,7 @@ from gatekeeper.core.kube.keys import (
     DISAGGREGATED_SLICE_LABEL,
     EXCLUSIVE_TOPOLOGY_ANNOTATION,
     GANG_LABEL,
+    GANG_SIZE_ANNOTATION,
     GROUP_INDEX_LABEL,
     POOL_LABEL,
     REVISION_LABEL,
@@ -42,6 +43,7 @@ __all__ = [
     "TopologyRequest",
     "exclusive_topology",
     "gang_of",
+    "gang_size",
     "group_index",
     "is_gated",
     "pool_of",
@@ -184,6 +186,22 @@ def gang_of(lws: Mapping[str, Any], index: int) -> str:
     if DISAGGREGATED_SLICE_LABEL in lbl:
         return f"{name} slice {_gang_value(lbl[DISAGGREGATED_SLICE_LABEL], DISAGGREGATED_SLICE_LABEL)}"
     return name if index == 0 else ""
+
+
+MAX_GANG_SIZE = 64
+"""The most LWSs one gang may say it has (a DisaggregatedSet has at most 10 roles)."""
+
+
+def gang_size(lws: Mapping[str, Any]) -> int:
+    """How many LWSs the LWS's gang has (annotation ``lws-gatekeeper.io/gang-size``), 0 when it
+    does not say. Raises ValueError when it is not a number from 1 to ``MAX_GANG_SIZE``."""
+    raw = as_map(meta(lws).get("annotations")).get(GANG_SIZE_ANNOTATION)
+    if raw is None:
+        return 0
+    if not isinstance(raw, str) or not raw.isdigit() or not 1 <= int(raw) <= MAX_GANG_SIZE:
+        shown = raw[:20] if isinstance(raw, str) else type(raw).__name__
+        raise ValueError(f"annotation {GANG_SIZE_ANNOTATION}: expected 1 to {MAX_GANG_SIZE}, got {shown!r}")
+    return int(raw)
 
 
 def _gang_value(value: object, key: str) -> str:

@@ -84,6 +84,7 @@ def changed_template(
             topology=gs.topology,
             subgroups=gs.subgroups,
             gang=gs.gang,
+            gang_size=gs.gang_size,
         )
     held = recorded_demand(record)
     pool, lender = held_in(record, gs.pool)

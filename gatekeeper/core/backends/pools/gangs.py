@@ -10,6 +10,11 @@ group whose pods are all of theirs (``combined``), so the quota, the node fit an
 hold for the whole unit, into one domain when its LWSs ask for one. Admitted, each member gets its
 own pods' nodes (``split``); waiting, each says the unit's reason (``each_waits``).
 
+A unit is the groups there are when a pass looks: LWSs made a moment apart (a DisaggregatedSet
+makes its roles one after another) could be admitted apart. So an LWS says how many LWSs its gang
+has (``lws-gatekeeper.io/gang-size``, in a DisaggregatedSet's roles' metadata): until that many
+have groups in the pass, waiting or admitted, its groups wait (``WaitingForGang``).
+
 A unit's LWSs must name one Pool and agree on their topology level; otherwise every member waits
 with ``InvalidSpec`` saying so. Members already admitted (a role made again) are held as any
 admitted group; the members still waiting form the unit. Not for gangs: each member's own
@@ -23,25 +28,42 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from gatekeeper.core.admission.queue import WaitingGroup
+from gatekeeper.core.admission.queue import AdmittedGroup, WaitingGroup
 from gatekeeper.core.admission.reasons import Reason
 from gatekeeper.core.backends.pools.outcome import Admission, Waiting
 from gatekeeper.core.model.demand import GroupDemand
 from gatekeeper.core.model.group import InvalidDemand
 
-__all__ = ["combined", "each_waits", "members_named", "split", "units"]
+__all__ = ["combined", "each_waits", "incomplete", "members_named", "split", "units"]
 
 Unit = tuple[str, str]
 """(namespace, gang)."""
 
 
 def units(queue: Iterable[WaitingGroup]) -> dict[Unit, list[WaitingGroup]]:
-    """The waiting groups of each unit with more than one waiting, in queue order."""
+    """The waiting groups of each unit, in queue order: those with more than one waiting, or
+    whose gang says it has more LWSs than wait alone."""
     found: dict[Unit, list[WaitingGroup]] = {}
     for group in queue:
         if group.gang:
             found.setdefault((group.key.namespace, group.gang), []).append(group)
-    return {unit: members for unit, members in found.items() if len(members) > 1}
+    return {
+        unit: members
+        for unit, members in found.items()
+        if len(members) > 1 or max(m.gang_size for m in members) > 1
+    }
+
+
+def incomplete(members: Sequence[WaitingGroup], admitted: Iterable[AdmittedGroup]) -> tuple[int, int] | None:
+    """(LWSs there, LWSs the gang says it has) while fewer are there, else None: an LWS is there
+    when a group of it waits in the unit or holds an admission in the gang."""
+    expected = max(m.gang_size for m in members)
+    if expected <= 1:
+        return None
+    first = members[0]
+    there = {m.key.name for m in members}
+    there |= {a.key.name for a in admitted if a.gang == first.gang and a.key.namespace == first.key.namespace}
+    return (len(there), expected) if len(there) < expected else None
 
 
 def members_named(members: Sequence[WaitingGroup]) -> str:

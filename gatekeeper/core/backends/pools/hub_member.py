@@ -49,7 +49,12 @@ from gatekeeper.core.reservation import (
     parse_shares,
 )
 
-__all__ = ["ClaimWrites", "HubView", "charge_reservations", "gangs_whole"]  # the view's types, for the pools controller
+__all__ = [
+    "ClaimWrites",
+    "HubView",
+    "charge_reservations",
+    "gangs_whole",
+]  # the view's types, for the pools controller
 
 GroupId = tuple[str, str, str, int]
 """(namespace, LWS, LWS UID, group index)."""

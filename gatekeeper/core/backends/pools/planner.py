@@ -52,7 +52,7 @@ group takes the nodes bought for them. Without ``spec.quota`` it skips 4: the ro
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 
 from gatekeeper.core.admission import messages as text
@@ -69,6 +69,7 @@ from gatekeeper.core.backends.pools import cohort, gangs
 from gatekeeper.core.backends.pools.outcome import Admission, Plan, PoolStatus, PoolTally, Waiting
 from gatekeeper.core.backends.pools.placing import Placing
 from gatekeeper.core.backends.pools.provisioning import Launcher
+from gatekeeper.core.kube.keys import GANG_SIZE_ANNOTATION
 from gatekeeper.core.model.demand import GroupDemand, PodDemand
 from gatekeeper.core.model.group import GroupKey, InvalidDemand
 from gatekeeper.core.model.nodes import Node
@@ -207,10 +208,20 @@ class _Pass:
         state.hold(demand)
         return Admission(group.key, group.pool, outcome.nodes, domain=outcome.domain)
 
-    def consider_unit(self, members: list[WaitingGroup]) -> list[Admission] | list[Waiting]:
+    def consider_unit(
+        self, members: list[WaitingGroup], admitted: Sequence[AdmittedGroup]
+    ) -> Sequence[Admission | Waiting]:
         """Admit a gang's waiting members together, or say why each waits (``gangs``)."""
-        whole = gangs.combined(members)
         state = self.states.get(members[0].pool)
+        short = gangs.incomplete(members, admitted)
+        if short is not None:
+            if state is not None:
+                state.waiting += len(members)
+            detail = f"{short[0]} of its {short[1]} LWSs are there ({GANG_SIZE_ANNOTATION})"
+            return gangs.each_waits(members, Reason.WAITING_FOR_GANG, detail)
+        if len(members) == 1:
+            return [self.consider(members[0])]
+        whole = gangs.combined(members)
         if isinstance(whole, tuple):
             if state is not None:
                 state.inadmissible += len(members)
@@ -428,7 +439,8 @@ def plan(
         if name in planning.states:
             planning.states[name].intrude(found)
     admitted_keys: set[GroupKey] = set()
-    for group in sorted(admitted, key=lambda g: g.key):
+    admitted_list = sorted(admitted, key=lambda g: g.key)
+    for group in admitted_list:
         admitted_keys.add(group.key)
         planning.hold(group)
     admit: list[Admission] = []
@@ -440,7 +452,7 @@ def plan(
         unit = unit_of.get(candidate.key)
         if unit is not None:
             if unit in units:  # at the place of its first member, once
-                for one in planning.consider_unit(units.pop(unit)):
+                for one in planning.consider_unit(units.pop(unit), admitted_list):
                     if isinstance(one, Admission):
                         admit.append(one)
                     else:

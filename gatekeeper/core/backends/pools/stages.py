@@ -252,6 +252,7 @@ class GroupPass:
                 lender=lender,
                 domain=recorded_domain(record),
                 subgroups=gs.subgroups is not None,
+                gang=gs.gang,
             )
         )
         if staying:
@@ -311,6 +312,7 @@ class GroupPass:
                 topology=gs.topology,
                 subgroups=gs.subgroups,
                 gang=gs.gang,
+                gang_size=gs.gang_size,
             )
         )
 
