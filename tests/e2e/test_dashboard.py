@@ -80,6 +80,11 @@ def test_every_panel_query_returns_data_during_a_scale_up(prometheus_sandbox: Sa
     labels = {POOL_LABEL: pool}
     sb.apply([lws("a", tag, labels, replicas=1, size=2, gpus_per_pod=1)])
     wait("a's first group running", lambda: settled(sb, tag, running=1, gated=0, size=2, lws_name="a"))
+    # Prometheus must hold the pod webhook's series before the scale-up makes more requests: a
+    # rate needs two samples around an increase (with a quick sandbox every pod so far can be
+    # made before its first scrape, and the latency panel had no increase to see).
+    pod_calls = 'lws_gatekeeper_webhook_request_duration_seconds_count{webhook="pods"}'
+    wait("Prometheus to scrape the pod webhook's first calls", lambda: query(base, pod_calls))
     _scale(sb, tag, "a", 3)
     wait("a's 3 groups running", lambda: settled(sb, tag, running=3, gated=0, size=2, lws_name="a"))
     sb.apply([lws("b", tag, labels, replicas=2, size=2, gpus_per_pod=1)])

@@ -101,11 +101,11 @@ def start(
     """Install LWS's CRDs, run its controller, wait for ``/readyz``, register its webhooks."""
     p = state["ports"]
     crd_dir = lws.files / "config" / "crd" / "bases"
-    crds = [yaml.safe_load(f.read_text()) for f in sorted(crd_dir.glob("*.yaml"))]
-    kubectl.apply(crds)
+    texts = [f.read_text() for f in sorted(crd_dir.glob("*.yaml"))]
+    kubectl.apply("\n---\n".join(texts))  # as its text: YAML 1.1 would read some strings otherwise
     # Established before the controller starts: one started on CRDs still being set up retries its
     # informers only every 10 s, and reconciled no LWS for the first 11 s of a new sandbox.
-    kubectl.wait_established([c["metadata"]["name"] for c in crds])
+    kubectl.wait_established([yaml.safe_load(t)["metadata"]["name"] for t in texts])
     cfg_path = _write_config(runner, state, pki, gang_scheduler)
     kubeconfig = identity_kubeconfig(pki, runner.dir, p["apiserver"], COMPONENT, CONTROLLER_USER)
     runner.start(
