@@ -18,6 +18,7 @@ from gatekeeper.core.admission.reasons import Reason
 from gatekeeper.core.kube.objects import as_map
 from gatekeeper.core.kube.quantity import format_resources
 from gatekeeper.core.model.demand import GroupDemand
+from gatekeeper.core.model.group import InvalidDemand
 from gatekeeper.core.model.groups import GroupState
 from gatekeeper.core.model.lws import GroupPod
 from gatekeeper.core.model.record import (
@@ -28,7 +29,7 @@ from gatekeeper.core.model.record import (
     without_pod_count,
 )
 
-__all__ = ["WaitStatus", "changed_template"]
+__all__ = ["WaitStatus", "changed_template", "waiting_group"]
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,29 @@ class WaitStatus:
     stalls: bool = False
     """A surge group whose LWS's rolling update waits for it with no old group to go first
     (``core.model.rollout.surge_words``): its LWS is warned (``ROLLOUT_STALLED``)."""
+
+
+def waiting_group(
+    gs: GroupState,
+    demand: GroupDemand | InvalidDemand,
+    created: datetime,
+    priority: int,
+    classes: tuple[str, ...],
+) -> WaitingGroup:
+    """The group as the planner queues it, with what its LWS asks of its placement."""
+    return WaitingGroup(
+        gs.key,
+        gs.pool,
+        demand,
+        created,
+        priority=priority,
+        classes=classes,
+        exclusive=gs.exclusive,
+        topology=gs.topology,
+        subgroups=gs.subgroups,
+        gang=gs.gang,
+        gang_size=gs.gang_size,
+    )
 
 
 def changed_template(
@@ -73,24 +97,19 @@ def changed_template(
     live = [p for p in pods if p.live]
     new = [p for p in live if not p.terminating and not is_old(p)]
     if new and not any(is_old(p) for p in live):
-        return WaitingGroup(
-            gs.key,
-            gs.pool,
-            demand,
-            created,
-            priority=priority,
-            classes=classes,
-            exclusive=gs.exclusive,
-            topology=gs.topology,
-            subgroups=gs.subgroups,
-            gang=gs.gang,
-            gang_size=gs.gang_size,
-        )
+        return waiting_group(gs, demand, created, priority, classes)
     held = recorded_demand(record)
     pool, lender = held_in(record, gs.pool)
     bound = frozenset(range(held.pod_count))
     group = AdmittedGroup(
-        key=gs.key, pool=pool, demand=held, bound=bound, lender=lender, domain=recorded_domain(record)
+        key=gs.key,
+        pool=pool,
+        demand=held,
+        bound=bound,
+        lender=lender,
+        domain=recorded_domain(record),
+        subgroups=gs.subgroups is not None,
+        gang=gs.gang,
     )
     let_through = sorted(p.name for p in live if p.gated and not p.terminating and is_old(p))
     report = None

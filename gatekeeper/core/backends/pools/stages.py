@@ -22,7 +22,7 @@ from gatekeeper.core.admission.members import Stranger
 from gatekeeper.core.admission.queue import AdmittedGroup, WaitingGroup
 from gatekeeper.core.admission.reasons import STRANGER_REASONS, Reason
 from gatekeeper.core.admission.stopping import not_stopped, not_stopped_message, stop_due
-from gatekeeper.core.backends.pools.changed import WaitStatus, changed_template
+from gatekeeper.core.backends.pools.changed import WaitStatus, changed_template, waiting_group
 from gatekeeper.core.backends.pools.giveback import (
     GiveBack,
     departed,
@@ -300,21 +300,7 @@ class GroupPass:
             return
         if waits_for_retry(record, self.settings.now):
             return  # given back: planned again at its status.retryAt
-        self.waiting_groups.append(
-            WaitingGroup(
-                gs.key,
-                gs.pool,
-                gs.demand,
-                created,
-                priority=order,
-                classes=classes,
-                exclusive=gs.exclusive,
-                topology=gs.topology,
-                subgroups=gs.subgroups,
-                gang=gs.gang,
-                gang_size=gs.gang_size,
-            )
-        )
+        self.waiting_groups.append(waiting_group(gs, gs.demand, created, order, classes))
 
     def _held_by_pods(self, gs: GroupState, record: Mapping[str, Any], pods: Sequence[GroupPod]) -> bool:
         """Does a pod let through on this group (no gate, not finished: terminating too; or
