@@ -39,6 +39,8 @@ from gatekeeper.core.kube.keys import (
     DISAGGREGATED_SET_LABEL,
     EXCLUSIVE_TOPOLOGY_ANNOTATION,
     GROUP_KEY_LABEL,
+    KUEUE_SLICE_REQUIRED_TOPOLOGY_ANNOTATION,
+    KUEUE_SLICE_SIZE_ANNOTATION,
     TOPOLOGY_PREFERRED_ANNOTATION,
     TOPOLOGY_REQUIRED_ANNOTATION,
 )
@@ -80,6 +82,11 @@ def cluster() -> dict[str, Any]:
     # topology levels (core.admission.topology): an LWS that requires a rack of pool a's levels
     racked = lws("racked", "team").pool("a").uid("u-3").size(2).replicas(2).worker(gpu_limit=1).obj()
     racked["metadata"]["annotations"] = {TOPOLOGY_REQUIRED_ANNOTATION: "rack"}
+    worker_meta = vllm["spec"]["leaderWorkerTemplate"]["workerTemplate"].setdefault("metadata", {})
+    worker_meta["annotations"] = {
+        KUEUE_SLICE_REQUIRED_TOPOLOGY_ANNOTATION: "rack",
+        KUEUE_SLICE_SIZE_ANNOTATION: "1",
+    }
     # one gang (core.backends.pools.gangs): a DisaggregatedSet's two roles
     for role in (vllm, racked):
         role["metadata"]["labels"].update({DISAGGREGATED_SET_LABEL: "ds", DISAGGREGATED_REVISION_LABEL: "r1"})
@@ -109,7 +116,27 @@ def cluster() -> dict[str, Any]:
             ],
             "admission": {
                 "clusterQueue": "cq",
-                "podSetAssignments": [{"name": "leader", "flavors": {GPU: "h100"}, "count": 1}],
+                "podSetAssignments": [
+                    {
+                        "name": "leader",
+                        "flavors": {GPU: "h100"},
+                        "count": 1,
+                        # Kueue's Topology Aware Scheduling (core.backends.kueue.topology)
+                        "topologyAssignment": {
+                            "levels": ["rack", "kubernetes.io/hostname"],
+                            "slices": [
+                                {
+                                    "domainCount": 1,
+                                    "valuesPerLevel": [
+                                        {"universal": "r0"},
+                                        {"individual": {"prefix": "n", "roots": ["1"]}},
+                                    ],
+                                    "podCounts": {"universal": 1},
+                                }
+                            ],
+                        },
+                    }
+                ],
             },
             "admissionChecks": [{"name": "node-fit", "state": "Pending", "message": ""}],
         },
@@ -117,6 +144,12 @@ def cluster() -> dict[str, Any]:
     tolerant = pod_spec(ctr(gpu_limit=1), tolerations=[{"key": "gpu", "operator": "Exists"}])
     on_karpenter = lws("kv", "team").pool("k").uid("u-2").size(2).replicas(2).worker(tolerant).obj()
     on_karpenter["metadata"]["generation"] = 1
+    # Kueue's own topology annotations on a template (core.backends.kueue.topology)
+    worker_meta = on_karpenter["spec"]["leaderWorkerTemplate"]["workerTemplate"].setdefault("metadata", {})
+    worker_meta["annotations"] = {
+        KUEUE_SLICE_REQUIRED_TOPOLOGY_ANNOTATION: "rack",
+        KUEUE_SLICE_SIZE_ANNOTATION: "1",
+    }
     karpenter_pool = pool("k").obj()
     karpenter_pool["spec"]["nodePools"] = ["np"]
     node_pool = {

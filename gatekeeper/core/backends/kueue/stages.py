@@ -34,11 +34,13 @@ from gatekeeper.core.backends.kueue.adopt import adopted_elsewhere, adopting_mes
 from gatekeeper.core.backends.kueue.order import Offers, Waiting, unreserved
 from gatekeeper.core.backends.kueue.status import RecordStatus
 from gatekeeper.core.backends.kueue.workload import (
+    admitted_where,
     demand_changed,
     flavor_steering,
     never_fits,
     new_pods,
     stale_spec,
+    topology_checked,
     waiting_reason,
     workload_belongs,
 )
@@ -52,7 +54,6 @@ from gatekeeper.core.kube.keys import (
     WAITING_FOR_KUEUE,
 )
 from gatekeeper.core.kube.objects import (
-    as_list,
     as_map,
     condition,
     conditions,
@@ -164,7 +165,7 @@ class GroupPass:
 
     def group(self, lws: Mapping[str, Any], group: LwsGroup, waiting: Waiting | None, offers: Offers) -> None:
         """Decide one group of ``lws``; ``waiting`` and ``offers`` are its LWS's queue."""
-        c = self._read(lws, group)
+        c = self._read(lws, topology_checked(group, lws))
         if self._enter(c, offers):
             return
         self._respec(c)
@@ -465,17 +466,9 @@ class GroupPass:
 
 
 def _admitted_status(c: _Group) -> RecordStatus:
-    flavors_used = sorted(
-        {
-            str(f)
-            for psa in as_list(c.admission.get("podSetAssignments"))
-            for f in as_map(as_map(psa).get("flavors")).values()
-        }
-    )
-    cq = c.admission.get("clusterQueue", "")
     summary = format_resources(c.demand.total) if c.demand is not None else ""
-    said = f"group {c.st.key.index} admitted by Kueue: ClusterQueue {cq}, flavor " + (
-        f"{', '.join(flavors_used) or '-'}" + (f", {summary}" if summary else "")
+    said = f"group {c.st.key.index} admitted by Kueue: {admitted_where(c.admission)}" + (
+        f", {summary}" if summary else ""
     )
     if c.waits_new:
         n = len(c.waits_new)

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
+from gatekeeper.core.backends.kueue import topology
 from gatekeeper.core.kube.keys import (
     CHECK_PENDING,
     CHECK_READY,
@@ -44,11 +46,13 @@ from gatekeeper.core.kube.objects import as_list, as_map, conditions, digest, is
 from gatekeeper.core.kube.quantity import parse_units
 from gatekeeper.core.model.claims import NO_CLAIMS, ClaimBook, template_counts
 from gatekeeper.core.model.demand import GroupDemand
-from gatekeeper.core.model.groups import GroupState
+from gatekeeper.core.model.group import InvalidDemand
+from gatekeeper.core.model.groups import GroupState, LwsGroup
 from gatekeeper.core.model.lws import GroupPod, priority, size, templates
 
 __all__ = [
     "PERMANENT_REASONS",
+    "admitted_where",
     "clear_admission_status",
     "demand_changed",
     "flavor_steering",
@@ -56,6 +60,7 @@ __all__ = [
     "new_pods",
     "new_workload",
     "stale_spec",
+    "topology_checked",
     "waiting_reason",
     "workload_belongs",
     "workload_index",
@@ -131,6 +136,13 @@ def new_workload(
     if count > 1:
         worker_spec = counted_spec(worker.get("spec"), ns, claim_book)
         pod_sets.append({"name": "worker", "count": count - 1, "template": {"spec": worker_spec}})
+    for pod_set, template in zip(pod_sets, (leader, worker), strict=False):
+        try:
+            asked = topology.request(group.topology, template, int(pod_set["count"]))
+        except ValueError:
+            asked = None  # the group's demand says why (``pod_set_topology``): it gets no Workload
+        if asked is not None:
+            pod_set["topologyRequest"] = asked
     spec: dict[str, Any] = {"queueName": group.pool, "podSets": pod_sets}
     prio = priority(lws, priorities or {})
     if prio.class_name is not None and prio.value is not None:
@@ -222,7 +234,8 @@ def stale_spec(
 def flavor_steering(
     wl: Mapping[str, Any], flavors: Mapping[str, Mapping[str, Any]], pod_set: str
 ) -> tuple[dict[str, str], tuple[Mapping[str, Any], ...]]:
-    """Node labels and tolerations of the flavors Kueue assigned to ``pod_set``."""
+    """Node labels and tolerations of the flavors Kueue assigned to ``pod_set``, and the labels
+    of the topology domain Kueue's Topology Aware Scheduling put it in (``topology``)."""
     node_labels: dict[str, str] = {}
     tolerations: list[Mapping[str, Any]] = []
     admission = as_map(as_map(wl.get("status")).get("admission"))
@@ -238,7 +251,37 @@ def flavor_steering(
             for tol in tols if isinstance(tols, list) else []:
                 if isinstance(tol, Mapping) and tol not in tolerations:
                     tolerations.append(tol)
+        node_labels.update(topology.assigned_domain(as_map(psa.get("topologyAssignment"))))
     return node_labels, tuple(tolerations)
+
+
+def admitted_where(admission: Mapping[str, Any]) -> str:
+    """Where Kueue admitted a Workload, for its record: "ClusterQueue cq, flavor h100", and the
+    topology domain that holds every pod set ("in rack=r2") when Kueue assigned one."""
+    assigned = [as_map(psa) for psa in as_list(admission.get("podSetAssignments"))]
+    used = sorted({str(f) for psa in assigned for f in as_map(psa.get("flavors")).values()})
+    where = f"ClusterQueue {admission.get('clusterQueue', '')}, flavor {', '.join(used) or '-'}"
+    domains = [topology.assigned_domain(as_map(psa.get("topologyAssignment"))) for psa in assigned]
+    shared = [(k, v) for k, v in domains[0].items() if all(d.get(k) == v for d in domains)] if domains else []
+    return f"{where} in {', '.join(f'{k}={v}' for k, v in shared)}" if shared else where
+
+
+def topology_checked(group: LwsGroup, lws: Mapping[str, Any]) -> LwsGroup:
+    """``group``, its demand ``InvalidSpec`` when the topology its LWS asks cannot go into its
+    Workload's pod sets (``topology.request``): it then gets no Workload, and says why."""
+    st = group.state
+    if not isinstance(st.demand, GroupDemand):
+        return group
+    leader, worker = templates(lws)
+    try:
+        count = size(lws)
+        topology.request(st.topology, leader, 1)
+        if count > 1:
+            topology.request(st.topology, worker, count - 1)
+    except ValueError as exc:
+        said = InvalidDemand(f"LeaderWorkerSet {st.key.namespace}/{st.key.name}: {exc}")
+        return replace(group, state=replace(st, demand=said))
+    return group
 
 
 def waiting_reason(wl: Mapping[str, Any] | None, index: int, queue: str) -> tuple[str, str]:

@@ -1,0 +1,203 @@
+"""Kueue's Topology Aware Scheduling for the ``kueue`` backend: what a group's Workload asks,
+and the domain Kueue chose for it.
+
+Why this exists: with the ``kueue`` backend Kueue decides, so Kueue also chooses the topology
+domain a group goes into (its TAS, with a ``Topology`` and a flavor that names it). The
+gatekeeper writes the request into each pod set of the group's Workload (``request``, called
+by ``workload.new_workload``) and, once Kueue admits it, pins the group's pods to the domain
+Kueue assigned (``assigned_domain``, called by ``workload.flavor_steering``), rather than
+choosing again. A user writes the request once, where they already would:
+
+- the LWS's own ``lws-gatekeeper.io/topology-required`` / ``-preferred`` annotation, as with
+  the ``pools`` backend: the whole group (leader and workers) in one domain of that level;
+- or Kueue's annotations on the LWS templates, read as Kueue's own LWS integration reads them
+  (``kueue.x-k8s.io/podset-required-topology``, ``-preferred-topology``,
+  ``-unconstrained-topology``, ``-slice-required-topology`` with ``-slice-size``, and
+  ``podset-group-name`` to place leader and workers together).
+
+Both at once is refused (``InvalidSpec``): the group would be asked two things. Values are
+checked here as Kueue's Workload validation would (label keys, at most 63 characters, a slice
+size from 1 to the pod set's count), so a bad template gets its reason on the group's record,
+not a Workload the API server refuses.
+
+Pure: no I/O. A Kueue assignment that cannot be read pins nothing (the flavor's node labels
+still apply); it never raises.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from gatekeeper.core.kube.keys import (
+    KUEUE_PODSET_GROUP_ANNOTATION,
+    KUEUE_PREFERRED_TOPOLOGY_ANNOTATION,
+    KUEUE_REQUIRED_TOPOLOGY_ANNOTATION,
+    KUEUE_SLICE_REQUIRED_TOPOLOGY_ANNOTATION,
+    KUEUE_SLICE_SIZE_ANNOTATION,
+    KUEUE_UNCONSTRAINED_TOPOLOGY_ANNOTATION,
+)
+from gatekeeper.core.kube.objects import as_list, as_map, meta
+from gatekeeper.core.kube.selectors import is_label_key
+from gatekeeper.core.model.lws import TopologyRequest
+
+__all__ = ["GROUP_POD_SET_GROUP", "MAX_ASSIGNED_DOMAINS", "assigned_domain", "request"]
+
+GROUP_POD_SET_GROUP = "group"
+"""The ``podSetGroupName`` of a group asked by the LWS's own topology annotation: leader and
+workers in one domain."""
+
+MAX_LEVEL_CHARS = 63
+"""Kueue's limit on a topology level named in a pod set's request."""
+
+MAX_GROUP_NAME_CHARS = 256
+"""Kueue's limit on ``podSetGroupName``."""
+
+MAX_LEVELS = 16
+"""Kueue's limit on a Topology's (and an assignment's) levels."""
+
+MAX_ASSIGNED_DOMAINS = 100_000
+"""Domains read from one pod set's assignment at most (Kueue's own bound on a slice); past it,
+nothing is pinned."""
+
+
+def request(
+    topology: TopologyRequest | None, template: Mapping[str, Any], count: int
+) -> dict[str, Any] | None:
+    """The ``topologyRequest`` of a pod set of ``count`` pods made from ``template``, or None.
+
+    ``topology`` is the LWS's own annotation (``core.model.lws.topology_request``): it puts
+    every pod set of the group in one domain of its level (one ``podSetGroupName``). Otherwise
+    the template's Kueue annotations, as Kueue's LWS integration reads them. Raises ValueError
+    on a value Kueue would refuse, or when both are given."""
+    notes = as_map(meta(template).get("annotations"))
+    kueue_keys = [
+        key
+        for key in (
+            KUEUE_REQUIRED_TOPOLOGY_ANNOTATION,
+            KUEUE_PREFERRED_TOPOLOGY_ANNOTATION,
+            KUEUE_UNCONSTRAINED_TOPOLOGY_ANNOTATION,
+            KUEUE_SLICE_REQUIRED_TOPOLOGY_ANNOTATION,
+        )
+        if key in notes
+    ]
+    if topology is not None:
+        if kueue_keys:
+            raise ValueError(
+                f"its topology annotation and its template's {kueue_keys[0]} both ask a domain: set one"
+            )
+        _level(topology.key, "its topology annotation")
+        return {
+            "required" if topology.required else "preferred": topology.key,
+            "podSetGroupName": GROUP_POD_SET_GROUP,
+        }
+    return _from_template(notes, count)
+
+
+def _from_template(notes: Mapping[str, Any], count: int) -> dict[str, Any] | None:
+    """Kueue's ``NewPodSetTopologyRequest`` rules: required, else preferred, else
+    unconstrained; a slice layer beside any of them; a group name with required or preferred."""
+    out: dict[str, Any] = {}
+    required, preferred = KUEUE_REQUIRED_TOPOLOGY_ANNOTATION, KUEUE_PREFERRED_TOPOLOGY_ANNOTATION
+    if required in notes:
+        out["required"] = _level(notes[required], required)
+    elif preferred in notes:
+        out["preferred"] = _level(notes[preferred], preferred)
+    elif KUEUE_UNCONSTRAINED_TOPOLOGY_ANNOTATION in notes:
+        value = str(notes[KUEUE_UNCONSTRAINED_TOPOLOGY_ANNOTATION]).lower()
+        if value not in ("true", "false"):
+            raise ValueError(f"annotation {KUEUE_UNCONSTRAINED_TOPOLOGY_ANNOTATION} is not true or false")
+        out["unconstrained"] = value == "true"
+    slice_level = notes.get(KUEUE_SLICE_REQUIRED_TOPOLOGY_ANNOTATION)
+    slice_size = notes.get(KUEUE_SLICE_SIZE_ANNOTATION)
+    if slice_level is not None and slice_size is not None:
+        out["podSetSliceRequiredTopology"] = _level(slice_level, KUEUE_SLICE_REQUIRED_TOPOLOGY_ANNOTATION)
+        out["podSetSliceSize"] = _slice_size(slice_size, count)
+    elif slice_level is not None:
+        raise ValueError(
+            f"annotation {KUEUE_SLICE_REQUIRED_TOPOLOGY_ANNOTATION} needs {KUEUE_SLICE_SIZE_ANNOTATION}"
+        )
+    group = notes.get(KUEUE_PODSET_GROUP_ANNOTATION)
+    if group is not None and ("required" in out or "preferred" in out):
+        if not isinstance(group, str) or not 0 < len(group) <= MAX_GROUP_NAME_CHARS:
+            raise ValueError(f"annotation {KUEUE_PODSET_GROUP_ANNOTATION} is empty or longer than 256")
+        out["podSetGroupName"] = group
+    return out or None
+
+
+def _level(value: object, where: str) -> str:
+    if not is_label_key(value) or len(str(value)) > MAX_LEVEL_CHARS:
+        shown = value[:80] if isinstance(value, str) else type(value).__name__
+        raise ValueError(
+            f"{where} is not a node label key of at most {MAX_LEVEL_CHARS} characters: {shown!r}"
+        )
+    return str(value)
+
+
+def _slice_size(value: object, count: int) -> int:
+    text = str(value)
+    if not (text.isascii() and text.isdigit() and len(text) <= 6 and 1 <= int(text) <= max(count, 1)):
+        raise ValueError(
+            f"annotation {KUEUE_SLICE_SIZE_ANNOTATION} is not a count from 1 to {count}: {text[:20]!r}"
+        )
+    return int(text)
+
+
+def assigned_domain(assignment: Mapping[str, Any]) -> dict[str, str]:
+    """The narrowest domain that holds every pod of a pod set's ``topologyAssignment``: the
+    labels of the levels, widest first, on which all its domains agree (a pod set on one host
+    is pinned to that host; one spread over the hosts of a rack, to the rack). Empty when
+    nothing is assigned or the assignment cannot be read.
+
+    Reads Kueue v1beta2's ``slices`` (``valuesPerLevel`` universal or individual with prefix
+    and suffix) and v1beta1's ``domains`` (``values`` per domain)."""
+    levels = as_list(assignment.get("levels"))
+    if not 0 < len(levels) <= MAX_LEVELS or not all(is_label_key(level) for level in levels):
+        return {}
+    columns = _columns(assignment, len(levels))
+    out: dict[str, str] = {}
+    for level, values in zip(levels, columns, strict=True):
+        if len(values) != 1:
+            break
+        out[str(level)] = next(iter(values))
+    return out
+
+
+def _columns(assignment: Mapping[str, Any], width: int) -> list[set[str]]:
+    """Per level, the values its domains take; all empty when unreadable or too large."""
+    columns: list[set[str]] = [set() for _ in range(width)]
+    seen = 0
+    for item in as_list(assignment.get("slices")):
+        piece = as_map(item)
+        count = piece.get("domainCount")
+        per_level = as_list(piece.get("valuesPerLevel"))
+        if type(count) is not int or not 0 < count <= MAX_ASSIGNED_DOMAINS - seen or len(per_level) != width:
+            return [set() for _ in range(width)]
+        seen += count
+        for column, entry in zip(columns, per_level, strict=True):
+            values = _values(as_map(entry), count)
+            if values is None:
+                return [set() for _ in range(width)]
+            column.update(values)
+    for item in as_list(assignment.get("domains")):
+        named = as_list(as_map(item).get("values"))
+        seen += 1
+        if len(named) != width or seen > MAX_ASSIGNED_DOMAINS or not all(isinstance(v, str) for v in named):
+            return [set() for _ in range(width)]
+        for column, value in zip(columns, named, strict=True):
+            column.add(str(value))
+    return columns
+
+
+def _values(entry: Mapping[str, Any], count: int) -> set[str] | None:
+    universal = entry.get("universal")
+    if isinstance(universal, str):
+        return {universal}
+    individual = as_map(entry.get("individual"))
+    roots = as_list(individual.get("roots"))
+    if len(roots) != count or not all(isinstance(r, str) for r in roots):
+        return None
+    prefix, suffix = individual.get("prefix") or "", individual.get("suffix") or ""
+    if not isinstance(prefix, str) or not isinstance(suffix, str):
+        return None
+    return {f"{prefix}{root}{suffix}" for root in roots}

@@ -1,0 +1,193 @@
+"""Kueue's Topology Aware Scheduling with the ``kueue`` backend: the request written into a
+group's Workload, and the domain Kueue assigned applied to its pods.
+
+Table tests on plain dicts; the real Kueue places a group in one rack in
+``tests/e2e/test_kueue_topology.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from core_builders import lws_pod
+from test_backend_kueue import ADMITTED, LQ, decide, rec, vllm, workload
+
+from gatekeeper.core.backends.kueue import new_workload
+from gatekeeper.core.backends.kueue.topology import MAX_ASSIGNED_DOMAINS, assigned_domain, request
+from gatekeeper.core.kube.keys import (
+    KUEUE_PODSET_GROUP_ANNOTATION,
+    KUEUE_PREFERRED_TOPOLOGY_ANNOTATION,
+    KUEUE_REQUIRED_TOPOLOGY_ANNOTATION,
+    KUEUE_SLICE_REQUIRED_TOPOLOGY_ANNOTATION,
+    KUEUE_SLICE_SIZE_ANNOTATION,
+    KUEUE_UNCONSTRAINED_TOPOLOGY_ANNOTATION,
+    TOPOLOGY_PREFERRED_ANNOTATION,
+    TOPOLOGY_REQUIRED_ANNOTATION,
+)
+from gatekeeper.core.model.lws import TopologyRequest
+
+RACK = "topology.example.com/rack"
+BLOCK = "topology.example.com/block"
+HOST = "kubernetes.io/hostname"
+SLICE, SIZE = KUEUE_SLICE_REQUIRED_TOPOLOGY_ANNOTATION, KUEUE_SLICE_SIZE_ANNOTATION
+
+
+def template(**notes: str) -> dict[str, Any]:
+    return {"metadata": {"annotations": notes}, "spec": {}}
+
+
+@pytest.mark.parametrize(
+    ("topology", "notes", "count", "expected"),
+    [
+        (None, {}, 3, None),
+        (TopologyRequest(RACK, True), {}, 3, {"required": RACK, "podSetGroupName": "group"}),
+        (TopologyRequest(RACK, False), {}, 1, {"preferred": RACK, "podSetGroupName": "group"}),
+        (None, {KUEUE_REQUIRED_TOPOLOGY_ANNOTATION: RACK}, 3, {"required": RACK}),
+        (None, {KUEUE_PREFERRED_TOPOLOGY_ANNOTATION: BLOCK}, 3, {"preferred": BLOCK}),
+        # required wins over preferred, as in Kueue's NewPodSetTopologyRequest
+        (None, {KUEUE_REQUIRED_TOPOLOGY_ANNOTATION: RACK, KUEUE_PREFERRED_TOPOLOGY_ANNOTATION: BLOCK}, 3,
+         {"required": RACK}),
+        (None, {KUEUE_UNCONSTRAINED_TOPOLOGY_ANNOTATION: "true"}, 3, {"unconstrained": True}),
+        (None, {KUEUE_REQUIRED_TOPOLOGY_ANNOTATION: RACK, KUEUE_PODSET_GROUP_ANNOTATION: "g"}, 3,
+         {"required": RACK, "podSetGroupName": "g"}),
+        # a group name alone asks nothing (Kueue drops it without required or preferred)
+        (None, {KUEUE_PODSET_GROUP_ANNOTATION: "g"}, 3, None),
+        (None, {SLICE: HOST, SIZE: "2", KUEUE_REQUIRED_TOPOLOGY_ANNOTATION: RACK}, 4,
+         {"required": RACK, "podSetSliceRequiredTopology": HOST, "podSetSliceSize": 2}),
+    ],
+)  # fmt: skip
+def test_the_pod_set_request_is_read_as_kueues_lws_integration_reads_it(
+    topology: TopologyRequest | None, notes: dict[str, str], count: int, expected: dict[str, Any] | None
+) -> None:
+    assert request(topology, template(**notes), count) == expected
+
+
+@pytest.mark.parametrize(
+    ("topology", "notes", "count", "words"),
+    [
+        (TopologyRequest(RACK, True), {KUEUE_REQUIRED_TOPOLOGY_ANNOTATION: RACK}, 2, "set one"),
+        (None, {KUEUE_REQUIRED_TOPOLOGY_ANNOTATION: "not a key!"}, 2, "not a node label key"),
+        (None, {KUEUE_REQUIRED_TOPOLOGY_ANNOTATION: "a" * 64}, 2, "63 characters"),
+        (None, {KUEUE_UNCONSTRAINED_TOPOLOGY_ANNOTATION: "yes"}, 2, "true or false"),
+        (None, {SLICE: HOST}, 2, "needs"),
+        (None, {SLICE: HOST, SIZE: "3"}, 2, "1 to 2"),
+        (None, {SLICE: HOST, SIZE: "-1"}, 2, "1 to 2"),
+        (None, {SLICE: HOST, SIZE: "9" * 99}, 2, "1 to"),
+        (None, {KUEUE_REQUIRED_TOPOLOGY_ANNOTATION: RACK, KUEUE_PODSET_GROUP_ANNOTATION: "g" * 257}, 2,
+         "256"),
+    ],
+)  # fmt: skip
+def test_a_request_kueue_would_refuse_is_refused_here_with_the_reason(
+    topology: TopologyRequest | None, notes: dict[str, str], count: int, words: str
+) -> None:
+    with pytest.raises(ValueError, match=words):
+        request(topology, template(**notes), count)
+
+
+def slices(*per_slice: tuple[int, list[Any]]) -> list[dict[str, Any]]:
+    return [
+        {"domainCount": n, "valuesPerLevel": levels, "podCounts": {"universal": 1}} for n, levels in per_slice
+    ]
+
+
+@pytest.mark.parametrize(
+    ("assignment", "expected"),
+    [
+        ({}, {}),
+        # one pod on one host: pinned to the host
+        ({"levels": [RACK, HOST], "slices": slices((1, [{"universal": "r2"}, {"universal": "h3"}]))},
+         {RACK: "r2", HOST: "h3"}),
+        # spread over two hosts of one rack: pinned to the rack
+        ({"levels": [BLOCK, RACK, HOST],
+          "slices": slices((2, [{"universal": "b1"}, {"universal": "r2"},
+                                {"individual": {"prefix": "h", "roots": ["3", "4"]}}]))},
+         {BLOCK: "b1", RACK: "r2"}),
+        # two slices in two racks of one block: pinned to the block
+        ({"levels": [BLOCK, RACK],
+          "slices": slices((1, [{"universal": "b1"}, {"universal": "r1"}]),
+                           (1, [{"universal": "b1"}, {"universal": "r2"}]))},
+         {BLOCK: "b1"}),
+        # suffix and prefix make the values
+        ({"levels": [RACK],
+          "slices": slices((2, [{"individual": {"prefix": "r", "suffix": "-x", "roots": ["1", "1"]}}]))},
+         {RACK: "r1-x"}),
+        # v1beta1's domains
+        ({"levels": [RACK, HOST],
+          "domains": [{"values": ["r1", "h1"], "count": 1}, {"values": ["r1", "h2"], "count": 1}]},
+         {RACK: "r1"}),
+        # unreadable: pins nothing
+        ({"levels": [RACK], "slices": slices((2, [{"individual": {"roots": ["r1"]}}]))}, {}),
+        ({"levels": [RACK], "slices": slices((1, [{"universal": "r1"}, {"universal": "x"}]))}, {}),
+        ({"levels": ["not a key!"], "slices": slices((1, [{"universal": "r1"}]))}, {}),
+        ({"levels": [RACK] * 17, "slices": []}, {}),
+        ({"levels": [RACK], "slices": slices((MAX_ASSIGNED_DOMAINS + 1, [{"universal": "r1"}]))}, {}),
+        ({"levels": [RACK], "slices": [{"domainCount": "1", "valuesPerLevel": [{"universal": "r1"}]}]}, {}),
+        ({"levels": [RACK], "domains": [{"values": [7]}]}, {}),
+    ],
+)  # fmt: skip
+def test_the_assigned_domain_is_the_narrowest_that_holds_every_pod_of_the_pod_set(
+    assignment: dict[str, Any], expected: dict[str, str]
+) -> None:
+    assert assigned_domain(assignment) == expected
+
+
+def test_the_lws_topology_annotation_asks_kueue_for_the_whole_group_in_one_domain() -> None:
+    obj = vllm(replicas=1, size=3)
+    obj["metadata"].setdefault("annotations", {})[TOPOLOGY_REQUIRED_ANNOTATION] = RACK
+    acts = decide([obj], records=[rec(obj, 0)])
+    [(group, _)] = acts.create_workloads
+    wl = new_workload(group, obj, "rec-uid-0")
+    asked = [ps.get("topologyRequest") for ps in wl["spec"]["podSets"]]
+    assert asked == [{"required": RACK, "podSetGroupName": "group"}] * 2
+
+
+def test_kueues_own_template_annotations_go_into_each_pod_set() -> None:
+    obj = vllm(replicas=1, size=3)
+    tmpl = obj["spec"]["leaderWorkerTemplate"]
+    for part in ("leaderTemplate", "workerTemplate"):
+        tmpl[part].setdefault("metadata", {}).setdefault("annotations", {})[
+            KUEUE_PREFERRED_TOPOLOGY_ANNOTATION
+        ] = RACK
+    acts = decide([obj], records=[rec(obj, 0)])
+    [(group, _)] = acts.create_workloads
+    asked = [ps.get("topologyRequest") for ps in new_workload(group, obj, "u")["spec"]["podSets"]]
+    assert asked == [{"preferred": RACK}] * 2
+
+
+def test_both_kinds_of_request_at_once_get_no_workload_and_say_why() -> None:
+    obj = vllm(replicas=1, size=2)
+    obj["metadata"].setdefault("annotations", {})[TOPOLOGY_PREFERRED_ANNOTATION] = RACK
+    obj["spec"]["leaderWorkerTemplate"]["workerTemplate"].setdefault("metadata", {})["annotations"] = {
+        KUEUE_REQUIRED_TOPOLOGY_ANNOTATION: RACK
+    }
+    acts = decide([obj], records=[rec(obj, 0)])
+    assert acts.create_workloads == ()
+    [st] = acts.statuses
+    assert (st.reason, st.warning) == ("InvalidSpec", True)
+    assert "set one" in st.message
+
+
+def test_an_admitted_group_is_pinned_to_the_domain_kueue_assigned_each_pod_set() -> None:
+    obj = vllm(replicas=1, size=3)
+    pods = [lws_pod("vllm", 0, w, pool=LQ) for w in range(3)]
+    wl = workload(obj, 0, conditions=ADMITTED, flavors={"leader": "h100", "worker": "h100"})
+    one_host = {"universal": "h1"}
+    two_hosts = {"individual": {"prefix": "h", "roots": ["1", "2"]}}
+    for psa, host in zip(wl["status"]["admission"]["podSetAssignments"], (one_host, two_hosts), strict=True):
+        psa["topologyAssignment"] = {
+            "levels": [RACK, HOST],
+            "slices": [{"domainCount": 1 if host is one_host else 2,
+                        "valuesPerLevel": [{"universal": "r2"}, host], "podCounts": {"universal": 1}}],
+        }  # fmt: skip
+    acts = decide([obj], pods, [rec(obj, 0, admitted=False)], [wl])
+    selectors = {u.pod: u.node_selector for u in acts.ungate}
+    flavor = {"pool": "h100", "example.com/zone": "a"}
+    assert selectors == {
+        "vllm-0": {**flavor, RACK: "r2", HOST: "h1"},  # the leader where Kueue put it
+        "vllm-0-1": {**flavor, RACK: "r2"},  # the workers in the rack that holds them all
+        "vllm-0-2": {**flavor, RACK: "r2"},
+    }
+    [st] = acts.statuses
+    assert st.admitted
+    assert f"ClusterQueue cq-gpu, flavor h100 in {RACK}=r2" in st.message  # what ``why`` shows
