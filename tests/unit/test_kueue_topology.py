@@ -41,8 +41,6 @@ def template(**notes: str) -> dict[str, Any]:
     ("topology", "notes", "count", "expected"),
     [
         (None, {}, 3, None),
-        (TopologyRequest(RACK, True), {}, 3, {"required": RACK, "podSetGroupName": "group"}),
-        (TopologyRequest(RACK, False), {}, 1, {"preferred": RACK, "podSetGroupName": "group"}),
         (None, {KUEUE_REQUIRED_TOPOLOGY_ANNOTATION: RACK}, 3, {"required": RACK}),
         (None, {KUEUE_PREFERRED_TOPOLOGY_ANNOTATION: BLOCK}, 3, {"preferred": BLOCK}),
         # required wins over preferred, as in Kueue's NewPodSetTopologyRequest
@@ -66,7 +64,9 @@ def test_the_pod_set_request_is_read_as_kueues_lws_integration_reads_it(
 @pytest.mark.parametrize(
     ("topology", "notes", "count", "words"),
     [
-        (TopologyRequest(RACK, True), {KUEUE_REQUIRED_TOPOLOGY_ANNOTATION: RACK}, 2, "set one"),
+        # the pools backend's annotation: Kueue would count the group's bound pods twice
+        (TopologyRequest(RACK, True), {}, 2, f"{TOPOLOGY_REQUIRED_ANNOTATION} is the pools backend's"),
+        (TopologyRequest(RACK, False), {KUEUE_REQUIRED_TOPOLOGY_ANNOTATION: RACK}, 2, "write kueue"),
         (None, {KUEUE_REQUIRED_TOPOLOGY_ANNOTATION: "not a key!"}, 2, "not a node label key"),
         (None, {KUEUE_REQUIRED_TOPOLOGY_ANNOTATION: "a" * 64}, 2, "63 characters"),
         (None, {KUEUE_UNCONSTRAINED_TOPOLOGY_ANNOTATION: "yes"}, 2, "true or false"),
@@ -132,16 +132,6 @@ def test_the_assigned_domain_is_the_narrowest_that_holds_every_pod_of_the_pod_se
     assert assigned_domain(assignment) == expected
 
 
-def test_the_lws_topology_annotation_asks_kueue_for_the_whole_group_in_one_domain() -> None:
-    obj = vllm(replicas=1, size=3)
-    obj["metadata"].setdefault("annotations", {})[TOPOLOGY_REQUIRED_ANNOTATION] = RACK
-    acts = decide([obj], records=[rec(obj, 0)])
-    [(group, _)] = acts.create_workloads
-    wl = new_workload(group, obj, "rec-uid-0")
-    asked = [ps.get("topologyRequest") for ps in wl["spec"]["podSets"]]
-    assert asked == [{"required": RACK, "podSetGroupName": "group"}] * 2
-
-
 def test_kueues_own_template_annotations_go_into_each_pod_set() -> None:
     obj = vllm(replicas=1, size=3)
     tmpl = obj["spec"]["leaderWorkerTemplate"]
@@ -155,7 +145,7 @@ def test_kueues_own_template_annotations_go_into_each_pod_set() -> None:
     assert asked == [{"preferred": RACK}] * 2
 
 
-def test_both_kinds_of_request_at_once_get_no_workload_and_say_why() -> None:
+def test_the_pools_backends_annotation_gets_no_workload_and_says_what_to_write() -> None:
     obj = vllm(replicas=1, size=2)
     obj["metadata"].setdefault("annotations", {})[TOPOLOGY_PREFERRED_ANNOTATION] = RACK
     obj["spec"]["leaderWorkerTemplate"]["workerTemplate"].setdefault("metadata", {})["annotations"] = {
@@ -165,7 +155,7 @@ def test_both_kinds_of_request_at_once_get_no_workload_and_say_why() -> None:
     assert acts.create_workloads == ()
     [st] = acts.statuses
     assert (st.reason, st.warning) == ("InvalidSpec", True)
-    assert "set one" in st.message
+    assert f"write {KUEUE_REQUIRED_TOPOLOGY_ANNOTATION}" in st.message
 
 
 def test_an_admitted_group_is_pinned_to_the_domain_kueue_assigned_each_pod_set() -> None:

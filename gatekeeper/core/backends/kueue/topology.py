@@ -6,19 +6,17 @@ domain a group goes into (its TAS, with a ``Topology`` and a flavor that names i
 gatekeeper writes the request into each pod set of the group's Workload (``request``, called
 by ``workload.new_workload``) and, once Kueue admits it, pins the group's pods to the domain
 Kueue assigned (``assigned_domain``, called by ``workload.flavor_steering``), rather than
-choosing again. A user writes the request once, where they already would:
+choosing again. A user writes the request once, where Kueue's own LWS integration reads it:
+Kueue's annotations on the LWS templates (``kueue.x-k8s.io/podset-required-topology``,
+``-preferred-topology``, ``-unconstrained-topology``, ``-slice-required-topology`` with
+``-slice-size``, and ``podset-group-name`` to place leader and workers together). The pods
+carry them too, which is how Kueue tells them from pods it did not place.
 
-- the LWS's own ``lws-gatekeeper.io/topology-required`` / ``-preferred`` annotation, as with
-  the ``pools`` backend: the whole group (leader and workers) in one domain of that level;
-- or Kueue's annotations on the LWS templates, read as Kueue's own LWS integration reads them
-  (``kueue.x-k8s.io/podset-required-topology``, ``-preferred-topology``,
-  ``-unconstrained-topology``, ``-slice-required-topology`` with ``-slice-size``, and
-  ``podset-group-name`` to place leader and workers together).
-
-Both at once is refused (``InvalidSpec``): the group would be asked two things. Values are
-checked here as Kueue's Workload validation would (label keys, at most 63 characters, a slice
-size from 1 to the pod set's count), so a bad template gets its reason on the group's record,
-not a Workload the API server refuses.
+Values are checked here as Kueue's Workload validation would (label keys, at most 63
+characters, a slice size from 1 to the pod set's count), so a bad template gets its reason on
+the group's record (``InvalidSpec``), not a Workload the API server refuses. The LWS's
+``lws-gatekeeper.io/topology-*`` annotation (the ``pools`` backend's) is refused here, with
+the annotation to write instead.
 
 Pure: no I/O. A Kueue assignment that cannot be read pins nothing (the flavor's node labels
 still apply); it never raises.
@@ -36,16 +34,14 @@ from gatekeeper.core.kube.keys import (
     KUEUE_SLICE_REQUIRED_TOPOLOGY_ANNOTATION,
     KUEUE_SLICE_SIZE_ANNOTATION,
     KUEUE_UNCONSTRAINED_TOPOLOGY_ANNOTATION,
+    TOPOLOGY_PREFERRED_ANNOTATION,
+    TOPOLOGY_REQUIRED_ANNOTATION,
 )
 from gatekeeper.core.kube.objects import as_list, as_map, meta
 from gatekeeper.core.kube.selectors import is_label_key
 from gatekeeper.core.model.lws import TopologyRequest
 
-__all__ = ["GROUP_POD_SET_GROUP", "MAX_ASSIGNED_DOMAINS", "assigned_domain", "request"]
-
-GROUP_POD_SET_GROUP = "group"
-"""The ``podSetGroupName`` of a group asked by the LWS's own topology annotation: leader and
-workers in one domain."""
+__all__ = ["MAX_ASSIGNED_DOMAINS", "assigned_domain", "request"]
 
 MAX_LEVEL_CHARS = 63
 """Kueue's limit on a topology level named in a pod set's request."""
@@ -64,34 +60,23 @@ nothing is pinned."""
 def request(
     topology: TopologyRequest | None, template: Mapping[str, Any], count: int
 ) -> dict[str, Any] | None:
-    """The ``topologyRequest`` of a pod set of ``count`` pods made from ``template``, or None.
+    """The ``topologyRequest`` of a pod set of ``count`` pods made from ``template`` (its Kueue
+    annotations, as Kueue's LWS integration reads them), or None.
 
-    ``topology`` is the LWS's own annotation (``core.model.lws.topology_request``): it puts
-    every pod set of the group in one domain of its level (one ``podSetGroupName``). Otherwise
-    the template's Kueue annotations, as Kueue's LWS integration reads them. Raises ValueError
-    on a value Kueue would refuse, or when both are given."""
-    notes = as_map(meta(template).get("annotations"))
-    kueue_keys = [
-        key
-        for key in (
-            KUEUE_REQUIRED_TOPOLOGY_ANNOTATION,
-            KUEUE_PREFERRED_TOPOLOGY_ANNOTATION,
-            KUEUE_UNCONSTRAINED_TOPOLOGY_ANNOTATION,
-            KUEUE_SLICE_REQUIRED_TOPOLOGY_ANNOTATION,
-        )
-        if key in notes
-    ]
+    Raises ValueError on a value Kueue would refuse, and when the LWS carries the gatekeeper's
+    own topology annotation (``topology``, ``core.model.lws.topology_request``): Kueue tells
+    the pods of a Workload it placed from other pods by Kueue's annotations on the pods, so a
+    group asked only by the LWS's annotation would be counted twice in its domain once bound
+    (as the Workload's assignment and as pods Kueue does not know)."""
     if topology is not None:
-        if kueue_keys:
-            raise ValueError(
-                f"its topology annotation and its template's {kueue_keys[0]} both ask a domain: set one"
-            )
-        _level(topology.key, "its topology annotation")
-        return {
-            "required" if topology.required else "preferred": topology.key,
-            "podSetGroupName": GROUP_POD_SET_GROUP,
-        }
-    return _from_template(notes, count)
+        asked = TOPOLOGY_REQUIRED_ANNOTATION if topology.required else TOPOLOGY_PREFERRED_ANNOTATION
+        raise ValueError(
+            f"annotation {asked} is the pools backend's; with the kueue backend Kueue chooses the "
+            f"domain and counts a group's pods by its own annotations: write "
+            f"{KUEUE_REQUIRED_TOPOLOGY_ANNOTATION} (or -preferred-topology) on the templates, with "
+            f"{KUEUE_PODSET_GROUP_ANNOTATION} to keep leader and workers together"
+        )
+    return _from_template(as_map(meta(template).get("annotations")), count)
 
 
 def _from_template(notes: Mapping[str, Any], count: int) -> dict[str, Any] | None:
