@@ -98,6 +98,8 @@ def make_queue(
     preemption: dict[str, Any] | None = None,
     tag: str | None = None,
     taint: dict[str, str] | None = None,
+    node_labels: Sequence[dict[str, str]] = (),
+    topology: Sequence[str] = (),
 ) -> Queue:
     """Fake nodes, a namespace (made unless given), a flavor on those nodes, a ClusterQueue, a LocalQueue.
 
@@ -105,14 +107,30 @@ def make_queue(
     ClusterQueue requires; ``preemption`` is the ClusterQueue's ``spec.preemption``.
     ``taint`` (key, value, effect) taints the nodes, and the flavor carries the matching
     toleration (which Kueue, or the gatekeeper's kueue backend, adds to admitted pods).
+    ``node_labels`` adds labels to each node in turn; ``topology`` (node label keys, widest
+    first) makes a Kueue ``Topology`` of those levels that the flavor names, for Kueue's
+    Topology Aware Scheduling.
     """
     tag = tag or new_tag()
     labels = {"kueue-test-pool": tag}
     taints = [taint] if taint else None
     sb.create_nodes(
-        [fake_node(f"kq-{tag}-{i}", gpus=gpus_per_node, labels=labels, taints=taints) for i in range(nodes)]
+        [
+            fake_node(
+                f"kq-{tag}-{i}",
+                gpus=gpus_per_node,
+                labels={**labels, **(node_labels[i] if i < len(node_labels) else {})},
+                taints=taints,
+            )
+            for i in range(nodes)
+        ]
     )
     flavor_spec: dict[str, Any] = {"nodeLabels": labels}
+    if topology:
+        levels = [{"nodeLabel": key} for key in topology]
+        sb.apply([{"apiVersion": KUEUE_API, "kind": "Topology", "metadata": {"name": f"topo-{tag}"},
+                   "spec": {"levels": levels}}])  # fmt: skip
+        flavor_spec["topologyName"] = f"topo-{tag}"
     if taint:
         flavor_spec["tolerations"] = [{**taint, "operator": "Equal"}]
     ns = namespace or f"kueue-{tag}"
