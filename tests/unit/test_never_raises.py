@@ -82,6 +82,17 @@ def cluster() -> dict[str, Any]:
     # topology levels (core.admission.topology): an LWS that requires a rack of pool a's levels
     racked = lws("racked", "team").pool("a").uid("u-3").size(2).replicas(2).worker(gpu_limit=1).obj()
     racked["metadata"]["annotations"] = {TOPOLOGY_REQUIRED_ANNOTATION: "rack"}
+    # hard topology spread constraints (core.model.spread, core.admission.skew)
+    racked["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["topologySpreadConstraints"] = [
+        {
+            "maxSkew": 1,
+            "topologyKey": "kubernetes.io/hostname",
+            "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"leaderworkerset.sigs.k8s.io/name": "racked"}},
+            "matchLabelKeys": ["leaderworkerset.sigs.k8s.io/group-key"],
+            "minDomains": 2,
+        }
+    ]
     worker_meta = vllm["spec"]["leaderWorkerTemplate"]["workerTemplate"].setdefault("metadata", {})
     worker_meta["annotations"] = {
         KUEUE_SLICE_REQUIRED_TOPOLOGY_ANNOTATION: "rack",

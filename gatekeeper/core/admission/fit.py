@@ -28,13 +28,16 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, insort
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gatekeeper.core.admission.quota import by_importance
+from gatekeeper.core.admission.skew import Local, Skews
 from gatekeeper.core.kube.selectors import NodeConstraints
 from gatekeeper.core.model.demand import PodDemand, Resources
 from gatekeeper.core.model.nodes import Node
+from gatekeeper.core.model.spread import BoundPods
 
 #: Node names, one per pod of the group, in the group's pod order (leader first).
 Placement = tuple[str, ...]
@@ -65,6 +68,9 @@ class Misfit:
     placed: int
     eligible: int
     nodes: int
+    skew: str = ""
+    """The hard topology spread constraint that left the pod no node with room (``Spread.said``),
+    or "" when room itself was short."""
 
 
 class NodeTable:
@@ -82,8 +88,10 @@ class NodeTable:
         usage: Mapping[str, Mapping[str, int]] | None = None,
         *,
         hypothetical: bool = False,
+        bound: BoundPods | None = None,
     ) -> None:
         self._nodes = sorted(nodes, key=lambda node: node.name)
+        self._skews = Skews(self._nodes, None if hypothetical else bound, hypothetical=hypothetical)
         self._position = {node.name: i for i, node in enumerate(self._nodes)}
         self._hypothetical = hypothetical
         usage = usage or {}
@@ -153,18 +161,28 @@ class NodeTable:
         order = sorted(range(len(pods)), key=lambda i: (-shapes[i][0], i))
         taken: list[tuple[int, dict[str, int]]] = []
         chosen = [0] * len(pods)
+        local: Local = Counter()
         for i in order:
             _, primary, req = shapes[i]
-            node = self._best_fit(view, pods[i].constraints, primary, req, allowed)
+            spread = self._skews.mask(view, self._views[view], pods[i], local)
+            use = allowed if spread is None else _both(spread[0], allowed)
+            node = self._best_fit(view, pods[i].constraints, primary, req, use)
             if node is None:
                 misfit = self._explain(view, i, pods[i], req, len(taken))
+                if (
+                    spread is not None
+                    and self._best_fit(view, pods[i].constraints, primary, req, allowed) is not None
+                ):
+                    misfit = replace(misfit, skew=spread[1].said)  # room there is, where the rule forbids
                 for n, r in reversed(taken):
                     self._change(n, r, +1)
                 return misfit
             self._change(node, req, -1)
+            self._skews.count(pods[i], node, local)
             taken.append((node, req))
             chosen[i] = node
         if keep:
+            self._skews.keep(local)
             self.version += 1
         else:
             for n, r in reversed(taken):
@@ -176,6 +194,7 @@ class NodeTable:
         that did not all fit)."""
         for pod, name in zip(pods, nodes, strict=True):
             self._change(self._position[name], self._pod_shape(view, pod)[2], +1)
+        self._skews.forget(pods, [self._position[name] for name in nodes])
         self.version += 1
 
     def view_nodes(self, view: str) -> list[Node]:
@@ -389,6 +408,10 @@ class NodeTable:
             eligible=len(members),
             nodes=len(self._views[view]),
         )
+
+
+def _both(mask: bytearray, allowed: bytearray | None) -> bytearray:
+    return mask if allowed is None else bytearray(a & b for a, b in zip(mask, allowed, strict=True))
 
 
 def _fits(free: Mapping[str, int], req: Mapping[str, int]) -> bool:

@@ -132,6 +132,11 @@ def cannot_place(pool: str, misfit: Misfit) -> str:
     """A group that could not be placed even on the pool's empty nodes."""
     if misfit.nodes == 0:
         return f"can never be placed: pool {pool} has no nodes"
+    if misfit.skew:
+        return (
+            f"can never be placed: pod {misfit.role}'s topologySpreadConstraints ({misfit.skew}) "
+            f"leave it no node of pool {pool} with room, even on empty nodes"
+        )
     if misfit.eligible == 0:
         return (
             f"can never be placed: pod {misfit.role} matches none of pool {pool}'s "
@@ -265,7 +270,12 @@ def waits_for_nodes(pool: str, misfit: Misfit) -> str:
     if misfit.eligible == 0:
         nodes = plural(misfit.nodes, "schedulable node")
         return f"{head} pod {misfit.role} matches none of its {nodes} right now"
-    if misfit.resource is None:
+    if misfit.skew:
+        text = (
+            f"{head} pod {misfit.role} finds room only on nodes its topologySpreadConstraints "
+            f"({misfit.skew}) forbid it now"
+        )
+    elif misfit.resource is None:
         text = (
             f"{head} pod {misfit.role} needs {_pod_needs(misfit)} "
             "and no pool node has all of that free at once"

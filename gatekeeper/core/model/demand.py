@@ -34,11 +34,12 @@ from fractions import Fraction
 from typing import Any
 
 from gatekeeper.core.kube.fields import integer, mapping, sequence, string
-from gatekeeper.core.kube.keys import LWS_API_VERSION
+from gatekeeper.core.kube.keys import LWS_API_VERSION, LWS_NAME_LABEL
 from gatekeeper.core.kube.quantity import QuantityLike, parse_quantity, to_units
-from gatekeeper.core.kube.selectors import NodeConstraints, parse_node_constraints
+from gatekeeper.core.kube.selectors import NodeConstraints, parse_label_map, parse_node_constraints
 from gatekeeper.core.model.claims import NO_CLAIMS, ClaimBook, template_counts
 from gatekeeper.core.model.limits import Defaults
+from gatekeeper.core.model.spread import Spread, parse_spreads
 
 #: Resource amounts in scheduler units (cpu: millicores; everything else: base units).
 Resources = Mapping[str, int]
@@ -60,11 +61,13 @@ class PodDemand:
     role: str
     requests: Resources
     constraints: NodeConstraints = field(default_factory=NodeConstraints)
+    spreads: tuple[Spread, ...] = ()
+    """Its hard topology spread constraints (``core.model.spread``), read from its LWS template."""
     _hash: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(
-            self, "_hash", hash((self.role, frozenset(self.requests.items()), self.constraints))
+            self, "_hash", hash((self.role, frozenset(self.requests.items()), self.constraints, self.spreads))
         )
 
     def __hash__(self) -> int:
@@ -205,12 +208,15 @@ def pod_demand(
     overhead: Mapping[str, QuantityLike] | None = None,
     where: str = "spec",
     defaults: Defaults | None = None,
+    spread_as: tuple[str, Mapping[str, str]] | None = None,
 ) -> PodDemand:
-    """A ``PodDemand`` for a pod spec: effective requests plus node constraints."""
+    """A ``PodDemand`` for a pod spec: effective requests plus node constraints; with
+    ``spread_as`` (its namespace and labels) its hard topology spread constraints too."""
     return PodDemand(
         role=role,
         requests=pod_requests(pod_spec, overhead=overhead, where=where, defaults=defaults),
         constraints=parse_node_constraints(pod_spec, where),
+        spreads=parse_spreads(pod_spec, spread_as[0], spread_as[1], where) if spread_as else (),
     )
 
 
@@ -221,6 +227,7 @@ def _template_demand(
     runtime_class_overhead: Mapping[str, Mapping[str, QuantityLike]],
     defaults: Defaults | None,
     claims: tuple[str, ClaimBook],
+    lws_name: str = "",
 ) -> PodDemand:
     spec = template.get("spec")
     if spec is None:
@@ -231,13 +238,18 @@ def _template_demand(
     devices = template_counts(claims[0], spec, claims[1], f"{where}.spec")
     runtime_class = string(spec.get("runtimeClassName"), f"{where}.spec.runtimeClassName")
     overhead = runtime_class_overhead.get(runtime_class) if runtime_class else None
-    pod = pod_demand(role, spec, overhead=overhead, where=f"{where}.spec", defaults=defaults)
+    labels = parse_label_map(mapping(template.get("metadata"), f"{where}.metadata").get("labels"), where)
+    labels[LWS_NAME_LABEL] = lws_name  # as LWS labels the pod
+    spread_as = (claims[0], labels)
+    pod = pod_demand(
+        role, spec, overhead=overhead, where=f"{where}.spec", defaults=defaults, spread_as=spread_as
+    )
     if not devices:
         return pod
     requests = dict(pod.requests)
     for resource, count in devices.items():
         requests[resource] = requests.get(resource, 0) + count
-    return PodDemand(role=role, requests=requests, constraints=pod.constraints)
+    return PodDemand(role=role, requests=requests, constraints=pod.constraints, spreads=pod.spreads)
 
 
 def group_demand(
@@ -294,6 +306,7 @@ def group_demand(
                 overheads,
                 container_defaults,
                 claims,
+                str(name or ""),
             )
         else:
             leader_where = f"{where}.leaderTemplate"
@@ -304,6 +317,7 @@ def group_demand(
                 overheads,
                 container_defaults,
                 claims,
+                str(name or ""),
             )
         pods = [leader]
         if size > 1:
@@ -314,6 +328,7 @@ def group_demand(
                 overheads,
                 container_defaults,
                 claims,
+                str(name or ""),
             )
             pods.extend([worker] * (size - 1))
     except ValueError as err:

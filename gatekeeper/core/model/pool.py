@@ -200,7 +200,7 @@ class Pool:
             selector = {**{k: v for k, v in self.node_selector.items() if k not in own}, **own}
             tolerations = c.tolerations + tuple(t for t in rules if t not in c.tolerations)
             steered = NodeConstraints(tuple(sorted(selector.items())), tolerations, c.affinity)
-            pods.append(PodDemand(pod.role, pod.requests, steered))
+            pods.append(PodDemand(pod.role, pod.requests, steered, pod.spreads))
         return GroupDemand(tuple(pods))
 
 

@@ -120,6 +120,7 @@ from gatekeeper.core.model.nodes import Node, RequestsMemo, node_usage_skipping
 from gatekeeper.core.model.owned import leader_template_revision
 from gatekeeper.core.model.pool import Pool
 from gatekeeper.core.model.record import admitted_indices
+from gatekeeper.core.model.spread import BoundPods
 from gatekeeper.core.plugin.decided import GroupActions
 
 __all__ = ["Actions", "Admit", "Snapshot", "WaitStatus", "decide"]
@@ -357,6 +358,7 @@ def _planned(
         launcher,
         found,
         held_nodes,
+        BoundPods(snap.bound_pods),
     )
     _evict(one, _displaced(result, one, records, pods_of, snap.now), None)
     room = Cluster(

@@ -25,6 +25,7 @@ from gatekeeper.core.backends.pools.outcome import PoolTally
 from gatekeeper.core.model.demand import GroupDemand
 from gatekeeper.core.model.nodes import Node
 from gatekeeper.core.model.pool import NodeFit, Pool
+from gatekeeper.core.model.spread import BoundPods
 
 __all__ = ["Placing", "domains_apply"]
 
@@ -43,9 +44,10 @@ class Placing:
         nodes: list[Node],
         usage: Mapping[str, Mapping[str, int]],
         occupants: Mapping[str, Iterable[Occupant]] | None = None,
+        bound: BoundPods | None = None,
     ) -> None:
         self.domains = Domains(nodes, occupants)
-        self.now = NodeTable(nodes, usage)
+        self.now = NodeTable(nodes, usage, bound=bound)
         self.empty = NodeTable(nodes, hypothetical=True)
         self.layout, self.empty_layout = Layout(self.now), Layout(self.empty)
         self._labels = {n.name: n.labels for n in nodes}

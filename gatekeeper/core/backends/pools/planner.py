@@ -74,6 +74,7 @@ from gatekeeper.core.model.demand import GroupDemand, PodDemand
 from gatekeeper.core.model.group import GroupKey, InvalidDemand
 from gatekeeper.core.model.nodes import Node
 from gatekeeper.core.model.pool import NodeFit, Pool, QueueingStrategy, sum_allocatable
+from gatekeeper.core.model.spread import BoundPods
 
 __all__ = ["Admission", "Plan", "PoolStatus", "Waiting", "plan"]
 """The planner's words (``outcome``) are read from here too."""
@@ -90,9 +91,10 @@ class _Pass:
         namespaces: Mapping[str, Mapping[str, str]] | None = None,
         launcher: Launcher | None = None,
         occupants: Mapping[str, Iterable[Occupant]] | None = None,
+        bound: BoundPods | None = None,
     ):
         node_list = list(nodes)
-        self.room = Placing(node_list, usage, occupants)
+        self.room = Placing(node_list, usage, occupants, bound)
         self.now, self.empty, self.domains = self.room.now, self.room.empty, self.room.domains
         self.launcher = launcher or Launcher((), (), ())
         self.namespaces: Mapping[str, Mapping[str, str]] = namespaces or {}
@@ -421,6 +423,7 @@ def plan(
     launcher: Launcher | None = None,
     intruders: Mapping[str, Intruders] | None = None,
     occupants: Mapping[str, Iterable[Occupant]] | None = None,
+    bound: BoundPods | None = None,
 ) -> Plan:
     """Decide which waiting groups to admit now and why each other one waits.
 
@@ -430,11 +433,12 @@ def plan(
     include the nodes coming up, ``provisioning.coming_up``). ``intruders`` are the pods on
     each pool's closed nodes without an admission (``core.admission.intruders``): held against its quota.
     ``occupants`` are the LWS groups' bound pods per node (``core.admission.exclusive.occupants``),
-    for the groups of LWSs with exclusive placement.
+    for the groups of LWSs with exclusive placement; ``bound`` the live bound pods, for the pods
+    with hard topology spread constraints (``core.admission.skew``).
     Waiting groups already in ``admitted`` (same key) are ignored. Raises ValueError if
     two pools share a name.
     """
-    planning = _Pass(pools, nodes, usage, namespaces, launcher, occupants)
+    planning = _Pass(pools, nodes, usage, namespaces, launcher, occupants, bound)
     for name, found in (intruders or {}).items():
         if name in planning.states:
             planning.states[name].intrude(found)
