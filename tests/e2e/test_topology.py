@@ -244,3 +244,62 @@ async def test_a_pinned_group_that_loses_its_racks_room_is_given_back_and_admitt
     await eventually(lambda: running_in("r2"), timeout=120, what="the group admitted anew and Running in r2")
     recs = await records(api, namespace, "moved")
     assert recs[0]["status"].get("domain") == {RACK: "r2"}, recs[0]["status"]
+
+
+async def test_a_group_whose_spread_rule_leaves_a_pod_no_room_waits_until_the_scheduler_could_bind_it(
+    api: kr8s.asyncio.Api,
+    cluster: Cluster,
+    namespace: str,
+    fake_nodes: MakeNodes,
+    make_pool: MakePool,
+    tmp_path: Path,
+) -> None:
+    """Four 8-GPU hosts, one of them full; a group of four 2-GPU pods, spread one a host
+    (maxSkew 1 over the hostname, minDomains 4, each group on its own by LWS's group key).
+    The GPUs add up (24 free on three hosts), but the fourth pod has room only where the rule
+    forbids it: the group waits gated with the rule named, rather than being admitted with a
+    pod the scheduler can never bind. Once the full host empties, all four run, one a host."""
+    nodes = await fake_nodes(4, gpus=8)
+    pool = await make_pool(nodes, quota={"nvidia.com/gpu": 32}, tolerations=tolerate(nodes.id))
+    body = filler("fill", nodes.names[0], 8, nodes.id)
+    body["metadata"]["namespace"] = namespace
+    full = await Pod(body, api=api)
+    await full.create()
+    tenant = await dev(cluster, namespace, tmp_path)
+    lws = plain_lws("spread", pool, size=4)
+    spec = lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]
+    spec["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "2"
+    spec["topologySpreadConstraints"] = [
+        {
+            "maxSkew": 1,
+            "topologyKey": "kubernetes.io/hostname",
+            "whenUnsatisfiable": "DoNotSchedule",
+            "minDomains": 4,
+            "labelSelector": {"matchLabels": {"app": "spread"}},
+            "matchLabelKeys": ["leaderworkerset.sigs.k8s.io/group-key"],
+        }
+    ]
+    await ok(cluster, "apply", "-f", "-", "-n", namespace, kubeconfig=tenant, input=json.dumps(lws))
+
+    async def told() -> bool:
+        said = condition((await records(api, namespace, "spread")).get(0, {}))
+        return said.get("reason") == "WaitingForNodes"
+
+    await eventually(told, timeout=60, what="the spread group waiting for nodes")
+    await anyio.sleep(HELD_SECONDS)
+    recs = await records(api, namespace, "spread")
+    said = condition(recs[0]).get("message", "")
+    assert not admitted(recs[0]), states(recs)
+    assert "topologySpreadConstraints (maxSkew 1 over kubernetes.io/hostname) forbid it now" in said, said
+    pods = await pods_of(api, namespace, "spread")
+    assert pods and all(gated(p) and not p["spec"].get("nodeName") for p in pods), "held gated"
+
+    await full.delete(grace_period=0)
+
+    async def running() -> bool:
+        pods = await pods_of(api, namespace, "spread")
+        return len(pods) == 4 and all(p.get("status", {}).get("phase") == "Running" for p in pods)
+
+    await eventually(running, timeout=90, what="the spread group Running")
+    hosts = sorted(p["spec"]["nodeName"] for p in await pods_of(api, namespace, "spread"))
+    assert hosts == sorted(nodes.names), hosts  # one a host: the scheduler bound every pod

@@ -10,7 +10,8 @@ Modelled: ``spec.nodeSelector``; ``requiredDuringSchedulingIgnoredDuringExecutio
 node selector terms (``matchExpressions`` with In, NotIn, Exists, DoesNotExist, Gt, Lt,
 and ``matchFields`` on ``metadata.name``); taints with effects NoSchedule and NoExecute
 against tolerations (operators Equal and Exists, empty key, empty effect).
-Not modelled: preferred (soft) affinity, pod (anti-)affinity, topology spread, and
+Not modelled here: preferred (soft) affinity, pod (anti-)affinity, topology spread (hard
+constraints are, in ``core.model.spread`` and ``core.admission.skew``), and
 numeric toleration operators; they can only make the scheduler *more* restrictive.
 """
 
