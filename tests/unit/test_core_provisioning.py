@@ -176,11 +176,13 @@ def test_instance_types_are_read_as_the_kwok_provider_reads_them() -> None:
     ]
 
 
-def test_an_instance_type_without_overhead_offers_its_whole_capacity() -> None:
-    """No overhead is assumed: what a cloud keeps on a node is stated per type, or is none."""
+def test_an_instance_type_without_overhead_is_read_as_its_whole_capacity_and_said_so() -> None:
+    """The file's word is its capacity; the planner then estimates what the node keeps
+    (``tests/unit/test_kubelet.py``)."""
     bare = {k: v for k, v in SMALL.items() if k != "overhead"}
     (parsed,) = parse_instance_types([bare])
     assert parsed.allocatable == parsed.capacity == {"cpu": 4000, "memory": 16 * GI, GPU: 1, "pods": 110}
+    assert not parsed.overhead_given and TYPES[0].overhead_given
 
 
 @pytest.mark.parametrize(

@@ -25,6 +25,7 @@ from gatekeeper.core.model.demand import Resources
 
 __all__ = [
     "CAPACITY_TYPE_LABEL",
+    "INSTANCE_TYPE_LABEL",
     "NODE_POOL_LABEL",
     "UNREGISTERED_TAINT",
     "ZONE_LABEL",
@@ -73,6 +74,9 @@ class InstanceType:
     allocatable: Resources
     labels: Mapping[str, str] = field(default_factory=dict)
     offerings: tuple[Offering, ...] = ()
+    overhead_given: bool = True
+    """The file states the type's ``overhead``; otherwise ``allocatable`` is its whole capacity
+    and the room is estimated (``kubelet.planned_room``)."""
 
 
 @dataclass(frozen=True)
@@ -248,5 +252,5 @@ def parse_instance_types(data: object) -> tuple[InstanceType, ...]:
                     available=o.get("Available", True) is not False,
                 )
             )
-        out.append(InstanceType(name, capacity, allocatable, labels, tuple(offerings)))
+        out.append(InstanceType(name, capacity, allocatable, labels, tuple(offerings), "overhead" in entry))
     return tuple(out)

@@ -77,6 +77,8 @@ class PoolStatus:
     """What groups of the cohort's other pools hold of the pool's quota (in ``used`` too)."""
     borrowed: Resources = field(default_factory=dict)
     """What the pool's groups hold of the cohort's other pools' quotas."""
+    notes: tuple[str, ...] = ()
+    """How its NodePools' instance types were planned where not as their file gives them."""
 
     def describe(self) -> str:
         """One line for people, e.g. ``pool on-demand: 4/4 nvidia.com/gpu held; 2 admitted, 8 waiting``."""
@@ -141,7 +143,7 @@ class PoolTally:
             self.holders[resource] = self.holders.get(resource, 0) + groups - 1
         self.admitted += groups - 1
 
-    def status(self) -> PoolStatus:
+    def status(self, notes: tuple[str, ...] = ()) -> PoolStatus:
         free = {r: max(q - self.used.get(r, 0), 0) for r, q in self.quota.items()}
         return PoolStatus(
             name=self.pool.name,
@@ -158,4 +160,5 @@ class PoolTally:
             cohort=self.pool.cohort,
             lent=self.lent,
             borrowed=self.borrowed,
+            notes=notes,
         )

@@ -472,5 +472,8 @@ def plan(
     return Plan(
         admit=tuple(admit),
         waiting=tuple(results),
-        pools={name: state.status() for name, state in planning.states.items()},
+        pools={
+            name: state.status(planning.launcher.notes_of(state.pool.node_pools))
+            for name, state in planning.states.items()
+        },
     )

@@ -38,8 +38,9 @@ The objects are parsed, bounded, by ``nodepools.py``; they are re-exported here.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from gatekeeper.core.backends.pools.kubelet import observed_allocatable, planned_room
 from gatekeeper.core.backends.pools.nodepools import (
     CAPACITY_TYPE_LABEL,
     NODE_POOL_LABEL,
@@ -170,6 +171,7 @@ class Launcher:
         daemons: Sequence[PodDemand] = (),
     ) -> None:
         self.pools = {p.name: p for p in node_pools}
+        claims = tuple(claims)
         holding = held(claims)
         self.remaining: dict[str, dict[str, int] | None] = {}
         for pool in self.pools.values():
@@ -178,8 +180,19 @@ class Launcher:
             else:
                 have = holding.get(pool.name, {})
                 self.remaining[pool.name] = {r: lim - have.get(r, 0) for r, lim in pool.limits.items()}
-        types = tuple(instance_types)
+        seen = observed_allocatable(claims)
+        types, said = [], {}
+        for it in instance_types:
+            room, note = planned_room(it, seen.get(it.name))
+            types.append(replace(it, allocatable=room))
+            said[it.name] = note
         self._shapes = {p.name: self._candidates(p, types, daemons) for p in self.pools.values()}
+        self.notes = {
+            name: tuple(sorted({said[it.name] for it, _ in shapes if said[it.name]}))
+            for name, shapes in self._shapes.items()
+        }
+        """Per NodePool: how the room of the types it may launch was planned, where not as
+        their file gives it (``kubelet.planned_room``)."""
 
     @staticmethod
     def _candidates(
@@ -217,6 +230,10 @@ class Launcher:
                 )
                 out.append((it, Launch(pool.name, it.name, offer, node)))
         return sorted(out, key=lambda c: (c[1].offering.price, c[0].name, c[1].offering.capacity_type))
+
+    def notes_of(self, node_pools: Sequence[str]) -> tuple[str, ...]:
+        """The notes (``notes``) of the types these NodePools may launch."""
+        return tuple(sorted({note for name in node_pools for note in self.notes.get(name, ())}))
 
     def known(self, name: str) -> bool:
         return name in self.pools

@@ -42,6 +42,8 @@ __all__ = [
 
 MAX_INTRUDERS_SHOWN = 20
 """Pods on a closed pool's nodes without an admission named in its status (all are counted)."""
+MAX_NOTES_SHOWN = 3
+"""Instance types planned not as their file gives them, named in a Pool's condition at most."""
 
 
 def admitted_message(admit: Admit) -> str:
@@ -139,6 +141,12 @@ def _describe(st: PoolStatus) -> str:
         # pods the gatekeeper does not control, or placement rules it does not model). The
         # reservation stays: the pods bind when room frees; people are told which groups.
         text += "; admitted groups whose pods fit no node now: " + ", ".join(map(str, st.stranded))
+    if st.notes:
+        # Where the room of a node Karpenter would buy is not the instance-types file's
+        # (core.backends.pools.kubelet): estimated, or less as its NodeClaims show.
+        text += "; " + "; ".join(st.notes[:MAX_NOTES_SHOWN])
+        if len(st.notes) > MAX_NOTES_SHOWN:
+            text += f" and {len(st.notes) - MAX_NOTES_SHOWN} more instance types"
     if st.intruders:
         # Pods that tolerate the pool's taint by themselves (core.admission.intruders): held against
         # its quota.
