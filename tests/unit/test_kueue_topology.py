@@ -11,9 +11,11 @@ from typing import Any
 
 import pytest
 from core_builders import lws_pod
-from test_backend_kueue import ADMITTED, LQ, decide, rec, vllm, workload
+from test_backend_kueue import ADMITTED, FLAVOR, LQ, decide, rec, vllm, workload
 
+from gatekeeper.core.admission.pass_through import Owners
 from gatekeeper.core.backends.kueue import new_workload
+from gatekeeper.core.backends.kueue.pass_through import passable as kueue_passable
 from gatekeeper.core.backends.kueue.topology import MAX_ASSIGNED_DOMAINS, assigned_domain, request
 from gatekeeper.core.kube.keys import (
     KUEUE_PODSET_GROUP_ANNOTATION,
@@ -25,6 +27,8 @@ from gatekeeper.core.kube.keys import (
     TOPOLOGY_PREFERRED_ANNOTATION,
     TOPOLOGY_REQUIRED_ANNOTATION,
 )
+from gatekeeper.core.model.demand import group_demand
+from gatekeeper.core.model.group import GroupKey
 from gatekeeper.core.model.lws import TopologyRequest
 
 RACK = "topology.example.com/rack"
@@ -89,6 +93,31 @@ def slices(*per_slice: tuple[int, list[Any]]) -> list[dict[str, Any]]:
     return [
         {"domainCount": n, "valuesPerLevel": levels, "podCounts": {"universal": 1}} for n, levels in per_slice
     ]
+
+
+@pytest.mark.parametrize(
+    ("rank", "expected"),
+    [(0, {RACK: "r1", HOST: "h1"}), (1, {RACK: "r1", HOST: "h1"}), (2, {RACK: "r1", HOST: "h2"}),
+     (3, {RACK: "r2", HOST: "h7"}), (4, {RACK: "r1"}), (None, {})],
+)  # fmt: skip
+def test_each_pod_of_a_pod_set_has_the_domain_its_rank_falls_in(
+    rank: int | None, expected: dict[str, str]
+) -> None:
+    """Two pods on h1, one on h2 (r1), one on h7 (r2); past the last pod: what all share."""
+    assignment = {
+        "levels": [RACK, HOST],
+        "slices": [
+            {"domainCount": 2,
+             "valuesPerLevel": [{"universal": "r1"}, {"individual": {"prefix": "h", "roots": ["1", "2"]}}],
+             "podCounts": {"individual": [2, 1]}},
+            {"domainCount": 1, "valuesPerLevel": [{"universal": "r2"}, {"universal": "h7"}],
+             "podCounts": {"universal": 1}},
+        ],
+    }  # fmt: skip
+    if rank == 4:
+        assignment["slices"] = assignment["slices"][:1]
+        rank = 3
+    assert assigned_domain(assignment, rank) == expected
 
 
 @pytest.mark.parametrize(
@@ -173,11 +202,23 @@ def test_an_admitted_group_is_pinned_to_the_domain_kueue_assigned_each_pod_set()
     acts = decide([obj], pods, [rec(obj, 0, admitted=False)], [wl])
     selectors = {u.pod: u.node_selector for u in acts.ungate}
     flavor = {"pool": "h100", "example.com/zone": "a"}
-    assert selectors == {
-        "vllm-0": {**flavor, RACK: "r2", HOST: "h1"},  # the leader where Kueue put it
-        "vllm-0-1": {**flavor, RACK: "r2"},  # the workers in the rack that holds them all
-        "vllm-0-2": {**flavor, RACK: "r2"},
+    assert selectors == {  # each pod on the host Kueue counted it on, in the worker index's order
+        "vllm-0": {**flavor, RACK: "r2", HOST: "h1"},
+        "vllm-0-1": {**flavor, RACK: "r2", HOST: "h1"},
+        "vllm-0-2": {**flavor, RACK: "r2", HOST: "h2"},
     }
     [st] = acts.statuses
     assert st.admitted
     assert f"ClusterQueue cq-gpu, flavor h100 in {RACK}=r2" in st.message  # what ``why`` shows
+    # Pods made later (a worker made again) are let through by the webhook to the same place.
+    entry = kueue_passable(
+        GroupKey("default", "vllm", 0), obj, group_demand(obj), wl, {"h100": FLAVOR}, Owners({}, {})
+    )
+    assert entry is not None
+    table_entry = entry[1]
+    assert table_entry.steering(False, 2).node_selector == {
+        **flavor,
+        RACK: "r2",
+        HOST: "h2",
+    }  # a worker made again
+    assert table_entry.steering(True).node_selector == {**flavor, RACK: "r2", HOST: "h1"}

@@ -79,11 +79,17 @@ class Passable:
     worker_tolerations: tuple[Mapping[str, Any], ...] | None = None
     """What the workers are steered with, when not the leader's (Kueue may give each role
     its own flavor)."""
+    worker_pins: tuple[Mapping[str, str], ...] = ()
+    """Per worker (index 1 first): its whole node selector, where each worker has a place of
+    its own (Kueue's topology assignment: ``core.backends.kueue.topology``); () when not."""
 
-    def steering(self, leader: bool) -> Ungate:
-        """The node selector and tolerations a pod of the role is let through with."""
+    def steering(self, leader: bool, worker: int = 0) -> Ungate:
+        """The node selector and tolerations a pod of the role (a worker: of its index) is let
+        through with."""
         if leader or self.worker_node_selector is None or self.worker_tolerations is None:
             return Ungate("", "", self.node_selector, self.tolerations)
+        if 0 < worker <= len(self.worker_pins):
+            return Ungate("", "", self.worker_pins[worker - 1], self.worker_tolerations)
         return Ungate("", "", self.worker_node_selector, self.worker_tolerations)
 
 
@@ -212,7 +218,7 @@ def patch_for(
     found = member_of(pod, namespace, table, statefulsets, pods)
     if found is None:
         return None
-    steer = found[0].steering(found[1])
+    steer = found[0].steering(found[1], worker_index(pod))
     # What lifting the gate would have added, on a pod that never had it.
     gated = {**pod, "spec": {**as_map(pod.get("spec")), "schedulingGates": [{"name": SCHEDULING_GATE}]}}
     ops = ungate_patch(gated, Ungate(namespace, "", steer.node_selector, steer.tolerations)) or []
@@ -236,6 +242,6 @@ def lift_for(
     found = member_of(pod, namespace, table, statefulsets, pods)
     if found is None:
         return None
-    steer = found[0].steering(found[1])
+    steer = found[0].steering(found[1], worker_index(pod))
     name = str(m.get("name") or "")
     return ungate_patch(pod, Ungate(namespace, name, steer.node_selector, steer.tolerations))

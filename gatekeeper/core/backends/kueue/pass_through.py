@@ -45,17 +45,20 @@ def passable(
     if not uid:
         return None
     mark = charge_toleration(uid, key.index)
-    leader_labels, leader_tolerations = flavor_steering(workload, flavors, "leader")
+    leader_labels, leader_tolerations = flavor_steering(workload, flavors, "leader", 0)
     worker_labels, worker_tolerations = flavor_steering(workload, flavors, "worker")
+    count = lws_size(lws)
+    pins = tuple(flavor_steering(workload, flavors, "worker", rank)[0] for rank in range(count - 1))
     return (key.namespace, key.name, key.index), Passable(
         lws_uid=uid,
         leader_sts_uid=owned.leader_sts.get((key.namespace, uid), ""),
         leader_pod_uid=owned.leader_pods.get((key.namespace, key.name, key.index), ""),
         leader=demand.pods[0].requests,
         worker=demand.pods[1].requests if len(demand.pods) > 1 else {},
-        size=lws_size(lws),
+        size=count,
         node_selector=leader_labels,
         tolerations=(*leader_tolerations, mark),
         worker_node_selector=worker_labels,
         worker_tolerations=(*worker_tolerations, mark),
+        worker_pins=pins if any(pin != worker_labels for pin in pins) else (),
     )

@@ -395,7 +395,8 @@ class GroupPass:
                 if not p.gated or p.name in c.waits_new or p.name in held:
                     continue
                 role = "leader" if p.worker == 0 else "worker"
-                labels, tolerations = flavor_steering(c.wl or {}, self.settings.flavors, role)
+                rank = max(p.worker - 1, 0)  # its place in its pod set
+                labels, tolerations = flavor_steering(c.wl or {}, self.settings.flavors, role, rank)
                 self.ungate.append(Ungate(c.ns, p.name, labels, (*tolerations, c.mark)))
         elif not c.admitted and (running := self._running(c)):
             self.stop.extend((c.ns, pod) for pod in sorted(running))

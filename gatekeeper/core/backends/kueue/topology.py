@@ -128,56 +128,74 @@ def _slice_size(value: object, count: int) -> int:
     return int(text)
 
 
-def assigned_domain(assignment: Mapping[str, Any]) -> dict[str, str]:
-    """The narrowest domain that holds every pod of a pod set's ``topologyAssignment``: the
-    labels of the levels, widest first, on which all its domains agree (a pod set on one host
-    is pinned to that host; one spread over the hosts of a rack, to the rack). Empty when
-    nothing is assigned or the assignment cannot be read.
+def assigned_domain(assignment: Mapping[str, Any], rank: int | None = None) -> dict[str, str]:
+    """Where a pod set's ``topologyAssignment`` puts its pods: without ``rank``, the narrowest
+    domain that holds every pod (the labels of the levels, widest first, on which all its
+    domains agree: a pod set on one host is pinned to that host, one over the hosts of a rack
+    to the rack, when the rack is a level of the assignment); with ``rank`` (the pod's place
+    in the pod set: a worker's index less one), the domain of that pod, taking the domains in
+    the assignment's order, each for as many pods as it counts. Empty when nothing is assigned
+    or the assignment cannot be read.
 
     Reads Kueue v1beta2's ``slices`` (``valuesPerLevel`` universal or individual with prefix
-    and suffix) and v1beta1's ``domains`` (``values`` per domain)."""
+    and suffix, ``podCounts`` universal or individual) and v1beta1's ``domains``. Kueue lists
+    only the hostname level when its Topology's lowest level is the hostname."""
     levels = as_list(assignment.get("levels"))
     if not 0 < len(levels) <= MAX_LEVELS or not all(is_label_key(level) for level in levels):
         return {}
-    columns = _columns(assignment, len(levels))
+    domains = _domains(assignment, len(levels))
+    if not domains:
+        return {}
+    if rank is not None:
+        for values, count in domains:
+            if rank < count:
+                return dict(zip(map(str, levels), values, strict=True))
+            rank -= count
     out: dict[str, str] = {}
-    for level, values in zip(levels, columns, strict=True):
-        if len(values) != 1:
+    for i, level in enumerate(levels):
+        seen = {values[i] for values, _ in domains}
+        if len(seen) != 1:
             break
-        out[str(level)] = next(iter(values))
+        out[str(level)] = next(iter(seen))
     return out
 
 
-def _columns(assignment: Mapping[str, Any], width: int) -> list[set[str]]:
-    """Per level, the values its domains take; all empty when unreadable or too large."""
-    columns: list[set[str]] = [set() for _ in range(width)]
-    seen = 0
+def _domains(assignment: Mapping[str, Any], width: int) -> list[tuple[tuple[str, ...], int]] | None:
+    """The assignment's domains in order: (a value per level, pods); None when unreadable or
+    larger than ``MAX_ASSIGNED_DOMAINS``."""
+    out: list[tuple[tuple[str, ...], int]] = []
     for item in as_list(assignment.get("slices")):
         piece = as_map(item)
         count = piece.get("domainCount")
         per_level = as_list(piece.get("valuesPerLevel"))
-        if type(count) is not int or not 0 < count <= MAX_ASSIGNED_DOMAINS - seen or len(per_level) != width:
-            return [set() for _ in range(width)]
-        seen += count
-        for column, entry in zip(columns, per_level, strict=True):
-            values = _values(as_map(entry), count)
-            if values is None:
-                return [set() for _ in range(width)]
-            column.update(values)
+        if (
+            type(count) is not int
+            or not 0 < count <= MAX_ASSIGNED_DOMAINS - len(out)
+            or len(per_level) != width
+        ):
+            return None
+        columns = [_values(as_map(entry), count) for entry in per_level]
+        pods = _pod_counts(as_map(piece.get("podCounts")), count)
+        if pods is None or any(column is None for column in columns):
+            return None
+        rows = zip(*[column for column in columns if column is not None], strict=True)
+        out.extend(zip(rows, pods, strict=True))
     for item in as_list(assignment.get("domains")):
-        named = as_list(as_map(item).get("values"))
-        seen += 1
-        if len(named) != width or seen > MAX_ASSIGNED_DOMAINS or not all(isinstance(v, str) for v in named):
-            return [set() for _ in range(width)]
-        for column, value in zip(columns, named, strict=True):
-            column.add(str(value))
-    return columns
+        named, pods = as_list(as_map(item).get("values")), as_map(item).get("count", 1)
+        if (
+            len(named) != width
+            or len(out) >= MAX_ASSIGNED_DOMAINS
+            or not all(isinstance(v, str) for v in named)
+        ):
+            return None
+        out.append((tuple(str(v) for v in named), pods if type(pods) is int and pods > 0 else 1))
+    return out
 
 
-def _values(entry: Mapping[str, Any], count: int) -> set[str] | None:
+def _values(entry: Mapping[str, Any], count: int) -> list[str] | None:
     universal = entry.get("universal")
     if isinstance(universal, str):
-        return {universal}
+        return [universal] * count
     individual = as_map(entry.get("individual"))
     roots = as_list(individual.get("roots"))
     if len(roots) != count or not all(isinstance(r, str) for r in roots):
@@ -185,4 +203,14 @@ def _values(entry: Mapping[str, Any], count: int) -> set[str] | None:
     prefix, suffix = individual.get("prefix") or "", individual.get("suffix") or ""
     if not isinstance(prefix, str) or not isinstance(suffix, str):
         return None
-    return {f"{prefix}{root}{suffix}" for root in roots}
+    return [f"{prefix}{root}{suffix}" for root in roots]
+
+
+def _pod_counts(counts: Mapping[str, Any], domains: int) -> list[int] | None:
+    universal, individual = counts.get("universal"), counts.get("individual")
+    if type(universal) is int and universal > 0:
+        return [universal] * domains
+    listed = as_list(individual)
+    if len(listed) == domains and all(type(n) is int and n > 0 for n in listed):
+        return [int(n) for n in listed]
+    return None

@@ -232,10 +232,11 @@ def stale_spec(
 
 
 def flavor_steering(
-    wl: Mapping[str, Any], flavors: Mapping[str, Mapping[str, Any]], pod_set: str
+    wl: Mapping[str, Any], flavors: Mapping[str, Mapping[str, Any]], pod_set: str, rank: int | None = None
 ) -> tuple[dict[str, str], tuple[Mapping[str, Any], ...]]:
     """Node labels and tolerations of the flavors Kueue assigned to ``pod_set``, and the labels
-    of the topology domain Kueue's Topology Aware Scheduling put it in (``topology``)."""
+    of the topology domain Kueue's Topology Aware Scheduling put it in (``topology``): the
+    pod's own, with ``rank`` (its place in the pod set), else the one that holds them all."""
     node_labels: dict[str, str] = {}
     tolerations: list[Mapping[str, Any]] = []
     admission = as_map(as_map(wl.get("status")).get("admission"))
@@ -251,19 +252,27 @@ def flavor_steering(
             for tol in tols if isinstance(tols, list) else []:
                 if isinstance(tol, Mapping) and tol not in tolerations:
                     tolerations.append(tol)
-        node_labels.update(topology.assigned_domain(as_map(psa.get("topologyAssignment"))))
+        node_labels.update(topology.assigned_domain(as_map(psa.get("topologyAssignment")), rank))
     return node_labels, tuple(tolerations)
 
 
 def admitted_where(admission: Mapping[str, Any]) -> str:
     """Where Kueue admitted a Workload, for its record: "ClusterQueue cq, flavor h100", and the
-    topology domain that holds every pod set ("in rack=r2") when Kueue assigned one."""
+    topology domain that holds every pod set ("in rack=r2") when Kueue assigned one, else each
+    pod set's ("leader in kubernetes.io/hostname=n3; worker in ...")."""
     assigned = [as_map(psa) for psa in as_list(admission.get("podSetAssignments"))]
     used = sorted({str(f) for psa in assigned for f in as_map(psa.get("flavors")).values()})
     where = f"ClusterQueue {admission.get('clusterQueue', '')}, flavor {', '.join(used) or '-'}"
     domains = [topology.assigned_domain(as_map(psa.get("topologyAssignment"))) for psa in assigned]
     shared = [(k, v) for k, v in domains[0].items() if all(d.get(k) == v for d in domains)] if domains else []
-    return f"{where} in {', '.join(f'{k}={v}' for k, v in shared)}" if shared else where
+    if shared:
+        return f"{where} in {', '.join(f'{k}={v}' for k, v in shared)}"
+    apart = [
+        f"{psa.get('name')} in {', '.join(f'{k}={v}' for k, v in domain.items())}"
+        for psa, domain in zip(assigned, domains, strict=True)
+        if domain
+    ]
+    return f"{where} ({'; '.join(apart)})" if apart else where
 
 
 def topology_checked(group: LwsGroup, lws: Mapping[str, Any]) -> LwsGroup:
