@@ -164,16 +164,16 @@ class NodeTable:
         local: Local = Counter()
         for i in order:
             _, primary, req = shapes[i]
-            spread = self._skews.mask(view, self._views[view], pods[i], local)
-            use = allowed if spread is None else _both(spread[0], allowed)
-            node = self._best_fit(view, pods[i].constraints, primary, req, use)
+            rule = self._skews.rule(view, self._views[view], pods[i], local)
+            accept = rule.allows if rule is not None else None
+            node = self._best_fit(view, pods[i].constraints, primary, req, allowed, accept)
             if node is None:
                 misfit = self._explain(view, i, pods[i], req, len(taken))
                 if (
-                    spread is not None
+                    rule is not None
                     and self._best_fit(view, pods[i].constraints, primary, req, allowed) is not None
                 ):
-                    misfit = replace(misfit, skew=spread[1].said)  # room there is, where the rule forbids
+                    misfit = replace(misfit, skew=rule.said)  # room there is, where the rule forbids
                 for n, r in reversed(taken):
                     self._change(n, r, +1)
                 return misfit
@@ -332,6 +332,7 @@ class NodeTable:
         primary: str,
         req: Mapping[str, int],
         allowed: bytearray | None = None,
+        accept: Callable[[int], bool] | None = None,
     ) -> int | None:
         index = self._index(view, primary)
         eligible = self._eligibility(view, constraints)
@@ -339,7 +340,7 @@ class NodeTable:
         items = list(req.items())
         for j in range(bisect_left(index, (req[primary], -1)), len(index)):
             node = index[j][1]
-            if eligible[node] and (allowed is None or allowed[node]):
+            if eligible[node] and (allowed is None or allowed[node]) and (accept is None or accept(node)):
                 have = free[node]
                 for resource, amount in items:
                     if have.get(resource, 0) < amount:
@@ -408,10 +409,6 @@ class NodeTable:
             eligible=len(members),
             nodes=len(self._views[view]),
         )
-
-
-def _both(mask: bytearray, allowed: bytearray | None) -> bytearray:
-    return mask if allowed is None else bytearray(a & b for a, b in zip(mask, allowed, strict=True))
 
 
 def _fits(free: Mapping[str, int], req: Mapping[str, int]) -> bool:

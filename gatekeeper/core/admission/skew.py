@@ -1,11 +1,16 @@
 """Where a pod with hard topology spread constraints may go now, in one planning pass.
 
 Why this exists: ``NodeTable.place`` (``core.admission.fit``) places a group's pods one by one;
-before each pod with constraints (``core.model.spread.Spread``) it asks ``Skews.mask`` which
+before each pod with constraints (``core.model.spread.Spread``) it asks ``Skews.rule`` which
 nodes the kube-scheduler's PodTopologySpread filter would let it bind to, given the pods bound
 (``BoundPods``), the pods the pass placed before (kept), and the group's pods placed before it
 (``local``). A group kept by the pass counts for the groups after it (``keep``); one given
 back (``NodeTable.unplace``) stops counting (``forget``).
+
+Speed: each (nodes counted, pods counted) pair keeps its domains' counts and how many domains
+have each count, so a pod's minimum is found without a pass over the domains, and a node is
+judged only when the fit's best-fit scan reaches it (``Rule.allows``): a pass over 5,000 nodes
+places a spread group about as fast as a plain one.
 
 Pure: no I/O.
 """
@@ -14,13 +19,14 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from gatekeeper.core.kube.selectors import LabelSelector, NodeConstraints
 from gatekeeper.core.model.demand import PodDemand
 from gatekeeper.core.model.nodes import Node
 from gatekeeper.core.model.spread import BoundPods, Spread
 
-__all__ = ["Local", "Skews"]
+__all__ = ["Local", "Rule", "Skews"]
 
 Scope = tuple[str, LabelSelector | None, str, bool]
 """The pods one constraint counts: (namespace, selector, topology key, the group's own only)."""
@@ -33,6 +39,56 @@ def _scope(spread: Spread) -> Scope:
     return (spread.namespace, spread.selector, spread.key, spread.group_only)
 
 
+class _Counts:
+    """The domains of one set of counted nodes, and the pods of one scope in each (bound and
+    kept by the pass), with how many domains have each count."""
+
+    def __init__(self, domain_of: dict[int, str], base: Counter[str]) -> None:
+        self.domain_of = domain_of
+        self.counts: dict[str, int] = {d: base.get(d, 0) for d in set(domain_of.values())}
+        self.histogram: Counter[int] = Counter(self.counts.values())
+
+    def add(self, domain: str, n: int) -> None:
+        old = self.counts.get(domain)
+        if old is None:
+            return
+        self.histogram[old] -= 1
+        if not self.histogram[old]:
+            del self.histogram[old]
+        self.counts[domain] = old + n
+        self.histogram[old + n] += 1
+
+    def least(self, scope: Scope, local: Local, min_domains: int) -> int:
+        """The emptiest domain's count with the group's own pods placed so far; 0 when there are
+        fewer domains than ``min_domains``."""
+        if len(self.counts) < min_domains or not self.counts:
+            return 0
+        low = min(self.histogram)
+        mine = [d for (s, d), n in local.items() if s == scope and n and self.counts.get(d) == low]
+        if len(mine) < self.histogram[low]:
+            return low
+        return min(c + local[(scope, d)] for d, c in self.counts.items())
+
+
+@dataclass(frozen=True)
+class Rule:
+    """The PodTopologySpread filter for one pod, now: ``allows(node)`` as the fit's scan reaches it."""
+
+    checks: tuple[tuple[_Counts, Scope, int], ...]
+    """Per constraint: its counts, its scope, and the highest count a domain may have before
+    this pod goes there (``maxSkew`` + minimum - whether the pod counts itself)."""
+    local: Local
+    said: str
+    """The constraints in a record's words."""
+
+    def allows(self, node: int) -> bool:
+        for counts, scope, ceiling in self.checks:
+            domain = counts.domain_of.get(node)
+            if domain is None or counts.counts[domain] + self.local[(scope, domain)] > ceiling:
+                return False
+        return True
+
+
 class Skews:
     """The spread counts of one planning pass over ``nodes`` (in the ``NodeTable``'s order)."""
 
@@ -40,28 +96,21 @@ class Skews:
         self._nodes = nodes
         self._bound = bound
         self._ignore = hypothetical  # transient node taints, as the "could it ever fit" table does
+        self._counts: dict[tuple[str, NodeConstraints, str, bool, bool, Scope], _Counts] = {}
+        self._by_scope: dict[Scope, list[_Counts]] = {}
         self._kept: Counter[tuple[Scope, str]] = Counter()
-        self._candidates: dict[tuple[str, NodeConstraints, str, bool, bool], list[tuple[int, str]]] = {}
-        self._on_bound: dict[tuple[str, NodeConstraints, Scope], Counter[str]] = {}
 
-    def mask(
-        self, view: str, members: Sequence[int], pod: PodDemand, local: Local
-    ) -> tuple[bytearray, Spread] | None:
-        """The nodes every hard constraint of ``pod`` lets it go to, and the constraint that
-        leaves the fewest; None when the pod has none."""
+    def rule(self, view: str, members: Sequence[int], pod: PodDemand, local: Local) -> Rule | None:
+        """Where ``pod`` may go now under its hard constraints; None when it has none."""
         if not pod.spreads:
             return None
-        allowed: bytearray | None = None
-        tightest: tuple[int, Spread] | None = None
+        checks = []
         for spread in pod.spreads:
-            flags, count = self._one(view, members, pod.constraints, spread, local)
-            allowed = (
-                flags if allowed is None else bytearray(a & b for a, b in zip(allowed, flags, strict=True))
-            )
-            if tightest is None or count < tightest[0]:
-                tightest = (count, spread)
-        assert allowed is not None and tightest is not None
-        return allowed, tightest[1]
+            counts = self._counts_of(view, members, pod.constraints, spread)
+            scope = _scope(spread)
+            least = counts.least(scope, local, spread.min_domains)
+            checks.append((counts, scope, least + spread.max_skew - int(spread.own)))
+        return Rule(tuple(checks), local, "; ".join(s.said for s in pod.spreads))
 
     def count(self, pod: PodDemand, node: int, local: Local) -> None:
         """``pod`` placed on ``node``: one more in its domain for each constraint matching it."""
@@ -73,69 +122,53 @@ class Skews:
     def keep(self, local: Local) -> None:
         """The group is kept: its pods count for the groups placed after it in the pass."""
         for (scope, domain), n in local.items():
-            if not scope[3]:
+            if n and not scope[3]:
                 self._kept[(scope, domain)] += n
+                for counts in self._by_scope.get(scope, ()):
+                    counts.add(domain, n)
 
     def forget(self, pods: Sequence[PodDemand], nodes: Sequence[int]) -> None:
         """Kept pods given back (``NodeTable.unplace``)."""
         local: Local = Counter()
         for pod, node in zip(pods, nodes, strict=True):
             self.count(pod, node, local)
-        for key, n in local.items():
-            if not key[0][3]:
-                self._kept[key] -= n
+        self.keep(Counter({key: -n for key, n in local.items()}))
 
-    def _one(
-        self, view: str, members: Sequence[int], constraints: NodeConstraints, spread: Spread, local: Local
-    ) -> tuple[bytearray, int]:
-        candidates = self._candidates_of(view, members, constraints, spread)
-        scope = _scope(spread)
-        bound = self._bound_counts(view, constraints, spread, candidates)
-        counts: Counter[str] = Counter()
-        for _, domain in candidates:
-            counts[domain] = bound[domain] + self._kept[(scope, domain)] + local[(scope, domain)]
-        least = min(counts.values(), default=0) if len(counts) >= spread.min_domains else 0
-        open_domains = {d for d, n in counts.items() if n + spread.own - least <= spread.max_skew}
-        flags = bytearray(len(self._nodes))
-        for i, domain in candidates:
-            if domain in open_domains:
-                flags[i] = 1
-        return flags, len(open_domains)
-
-    def _candidates_of(
+    def _counts_of(
         self, view: str, members: Sequence[int], constraints: NodeConstraints, spread: Spread
-    ) -> list[tuple[int, str]]:
-        """The view's nodes the constraint counts (its node inclusion policies), with their domain."""
-        key = (view, constraints, spread.key, spread.honor_affinity, spread.honor_taints)
-        found = self._candidates.get(key)
+    ) -> _Counts:
+        scope = _scope(spread)
+        key = (view, constraints, spread.key, spread.honor_affinity, spread.honor_taints, scope)
+        found = self._counts.get(key)
         if found is None:
-            found = []
-            for i in members:
-                node = self._nodes[i]
-                domain = node.labels.get(spread.key)
-                if domain is None:
-                    continue
-                if spread.honor_affinity and not constraints.matches_labels(node.name, node.labels):
-                    continue
-                if spread.honor_taints and not constraints.tolerates(
-                    node.taints, ignore_condition_taints=self._ignore
-                ):
-                    continue
-                found.append((i, domain))
-            self._candidates[key] = found
-        return found
-
-    def _bound_counts(
-        self, view: str, constraints: NodeConstraints, spread: Spread, candidates: list[tuple[int, str]]
-    ) -> Counter[str]:
-        """Per domain: the bound pods the constraint counts (none for the group's own only)."""
-        key = (view, constraints, _scope(spread))
-        found = self._on_bound.get(key)
-        if found is None:
-            found = Counter()
+            domain_of = self._domains(members, constraints, spread)
+            base: Counter[str] = Counter()
             if self._bound is not None and spread.selector is not None and not spread.group_only:
                 per_node = self._bound.on_nodes(spread.namespace, spread.selector)
-                for i, domain in candidates:
-                    found[domain] += per_node.get(self._nodes[i].name, 0)
-            self._on_bound[key] = found
+                for i, domain in domain_of.items():
+                    base[domain] += per_node.get(self._nodes[i].name, 0)
+            for (kept_scope, domain), n in self._kept.items():
+                if kept_scope == scope:
+                    base[domain] += n
+            found = self._counts[key] = _Counts(domain_of, base)
+            self._by_scope.setdefault(scope, []).append(found)
         return found
+
+    def _domains(
+        self, members: Sequence[int], constraints: NodeConstraints, spread: Spread
+    ) -> dict[int, str]:
+        """The view's nodes the constraint counts (its node inclusion policies), with their domain."""
+        out: dict[int, str] = {}
+        for i in members:
+            node = self._nodes[i]
+            domain = node.labels.get(spread.key)
+            if domain is None:
+                continue
+            if spread.honor_affinity and not constraints.matches_labels(node.name, node.labels):
+                continue
+            if spread.honor_taints and not constraints.tolerates(
+                node.taints, ignore_condition_taints=self._ignore
+            ):
+                continue
+            out[i] = domain
+        return out
