@@ -64,7 +64,14 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 SKIPPED = pytest.StashKey[bool]()
 """On an item: whether its test skipped (``attack_watch`` then judges nothing)."""
 
-SIDE_SANDBOXES = ("kueue_sandbox", "shared_hub", "volcano_sandbox", "karpenter_sandbox", "prometheus_sandbox")
+SIDE_SANDBOXES = (
+    "kueue_sandbox",
+    "shared_hub",
+    "volcano_sandbox",
+    "karpenter_sandbox",
+    "prometheus_sandbox",
+    "native_gang_sandbox",
+)
 """The session fixtures that start a sandbox beside the main one."""
 
 _STRETCHES = (
@@ -75,6 +82,7 @@ _STRETCHES = (
     frozenset({"volcano_sandbox"}),
     frozenset({"karpenter_sandbox"}),
     frozenset({"prometheus_sandbox"}),
+    frozenset({"native_gang_sandbox"}),
 )
 """The order of the tests by the side sandboxes they use: each side sandbox's tests run in
 one stretch (the Kueue sandbox joined to the hub between the two), so it is started at the
@@ -483,6 +491,13 @@ def karpenter_sandbox(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
     """A sandbox with the real Karpenter (KWOK cloud provider) and no static nodes: every GPU
     node in it is one Karpenter bought."""
     yield from _sandbox_of_its_own(request, "karpenter", "Karpenter", with_karpenter=True)
+
+
+@pytest.fixture(scope="session")
+def native_gang_sandbox(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
+    """A sandbox of its own whose control plane has Kubernetes' native gang scheduling on
+    (``sandbox up --native-gang``)."""
+    yield from _sandbox_of_its_own(request, "native_gang", "native gang scheduling", native_gang=True)
 
 
 @pytest.fixture(scope="session")

@@ -22,7 +22,7 @@ MAX_LINES = 500
 MAX_FUNCTION_LINES = 90
 """A function's lines, its docstring and comments included, from ``def`` to its last line."""
 OVERSIZED = {
-    "lab/gatekeeper_lab/sandbox/cluster.py:up": 124,
+    "lab/gatekeeper_lab/sandbox/cluster.py:up": 111,
 }
 """Functions longer than MAX_FUNCTION_LINES, with the most lines each may have: to be cut into
 named stages, never to grow."""

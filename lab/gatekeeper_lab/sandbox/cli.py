@@ -105,6 +105,12 @@ def _parse_labels(labels: tuple[str, ...]) -> dict[str, str]:
     help="Join the sandbox hub of this kubeconfig (printed by `sandbox hub up`) as a member.",
 )
 @click.option("--cluster-name", default="", help="With --hub: this member's name on the hub.")
+@click.option(
+    "--native-gang",
+    is_flag=True,
+    help="Start the API server, the scheduler and the controller manager with Kubernetes' native "
+    "gang scheduling on (the GenericWorkload gate and the scheduling.k8s.io/v1beta1 API).",
+)
 def sandbox_up(
     directory: Path | None,
     nodes: int,
@@ -120,6 +126,7 @@ def sandbox_up(
     audit: bool,
     hub_kubeconfig: Path | None,
     cluster_name: str,
+    native_gang: bool,
 ) -> None:
     """Start the sandbox in the background and print how to reach it.
 
@@ -142,6 +149,7 @@ def sandbox_up(
             audit=audit,
             hub=hub_kubeconfig,
             cluster_name=cluster_name,
+            native_gang=native_gang,
         )
     except (SandboxError, sandbox_build.BuildError) as exc:
         raise click.ClickException(str(exc)) from exc

@@ -60,7 +60,7 @@ from gatekeeper_lab.sandbox.manifests import (
 )
 from gatekeeper_lab.sandbox.pki import make_pki
 from gatekeeper_lab.sandbox.process import SandboxError, alive, free_ports, ours
-from gatekeeper_lab.sandbox.sides import sides_of
+from gatekeeper_lab.sandbox.sides import Side, sides_of
 
 # Sandbox and default_dir live here; the rest live in manifests.py and process.py and are
 # re-exported for the code that imports them from here.
@@ -155,6 +155,7 @@ class Sandbox(Folder):
         audit: bool = False,
         hub: Path | None = None,
         cluster_name: str = "",
+        native_gang: bool = False,
     ) -> None:
         """Start the sandbox, or bring back what of it died.
 
@@ -175,7 +176,9 @@ class Sandbox(Folder):
         ``"none"`` turns it off; on a running sandbox the LWS controller is restarted when it
         runs otherwise, and ``None`` (the default) keeps what it runs with.
         ``audit`` has the API server write an audit log of every write
-        (``control_plane.AUDIT_LOG``), restarting it to turn it on if need be. ``hub`` (a
+        (``control_plane.AUDIT_LOG``), restarting it to turn it on if need be; ``native_gang``
+        starts the API server, the scheduler and the controller manager with Kubernetes' native
+        gang scheduling on (``control_plane.NATIVE_GANG``), restarting them if need be. ``hub`` (a
         sandbox hub's kubeconfig) joins the sandbox to that hub as member ``cluster_name``:
         it gets its own identity there (``hub.Hub.join``) and its gatekeeper runs with
         ``--hub-kubeconfig`` and ``--cluster-name``.
@@ -200,24 +203,7 @@ class Sandbox(Folder):
                 self.say("sandbox found without its data: stopping what is left, starting afresh")
                 self.down(quiet=True)
         if self.state_file.exists():
-            self.say(f"sandbox running in {self.dir}")
-            if audit and not self.state().get("audit"):
-                self._turn_on_audit()
-            for side in [side for side in sides if side.process not in self.running()]:
-                installed = build.build_all([side.component], say=self.say)
-                build.link_bins(self.bin_dir, installed)
-                side.start(self.state(), installed[side.component])
-                if side.process == karpenter.COMPONENT and gk.COMPONENT in self.running():
-                    # Started before Karpenter, it was not given the instance types.
-                    self.stop(gk.COMPONENT)
-            if lws_gang_scheduler is not None and self.state().get(lws.STATE_KEY) != gang:
-                self.say(f"LWS controller: gang scheduling {gang or 'off'}, restarting it")
-                lws.reconfigure(runner, self.state(), self.pki, gang)
-            if hub is not None and self.state().get("hub", {}).get("cluster") != cluster_name:
-                self._join_hub(hub, cluster_name)
-            if gatekeeper and gk.COMPONENT not in self.running():
-                gk.install_objects(kubectl)
-                self.start_gatekeeper()
+            self._amend(sides, audit, native_gang, lws_gang_scheduler, hub, cluster_name, gatekeeper)
             return
 
         wanted = ["kubernetes", "etcd", "kwok", "lws", *(side.component for side in sides)]
@@ -230,6 +216,7 @@ class Sandbox(Folder):
         names = [*etcd.PORTS, *control_plane.PORTS, *lws.PORTS, *gk.PORTS]
         ports = dict(zip(names, free_ports(len(names)), strict=True))
         state: dict[str, Any] = {"ports": ports, "processes": {}, "started": time.time(), "audit": audit}
+        state[control_plane.NATIVE_GANG] = native_gang
         runner.save(state)
         control_plane.write_kubeconfig(self.kubeconfig, ports["apiserver"], pki)
 
@@ -262,6 +249,39 @@ class Sandbox(Folder):
         state["ready_seconds"] = round(time.monotonic() - start, 1)
         runner.save(state)
         self.say(f"sandbox up in {time.monotonic() - start:.1f}s; logs in {self.log_dir}")
+
+    def _amend(
+        self,
+        sides: list[Side],
+        audit: bool,
+        native_gang: bool,
+        lws_gang_scheduler: str | None,
+        hub: Path | None,
+        cluster_name: str,
+        gatekeeper: bool,
+    ) -> None:
+        """A running sandbox: what ``up`` asks that it does not run yet is added or turned on."""
+        runner, kubectl = self.runner, self._kubectl()
+        gang = None if lws_gang_scheduler in (None, LWS_GANG_OFF) else lws_gang_scheduler
+        self.say(f"sandbox running in {self.dir}")
+        for key, wanted in (("audit", audit), (control_plane.NATIVE_GANG, native_gang)):
+            if wanted and not self.state().get(key):
+                self._turn_on(key)
+        for side in [side for side in sides if side.process not in self.running()]:
+            installed = build.build_all([side.component], say=self.say)
+            build.link_bins(self.bin_dir, installed)
+            side.start(self.state(), installed[side.component])
+            if side.process == karpenter.COMPONENT and gk.COMPONENT in self.running():
+                # Started before Karpenter, it was not given the instance types.
+                self.stop(gk.COMPONENT)
+        if lws_gang_scheduler is not None and self.state().get(lws.STATE_KEY) != gang:
+            self.say(f"LWS controller: gang scheduling {gang or 'off'}, restarting it")
+            lws.reconfigure(runner, self.state(), self.pki, gang)
+        if hub is not None and self.state().get("hub", {}).get("cluster") != cluster_name:
+            self._join_hub(hub, cluster_name)
+        if gatekeeper and gk.COMPONENT not in self.running():
+            gk.install_objects(kubectl)
+            self.start_gatekeeper()
 
     def down(self, *, quiet: bool = False, keep_logs: bool = True) -> None:
         """Stop every process this sandbox started and remove its data (logs stay).
@@ -349,14 +369,24 @@ class Sandbox(Folder):
         """SIGCONT a paused component."""
         process.resume(int(self.state()["processes"][name]["pid"]))
 
-    def _turn_on_audit(self) -> None:
+    def _turn_on(self, key: str) -> None:
+        """Turn on a control-plane setting of the state (``audit``, ``native_gang``) and restart
+        the programs it changes the flags of."""
         state = self.state()
-        state["audit"] = True
+        state[key] = True
         self.runner.save(state)
-        info = state["processes"][control_plane.APISERVER]
-        if ours(info):
-            process.stop(int(info["pid"]))
-        control_plane.start_apiserver(self.runner, state, self.pki)
+        programs = {
+            control_plane.APISERVER: lambda: control_plane.start_apiserver(self.runner, state, self.pki),
+            control_plane.CONTROLLER_MANAGER: lambda: control_plane.start_controller_manager(
+                self.runner, state, self.pki
+            ),
+            control_plane.SCHEDULER: lambda: control_plane.start_scheduler(self.runner, state),
+        }
+        for name in control_plane.FLAGGED_BY[key]:
+            info = state["processes"][name]
+            if ours(info):
+                process.stop(int(info["pid"]))
+            programs[name]()
 
     # ---- pieces ------------------------------------------------------------------
     def _wait_apiservices(self) -> None:

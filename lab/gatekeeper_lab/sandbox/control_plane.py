@@ -20,6 +20,10 @@ __all__ = [
     "APISERVER",
     "AUDIT_LOG",
     "CONTROLLER_MANAGER",
+    "FLAGGED_BY",
+    "NATIVE_GANG",
+    "NATIVE_GANG_API",
+    "NATIVE_GANG_GATE",
     "PORTS",
     "SCHEDULER",
     "apiserver_ready",
@@ -36,6 +40,22 @@ SCHEDULER = "kube-scheduler"
 
 #: Their ports, by their names in the state's ``ports``.
 PORTS = ("apiserver", "scheduler", "kcm")
+
+#: The state key of Kubernetes' native gang scheduling (the Workload API: Workload and PodGroup
+#: in ``scheduling.k8s.io/v1beta1``, a pod's ``spec.schedulingGroup``). Beta and off by default
+#: in Kubernetes 1.37: the API server serves it with the gate and the API version on, the
+#: scheduler gang-schedules a PodGroup (its GangScheduling plugin) and the controller manager
+#: runs the PodGroup protection controller with the gate on. Without the gate a scheduler
+#: places such pods one by one, and an API server drops ``schedulingGroup`` from new pods.
+NATIVE_GANG = "native_gang"
+NATIVE_GANG_GATE = "GenericWorkload"
+NATIVE_GANG_API = "scheduling.k8s.io/v1beta1"
+
+#: Which programs each control-plane setting of the state changes the flags of.
+FLAGGED_BY = {
+    "audit": (APISERVER,),
+    NATIVE_GANG: (APISERVER, CONTROLLER_MANAGER, SCHEDULER),
+}
 
 #: The API server's audit log (JSON lines, in the log folder) when the sandbox was started
 #: with ``audit``: one line per write (create, update, patch, delete) by anyone, with its
@@ -74,6 +94,14 @@ def apiserver_ready(port: int | None, pki: Pki) -> bool:
     return ready(f"https://127.0.0.1:{port}/readyz", context=ctx, timeout=2)
 
 
+def _gates(state: dict[str, Any], *, apiserver: bool = False) -> list[str]:
+    """The feature-gate (and, for the API server, API version) flags the state asks."""
+    if not state.get(NATIVE_GANG):
+        return []
+    flags = [f"--feature-gates={NATIVE_GANG_GATE}=true"]
+    return [*flags, f"--runtime-config={NATIVE_GANG_API}=true"] if apiserver else flags
+
+
 def start_apiserver(runner: Runner, state: dict[str, Any], pki: Pki) -> None:
     """Run the API server against etcd and wait until it answers ``/readyz``; with the
     state's ``audit`` set, it writes :data:`AUDIT_LOG`."""
@@ -105,6 +133,7 @@ def start_apiserver(runner: Runner, state: dict[str, Any], pki: Pki) -> None:
             "--profiling=false",
             "--event-ttl=2h",
             *(_audit_flags(runner) if state.get("audit") else []),
+            *_gates(state, apiserver=True),
         ],
     )
     runner.wait(
@@ -141,6 +170,7 @@ def start_controller_manager(runner: Runner, state: dict[str, Any], pki: Pki) ->
             "--kube-api-burst=400",
             "--concurrent-statefulset-syncs=10",
             "--concurrent-gc-syncs=20",
+            *_gates(state),
         ],
     )
 
@@ -160,5 +190,6 @@ def start_scheduler(runner: Runner, state: dict[str, Any]) -> None:
             f"--secure-port={state['ports']['scheduler']}",
             "--kube-api-qps=200",
             "--kube-api-burst=400",
+            *_gates(state),
         ],
     )
