@@ -12,7 +12,9 @@ host], BLOCK nodes a block, RACK nodes a rack; LWSS LWSs of REPLICAS groups of S
   nodes (the costliest pass: each admission changes the room the next group sees).
 
 Each is run flat (no annotation), with ``lws-gatekeeper.io/topology-required`` on the rack
-level and with ``-preferred``; the figures are the median of RUNS passes after a first, and
+level, with ``-preferred``, and with a hard topology spread constraint in the template (each
+group's pods one a host: maxSkew 1 over the hostname, LWS's group key in ``matchLabelKeys``);
+the figures are the median of RUNS passes after a first, and
 each topology pass as a ratio to the flat one of the same scenario.
 Run: ``.venv/bin/python benchmarks/bench_topology.py``
 """
@@ -27,6 +29,7 @@ from typing import Any
 from gatekeeper.core.backends.pools import Snapshot, decide
 from gatekeeper.core.kube.keys import (
     GROUP_INDEX_LABEL,
+    GROUP_KEY_LABEL,
     LWS_NAME_LABEL,
     POOL_LABEL,
     SCHEDULING_GATE,
@@ -50,6 +53,8 @@ RUNS = 3
 GPU = "nvidia.com/gpu"
 POOL = "shared"
 LEVELS = ["example.com/block", "example.com/rack", "kubernetes.io/hostname"]
+SPREAD = "spread"
+"""The kind of LWS whose template spreads each group's pods one a host."""
 
 
 def node(i: int) -> dict[str, Any]:
@@ -79,9 +84,19 @@ def lws(i: int, annotation: str) -> dict[str, Any]:
         "generation": 1,
         "creationTimestamp": f"2026-01-01T{i // 3600:02d}:{i // 60 % 60:02d}:{i % 60:02d}Z",
     }
-    if annotation:
+    template: dict[str, Any] = {"spec": {"containers": [container]}}
+    if annotation == SPREAD:
+        template["spec"]["topologySpreadConstraints"] = [
+            {
+                "maxSkew": 1,
+                "topologyKey": LEVELS[2],
+                "whenUnsatisfiable": "DoNotSchedule",
+                "labelSelector": {"matchLabels": {LWS_NAME_LABEL: meta["name"]}},
+                "matchLabelKeys": [GROUP_KEY_LABEL],
+            }
+        ]
+    elif annotation:
         meta["annotations"] = {annotation: LEVELS[1]}
-    template = {"spec": {"containers": [container]}}
     return {
         "apiVersion": "leaderworkerset.x-k8s.io/v1",
         "kind": "LeaderWorkerSet",
@@ -184,6 +199,7 @@ def main() -> None:
             ("flat", ""),
             ("required rack", TOPOLOGY_REQUIRED_ANNOTATION),
             ("preferred rack", TOPOLOGY_PREFERRED_ANNOTATION),
+            ("spread over hosts", SPREAD),
         ):
             first, median, admit, waiting = timed(snapshot(share, full, annotation))
             flat = flat or median

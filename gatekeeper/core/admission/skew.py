@@ -39,35 +39,57 @@ def _scope(spread: Spread) -> Scope:
     return (spread.namespace, spread.selector, spread.key, spread.group_only)
 
 
-class _Counts:
-    """The domains of one set of counted nodes, and the pods of one scope in each (bound and
-    kept by the pass), with how many domains have each count."""
+@dataclass(frozen=True)
+class _Domains:
+    """The nodes one constraint counts (by the pod's node inclusion policies), with their domain;
+    shared by every scope that counts on them."""
 
-    def __init__(self, domain_of: dict[int, str], base: Counter[str]) -> None:
-        self.domain_of = domain_of
-        self.counts: dict[str, int] = {d: base.get(d, 0) for d in set(domain_of.values())}
+    domain_of: dict[int, str]
+    names: frozenset[str]
+
+
+class _Counts:
+    """The pods of one scope in each domain of one ``_Domains`` (bound and kept by the pass),
+    kept sparse (a domain with none is not stored), with how many domains have each count."""
+
+    def __init__(self, domains: _Domains, base: Counter[str]) -> None:
+        self.domains = domains
+        self.counts: dict[str, int] = {d: n for d, n in base.items() if n > 0 and d in domains.names}
         self.histogram: Counter[int] = Counter(self.counts.values())
+        self.zeros = len(domains.names) - len(self.counts)
+
+    def of(self, domain: str) -> int:
+        return self.counts.get(domain, 0)
 
     def add(self, domain: str, n: int) -> None:
-        old = self.counts.get(domain)
-        if old is None:
+        if domain not in self.domains.names:
             return
-        self.histogram[old] -= 1
-        if not self.histogram[old]:
-            del self.histogram[old]
-        self.counts[domain] = old + n
-        self.histogram[old + n] += 1
+        old = self.counts.get(domain, 0)
+        if old:
+            self.histogram[old] -= 1
+            if not self.histogram[old]:
+                del self.histogram[old]
+        else:
+            self.zeros -= 1
+        new = old + n
+        if new > 0:
+            self.counts[domain] = new
+            self.histogram[new] += 1
+        else:
+            self.counts.pop(domain, None)
+            self.zeros += 1
 
     def least(self, scope: Scope, local: Local, min_domains: int) -> int:
         """The emptiest domain's count with the group's own pods placed so far; 0 when there are
         fewer domains than ``min_domains``."""
-        if len(self.counts) < min_domains or not self.counts:
+        if len(self.domains.names) < min_domains or not self.domains.names:
             return 0
-        low = min(self.histogram)
-        mine = [d for (s, d), n in local.items() if s == scope and n and self.counts.get(d) == low]
-        if len(mine) < self.histogram[low]:
+        low = 0 if self.zeros else min(self.histogram)
+        at_low = self.zeros if low == 0 else self.histogram[low]
+        bumped = {d for (s, d), n in local.items() if s == scope and n and d in self.domains.names}
+        if sum(1 for d in bumped if self.of(d) == low) < at_low:
             return low
-        return min(c + local[(scope, d)] for d, c in self.counts.items())
+        return min(self.of(d) + local[(scope, d)] for d in {*self.counts, *bumped})
 
 
 @dataclass(frozen=True)
@@ -83,8 +105,8 @@ class Rule:
 
     def allows(self, node: int) -> bool:
         for counts, scope, ceiling in self.checks:
-            domain = counts.domain_of.get(node)
-            if domain is None or counts.counts[domain] + self.local[(scope, domain)] > ceiling:
+            domain = counts.domains.domain_of.get(node)
+            if domain is None or counts.of(domain) + self.local[(scope, domain)] > ceiling:
                 return False
         return True
 
@@ -96,9 +118,11 @@ class Skews:
         self._nodes = nodes
         self._bound = bound
         self._ignore = hypothetical  # transient node taints, as the "could it ever fit" table does
+        self._position = {node.name: i for i, node in enumerate(nodes)}
+        self._domains: dict[tuple[str, NodeConstraints, str, bool, bool], _Domains] = {}
         self._counts: dict[tuple[str, NodeConstraints, str, bool, bool, Scope], _Counts] = {}
         self._by_scope: dict[Scope, list[_Counts]] = {}
-        self._kept: Counter[tuple[Scope, str]] = Counter()
+        self._kept: dict[Scope, Counter[str]] = {}
 
     def rule(self, view: str, members: Sequence[int], pod: PodDemand, local: Local) -> Rule | None:
         """Where ``pod`` may go now under its hard constraints; None when it has none."""
@@ -123,7 +147,7 @@ class Skews:
         """The group is kept: its pods count for the groups placed after it in the pass."""
         for (scope, domain), n in local.items():
             if n and not scope[3]:
-                self._kept[(scope, domain)] += n
+                self._kept.setdefault(scope, Counter())[domain] += n
                 for counts in self._by_scope.get(scope, ()):
                     counts.add(domain, n)
 
@@ -138,25 +162,23 @@ class Skews:
         self, view: str, members: Sequence[int], constraints: NodeConstraints, spread: Spread
     ) -> _Counts:
         scope = _scope(spread)
-        key = (view, constraints, spread.key, spread.honor_affinity, spread.honor_taints, scope)
-        found = self._counts.get(key)
+        where = (view, constraints, spread.key, spread.honor_affinity, spread.honor_taints)
+        found = self._counts.get((*where, scope))
         if found is None:
-            domain_of = self._domains(members, constraints, spread)
-            base: Counter[str] = Counter()
+            domains = self._domains.get(where)
+            if domains is None:
+                domains = self._domains[where] = self._domains_of(members, constraints, spread)
+            base: Counter[str] = Counter(self._kept.get(scope, ()))
             if self._bound is not None and spread.selector is not None and not spread.group_only:
-                per_node = self._bound.on_nodes(spread.namespace, spread.selector)
-                for i, domain in domain_of.items():
-                    base[domain] += per_node.get(self._nodes[i].name, 0)
-            for (kept_scope, domain), n in self._kept.items():
-                if kept_scope == scope:
-                    base[domain] += n
-            found = self._counts[key] = _Counts(domain_of, base)
+                for name, n in self._bound.on_nodes(spread.namespace, spread.selector).items():
+                    domain = domains.domain_of.get(self._position.get(name, -1))
+                    if domain is not None:
+                        base[domain] += n
+            found = self._counts[(*where, scope)] = _Counts(domains, base)
             self._by_scope.setdefault(scope, []).append(found)
         return found
 
-    def _domains(
-        self, members: Sequence[int], constraints: NodeConstraints, spread: Spread
-    ) -> dict[int, str]:
+    def _domains_of(self, members: Sequence[int], constraints: NodeConstraints, spread: Spread) -> _Domains:
         """The view's nodes the constraint counts (its node inclusion policies), with their domain."""
         out: dict[int, str] = {}
         for i in members:
@@ -171,4 +193,4 @@ class Skews:
             ):
                 continue
             out[i] = domain
-        return out
+        return _Domains(out, frozenset(out.values()))
