@@ -14,11 +14,14 @@ from core_builders import bound_pod, ctr, lws, node, pod_spec, pool, waiting
 
 from gatekeeper.core.admission.fit import Misfit, NodeTable
 from gatekeeper.core.admission.messages import cannot_place, waits_for_nodes
+from gatekeeper.core.admission.queue import AdmittedGroup
 from gatekeeper.core.admission.reasons import Reason
 from gatekeeper.core.backends.pools.planner import plan
 from gatekeeper.core.kube.keys import GROUP_KEY_LABEL, LWS_NAME_LABEL
 from gatekeeper.core.model.demand import GroupDemand
+from gatekeeper.core.model.group import GroupKey
 from gatekeeper.core.model.nodes import Node, node_usage
+from gatekeeper.core.model.pool import parse_pool
 from gatekeeper.core.model.spread import MAX_SPREADS, BoundPods, parse_spreads
 
 ZONE = "topology.kubernetes.io/zone"
@@ -215,3 +218,70 @@ def test_a_spread_demand_is_not_answered_from_a_plain_demands_memo() -> None:
                   [waiting("m", 0, spread_one, age=0), waiting("p", 0, plain, age=1)])  # fmt: skip
     assert [a.key.name for a in result.admit] == ["p"]
     assert [w.key.name for w in result.waiting] == ["m"]
+
+
+# ----- as the scheduler counts: found by review, each shown failing before its fix --------
+
+
+def test_a_karpenter_or_quota_only_pool_keeps_no_spread_rule() -> None:
+    """Nodes bought later are not there to count on: the rule is left to the scheduler and
+    Karpenter (which spreads what it buys), as topology levels are."""
+    demand = spread_group(2, 1, spread())
+    bought = pool("k").obj()
+    bought["spec"]["nodePools"] = ["np"]
+    quota_only = pool("q").quota(gpu=8).obj()
+    quota_only["spec"]["nodeFit"] = "QuotaOnly"
+    for obj in (bought, quota_only):
+        steered = parse_pool(obj).steer(demand)
+        assert all(p.spreads == () and p.counted_in == () for p in steered.pods)
+    kept = pool("a").parsed().steer(demand)
+    assert all(p.spreads for p in kept.pods)
+
+
+def test_an_admitted_groups_pods_not_bound_yet_count_where_they_hold_room() -> None:
+    """h1 and h2 with 2 GPUs each, h3 full (another namespace). Group m/0 is admitted on h1 and
+    h2, not bound yet; m/1 must not be put there too (h1 and h2 at 2, h3 at 0: skew 2)."""
+    nodes = [node(h).labels(pool="a").label(HOST, h).alloc(gpu=2).parsed() for h in ("h1", "h2", "h3")]
+    full = [bound_pod("x", "h3", namespace="other", gpu=2)]
+    demand = spread_group(2, 1, spread(HOST))
+    held = AdmittedGroup(GroupKey("default", "m", 0), "a", demand, nodes={0: "h1", 1: "h2"})
+    result = plan(
+        [pool("a").quota(gpu=16).parsed()], nodes, node_usage(full), [held], [waiting("m", 1, demand)],
+        bound=BoundPods(full),
+    )  # fmt: skip
+    assert result.admit == ()
+    assert "topologySpreadConstraints" in result.waiting[0].message
+
+
+def test_a_leader_without_the_rule_counts_for_its_workers_rule() -> None:
+    """The leader has no constraint; the worker spreads over hosts by the LWS's name and group
+    key. h1 has room for both, h2 for none: the worker may not join the leader on h1."""
+    worker = pod_spec(ctr(gpu_limit=1))
+    worker["topologySpreadConstraints"] = [spread(HOST, matchLabelKeys=[GROUP_KEY_LABEL])]
+    demand = lws("m").size(2).leader(pod_spec(ctr(gpu_limit=1))).worker(worker).demand()
+    assert demand.pods[0].spreads == () and demand.pods[0].counted_in == demand.pods[1].spreads
+    nodes = [node("h1").labels(pool="a").label(HOST, "h1").alloc(gpu=3).parsed(),
+             node("h2").labels(pool="a").label(HOST, "h2").alloc(gpu=0).parsed()]  # fmt: skip
+    table = NodeTable(nodes)
+    table.add_view("a", lambda n: True)
+    found = table.place("a", demand.pods, keep=False)
+    assert isinstance(found, Misfit) and found.skew == f"maxSkew 1 over {HOST}"
+
+
+def test_a_cordoned_node_is_a_domain_the_scheduler_counts() -> None:
+    """h1 and h2 with 2 GPUs each and a cordoned h3: with the default nodeTaintsPolicy the
+    scheduler counts h3 (empty), so one pod a host at most: four pods cannot be placed."""
+    nodes = [
+        *(node(h).labels(pool="a").label(HOST, h).alloc(gpu=2).parsed() for h in ("h1", "h2")),
+        node("h3").labels(pool="a").label(HOST, "h3").alloc(gpu=2).cordon().parsed(),
+    ]
+    table = NodeTable(nodes)
+    table.add_view("a", lambda n: True)
+    four = table.place(
+        "a", spread_group(4, 1, spread(HOST, matchLabelKeys=[GROUP_KEY_LABEL])).pods, keep=False
+    )
+    assert isinstance(four, Misfit) and four.skew
+    two = table.place(
+        "a", spread_group(2, 1, spread(HOST, matchLabelKeys=[GROUP_KEY_LABEL])).pods, keep=False
+    )
+    assert not isinstance(two, Misfit) and sorted(two) == ["h1", "h2"]

@@ -149,22 +149,25 @@ class NodeTable:
         *,
         keep: bool = True,
         allowed: bytearray | None = None,
+        local: Local | None = None,
     ) -> Placement | Misfit:
         """Place all ``pods`` on the view's nodes, or explain the first pod that does not fit.
 
         On success the placement is kept (free capacity reduced, ``version`` bumped)
         unless ``keep`` is False; on failure nothing changes. With ``allowed`` (``mask``)
         only those nodes are used (one topology domain, or all but the domains closed to
-        the group).
+        the group). ``local`` holds the spread counts of the group's pods placed by earlier
+        calls (a group placed in parts: ``core.admission.subgroups``); kept parts stay in it.
         """
         shapes = [self._pod_shape(view, pod) for pod in pods]
         order = sorted(range(len(pods)), key=lambda i: (-shapes[i][0], i))
         taken: list[tuple[int, dict[str, int]]] = []
         chosen = [0] * len(pods)
-        local: Local = Counter()
+        local = Counter() if local is None else local
+        added: Local = Counter()
         for i in order:
             _, primary, req = shapes[i]
-            rule = self._skews.rule(view, self._views[view], pods[i], local)
+            rule = self._skews.rule(pods[i], local)
             accept = rule.allows if rule is not None else None
             node = self._best_fit(view, pods[i].constraints, primary, req, allowed, accept)
             if node is None:
@@ -176,15 +179,18 @@ class NodeTable:
                     misfit = replace(misfit, skew=rule.said)  # room there is, where the rule forbids
                 for n, r in reversed(taken):
                     self._change(n, r, +1)
+                local.subtract(added)
                 return misfit
             self._change(node, req, -1)
+            self._skews.count(pods[i], node, added)
             self._skews.count(pods[i], node, local)
             taken.append((node, req))
             chosen[i] = node
         if keep:
-            self._skews.keep(local)
+            self._skews.keep(added)
             self.version += 1
         else:
+            local.subtract(added)
             for n, r in reversed(taken):
                 self._change(n, r, +1)
         return tuple(self._nodes[n].name for n in chosen)
@@ -275,6 +281,9 @@ class NodeTable:
         if node is None:
             return None
         self._change(node, req, -1)
+        held: Local = Counter()
+        self._skews.count(pod, node, held)  # an admitted group's pod counts where it will bind
+        self._skews.keep(held)
         self.version += 1
         return self._nodes[node].name
 

@@ -119,28 +119,31 @@ class Skews:
         self._bound = bound
         self._ignore = hypothetical  # transient node taints, as the "could it ever fit" table does
         self._position = {node.name: i for i, node in enumerate(nodes)}
-        self._domains: dict[tuple[str, NodeConstraints, str, bool, bool], _Domains] = {}
-        self._counts: dict[tuple[str, NodeConstraints, str, bool, bool, Scope], _Counts] = {}
+        self._domains: dict[tuple[frozenset[str], NodeConstraints, str, bool, bool], _Domains] = {}
+        self._counts: dict[tuple[frozenset[str], NodeConstraints, str, bool, bool, Scope], _Counts] = {}
         self._by_scope: dict[Scope, list[_Counts]] = {}
         self._kept: dict[Scope, Counter[str]] = {}
 
-    def rule(self, view: str, members: Sequence[int], pod: PodDemand, local: Local) -> Rule | None:
+    def rule(self, pod: PodDemand, local: Local) -> Rule | None:
         """Where ``pod`` may go now under its hard constraints; None when it has none."""
         if not pod.spreads:
             return None
         checks = []
+        keys = frozenset(s.key for s in pod.spreads)
         for spread in pod.spreads:
-            counts = self._counts_of(view, members, pod.constraints, spread)
+            counts = self._counts_of(keys, pod.constraints, spread)
             scope = _scope(spread)
             least = counts.least(scope, local, spread.min_domains)
             checks.append((counts, scope, least + spread.max_skew - int(spread.own)))
         return Rule(tuple(checks), local, "; ".join(s.said for s in pod.spreads))
 
     def count(self, pod: PodDemand, node: int, local: Local) -> None:
-        """``pod`` placed on ``node``: one more in its domain for each constraint matching it."""
+        """``pod`` placed on ``node``: one more in its domain for each constraint of its group
+        whose selector matches it (``PodDemand.counted_in``: a leader without constraints
+        counts for its workers' rule)."""
         labels = self._nodes[node].labels
-        for spread in pod.spreads:
-            if spread.own and spread.key in labels:
+        for spread in pod.counted_in:
+            if spread.key in labels:
                 local[(_scope(spread), labels[spread.key])] += 1
 
     def keep(self, local: Local) -> None:
@@ -158,16 +161,14 @@ class Skews:
             self.count(pod, node, local)
         self.keep(Counter({key: -n for key, n in local.items()}))
 
-    def _counts_of(
-        self, view: str, members: Sequence[int], constraints: NodeConstraints, spread: Spread
-    ) -> _Counts:
+    def _counts_of(self, keys: frozenset[str], constraints: NodeConstraints, spread: Spread) -> _Counts:
         scope = _scope(spread)
-        where = (view, constraints, spread.key, spread.honor_affinity, spread.honor_taints)
+        where = (keys, constraints, spread.key, spread.honor_affinity, spread.honor_taints)
         found = self._counts.get((*where, scope))
         if found is None:
             domains = self._domains.get(where)
             if domains is None:
-                domains = self._domains[where] = self._domains_of(members, constraints, spread)
+                domains = self._domains[where] = self._domains_of(keys, constraints, spread)
             base: Counter[str] = Counter(self._kept.get(scope, ()))
             if self._bound is not None and spread.selector is not None and not spread.group_only:
                 for name, n in self._bound.on_nodes(spread.namespace, spread.selector).items():
@@ -178,13 +179,15 @@ class Skews:
             self._by_scope.setdefault(scope, []).append(found)
         return found
 
-    def _domains_of(self, members: Sequence[int], constraints: NodeConstraints, spread: Spread) -> _Domains:
-        """The view's nodes the constraint counts (its node inclusion policies), with their domain."""
+    def _domains_of(self, keys: frozenset[str], constraints: NodeConstraints, spread: Spread) -> _Domains:
+        """The nodes the constraint counts, with their domain, as the scheduler takes them: every
+        node of the cluster (cordoned and not ready ones too) that has all the pod's topology
+        keys and passes the constraint's node inclusion policies (the pod's node selector and
+        required affinity, which name its pool; its tolerations only with ``Honor``)."""
         out: dict[int, str] = {}
-        for i in members:
-            node = self._nodes[i]
+        for i, node in enumerate(self._nodes):
             domain = node.labels.get(spread.key)
-            if domain is None:
+            if domain is None or not keys.issubset(node.labels):
                 continue
             if spread.honor_affinity and not constraints.matches_labels(node.name, node.labels):
                 continue

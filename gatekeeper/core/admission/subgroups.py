@@ -26,12 +26,14 @@ Called by the pools planner (``core.backends.pools.planner``), with the pass's `
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gatekeeper.core.admission.exclusive import Domains, Occupant
 from gatekeeper.core.admission.fit import Misfit, NodeTable, Placement
 from gatekeeper.core.admission.quota import by_importance
+from gatekeeper.core.admission.skew import Local
 from gatekeeper.core.model.demand import GroupDemand, PodDemand
 from gatekeeper.core.model.lws import Subgroups
 
@@ -87,6 +89,7 @@ def place(
     chosen: list[str | None] = [None] * len(pods)
     done: list[tuple[list[PodDemand], Placement]] = []
     taken = set(held)
+    local: Local = Counter()  # the group's pods, across its parts, for its spread constraints
 
     def undo() -> None:
         for placed_pods, nodes in reversed(done):
@@ -103,7 +106,7 @@ def place(
             mask = table.mask(by_domain[domain])
             if allowed is not None:
                 mask = bytearray(a & b for a, b in zip(mask, allowed, strict=True))
-            outcome = table.place(view, part, keep=True, allowed=mask)
+            outcome = table.place(view, part, keep=True, allowed=mask, local=local)
             if not isinstance(outcome, Misfit):
                 placed, taken = outcome, taken | {domain}
                 break
@@ -118,7 +121,7 @@ def place(
             chosen[j] = node_name
     loose = [j for j in range(len(pods)) if chosen[j] is None]  # LeaderExcluded's leader
     if loose:
-        rest = table.place(view, [pods[j] for j in loose], keep=True, allowed=allowed)
+        rest = table.place(view, [pods[j] for j in loose], keep=True, allowed=allowed, local=local)
         if isinstance(rest, Misfit):
             undo()
             return rest

@@ -86,7 +86,7 @@ def pin(demand: GroupDemand, domain: Domain) -> GroupDemand:
         own = dict(c.node_selector)
         selector = {**{k: v for k, v in domain if k not in own}, **own}
         pinned = NodeConstraints(tuple(sorted(selector.items())), c.tolerations, c.affinity)
-        pods.append(PodDemand(pod.role, pod.requests, pinned, pod.spreads))
+        pods.append(PodDemand(pod.role, pod.requests, pinned, pod.spreads, pod.counted_in))
     return GroupDemand(tuple(pods))
 
 

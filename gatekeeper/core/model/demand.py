@@ -63,11 +63,18 @@ class PodDemand:
     constraints: NodeConstraints = field(default_factory=NodeConstraints)
     spreads: tuple[Spread, ...] = ()
     """Its hard topology spread constraints (``core.model.spread``), read from its LWS template."""
+    counted_in: tuple[Spread, ...] = ()
+    """The constraints of its group's pods whose selector matches it: where it is placed, it
+    counts for them (a leader without constraints counts for its workers' rule)."""
     _hash: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(
-            self, "_hash", hash((self.role, frozenset(self.requests.items()), self.constraints, self.spreads))
+            self,
+            "_hash",
+            hash(
+                (self.role, frozenset(self.requests.items()), self.constraints, self.spreads, self.counted_in)
+            ),
         )
 
     def __hash__(self) -> int:
@@ -238,9 +245,7 @@ def _template_demand(
     devices = template_counts(claims[0], spec, claims[1], f"{where}.spec")
     runtime_class = string(spec.get("runtimeClassName"), f"{where}.spec.runtimeClassName")
     overhead = runtime_class_overhead.get(runtime_class) if runtime_class else None
-    labels = parse_label_map(mapping(template.get("metadata"), f"{where}.metadata").get("labels"), where)
-    labels[LWS_NAME_LABEL] = lws_name  # as LWS labels the pod
-    spread_as = (claims[0], labels)
+    spread_as = (claims[0], _template_labels(template, lws_name, where))
     pod = pod_demand(
         role, spec, overhead=overhead, where=f"{where}.spec", defaults=defaults, spread_as=spread_as
     )
@@ -250,6 +255,22 @@ def _template_demand(
     for resource, count in devices.items():
         requests[resource] = requests.get(resource, 0) + count
     return PodDemand(role=role, requests=requests, constraints=pod.constraints, spreads=pod.spreads)
+
+
+def _template_labels(template: Mapping[str, Any], lws_name: str, where: str) -> dict[str, str]:
+    """The labels a pod made from ``template`` has that the gatekeeper can know before it exists:
+    the template's, and LWS's name label."""
+    labels = parse_label_map(mapping(template.get("metadata"), f"{where}.metadata").get("labels"), where)
+    labels[LWS_NAME_LABEL] = lws_name
+    return labels
+
+
+def _counted(pod: PodDemand, rules: tuple[Spread, ...], labels: Mapping[str, str]) -> PodDemand:
+    """``pod`` with the constraints of its group that count it (``PodDemand.counted_in``)."""
+    counted = tuple(r for r in rules if r.selector is not None and r.selector.matches(labels))
+    if not counted:
+        return pod
+    return PodDemand(pod.role, pod.requests, pod.constraints, pod.spreads, counted)
 
 
 def group_demand(
@@ -319,7 +340,7 @@ def group_demand(
                 claims,
                 str(name or ""),
             )
-        pods = [leader]
+        worker = None
         if size > 1:
             worker = _template_demand(
                 "worker",
@@ -330,7 +351,14 @@ def group_demand(
                 claims,
                 str(name or ""),
             )
-            pods.extend([worker] * (size - 1))
+        rules = tuple(dict.fromkeys((*leader.spreads, *(worker.spreads if worker else ()))))
+        if rules:
+            leader_tpl = mapping(leader_template if leader_template is not None else worker_template, where)
+            leader = _counted(leader, rules, _template_labels(leader_tpl, str(name or ""), where))
+            if worker is not None:
+                worker_labels = _template_labels(mapping(worker_template, where), str(name or ""), where)
+                worker = _counted(worker, rules, worker_labels)
+        pods = [leader, *([worker] * (size - 1) if worker is not None else [])]
     except ValueError as err:
         raise ValueError(f"{label}: {err}") from None
     return GroupDemand(tuple(pods))

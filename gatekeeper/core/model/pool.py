@@ -191,8 +191,11 @@ class Pool:
     def steer(self, demand: GroupDemand) -> GroupDemand:
         """``demand`` with its pods as they are once ungated into this pool: the pool's node
         selector added to theirs (a key the pod already selects keeps the pod's value) and its
-        tolerations to theirs."""
+        tolerations to theirs. Hard topology spread constraints are kept only where the pool's
+        nodes are the nodes there will be (``nodeFit: Required``, no ``nodePools``): nodes bought
+        or added later are not there to count them on."""
         rules = parse_tolerations(list(self.tolerations), "spec.tolerations")
+        spreading = self.node_fit is NodeFit.REQUIRED and not self.node_pools
         pods = []
         for pod in demand.pods:
             c = pod.constraints
@@ -200,7 +203,10 @@ class Pool:
             selector = {**{k: v for k, v in self.node_selector.items() if k not in own}, **own}
             tolerations = c.tolerations + tuple(t for t in rules if t not in c.tolerations)
             steered = NodeConstraints(tuple(sorted(selector.items())), tolerations, c.affinity)
-            pods.append(PodDemand(pod.role, pod.requests, steered, pod.spreads))
+            if spreading:
+                pods.append(PodDemand(pod.role, pod.requests, steered, pod.spreads, pod.counted_in))
+            else:
+                pods.append(PodDemand(pod.role, pod.requests, steered))
         return GroupDemand(tuple(pods))
 
 

@@ -19,7 +19,9 @@ status carries the notes of its NodePools' types). Pure: no I/O.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
+from fractions import Fraction as F
 
 from gatekeeper.core.backends.pools.nodepools import INSTANCE_TYPE_LABEL, InstanceType, NodeClaim
 from gatekeeper.core.kube.quantity import format_resources
@@ -34,12 +36,19 @@ EVICTION_HARD = 100 * MI
 DEFAULT_MAX_PODS = 110
 
 # (cores or bytes up to which, fraction reserved) of each tier, as GKE and EKS document them.
-_CPU_TIERS = ((1000, 0.06), (2000, 0.01), (4000, 0.005), (None, 0.0025))
-_GKE_MEMORY_TIERS = ((4 * GI, 0.25), (8 * GI, 0.20), (16 * GI, 0.10), (128 * GI, 0.06), (None, 0.02))
+_CPU_TIERS = ((1000, F(6, 100)), (2000, F(1, 100)), (4000, F(5, 1000)), (None, F(25, 10000)))
+_GKE_MEMORY_TIERS = (
+    (4 * GI, F(25, 100)),
+    (8 * GI, F(20, 100)),
+    (16 * GI, F(10, 100)),
+    (128 * GI, F(6, 100)),
+    (None, F(2, 100)),
+)
 
 
-def _tiered(amount: int, tiers: tuple[tuple[int | None, float], ...]) -> int:
-    reserved, below = 0.0, 0
+def _tiered(amount: int, tiers: tuple[tuple[int | None, F], ...]) -> int:
+    """The reservation of ``amount`` by ``tiers``, rounded up; exact for any size."""
+    reserved, below = F(0), 0
     for upto, fraction in tiers:
         top = amount if upto is None else min(amount, upto)
         if top > below:
@@ -47,7 +56,7 @@ def _tiered(amount: int, tiers: tuple[tuple[int | None, float], ...]) -> int:
         if upto is None or amount <= upto:
             break
         below = upto
-    return int(-(-reserved // 1))
+    return math.ceil(reserved)
 
 
 def estimated_overhead(capacity: Mapping[str, int]) -> dict[str, int]:
