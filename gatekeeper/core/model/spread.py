@@ -7,12 +7,13 @@ find room only against that rule can never be bound; admitting it would hold quo
 nothing. ``core.model.demand`` reads the constraints into each ``PodDemand`` (``parse_spreads``);
 ``core.admission.skew`` applies them in the node fit, as the filter does:
 
-- the domains are those of the nodes the pod may count: with ``nodeAffinityPolicy: Honor``
-  (the default) the nodes its node selector and required affinity accept, with
-  ``nodeTaintsPolicy: Honor`` only nodes whose taints it tolerates (default: taints ignored),
-  and only nodes that have the key;
+- the domains are those of the nodes the pod may count, every node of the cluster (cordoned
+  and not ready ones too) that has all its constraints' keys: with ``nodeAffinityPolicy:
+  Honor`` (the default) the nodes its node selector and required affinity accept, with
+  ``nodeTaintsPolicy: Honor`` only nodes whose taints it tolerates (default: taints ignored);
 - a domain's count is the pods matching ``labelSelector`` (plus ``matchLabelKeys``) in the
-  pod's namespace bound to its nodes (``BoundPods``), plus the pods placed earlier in the pass;
+  pod's namespace bound to its nodes (``BoundPods``), plus the pods placed or held earlier in
+  the pass (each pod counts for every rule of its group that selects it: ``counted_in``);
 - the minimum is over those domains, 0 when there are fewer than ``minDomains``;
 - a pod counts itself where the selector matches its own labels (its template's, and
   LWS's name label).
