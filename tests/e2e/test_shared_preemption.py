@@ -129,5 +129,8 @@ def test_a_higher_claim_takes_a_lower_members_group_back_whole_under_kills(
         f"samples {len(sampler.granted)}; granted at most {most} GPUs; bound at most {bound} GPUs"
     )
     assert most <= CAPACITY and bound <= CAPACITY
+    # At least one sample inside the preemption's window (a sample of five listings takes over
+    # two seconds under CI's three lanes, and the preemption can be over in four and a half:
+    # seen once with a single sample in it); the bounds above hold over every sample.
     during = sum(started <= t <= started + took for t in sampler.at)
-    assert during >= 2, f"the preemption was sampled: {during} sample(s) in its {took:.1f} s"
+    assert during >= 1, f"the preemption was sampled: {during} sample(s) in its {took:.1f} s"
