@@ -16,7 +16,12 @@ from test_backend_kueue import ADMITTED, FLAVOR, LQ, decide, rec, vllm, workload
 from gatekeeper.core.admission.pass_through import Owners
 from gatekeeper.core.backends.kueue import new_workload
 from gatekeeper.core.backends.kueue.pass_through import passable as kueue_passable
-from gatekeeper.core.backends.kueue.topology import MAX_ASSIGNED_DOMAINS, assigned_domain, request
+from gatekeeper.core.backends.kueue.topology import (
+    MAX_ASSIGNED_DOMAINS,
+    assigned_domain,
+    assigned_domains,
+    request,
+)
 from gatekeeper.core.kube.keys import (
     KUEUE_PODSET_GROUP_ANNOTATION,
     KUEUE_PREFERRED_TOPOLOGY_ANNOTATION,
@@ -118,6 +123,8 @@ def test_each_pod_of_a_pod_set_has_the_domain_its_rank_falls_in(
         assignment["slices"] = assignment["slices"][:1]
         rank = 3
     assert assigned_domain(assignment, rank) == expected
+    # read once for every rank (the webhook's table), the same places
+    assert assigned_domains(assignment, 6) == [assigned_domain(assignment, r) for r in range(6)]
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from gatekeeper.core.admission.pass_through import Owners, Passable
-from gatekeeper.core.backends.kueue.workload import flavor_steering
+from gatekeeper.core.backends.kueue import topology
+from gatekeeper.core.backends.kueue.workload import flavor_steering, pod_set_assignment
 from gatekeeper.core.kube.objects import meta
 from gatekeeper.core.model.charge import charge_toleration
 from gatekeeper.core.model.demand import GroupDemand
@@ -48,7 +49,8 @@ def passable(
     leader_labels, leader_tolerations = flavor_steering(workload, flavors, "leader", 0)
     worker_labels, worker_tolerations = flavor_steering(workload, flavors, "worker")
     count = lws_size(lws)
-    pins = tuple(flavor_steering(workload, flavors, "worker", rank)[0] for rank in range(count - 1))
+    places = topology.assigned_domains(pod_set_assignment(workload, "worker"), count - 1)
+    pins = tuple({**worker_labels, **place} for place in places)  # as flavor_steering(..., rank)
     return (key.namespace, key.name, key.index), Passable(
         lws_uid=uid,
         leader_sts_uid=owned.leader_sts.get((key.namespace, uid), ""),

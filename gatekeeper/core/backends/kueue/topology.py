@@ -41,7 +41,7 @@ from gatekeeper.core.kube.objects import as_list, as_map, meta
 from gatekeeper.core.kube.selectors import is_label_key
 from gatekeeper.core.model.lws import TopologyRequest
 
-__all__ = ["MAX_ASSIGNED_DOMAINS", "assigned_domain", "request"]
+__all__ = ["MAX_ASSIGNED_DOMAINS", "assigned_domain", "assigned_domains", "request"]
 
 MAX_LEVEL_CHARS = 63
 """Kueue's limit on a topology level named in a pod set's request."""
@@ -158,6 +158,22 @@ def assigned_domain(assignment: Mapping[str, Any], rank: int | None = None) -> d
             break
         out[str(level)] = next(iter(seen))
     return out
+
+
+def assigned_domains(assignment: Mapping[str, Any], pods: int) -> list[dict[str, str]]:
+    """``assigned_domain(assignment, rank)`` for every rank below ``pods``, the assignment read
+    once (the webhook's table holds every worker's place: ``kueue.pass_through``)."""
+    levels = as_list(assignment.get("levels"))
+    if not 0 < len(levels) <= MAX_LEVELS or not all(is_label_key(level) for level in levels):
+        return [{} for _ in range(pods)]
+    domains = _domains(assignment, len(levels)) or []
+    out: list[dict[str, str]] = []
+    for values, count in domains:
+        place = dict(zip(map(str, levels), values, strict=True))
+        out.extend(place for _ in range(min(count, pods - len(out))))
+        if len(out) >= pods:
+            return out
+    return out + [assigned_domain(assignment)] * (pods - len(out))
 
 
 def _domains(assignment: Mapping[str, Any], width: int) -> list[tuple[tuple[str, ...], int]] | None:

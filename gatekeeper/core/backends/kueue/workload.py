@@ -59,6 +59,7 @@ __all__ = [
     "never_fits",
     "new_pods",
     "new_workload",
+    "pod_set_assignment",
     "stale_spec",
     "topology_checked",
     "waiting_reason",
@@ -229,6 +230,14 @@ def stale_spec(
     """Does the Workload differ from what the LWS asks now? (Unknown when it carries no hash.)"""
     made = as_map(meta(wl).get("annotations")).get(SPEC_HASH_ANNOTATION)
     return made is not None and made != _spec_hash(_workload_spec(group, lws, priorities, claim_book))
+
+
+def pod_set_assignment(wl: Mapping[str, Any], pod_set: str) -> Mapping[str, Any]:
+    """Kueue's ``topologyAssignment`` of ``pod_set`` in the Workload's admission ({} when none)."""
+    for psa in as_list(as_map(as_map(wl.get("status")).get("admission")).get("podSetAssignments")):
+        if as_map(psa).get("name") == pod_set:
+            return as_map(as_map(psa).get("topologyAssignment"))
+    return {}
 
 
 def flavor_steering(
